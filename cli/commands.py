@@ -1,0 +1,86 @@
+"""``saga start``, ``saga cancel`` and ``saga resume``: publish commands onto the saga topics."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import typer
+
+from cli.context import console, fail, producer, run, settings, topics
+from orchestrator import wire
+from orchestrator.bootstrap import definitions
+from orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
+from schemas.codec import WireError, default_registry
+from schemas.validation import input_problems
+
+
+def _parse_json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        fail(f"--input is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})")
+    if not isinstance(value, dict):
+        fail("--input must be a JSON object, e.g. '{\"customer_id\": \"c1\", ...}'")
+    return value
+
+
+def start(
+    saga_type: str = typer.Argument(..., help="Saga type, e.g. trip."),
+    saga_id: str = typer.Option(..., "--id", help="The saga id (business key); also the Kafka key."),
+    input_json: str = typer.Option(..., "--input", help="The saga input as a JSON object."),
+    tenant: str | None = typer.Option(None, "--tenant", help="Optional tenant id."),
+) -> None:
+    """Validate, encode and publish a StartSaga on saga.start."""
+    registry = definitions()
+    definition = registry.latest(saga_type)
+    if definition is None:
+        fail(f"unknown saga type {saga_type!r}; known types: {', '.join(sorted(registry.types()))}")
+    if not saga_id.strip():
+        fail("--id must not be empty")
+    record = _parse_json_object(input_json)
+    problems = input_problems(default_registry(), definition.input_schema, record)
+    if problems:
+        fail(f"--input does not fit {definition.input_schema}: " + "; ".join(problems))
+    try:
+        encoded_input = default_registry().encode(definition.input_schema, record)
+    except WireError as error:
+        fail(f"--input does not fit {definition.input_schema}: {error}")
+    message = StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant, input=encoded_input)
+    current = settings()
+    run(_publish(current, topics(current).start, saga_id, wire.encode_start(message), saga_type))
+    console.print(f"published StartSaga [bold]{saga_id}[/] ({saga_type}) on {topics(current).start}")
+
+
+def cancel(
+    saga_id: str = typer.Argument(..., help="The saga to cancel."),
+    reason: str = typer.Option(..., "--reason", help="Why; recorded in the saga's history."),
+) -> None:
+    """Publish a CancelSaga on saga.control (refused and recorded once the pivot step succeeded)."""
+    if not reason.strip():
+        fail("--reason must not be empty")
+    current = settings()
+    body = wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason))
+    run(_publish(current, topics(current).control, saga_id, body, None))
+    console.print(f"published CancelSaga for [bold]{saga_id}[/]")
+
+
+def resume(
+    saga_id: str = typer.Argument(..., help="A COMPENSATION_FAILED saga."),
+    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    detail: str | None = typer.Option(None, "--detail", help="What was fixed; recorded."),
+) -> None:
+    """Ask a COMPENSATION_FAILED saga to retry its failed compensation (after a human fixed the cause)."""
+    current = settings()
+    body = wire.encode_resume(ResumeCompensation(saga_id=saga_id, operator=operator, detail=detail))
+    run(_publish(current, topics(current).control, saga_id, body, None))
+    console.print(f"published ResumeCompensation for [bold]{saga_id}[/]")
+
+
+async def _publish(current: Any, topic: str, saga_id: str, value: bytes, saga_type: str | None) -> None:
+    headers = [("message_id", str(uuid.uuid4()).encode()), ("saga_id", saga_id.encode())]
+    if saga_type:
+        headers.append(("saga_type", saga_type.encode()))
+    async with producer(current) as kafka:
+        await kafka.send_and_wait(topic, value=value, key=saga_id.encode(), headers=headers)

@@ -1,0 +1,72 @@
+"""Shared plumbing of the ``saga`` command: settings, connections, and errors that say what to fix."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, NoReturn, TypeVar
+
+import asyncpg
+import typer
+from aiokafka import AIOKafkaProducer
+from rich.console import Console
+
+from infra.db import create_pool
+from infra.settings import Settings
+from schemas.topics import Topics
+
+T = TypeVar("T")
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Stop the command with ``message`` (what is wrong and what to do) and a non-zero exit code."""
+    errors.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def settings() -> Settings:
+    """Settings from the environment."""
+    return Settings()
+
+
+def topics(current: Settings) -> Topics:
+    """The topic names for the configured prefix."""
+    return Topics(current.saga_topic_prefix)
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run an async command body."""
+    return asyncio.run(coroutine)
+
+
+@asynccontextmanager
+async def database(current: Settings) -> AsyncIterator[asyncpg.Pool]:
+    """A small pool to the configured database, with a clear error when it is not reachable."""
+    try:
+        pool = await asyncio.wait_for(create_pool(current.dsn(), 2), timeout=15)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as error:
+        fail(f"cannot reach Postgres at {current.dsn()} ({error}); run `saga infra up` or set DATABASE_URL")
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@asynccontextmanager
+async def producer(current: Settings) -> AsyncIterator[AIOKafkaProducer]:
+    """A started Kafka producer, with a clear error when the broker is not reachable."""
+    kafka = AIOKafkaProducer(bootstrap_servers=current.kafka_servers(), acks="all", enable_idempotence=True)
+    try:
+        await asyncio.wait_for(kafka.start(), timeout=15)
+    except Exception as error:
+        await kafka.stop()
+        fail(f"cannot reach Kafka at {current.kafka_servers()} ({error!r}); run `saga infra up` "
+             "or set KAFKA_BOOTSTRAP_SERVERS")
+    try:
+        yield kafka
+    finally:
+        await kafka.stop()

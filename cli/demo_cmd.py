@@ -1,0 +1,127 @@
+"""``saga demo``: all services, 20 trip sagas over every trigger, live progress, a final check."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections import Counter
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cli.context import console, database, producer, settings, topics
+from cli.feed import EventFeed
+from cli.run_cmd import start_services, stop_services
+from cli.scenarios import DEMO_MIX, SCENARIOS, mismatches, observed
+from infra.settings import Settings
+from orchestrator import wire
+from orchestrator.bootstrap import prepare
+from orchestrator.domain.events import SagaStarted
+from orchestrator.domain.messages import CancelSaga
+from participants.effects import collect_effects
+
+DEMO_TIMEOUT_S = 120.0
+
+
+async def publish_starts(current: Settings, planned: dict[str, str]) -> None:
+    """Publish one StartSaga per planned saga (saga id → scenario name)."""
+    async with producer(current) as kafka:
+        for saga_id, scenario in planned.items():
+            body = wire.encode_start(SCENARIOS[scenario].start(saga_id))
+            await kafka.send(topics(current).start, value=body, key=saga_id.encode(),
+                             headers=[("message_id", str(uuid.uuid4()).encode())])
+        await kafka.flush()
+
+
+async def cancel(current: Settings, saga_id: str, reason: str) -> None:
+    """Publish a CancelSaga for ``saga_id``."""
+    async with producer(current) as kafka:
+        body = wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason))
+        await kafka.send_and_wait(topics(current).control, value=body, key=saga_id.encode(),
+                                  headers=[("message_id", str(uuid.uuid4()).encode())])
+
+
+async def drive(current: Settings, planned: dict[str, str], timeout_s: float) -> dict[str, str]:
+    """Start the sagas, cancel those whose scenario says so, and wait for every terminal event."""
+    feed = EventFeed(current.kafka_servers(), topics(current).events)
+    await feed.start()
+    cancelled: set[str] = set()
+    to_cancel = {saga_id for saga_id, name in planned.items() if SCENARIOS[name].cancel}
+    try:
+        await publish_starts(current, planned)
+        with Progress(TextColumn("[bold]sagas"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.description}"), console=console) as progress:
+            task = progress.add_task("", total=len(planned))
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                for event in await feed.poll(200):
+                    if isinstance(event, SagaStarted) and event.saga_id in to_cancel - cancelled:
+                        cancelled.add(event.saga_id)
+                        await cancel(current, event.saga_id, "customer changed plans")
+                done = planned.keys() & feed.terminal.keys()
+                states = Counter(type(feed.terminal[s]).__name__ for s in done)
+                progress.update(task, completed=len(done),
+                                description=" ".join(f"{k}:{v}" for k, v in sorted(states.items())))
+                if len(done) == len(planned):
+                    break
+    finally:
+        await feed.stop()
+    return {saga_id: type(feed.terminal[saga_id]).__name__ for saga_id in planned if saga_id in feed.terminal}
+
+
+async def check_effects(current: Settings, planned: dict[str, str], ended: dict[str, str]) -> list[list[str]]:
+    """One row per saga: id, scenario, expected and actual terminal event, effect mismatches."""
+    rows = []
+    async with database(current) as pool:
+        for saga_id, name in planned.items():
+            scenario = SCENARIOS[name]
+            found = observed(await collect_effects(pool, saga_id))
+            problems = mismatches(scenario.expected, found)
+            terminal = ended.get(saga_id, "(none)")
+            if terminal != scenario.terminal:
+                problems.insert(0, f"ended {terminal}, expected {scenario.terminal}")
+            rows.append([saga_id, name, terminal, "ok" if not problems else "; ".join(problems)])
+    return rows
+
+
+async def demo_body(current: Settings) -> int:
+    """Run the demo against already-running services; 0 when every saga ended as expected."""
+    run_id = uuid.uuid4().hex[:6]
+    planned = {f"demo-{run_id}-{name}-{i}": name for name, count in DEMO_MIX for i in range(1, count + 1)}
+    started = time.monotonic()
+    ended = await drive(current, planned, DEMO_TIMEOUT_S)
+    elapsed = time.monotonic() - started
+    rows = await check_effects(current, planned, ended)
+    by_state = Table("terminal state", "sagas")
+    for state, count in sorted(Counter(ended.values()).items()):
+        by_state.add_row(state, str(count))
+    by_state.add_row("(not terminal)", str(len(planned) - len(ended)))
+    console.print(by_state)
+    checks = Table("saga", "scenario", "ended", "effects check")
+    for row in rows:
+        checks.add_row(*row)
+    console.print(checks)
+    failures = [row for row in rows if row[3] != "ok"]
+    console.print(f"{len(planned)} sagas in {elapsed:.1f} s; {len(planned) - len(failures)} as expected, "
+                  f"{len(failures)} not")
+    return 1 if failures else 0
+
+
+def run_demo(keep_running: bool) -> int:
+    """Start every service, run the demo sagas, stop the services (unless asked to keep them)."""
+    current = settings()
+    asyncio.run(prepare(current))
+    log_dir = os.path.join(current.saga_home, "logs")
+    os.makedirs(log_dir, exist_ok=True)
+    processes = start_services(current, log_dir)
+    console.print(f"services started (logs in {log_dir}): {', '.join(processes)}")
+    try:
+        return asyncio.run(demo_body(current))
+    finally:
+        if keep_running:
+            console.print("services left running; stop them with: kill " +
+                          " ".join(str(p.pid) for p in processes.values()))
+        else:
+            stop_services(processes)

@@ -1,0 +1,70 @@
+"""``saga infra up | down | status``: the local Kafka and Postgres (no Docker needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infra import launcher
+from infra.settings import Settings
+
+infra_app = typer.Typer(no_args_is_help=True, help="Local Kafka and Postgres: start, stop, inspect.")
+
+_out = Console()
+_err = Console(stderr=True)
+
+
+def _fail(error: launcher.LauncherError) -> typer.Exit:
+    _err.print(f"[bold red]error:[/] {error}")
+    return typer.Exit(1)
+
+
+@infra_app.command()
+def up() -> None:
+    """Start Kafka and Postgres unless already running, wait until they answer, print where they are.
+
+    KAFKA_BOOTSTRAP_SERVERS / DATABASE_URL, when set, are used as they are: nothing is started for them.
+    """
+    started = time.monotonic()
+    try:
+        endpoints = asyncio.run(launcher.up(Settings(), _err))
+    except launcher.LauncherError as error:
+        raise _fail(error) from None
+    _err.print(f"ready in {time.monotonic() - started:.1f} s")
+    # stdout carries only these lines, so `eval "$(saga infra up)"` exports them into a shell.
+    _out.print(f"export KAFKA_BOOTSTRAP_SERVERS={endpoints.kafka_bootstrap}", highlight=False, soft_wrap=True)
+    _out.print(f"export DATABASE_URL={endpoints.database_url}", highlight=False, soft_wrap=True)
+
+
+@infra_app.command()
+def down() -> None:
+    """Stop the local Kafka and Postgres (their data stays; `up` brings it back)."""
+    try:
+        asyncio.run(launcher.down(Settings(), _err))
+    except launcher.LauncherError as error:
+        raise _fail(error) from None
+
+
+@infra_app.command()
+def status() -> None:
+    """Show each service: up or down, address, port, pid, data folder."""
+    table = Table()
+    for header in ("service", "state", "address", "port", "pid", "data folder"):
+        table.add_column(header, overflow="fold")  # paths and DSNs are worth more than a tidy table
+    for row in launcher.status(Settings()):
+        state = "[green]up[/]" if row.running else "[red]down[/]"
+        if row.external:
+            state = "external"
+        table.add_row(
+            row.name,
+            state,
+            row.address,
+            str(row.port or "-"),
+            str(row.pid or "-"),
+            str(row.data_dir or "-"),
+        )
+    _out.print(table)

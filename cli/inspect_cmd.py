@@ -1,0 +1,134 @@
+"""``saga status``, ``history``, ``list`` and ``effects``: read a saga from the event store."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from cli.context import console, database, fail, run, settings
+from orchestrator import wire
+from orchestrator.bootstrap import definitions
+from orchestrator.domain.events import Event
+from orchestrator.domain.state import SagaStatus, fold
+from orchestrator.store.postgres import PostgresStore
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``15m``, ``2h``, ``7d`` → milliseconds; a clear error otherwise."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        fail(f"--older-than {text!r} is not a duration; use a number and a unit: 90s, 15m, 2h or 7d")
+    return int(match.group(1)) * _SECONDS[match.group(2)] * 1000
+
+
+def _when(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+async def load_history(saga_id: str) -> list[Event]:
+    """The saga's events from the store, decoded; exits with a message when there are none."""
+    async with database(settings()) as pool:
+        stored = await PostgresStore(pool).load_events(saga_id)
+    if not stored:
+        fail(f"no saga {saga_id!r} in the event store (check the id, or `saga list`)")
+    return [wire.decode_event(row.body) for row in stored]
+
+
+def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
+    """Show the saga's state, folded from its events, and each step's state."""
+    events = run(load_history(saga_id))
+    state = fold(definitions().for_history(events), events)
+    console.print(f"saga [bold]{saga_id}[/] ({state.saga_type} v{state.definition_version}): "
+                  f"[bold]{state.status.value}[/]" + (f" — {state.reason}" if state.reason else ""))
+    if state.status is SagaStatus.COMPENSATION_FAILED:
+        console.print(f"[red]needs a human:[/] step {state.compensation_failed_step}; fix the cause, then "
+                      f"`saga resume {saga_id}`")
+    table = Table("step", "status", "attempt", "compensation attempt", "last error")
+    for step in state.steps.values():
+        error = f"{step.last_error_type}: {step.last_error_message or ''}" if step.last_error_type else ""
+        table.add_row(step.name, step.status.value, str(step.attempt), str(step.compensation_attempt), error)
+    console.print(table)
+
+
+def _row(event: Event) -> list[str]:
+    fields = {k: v for k, v in vars(event).items()
+              if k not in {"saga_id", "seq", "definition_version", "occurred_at", "step", "attempt", "input"}}
+    error = fields.pop("error_type", None)
+    detail = ", ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, b"", ()))
+    return [str(event.seq), _when(event.occurred_at), type(event).__name__, str(getattr(event, "step", "")),
+            str(getattr(event, "attempt", "")), str(error or ""), detail]
+
+
+def history(saga_id: str = typer.Argument(..., help="The saga id."),
+            as_json: bool = typer.Option(False, "--json", help="One JSON object per event.")) -> None:
+    """The saga's timeline: time, event, step, attempt, error."""
+    events = run(load_history(saga_id))
+    if as_json:
+        for event in events:
+            record = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in vars(event).items()}
+            console.print_json(json.dumps({"event": type(event).__name__, **record}, default=list))
+        return
+    table = Table("seq", "time (UTC)", "event", "step", "attempt", "error", "detail")
+    for event in events:
+        table.add_row(*_row(event))
+    console.print(table)
+
+
+def list_sagas(
+    state: str | None = typer.Option(None, "--state", help="Only sagas in this state, e.g. RUNNING."),
+    older_than: str | None = typer.Option(None, "--older-than", help="Not updated for this long: 90s, 15m, 2h."),
+    saga_type: str | None = typer.Option(None, "--type", help="Only this saga type."),
+    limit: int = typer.Option(100, "--limit", min=1, help="At most this many rows."),
+) -> None:
+    """List sagas from the read model, least recently updated first."""
+    wanted = None
+    if state is not None:
+        wanted = state.strip().upper()
+        allowed = {s.value for s in SagaStatus}
+        if wanted not in allowed:
+            fail(f"--state {state!r} is not a saga state; use one of {', '.join(sorted(allowed))}")
+    before = int(time.time() * 1000) - parse_duration(older_than) if older_than else None
+
+    async def query() -> tuple[list[Any], dict[str, int]]:
+        async with database(settings()) as pool:
+            store = PostgresStore(pool)
+            rows = await store.list_summaries(status=wanted, saga_type=saga_type, updated_before_ms=before,
+                                              limit=limit)
+            return rows, await store.count_by_status()
+
+    rows, counts = run(query())
+    table = Table("saga", "type", "state", "started (UTC)", "updated (UTC)", "events", "step", "reason")
+    for row in rows:
+        table.add_row(row.saga_id, row.saga_type, row.status, _when(row.started_at_ms), _when(row.updated_at_ms),
+                      str(row.last_seq), row.failed_step or "", (row.reason or "")[:60])
+    console.print(table)
+    console.print("  ".join(f"{name}: {count}" for name, count in sorted(counts.items())) or "no sagas")
+
+
+def effects(saga_id: str = typer.Argument(..., help="The saga id."),
+            as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Each participant's business records for the saga (booked, cancelled, charged, refunded, sent)."""
+    from participants.effects import collect_effects
+
+    async def query() -> Any:
+        async with database(settings()) as pool:
+            return await collect_effects(pool, saga_id)
+
+    found = run(query())
+    if as_json:
+        console.print_json(json.dumps(found.to_dict()))
+        return
+    table = Table("participant", "record", "count")
+    for participant, counts in found.counts().items():
+        for record, count in counts.items():
+            table.add_row(participant, record, str(count))
+    console.print(table)

@@ -1,0 +1,48 @@
+"""The ``saga`` command: start, cancel, inspect, audit and run sagas; manage local infrastructure."""
+
+from __future__ import annotations
+
+import typer
+
+from cli import audit_cmd, commands, inspect_cmd
+from cli.infra_cmd import infra_app
+from cli.run_cmd import run_app
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Event-sourced saga orchestrator on Kafka and Postgres.")
+app.add_typer(infra_app, name="infra", help="Local Kafka and Postgres: up, down, status.")
+app.add_typer(run_app, name="run")
+app.command("start")(commands.start)
+app.command("cancel")(commands.cancel)
+app.command("resume")(commands.resume)
+app.command("status")(inspect_cmd.status)
+app.command("history")(inspect_cmd.history)
+app.command("list")(inspect_cmd.list_sagas)
+app.command("effects")(inspect_cmd.effects)
+app.command("audit")(audit_cmd.audit)
+
+
+@app.command("demo")
+def demo(keep_running: bool = typer.Option(False, "--keep-running", help="Leave the services running.")) -> None:
+    """Run 20 trip sagas covering every trigger, with live progress and a final check."""
+    from cli.demo_cmd import run_demo
+
+    raise typer.Exit(run_demo(keep_running))
+
+
+@app.command("migrate")
+def migrate() -> None:
+    """Apply the database migrations (services also do this at start)."""
+    from cli.context import console, database, run, settings
+    from infra.db import migrate as apply
+
+    async def body() -> list[str]:
+        async with database(settings()) as pool:
+            return await apply(pool)
+
+    applied = run(body())
+    console.print(f"applied: {', '.join(applied) or 'nothing (up to date)'}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,143 @@
+"""``saga run``: start the orchestrator, the relay, a participant, or all of them as processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import typer
+
+from cli.context import console, fail, settings
+from infra.logging import configure_logging
+from infra.settings import Settings
+
+run_app = typer.Typer(no_args_is_help=True, help="Run the services (each until Ctrl-C / SIGTERM).")
+
+
+def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]]) -> None:
+    current = settings()
+    configure_logging(current.saga_log_level, "kv" if current.saga_log_format == "kv" else "json")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await body(current, stop)
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+
+
+@run_app.command("orchestrator")
+def orchestrator(with_relay: bool = typer.Option(False, "--with-relay", help="Also relay the outbox.")) -> None:
+    """Consume saga.start, saga.control and the results topics; fire durable timers."""
+    from orchestrator.bootstrap import run_orchestrator
+
+    _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay))
+
+
+@run_app.command("relay")
+def relay() -> None:
+    """Publish the orchestrator's outbox (commands and saga.events) to Kafka."""
+    from orchestrator.bootstrap import run_relay
+
+    _serve(run_relay)
+
+
+@run_app.command("participant")
+def participant(name: str = typer.Argument(..., help="flight, hotel, payment, notification, "
+                                                      "or module:attribute of your own Participant")) -> None:
+    """Run one participant worker (faust) with its own outbox relay."""
+    from participants.registry import get_participant
+    from participants.runner import run_participant
+
+    try:
+        get_participant(name)
+    except (ValueError, ImportError) as error:
+        fail(str(error))
+    run_participant(name, settings())
+
+
+def service_commands(current: Settings) -> dict[str, list[str]]:
+    """The command line of every service ``saga run all`` starts."""
+    base = [sys.executable, "-m", "cli", "run"]
+    commands = {"orchestrator": [*base, "orchestrator"], "relay": [*base, "relay"]}
+    for path in current.saga_participants.split(","):
+        if path.strip():
+            label = path.strip().rpartition(":")[2].lower()
+            commands[label] = [*base, "participant", path.strip()]
+    return commands
+
+
+def service_environment(current: Settings) -> dict[str, str]:
+    """The environment that gives a child service exactly ``current``'s settings."""
+    env = dict(os.environ)
+    env.update({
+        "KAFKA_BOOTSTRAP_SERVERS": current.kafka_servers(), "DATABASE_URL": current.dsn(),
+        "SAGA_TOPIC_PREFIX": current.saga_topic_prefix, "SAGA_TOPIC_PARTITIONS": str(current.saga_topic_partitions),
+        "SAGA_DEFINITIONS": current.saga_definitions, "SAGA_PARTICIPANTS": current.saga_participants,
+        "SAGA_SCHEMA_PATH": current.saga_schema_path,
+        "SAGA_HOME": str(current.saga_home), "SAGA_LOG_LEVEL": current.saga_log_level,
+    })
+    return env
+
+
+def start_service(current: Settings, label: str, log_dir: str | None = None) -> subprocess.Popen[bytes]:
+    """Start one service (a label of ``service_commands``) as a child process."""
+    output = open(f"{log_dir}/{label}.log", "ab") if log_dir else None  # noqa: SIM115
+    return subprocess.Popen(service_commands(current)[label], stdout=output, stderr=output,
+                            env=service_environment(current))
+
+
+def start_services(current: Settings, log_dir: str | None = None) -> dict[str, subprocess.Popen[bytes]]:
+    """Start every service as a child process (logs to ``log_dir``/NAME.log when given)."""
+    return {label: start_service(current, label, log_dir) for label in service_commands(current)}
+
+
+def stop_services(processes: dict[str, subprocess.Popen[bytes]], timeout_s: float = 15) -> None:
+    """SIGTERM every service, then SIGKILL whatever is still running after ``timeout_s``."""
+    for process in processes.values():
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + timeout_s
+    for process in processes.values():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@run_app.command("all")
+def run_all(log_dir: str | None = typer.Option(None, "--log-dir", help="Write each service's log here.")) -> None:
+    """Run the orchestrator, the relay and every participant as child processes until Ctrl-C."""
+    processes = start_services(settings(), log_dir)
+    console.print(f"started: {', '.join(f'{k} (pid {p.pid})' for k, p in processes.items())}")
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        while not stopping:
+            for label, process in processes.items():
+                if process.poll() is not None:
+                    console.print(f"[red]{label} exited with {process.returncode}; stopping all[/]")
+                    stopping = True
+            time.sleep(0.5)
+    finally:
+        stop_services(processes)

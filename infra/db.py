@@ -1,0 +1,134 @@
+"""Postgres connection pool and the migration runner (ordered plain SQL files, each applied once)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+# Every service runs migrate() at start; this session-level advisory lock makes concurrent starters
+# queue up instead of racing on CREATE TABLE. The number is arbitrary but fixed (ASCII "sagamigr").
+_MIGRATION_LOCK_KEY = 0x736167616D696772
+
+# Errors that mean "the server is not reachable or not ready yet", worth retrying at start-up.
+_TRANSIENT_CONNECT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.TooManyConnectionsError,
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def check_identifier(name: str) -> str:
+    """Return ``name`` if it is a plain lower-case SQL identifier; table and schema names are spliced into
+    SQL text, so anything else is refused."""
+    if not _IDENTIFIER.fullmatch(name):
+        raise ValueError(f"not a plain SQL identifier: {name!r}")
+    return name
+
+
+def check_table(table: str) -> str:
+    """Return ``table`` if it is ``name`` or ``schema.name`` made of plain identifiers."""
+    for part in table.split("."):
+        check_identifier(part)
+    if table.count(".") > 1:
+        raise ValueError(f"not a table name: {table!r}")
+    return table
+
+
+def ms_to_datetime(epoch_ms: int) -> datetime:
+    """Epoch milliseconds → aware UTC datetime, exactly (no float rounding)."""
+    return _EPOCH + timedelta(milliseconds=epoch_ms)
+
+
+def datetime_to_ms(moment: datetime) -> int:
+    """Aware datetime → epoch milliseconds (sub-millisecond part truncated)."""
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+async def create_pool(
+    dsn: str,
+    size: int,
+    *,
+    connect_timeout_s: float = 30.0,
+    command_timeout_s: float | None = 60.0,
+) -> asyncpg.Pool:
+    """Open a pool of up to ``size`` connections, retrying with backoff until ``connect_timeout_s``.
+
+    The retry covers start-up ordering: a service started together with Postgres waits for it instead of
+    crashing. Authentication and unknown-database errors are not retried.
+    """
+    deadline = time.monotonic() + connect_timeout_s
+    delay = 0.1
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            pool = await asyncpg.create_pool(
+                dsn, min_size=min(2, size), max_size=size, command_timeout=command_timeout_s
+            )
+            return pool
+        except _TRANSIENT_CONNECT_ERRORS as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning(
+                "postgres not reachable yet, retrying",
+                extra={"attempt": attempt, "retry_in_s": delay, "error": repr(exc)},
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def migration_files(directory: Path = MIGRATIONS_DIR) -> list[Path]:
+    """The ``*.sql`` files of ``directory`` in application order (file name order: 001_, 002_, ...)."""
+    return sorted(directory.glob("*.sql"))
+
+
+async def migrate(
+    conn_or_pool: asyncpg.Connection | asyncpg.Pool, directory: Path = MIGRATIONS_DIR
+) -> list[str]:
+    """Apply every migration not yet recorded in ``public.schema_migrations``; return the versions applied.
+
+    A version is the file name without ``.sql``. Each file runs in its own transaction together with its
+    ``schema_migrations`` row, so a failing file leaves no trace and is retried next time.
+    """
+    if isinstance(conn_or_pool, asyncpg.Pool):
+        async with conn_or_pool.acquire() as conn:
+            return await _migrate(conn, directory)
+    return await _migrate(conn_or_pool, directory)
+
+
+async def _migrate(conn: asyncpg.Connection, directory: Path) -> list[str]:
+    await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK_KEY)
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS public.schema_migrations ("
+            " version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {row["version"] for row in await conn.fetch("SELECT version FROM public.schema_migrations")}
+        applied: list[str] = []
+        for path in migration_files(directory):
+            version = path.stem
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(path.read_text(encoding="utf-8"))
+                await conn.execute("INSERT INTO public.schema_migrations (version) VALUES ($1)", version)
+            log.info("migration applied", extra={"version": version})
+            applied.append(version)
+        return applied
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK_KEY)

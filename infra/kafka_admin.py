@@ -1,0 +1,97 @@
+"""Kafka administration used at start-up: wait for a broker, create the topics a service needs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+
+_NO_ERROR = 0
+
+
+async def broker_answers(bootstrap: str, seconds: float = 5.0) -> bool:
+    """Whether a broker at `bootstrap` answers a metadata request within `seconds`."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(seconds * 1000), client_id="saga-probe"
+    )
+    try:
+        async with asyncio.timeout(seconds):
+            await admin.start()
+            cluster = await admin.describe_cluster()
+        return bool(cluster.get("brokers"))
+    except (KafkaError, OSError, TimeoutError):
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+
+
+async def wait_for_broker(bootstrap: str, seconds: float, alive: Callable[[], bool] | None = None) -> bool:
+    """Poll until the broker answers (True), or `seconds` pass or `alive()` turns False (False)."""
+    deadline = time.monotonic() + seconds
+    # aiokafka logs every refused connection at ERROR; while we poll a starting broker that is expected.
+    client_log = logging.getLogger("aiokafka")
+    previous_level = client_log.level
+    client_log.setLevel(logging.CRITICAL)
+    try:
+        while time.monotonic() < deadline:
+            if alive is not None and not alive():
+                return False
+            if await broker_answers(bootstrap, seconds=min(5.0, max(0.5, deadline - time.monotonic()))):
+                return True
+            await asyncio.sleep(0.2)
+        return False
+    finally:
+        client_log.setLevel(previous_level)
+
+
+async def ensure_topics(
+    bootstrap: str, names: list[str], partitions: int, replication_factor: int = 1, seconds: float = 30.0
+) -> None:
+    """Create the topics that do not exist yet (idempotent) and wait until each partition has a leader.
+
+    Existing topics are left as they are, whatever their partition count. A concurrent creator winning
+    the race (TopicAlreadyExists) is fine.
+    """
+    wanted = list(dict.fromkeys(names))
+    if not wanted:
+        return
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="saga-topics")
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [name for name in wanted if name not in existing]
+        if missing:
+            response = await admin.create_topics(
+                [NewTopic(name, partitions, replication_factor) for name in missing],
+                timeout_ms=int(seconds * 1000),
+            )
+            for topic, code, *_message in response.topic_errors:
+                if code not in (_NO_ERROR, TopicAlreadyExistsError.errno):
+                    raise for_code(code)(f"creating topic {topic}")
+        await _wait_for_leaders(admin, wanted, time.monotonic() + seconds)
+    finally:
+        await admin.close()
+
+
+async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], deadline: float) -> None:
+    """Metadata reaches the broker shortly after the controller commits a topic; wait for it."""
+    while True:
+        described = await admin.describe_topics(names)
+        pending = [
+            topic["topic"]
+            for topic in described
+            if topic["error_code"] != _NO_ERROR
+            or not topic["partitions"]
+            or any(partition["leader"] < 0 for partition in topic["partitions"])
+        ]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"topics without a leader: {', '.join(sorted(pending))}")
+        await asyncio.sleep(0.1)

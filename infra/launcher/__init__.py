@@ -1,0 +1,31 @@
+"""Local Kafka and Postgres without Docker: `up`, `down`, `status`, and restart helpers for fault tests."""
+
+from infra.launcher.process import LauncherError
+from infra.launcher.stack import (
+    Endpoints,
+    ServiceStatus,
+    down,
+    restart_kafka,
+    restart_postgres,
+    start_kafka,
+    start_postgres,
+    status,
+    stop_kafka,
+    stop_postgres,
+    up,
+)
+
+__all__ = [
+    "Endpoints",
+    "LauncherError",
+    "ServiceStatus",
+    "down",
+    "restart_kafka",
+    "restart_postgres",
+    "start_kafka",
+    "start_postgres",
+    "status",
+    "stop_kafka",
+    "stop_postgres",
+    "up",
+]

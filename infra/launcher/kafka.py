@@ -1,0 +1,251 @@
+"""Local Kafka: a single-node KRaft broker+controller from Maven Central jars, run as a detached java process.
+
+Layout under $SAGA_HOME/kafka/: lib/ (jars), m2/ (Maven's local repository), build/pom.xml, server.properties,
+log4j2.properties, data/ (KRaft log dir), logs/ (server.log, server.out), kafka.pid.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+
+from infra.kafka_admin import wait_for_broker
+from infra.launcher.process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
+from infra.settings import Settings
+
+INFRA_DIR = Path(__file__).resolve().parent.parent
+POM = INFRA_DIR / "pom.xml"
+LOG4J2 = INFRA_DIR / "log4j2.properties"
+KAFKA_VERSION = "4.1.1"  # the version pinned in infra/pom.xml, for messages only
+
+# Kafka's own launch script uses the same collector flags; the heap stays small because this is a test box.
+JVM_FLAGS = [
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+    # Kafka logs its own shutdown; log4j2's hook would close the log first and swallow those lines.
+    "-Dlog4j2.shutdownHookEnabled=false",
+]
+
+
+def _cluster_id() -> str:
+    """A random KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid format)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):  # Kafka avoids ids starting with '-', which read as a CLI option
+            return text
+
+
+def _tool(name: str, package: str) -> str:
+    path = shutil.which(name)
+    if path is None and name == "java" and os.environ.get("JAVA_HOME"):
+        candidate = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+        path = str(candidate) if candidate.exists() else None
+    if path is None:
+        raise LauncherError(f"`{name}` not found; the local Kafka needs it: apt-get install -y {package}")
+    return path
+
+
+class KafkaLauncher:
+    """Prepare, start, stop and inspect the local broker of one SAGA_HOME."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.port = settings.saga_kafka_port
+        self.controller_port = settings.saga_kafka_controller_port
+        self.home = settings.saga_home.expanduser().resolve() / "kafka"
+        self.lib_dir = self.home / "lib"
+        self.data_dir = self.home / "data"
+        self.logs_dir = self.home / "logs"
+        self.config_path = self.home / "server.properties"
+        self.pid_file = self.home / "kafka.pid"
+
+    @property
+    def bootstrap(self) -> str:
+        """The bootstrap servers of the local broker."""
+        return f"127.0.0.1:{self.port}"
+
+    def pid(self) -> int | None:
+        """The broker's pid when it runs (checked against its command line), else None."""
+        pid = read_pid(self.pid_file)
+        # The config path is unique per SAGA_HOME, so a reused pid or another home's broker never matches.
+        return pid if pid is not None and is_alive(pid, str(self.config_path)) else None
+
+    def prepare(self, report: Report) -> None:
+        """Fetch the jars (first run), write the configuration and format the KRaft storage (first run)."""
+        if not self._jars_current():
+            report(f"resolving Kafka {KAFKA_VERSION} jars with Maven (first run only)")
+            self._fetch_jars()
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(LOG4J2, self.home / "log4j2.properties")
+        self.config_path.write_text(self._server_properties())
+        if not (self.data_dir / "meta.properties").exists():
+            report("formatting the KRaft log folder")
+            self._format()
+
+    def start(self, report: Report) -> int:
+        """Start the broker detached from this process (own session, parent init); returns its pid."""
+        ports = ((self.port, "SAGA_KAFKA_PORT"), (self.controller_port, "SAGA_KAFKA_CONTROLLER_PORT"))
+        for port, variable in ports:
+            if port_open(port):
+                raise LauncherError(f"port {port} is taken by another program; pick another with {variable}")
+        report("starting the broker")
+        java = _tool("java", "openjdk-17-jre-headless")
+        command = [java, *self._jvm_args(), "kafka.Kafka", str(self.config_path)]
+        # sh forks the broker in the background and exits, so the broker is nobody's child here: no zombie
+        # and no "subprocess still running" warning in a long-lived caller such as the test session.
+        launched = subprocess.run(
+            ["/bin/sh", "-c", '"$@" >>"$SAGA_KAFKA_OUT" 2>&1 </dev/null & echo $!', "sh", *command],
+            env={**os.environ, "SAGA_KAFKA_OUT": str(self.logs_dir / "server.out")},
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            check=True,
+            start_new_session=True,
+        )
+        pid = int(launched.stdout.strip())
+        self.pid_file.write_text(f"{pid}\n")
+        return pid
+
+    async def wait_ready(self, pid: int, seconds: float = 120.0) -> None:
+        """Wait until the broker answers a metadata request; fail early, with its log, if it dies."""
+
+        def alive() -> bool:
+            return is_alive(pid)
+
+        if not await wait_for_broker(self.bootstrap, seconds, alive):
+            state = "exited" if not alive() else f"did not answer within {seconds:.0f} s"
+            raise LauncherError(
+                f"Kafka {state}. Last lines of {self.logs_dir / 'server.log'}:\n"
+                f"{tail(self.logs_dir / 'server.log')}\n{tail(self.logs_dir / 'server.out', 5)}"
+            )
+
+    def stop(self, report: Report, timeout: float = 60.0) -> bool:
+        """Stop the broker (SIGTERM: controlled shutdown; SIGKILL after `timeout`); False if it was down."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        report(f"stopping the broker (pid {pid})")
+        stop_process(pid, signal.SIGTERM, timeout, report=report)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _jvm_args(self) -> list[str]:
+        return [
+            *JVM_FLAGS,
+            f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.logs_dir}",
+            "-cp",
+            f"{self.lib_dir}/*",
+        ]
+
+    def _pom_digest(self) -> str:
+        return hashlib.sha256(POM.read_bytes()).hexdigest()
+
+    def _jars_current(self) -> bool:
+        stamp = self.lib_dir / ".pom.sha256"
+        return stamp.exists() and stamp.read_text().strip() == self._pom_digest()
+
+    def _fetch_jars(self) -> None:
+        mvn = _tool("mvn", "maven")
+        _tool("java", "openjdk-17-jre-headless")
+        build_dir = self.home / "build"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(POM, build_dir / "pom.xml")
+        staging = self.home / "lib.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        result = subprocess.run(
+            [
+                mvn,
+                "-B",
+                "-q",
+                "-Dstyle.color=never",
+                "-f",
+                str(build_dir / "pom.xml"),
+                f"-Dmaven.repo.local={self.home / 'm2'}",
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={staging}",
+            ],
+            cwd=build_dir,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            output = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
+            raise LauncherError(f"Maven could not fetch the Kafka jars (Maven Central reachable?):\n{output}")
+        (staging / ".pom.sha256").write_text(self._pom_digest())
+        # Swap in the complete folder only, so an interrupted download never leaves a half classpath behind.
+        shutil.rmtree(self.lib_dir, ignore_errors=True)
+        staging.rename(self.lib_dir)
+
+    def _format(self) -> None:
+        result = subprocess.run(
+            [
+                _tool("java", "openjdk-17-jre-headless"),
+                *self._jvm_args(),
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                _cluster_id(),
+                "--config",
+                str(self.config_path),
+                "--ignore-formatted",
+            ],
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise LauncherError(f"formatting the Kafka storage failed:\n{result.stdout}{result.stderr}")
+
+    def _server_properties(self) -> str:
+        """Combined broker+controller on 127.0.0.1 with a static one-voter quorum; every factor is 1.
+
+        A static quorum (controller.quorum.voters) keeps the formatted storage independent of the ports,
+        so changing SAGA_KAFKA_PORT / SAGA_KAFKA_CONTROLLER_PORT later needs no re-format.
+        """
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "min.insync.replicas": "1",
+            "auto.create.topics.enable": "true",
+            "offsets.topic.replication.factor": "1",
+            # Fewer internal partitions than the default 50: the first consumer group and the first
+            # transactional producer on a fresh broker wait for these topics to be created.
+            "offsets.topic.num.partitions": "10",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "10",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # The compaction buffer is 128 MB by default and allocated up front; 2 MB is plenty here.
+            "log.cleaner.dedupe.buffer.size": str(2 * 1024 * 1024),
+            "num.network.threads": "2",
+            "num.io.threads": "4",
+            "log.retention.hours": "24",
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())

@@ -1,0 +1,80 @@
+"""Structured logging for every service: one JSON object (or one key=value line) per record.
+
+Call sites use the stdlib logger and pass fields through ``extra``::
+
+    log.info("batch published", extra={"table": "saga.outbox", "rows": 500})
+
+so a record is greppable by field without a logging framework.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Literal
+
+import orjson
+
+# Attributes every LogRecord has; anything else on a record came from ``extra``.
+_STANDARD_ATTRS = frozenset(
+    vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)).keys()
+    | {"message", "asctime", "taskName"}
+)
+
+
+def _extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {key: value for key, value in vars(record).items() if key not in _STANDARD_ATTRS}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, then the ``extra`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        line.update(_extra_fields(record))
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        # default=str keeps logging alive when a field is not JSON-native (a Path, an exception...).
+        return orjson.dumps(line, default=str).decode()
+
+
+class KeyValueFormatter(logging.Formatter):
+    """``ts level logger msg key=value ...``, values quoted when they contain spaces."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = [
+            self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            record.levelname.lower(),
+            record.name,
+            _quote(record.getMessage()),
+        ]
+        parts += [f"{key}={_quote(str(value))}" for key, value in _extra_fields(record).items()]
+        text = " ".join(parts)
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def _quote(text: str) -> str:
+    if not text or any(ch in text for ch in ' ="'):
+        return '"' + text.replace('"', '\\"') + '"'
+    return text
+
+
+def configure_logging(level: str | int = "INFO", fmt: Literal["json", "kv"] = "json") -> None:
+    """Send every log record to stderr as JSON lines (``fmt="json"``) or key=value lines (``"kv"``).
+
+    Replaces the root logger's handlers, so calling it twice does not duplicate lines.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    # aiokafka logs every reconnect attempt at ERROR/WARNING; our own loops log the retry once with context.
+    logging.getLogger("aiokafka").setLevel(max(root.level, logging.WARNING))

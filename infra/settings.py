@@ -1,0 +1,52 @@
+"""Settings shared by every service, read from environment variables (see the README's table)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """One place for every knob; each field is read from the upper-case environment variable."""
+
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    kafka_bootstrap_servers: str | None = Field(
+        default=None, description="Kafka bootstrap servers; unset → the local launcher's broker."
+    )
+    database_url: str | None = Field(
+        default=None, description="Postgres DSN; unset → the local launcher's database."
+    )
+    saga_topic_prefix: str = Field(default="", description="Prefix for every topic name.")
+    saga_topic_partitions: int = Field(default=8, ge=1, description="Partitions of topics the services create.")
+    saga_home: Path = Field(
+        default=Path.home() / ".cache" / "saga-orchestrator",
+        description="Local launcher folder: Kafka jars, data and log folders, Postgres data folder.",
+    )
+    saga_kafka_port: int = Field(default=19092, description="Local launcher: Kafka broker port.")
+    saga_kafka_controller_port: int = Field(default=19093, description="Local launcher: KRaft controller port.")
+    saga_postgres_port: int = Field(default=15432, description="Local launcher: Postgres port.")
+    saga_db_pool_size: int = Field(default=8, ge=1, description="Postgres connections per service.")
+    saga_log_level: str = Field(default="INFO", description="Log level of every service.")
+    saga_log_format: str = Field(default="json", description="Log line format: json or kv (key=value).")
+    saga_definitions: str = Field(
+        default="orchestrator.sagas.trip:TRIP",
+        description="Saga definitions the orchestrator runs: comma-separated module:attribute paths.",
+    )
+    saga_schema_path: str = Field(
+        default="", description="Extra schema folders (os.pathsep-separated) with your saga types' input records."
+    )
+    saga_participants: str = Field(
+        default="flight,hotel,payment,notification",
+        description="Participants `saga run all` starts: comma-separated names or module:attribute paths.",
+    )
+
+    def kafka_servers(self) -> str:
+        """The bootstrap servers to use: the environment's, else the local launcher's."""
+        return self.kafka_bootstrap_servers or f"127.0.0.1:{self.saga_kafka_port}"
+
+    def dsn(self) -> str:
+        """The Postgres DSN to use: the environment's, else the local launcher's."""
+        return self.database_url or f"postgresql://saga@127.0.0.1:{self.saga_postgres_port}/saga"

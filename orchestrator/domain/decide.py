@@ -1,0 +1,173 @@
+"""``decide``: one incoming message + the folded state -> a Decision (new events, commands, timers).
+
+Pure and deterministic: no clock (``now`` is passed in), no randomness (backoff jitter is a hash), no I/O.
+Handling the same message twice against the state the first handling produced yields an empty Decision:
+duplicate replies, stale replies and stale timers are recognised from the state alone.
+"""
+
+from __future__ import annotations
+
+from orchestrator.domain import events as ev
+from orchestrator.domain.decision import (
+    Decision,
+    DecisionBuilder,
+    needs_resolution,
+    send_compensation,
+    send_step,
+)
+from orchestrator.domain.definition import SagaDefinition
+from orchestrator.domain.errors import HistoryMismatch, InvalidMessage, UnknownDefinition, UnknownSaga
+from orchestrator.domain.messages import (
+    CancelSaga,
+    IncomingMessage,
+    ResumeCompensation,
+    StartSaga,
+    StepResult,
+)
+from orchestrator.domain.model import RESUME_COMPENSATION, SagaState
+from orchestrator.domain.progress import advance, unwind
+from orchestrator.domain.replies import TIMED_OUT_ERROR, handle_step_result, handle_timer_fired
+from orchestrator.domain.status import SagaStatus, StepStatus
+
+__all__ = ["DUPLICATE_START_REASON", "TIMED_OUT_ERROR", "Decision", "decide"]
+
+DUPLICATE_START_REASON = "duplicate StartSaga: saga already exists"
+
+
+def decide(
+    definition: SagaDefinition | None, state: SagaState | None, message: IncomingMessage, now: int
+) -> Decision:
+    """Decide what ``message`` changes for the saga in ``state`` (None: no events yet), at time ``now``.
+
+    ``definition`` is the saga's own definition (``DefinitionRegistry.for_history``) for an existing saga,
+    or, for a StartSaga when there is no saga or only refusals (REJECTED), the latest definition of the
+    requested type; None when that type is unknown (the start is then refused with SagaRejected).
+
+    Every new event gets the next seq, the saga's definition version and ``occurred_at=now``. Commands and
+    timers follow from the events (a StepCommandSent / CompensationSent is a command plus a timeout timer,
+    a *RetryScheduled is a retry timer).
+
+    Raises UnknownSaga for any message but StartSaga when there is no saga (the caller dead-letters it),
+    InvalidMessage for a reply naming an unknown step or a foreign idempotency key, UnknownDefinition when
+    a started saga comes without its definition, HistoryMismatch when definition and state disagree.
+    """
+    if isinstance(message, StartSaga):
+        return _start(definition, state, message, now)
+    if state is None:
+        raise UnknownSaga(f"no saga {message.saga_id!r}: {type(message).__name__} has nothing to act on")
+    if message.saga_id != state.saga_id:
+        raise InvalidMessage(f"message for saga {message.saga_id!r} given the state of {state.saga_id!r}")
+    if state.status is SagaStatus.REJECTED:
+        b = DecisionBuilder(definition, state, now, state.saga_id)
+        if isinstance(message, CancelSaga):
+            _cancel(b, message)
+        return b.build()
+    if definition is None:
+        raise UnknownDefinition(
+            f"saga {state.saga_id!r} runs on {state.saga_type!r} v{state.definition_version}, "
+            "which is not registered"
+        )
+    if (definition.saga_type, definition.version) != (state.saga_type, state.definition_version):
+        raise HistoryMismatch(
+            f"saga {state.saga_id!r} runs on {state.saga_type!r} v{state.definition_version}, "
+            f"not on {definition.saga_type!r} v{definition.version}"
+        )
+    b = DecisionBuilder(definition, state, now, state.saga_id)
+    if isinstance(message, CancelSaga):
+        _cancel(b, message)
+    elif isinstance(message, ResumeCompensation):
+        _resume(b, message)
+    elif isinstance(message, StepResult):
+        handle_step_result(b, message)
+    else:
+        handle_timer_fired(b, message)
+    return b.build()
+
+
+def _start(
+    definition: SagaDefinition | None, state: SagaState | None, message: StartSaga, now: int
+) -> Decision:
+    b = DecisionBuilder(definition, state, now, message.saga_id)
+    if state is not None and state.status is not SagaStatus.REJECTED:
+        # The saga id is taken: record the refusal, leave the saga as it is.
+        b.record(ev.SagaRejected(**b.base(), saga_type=message.saga_type, reason=DUPLICATE_START_REASON))
+        return b.build()
+    # No saga yet, or only refused messages so far (nothing started): this StartSaga may start it.
+    if definition is None:
+        reason = f"unknown saga type {message.saga_type!r}"
+        b.record(ev.SagaRejected(**b.base(definition_version=0), saga_type=message.saga_type, reason=reason))
+        return b.build()
+    if definition.saga_type != message.saga_type:
+        raise InvalidMessage(
+            f"StartSaga of type {message.saga_type!r} given the definition of {definition.saga_type!r}"
+        )
+    b.record(
+        ev.SagaStarted(
+            **b.base(definition_version=definition.version),
+            saga_type=message.saga_type,
+            tenant_id=message.tenant_id,
+            input=message.input,
+        )
+    )
+    advance(b)
+    return b.build()
+
+
+def _cancel(b: DecisionBuilder, message: CancelSaga) -> None:
+    refusal = _cancel_refusal(b)
+    if refusal is not None:
+        b.record(ev.SagaCancelRefused(**b.base(), reason=refusal))
+        return
+    b.record(ev.SagaCancelRequested(**b.base(), reason=message.reason))
+    unwind(b, f"cancel requested: {message.reason}", None)
+    advance(b)
+
+
+def _cancel_refusal(b: DecisionBuilder) -> str | None:
+    state = b.saga
+    if state.is_terminal:
+        return f"saga already {state.status}"
+    if state.cancel_requested:
+        return "cancel already requested"
+    if state.status is SagaStatus.COMPENSATING:
+        return f"saga is already compensating ({state.failure_reason})"
+    pivot = b.defn.pivot
+    if pivot is None:
+        return None
+    if state.pivot_passed:
+        return f"pivot step {pivot.name} already succeeded; the saga only moves forward"
+    pivot_state = state.steps[pivot.name]
+    in_flight = pivot_state.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or (
+        pivot_state.status is StepStatus.RETRY_SCHEDULED and pivot_state.outcome_unknown
+    )
+    if pivot.compensation is None and in_flight:
+        # It may succeed any moment and nothing could undo it: the saga must be allowed to go forward.
+        return f"pivot step {pivot.name} is in flight and has no compensation; the saga only moves forward"
+    return None
+
+
+def _resume(b: DecisionBuilder, message: ResumeCompensation) -> None:
+    state = b.saga
+    if state.status is not SagaStatus.COMPENSATION_FAILED:
+        return  # nothing to resume; a repeated resume must be harmless
+    b.record(
+        ev.OperatorAction(
+            **b.base(), action=RESUME_COMPENSATION, operator=message.operator, detail=message.detail
+        )
+    )
+    # Timers were ignored while the saga waited for a human, so re-send everything still open, each as a
+    # new attempt under the same key.
+    for name in reversed(b.defn.order):  # the order compensation waves use
+        step = b.saga.steps[name]
+        if step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
+            send_compensation(b, name, step.compensation_attempt)
+        elif step.status in (
+            StepStatus.COMPENSATING,
+            StepStatus.COMPENSATION_TIMED_OUT,
+            StepStatus.COMPENSATION_FAILED,
+        ):
+            send_compensation(b, name, step.compensation_attempt + 1)
+        elif needs_resolution(b.defn, step):
+            retry_due = step.status is StepStatus.RETRY_SCHEDULED
+            send_step(b, name, step.attempt if retry_due else step.attempt + 1)
+    advance(b)

@@ -1,0 +1,224 @@
+"""A Decision and the builder that records one event at a time.
+
+The builder applies every event to the state as soon as it is recorded, so later choices in the same
+decision see the effect of earlier ones, and it derives the commands and timers from the events
+(``effects_of``): a command exists if and only if its *Sent event does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypedDict
+
+from orchestrator.domain import events as ev
+from orchestrator.domain.definition import SagaDefinition
+from orchestrator.domain.evolve import apply_event
+from orchestrator.domain.keys import command_message_id, compensation_key, forward_key
+from orchestrator.domain.messages import CommandKind, StepCommand, Timer, TimerKind
+from orchestrator.domain.model import SagaState, StepState
+from orchestrator.domain.status import SagaStatus, StepStatus
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """What one message changes: new events (to append), commands (to send) and timers (to arm).
+
+    ``obsolete_timers`` are ids (``Timer.timer_id``) of armed timers this decision made pointless (their
+    step was answered, or the saga ended); deleting them is an optimisation, firing them is harmless.
+    ``state`` is the state after ``events`` (None only when there was no saga and none was created).
+    """
+
+    events: tuple[ev.Event, ...] = ()
+    commands: tuple[StepCommand, ...] = ()
+    timers: tuple[Timer, ...] = ()
+    obsolete_timers: tuple[str, ...] = ()
+    state: SagaState | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the message changed nothing (duplicate, stale or refused silently)."""
+        return not self.events
+
+
+class EventBase(TypedDict):
+    saga_id: str
+    seq: int
+    definition_version: int
+    occurred_at: int
+
+
+class DecisionBuilder:
+    """Collects the events of one decision, applying each to ``state`` as it goes."""
+
+    def __init__(
+        self, definition: SagaDefinition | None, state: SagaState | None, now: int, saga_id: str
+    ) -> None:
+        self.definition = definition
+        self.state = state
+        self.now = now
+        self.saga_id = saga_id
+        self._initial_timers = live_timer_ids(definition, state)
+        self._events: list[ev.Event] = []
+        self._commands: list[StepCommand] = []
+        self._timers: list[Timer] = []
+
+    @property
+    def defn(self) -> SagaDefinition:
+        """The definition; only called on paths where the saga has one."""
+        assert self.definition is not None
+        return self.definition
+
+    @property
+    def saga(self) -> SagaState:
+        """The current state; only called on paths where the saga exists."""
+        assert self.state is not None
+        return self.state
+
+    def base(self, definition_version: int | None = None) -> EventBase:
+        """Base fields of the next event: consecutive seq, the saga's definition version, now."""
+        if definition_version is None:
+            definition_version = self.saga.definition_version
+        seq = 1 if self.state is None else self.state.last_seq + 1
+        return EventBase(
+            saga_id=self.saga_id, seq=seq, definition_version=definition_version, occurred_at=self.now
+        )
+
+    def record(self, event: ev.Event) -> None:
+        """Append ``event``, apply it to the state, and collect the commands and timers it implies."""
+        self.state = apply_event(self.definition, self.state, event)
+        self._events.append(event)
+        if self.definition is not None:
+            commands, timers = effects_of(self.definition, self.state, event)
+            self._commands.extend(commands)
+            self._timers.extend(timers)
+
+    def build(self) -> Decision:
+        """The finished Decision."""
+        if not self._events:
+            return Decision(state=self.state)
+        obsolete = self._initial_timers - live_timer_ids(self.definition, self.state)
+        return Decision(
+            events=tuple(self._events),
+            commands=tuple(self._commands),
+            timers=tuple(self._timers),
+            obsolete_timers=tuple(sorted(obsolete)),
+            state=self.state,
+        )
+
+
+def effects_of(
+    definition: SagaDefinition, state: SagaState, event: ev.Event
+) -> tuple[tuple[StepCommand, ...], tuple[Timer, ...]]:
+    """The commands to send and timers to arm because ``event`` was recorded (``state`` includes it)."""
+    if isinstance(event, ev.StepCommandSent | ev.CompensationSent):
+        step = definition.step(event.step)
+        forward = isinstance(event, ev.StepCommandSent)
+        action = step.command if forward else step.compensation
+        assert action is not None, "CompensationSent for a step without compensation"
+        command = StepCommand(
+            saga_id=state.saga_id,
+            saga_type=state.saga_type,
+            step=step.name,
+            participant=step.participant,
+            action=action,
+            kind=CommandKind.FORWARD if forward else CommandKind.COMPENSATE,
+            idempotency_key=event.idempotency_key,
+            attempt=event.attempt,
+            input=state.input,
+            message_id=event.message_id,
+        )
+        kind = TimerKind.STEP_TIMEOUT if forward else TimerKind.COMPENSATION_TIMEOUT
+        return (command,), (_timer(state, kind, event.step, event.attempt, event.timeout_at),)
+    if isinstance(event, ev.StepRetryScheduled):
+        return (), (_timer(state, TimerKind.STEP_RETRY, event.step, event.attempt, event.due_at),)
+    if isinstance(event, ev.CompensationRetryScheduled):
+        return (), (_timer(state, TimerKind.COMPENSATION_RETRY, event.step, event.attempt, event.due_at),)
+    return (), ()
+
+
+def _timer(state: SagaState, kind: TimerKind, step: str, attempt: int, due_at: int) -> Timer:
+    return Timer(saga_id=state.saga_id, kind=kind, step=step, attempt=attempt, due_at=due_at)
+
+
+def needs_resolution(definition: SagaDefinition, step: StepState) -> bool:
+    """True for a compensable step whose forward outcome is still open while the saga unwinds.
+
+    Such a step may have taken effect (in flight, or timed out), so unwinding waits for it: a success is
+    compensated, a failure or giving up is not. A step that failed for sure and waits for a retry is
+    simply not retried.
+    """
+    if definition.step(step.name).compensation is None:
+        return False
+    return step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or (
+        step.status is StepStatus.RETRY_SCHEDULED and step.outcome_unknown
+    )
+
+
+def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -> frozenset[str]:
+    """Ids of the timers that would still change something in ``state`` when they fire.
+
+    ``decide`` acts on a fired timer exactly when its id is in this set, so the set is the single truth
+    about stale timers, and the difference before/after a decision gives the obsolete ones.
+    """
+    if definition is None or state is None:
+        return frozenset()
+    if state.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+        return frozenset()  # terminal, or waiting for an operator: timers are re-armed on resume
+    unwinding = state.status is SagaStatus.COMPENSATING
+    live: set[str] = set()
+    for step in state.steps.values():
+        forward_open = not unwinding or needs_resolution(definition, step)
+        if step.status is StepStatus.RUNNING and forward_open:
+            live.add(f"{TimerKind.STEP_TIMEOUT}:{step.name}:{step.attempt}")
+        elif step.status is StepStatus.RETRY_SCHEDULED and forward_open:
+            live.add(f"{TimerKind.STEP_RETRY}:{step.name}:{step.attempt}")
+        elif step.status is StepStatus.COMPENSATING:
+            live.add(f"{TimerKind.COMPENSATION_TIMEOUT}:{step.name}:{step.compensation_attempt}")
+        elif step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
+            live.add(f"{TimerKind.COMPENSATION_RETRY}:{step.name}:{step.compensation_attempt}")
+    return frozenset(live)
+
+
+def send_step(b: DecisionBuilder, name: str, attempt: int) -> None:
+    """Record StepCommandSent for ``attempt`` of step ``name`` (its command and timeout timer follow)."""
+    base = b.base()
+    b.record(
+        ev.StepCommandSent(
+            **base,
+            step=name,
+            attempt=attempt,
+            idempotency_key=forward_key(b.saga_id, name),
+            message_id=command_message_id(b.saga_id, base["seq"]),
+            timeout_at=b.now + b.defn.step(name).timeout_ms,
+        )
+    )
+
+
+def send_compensation(b: DecisionBuilder, name: str, attempt: int) -> None:
+    """Record CompensationSent for ``attempt`` of step ``name``'s compensation."""
+    base = b.base()
+    b.record(
+        ev.CompensationSent(
+            **base,
+            step=name,
+            attempt=attempt,
+            idempotency_key=compensation_key(b.saga_id, name),
+            message_id=command_message_id(b.saga_id, base["seq"]),
+            timeout_at=b.now + b.defn.step(name).compensation_timeout_ms,
+        )
+    )
+
+
+def schedule_step_retry(b: DecisionBuilder, name: str, failed_attempt: int) -> None:
+    """Record StepRetryScheduled for the attempt after ``failed_attempt``, after the policy's backoff."""
+    delay = b.defn.step(name).retry.backoff_ms(failed_attempt, f"{b.saga_id}:{name}:{failed_attempt}")
+    b.record(ev.StepRetryScheduled(**b.base(), step=name, attempt=failed_attempt + 1, due_at=b.now + delay))
+
+
+def schedule_compensation_retry(b: DecisionBuilder, name: str, failed_attempt: int) -> None:
+    """Record CompensationRetryScheduled for the attempt after ``failed_attempt``."""
+    policy = b.defn.step(name).compensation_retry
+    delay = policy.backoff_ms(failed_attempt, f"{b.saga_id}:{name}:compensate:{failed_attempt}")
+    b.record(
+        ev.CompensationRetryScheduled(**b.base(), step=name, attempt=failed_attempt + 1, due_at=b.now + delay)
+    )

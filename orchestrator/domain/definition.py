@@ -1,0 +1,301 @@
+"""Saga definitions as data: steps, their dependencies, retry policies, pivot and failure mode.
+
+A definition is validated when it is built, so a definition that exists can run: no unknown dependency, no
+cycle, no duplicate step, and a pivot that splits the saga into a compensable part and a forward-only part.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from orchestrator.domain.errors import DefinitionError, UnknownDefinition
+from orchestrator.domain.events import Event, SagaStarted
+
+
+class FailureMode(StrEnum):
+    """What a definitive step failure does to the rest of the saga."""
+
+    FAIL_FAST = "FAIL_FAST"  # stop dispatching, compensate what completed
+    CONTINUE = "CONTINUE"  # keep running independent steps, skip the failed step's dependents
+
+
+class Condition(StrEnum):
+    """When a step runs once its dependencies are settled."""
+
+    ON_SUCCESS = "ON_SUCCESS"  # every dependency succeeded
+    ON_FAILURE = "ON_FAILURE"  # some step upstream of it failed (CONTINUE mode only)
+    ALWAYS = "ALWAYS"  # whatever its dependencies did
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How often and how fast a step (or its compensation) is tried again after a failure or timeout."""
+
+    max_attempts: int | None = 3  # None: no limit
+    initial_backoff_ms: int = 200
+    multiplier: float = 2.0
+    max_backoff_ms: int = 10_000
+    jitter: float = 0.1  # fraction of the delay, spread both ways
+    non_retryable_errors: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise DefinitionError(f"max_attempts must be >= 1 or None, got {self.max_attempts}")
+        if self.initial_backoff_ms < 0 or self.max_backoff_ms < self.initial_backoff_ms:
+            raise DefinitionError(
+                f"need 0 <= initial_backoff_ms <= max_backoff_ms, got "
+                f"{self.initial_backoff_ms} and {self.max_backoff_ms}"
+            )
+        if self.multiplier < 1:
+            raise DefinitionError(f"multiplier must be >= 1, got {self.multiplier}")
+        if not 0 <= self.jitter <= 1:
+            raise DefinitionError(f"jitter must be within [0, 1], got {self.jitter}")
+        object.__setattr__(self, "non_retryable_errors", frozenset(self.non_retryable_errors))
+
+    def allows_attempt(self, attempt: int) -> bool:
+        """True when attempt number ``attempt`` (from 1) may still be sent."""
+        return self.max_attempts is None or attempt <= self.max_attempts
+
+    def should_retry(self, failed_attempt: int, retryable: bool, error_type: str | None) -> bool:
+        """True when a failed attempt is worth another one under this policy."""
+        return (
+            retryable
+            and error_type not in self.non_retryable_errors
+            and self.allows_attempt(failed_attempt + 1)
+        )
+
+    def backoff_ms(self, failed_attempt: int, jitter_seed: str) -> int:
+        """Delay before the attempt after ``failed_attempt``: exponential, capped, deterministic jitter.
+
+        The jitter comes from a CRC of ``jitter_seed`` instead of a random generator so that deciding stays a
+        pure function: replaying a history decides the very same due times.
+        """
+        try:
+            base = min(
+                float(self.max_backoff_ms), self.initial_backoff_ms * self.multiplier ** (failed_attempt - 1)
+            )
+        except OverflowError:
+            base = float(self.max_backoff_ms)
+        unit = zlib.crc32(jitter_seed.encode()) / 0xFFFFFFFF  # in [0, 1]
+        delay = base * (1 + self.jitter * (2 * unit - 1))
+        return max(0, min(self.max_backoff_ms, round(delay)))
+
+
+UNLIMITED_RETRY = RetryPolicy(max_attempts=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One step: a command sent to a participant, optionally undone by a compensation."""
+
+    name: str
+    participant: str
+    command: str
+    compensation: str | None = None
+    depends_on: tuple[str, ...] = ()
+    retry: RetryPolicy = RetryPolicy()
+    compensation_retry: RetryPolicy = UNLIMITED_RETRY  # undoing must not give up silently
+    timeout_ms: int = 5_000
+    compensation_timeout_ms: int = 5_000
+    pivot: bool = False
+    run_if: Condition = Condition.ON_SUCCESS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "depends_on", tuple(self.depends_on))
+        # ':' separates the parts of idempotency keys and timer ids; a step name containing it could make
+        # two different keys equal ("a:compensate" vs the compensation of "a").
+        if not self.name or ":" in self.name:
+            raise DefinitionError(f"step name must be non-empty and free of ':', got {self.name!r}")
+        if not self.participant or not self.command:
+            raise DefinitionError(f"step {self.name!r} needs a participant and a command")
+        if self.timeout_ms <= 0 or self.compensation_timeout_ms <= 0:
+            raise DefinitionError(f"step {self.name!r}: timeouts must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaDefinition:
+    """A saga type at one version: its steps (a DAG) and what to do when one fails."""
+
+    saga_type: str
+    version: int
+    steps: tuple[Step, ...]
+    input_schema: str  # Avro full name of the input record, e.g. "saga.v1.trip.TripRequest"
+    failure_mode: FailureMode = FailureMode.FAIL_FAST
+    compensate_on_continue: bool = False
+
+    order: tuple[str, ...] = field(init=False, repr=False, compare=False)  # topological, stable
+    _by_name: Mapping[str, Step] = field(init=False, repr=False, compare=False)
+    _upstream: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False)
+    _downstream: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        where = f"saga {self.saga_type!r} v{self.version}"
+        if not self.saga_type:
+            raise DefinitionError("saga_type must be non-empty")
+        if self.version < 1:
+            raise DefinitionError(f"{where}: version must be >= 1")
+        if not self.steps:
+            raise DefinitionError(f"{where}: a saga needs at least one step")
+        by_name: dict[str, Step] = {}
+        for step in self.steps:
+            if step.name in by_name:
+                raise DefinitionError(f"{where}: duplicate step name {step.name!r}")
+            by_name[step.name] = step
+        for step in self.steps:
+            for dep in step.depends_on:
+                if dep not in by_name:
+                    raise DefinitionError(f"{where}: step {step.name!r} depends on unknown step {dep!r}")
+        order = _topological_order(self.steps, where)
+        upstream: dict[str, frozenset[str]] = {}
+        for name in order:
+            deps = by_name[name].depends_on
+            upstream[name] = frozenset(deps).union(*(upstream[d] for d in deps))
+        downstream = {name: frozenset(o for o in order if name in upstream[o]) for name in order}
+        object.__setattr__(self, "order", order)
+        object.__setattr__(self, "_by_name", by_name)
+        object.__setattr__(self, "_upstream", upstream)
+        object.__setattr__(self, "_downstream", downstream)
+        self._check_modes(where)
+        self._check_pivot(where)
+
+    def _check_modes(self, where: str) -> None:
+        if self.compensate_on_continue and self.failure_mode is not FailureMode.CONTINUE:
+            raise DefinitionError(f"{where}: compensate_on_continue needs failure_mode CONTINUE")
+        for step in self.steps:
+            if step.run_if is Condition.ON_FAILURE:
+                if self.failure_mode is not FailureMode.CONTINUE:
+                    raise DefinitionError(
+                        f"{where}: step {step.name!r} runs ON_FAILURE, which needs failure_mode CONTINUE"
+                    )
+                if not step.depends_on:
+                    raise DefinitionError(
+                        f"{where}: ON_FAILURE step {step.name!r} must depend on the steps whose "
+                        "failure it handles"
+                    )
+
+    def _check_pivot(self, where: str) -> None:
+        pivots = [s.name for s in self.steps if s.pivot]
+        if len(pivots) > 1:
+            raise DefinitionError(f"{where}: at most one pivot step, got {', '.join(pivots)}")
+        if not pivots:
+            return
+        pivot = self._by_name[pivots[0]]
+        if pivot.run_if is not Condition.ON_SUCCESS:
+            raise DefinitionError(f"{where}: pivot step {pivot.name!r} must run ON_SUCCESS")
+        for step in self.steps:
+            if step.name == pivot.name or step.name in self._upstream[pivot.name]:
+                continue
+            if step.name not in self._downstream[pivot.name]:
+                raise DefinitionError(
+                    f"{where}: step {step.name!r} is neither before nor after pivot {pivot.name!r}; "
+                    "every step must be ordered with the pivot"
+                )
+            if step.retry.max_attempts is not None:
+                raise DefinitionError(
+                    f"{where}: step {step.name!r} runs after pivot {pivot.name!r} and must retry without "
+                    "limit (retry.max_attempts=None): after the pivot the saga only moves forward"
+                )
+
+    def step(self, name: str) -> Step:
+        """The step called ``name``; KeyError if there is none."""
+        return self._by_name[name]
+
+    def has_step(self, name: str) -> bool:
+        """True when the definition has a step called ``name``."""
+        return name in self._by_name
+
+    def upstream(self, name: str) -> frozenset[str]:
+        """Every step ``name`` depends on, directly or transitively."""
+        return self._upstream[name]
+
+    def downstream(self, name: str) -> frozenset[str]:
+        """Every step that depends on ``name``, directly or transitively."""
+        return self._downstream[name]
+
+    @property
+    def pivot(self) -> Step | None:
+        """The pivot step, if the saga has one."""
+        return next((s for s in self.steps if s.pivot), None)
+
+
+def _topological_order(steps: Sequence[Step], where: str) -> tuple[str, ...]:
+    """Kahn's algorithm, taking ready steps in declaration order so the order is stable."""
+    remaining = {s.name: set(s.depends_on) for s in steps}
+    order: list[str] = []
+    while remaining:
+        ready = [s.name for s in steps if s.name in remaining and not remaining[s.name]]
+        if not ready:
+            raise DefinitionError(f"{where}: dependency cycle {_find_cycle(remaining)}")
+        for name in ready:
+            del remaining[name]
+            order.append(name)
+        for deps in remaining.values():
+            deps.difference_update(ready)
+    return tuple(order)
+
+
+def _find_cycle(remaining: Mapping[str, set[str]]) -> str:
+    """A readable cycle among steps that never became ready (each has a dependency among them)."""
+    start = min(remaining)
+    path = [start]
+    while True:
+        nxt = min(remaining[path[-1]])
+        if nxt in path:
+            cycle = [*path[path.index(nxt) :], nxt]
+            return " -> ".join(cycle)
+        path.append(nxt)
+
+
+class DefinitionRegistry:
+    """Definitions by saga type and version; new sagas start on the latest version of their type."""
+
+    def __init__(self, definitions: Iterable[SagaDefinition] = ()) -> None:
+        self._definitions: dict[tuple[str, int], SagaDefinition] = {}
+        for definition in definitions:
+            self.register(definition)
+
+    def register(self, definition: SagaDefinition) -> None:
+        """Add a definition; registering a different one under a taken (type, version) is an error."""
+        key = (definition.saga_type, definition.version)
+        existing = self._definitions.get(key)
+        if existing is not None and existing != definition:
+            raise DefinitionError(
+                f"saga {definition.saga_type!r} v{definition.version} is already registered with other "
+                "steps; publish a new version instead of changing one that sagas may be running on"
+            )
+        self._definitions[key] = definition
+
+    def latest(self, saga_type: str) -> SagaDefinition | None:
+        """The highest version of ``saga_type``, or None when the type is unknown."""
+        versions = self.versions(saga_type)
+        return self._definitions[(saga_type, versions[-1])] if versions else None
+
+    def get(self, saga_type: str, version: int) -> SagaDefinition:
+        """Exactly ``saga_type`` at ``version``; UnknownDefinition if it is not registered."""
+        try:
+            return self._definitions[(saga_type, version)]
+        except KeyError:
+            known = ", ".join(f"{t} v{v}" for t, v in sorted(self._definitions)) or "none"
+            raise UnknownDefinition(
+                f"no definition for saga type {saga_type!r} version {version} (registered: {known})"
+            ) from None
+
+    def versions(self, saga_type: str) -> tuple[int, ...]:
+        """Registered versions of ``saga_type``, ascending."""
+        return tuple(sorted(v for t, v in self._definitions if t == saga_type))
+
+    def types(self) -> tuple[str, ...]:
+        """Registered saga types, sorted."""
+        return tuple(sorted({t for t, _ in self._definitions}))
+
+    def for_history(self, events: Sequence[Event]) -> SagaDefinition | None:
+        """The definition a recorded saga runs on, read from its SagaStarted event.
+
+        None for an empty history or one that never started (only SagaRejected).
+        """
+        started = next((e for e in events if isinstance(e, SagaStarted)), None)
+        return None if started is None else self.get(started.saga_type, started.definition_version)

@@ -1,0 +1,44 @@
+"""Errors raised by the pure core.
+
+Every error is loud on purpose: a definition that cannot run, a history that does not fit its definition or
+a message that names nothing we know must stop the message (the service dead-letters it), never be guessed
+around. ``retriable`` follows aiokafka's convention: it tells the caller whether handling the same input
+again can succeed. None of these can, so they are all ``False``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class DomainError(Exception):
+    """Base of every error of the pure core."""
+
+    retriable: ClassVar[bool] = False
+
+
+class DefinitionError(DomainError):
+    """A saga definition is invalid (unknown dependency, cycle, duplicate step, bad pivot, ...)."""
+
+
+class UnknownDefinition(DomainError, LookupError):
+    """No definition is registered for a saga type (and version)."""
+
+
+class HistoryMismatch(DomainError):
+    """A saga's recorded events do not fit its definition (unknown step, gap in seq, wrong version...)."""
+
+
+class IllegalTransition(HistoryMismatch):
+    """An event would move a saga or a step between two states the transition tables do not allow."""
+
+
+class UnknownSaga(DomainError, LookupError):
+    """A message other than StartSaga arrived for a saga id that has no history.
+
+    The service dead-letters such a message: there is nothing to apply it to.
+    """
+
+
+class InvalidMessage(DomainError):
+    """A message names a step the definition does not have, or carries a foreign idempotency key."""

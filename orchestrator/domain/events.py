@@ -1,0 +1,203 @@
+"""Saga events: facts in the past tense, one frozen dataclass per event type.
+
+Each class name equals the Avro record name in ``schemas/events`` (namespace ``saga.v1.events``) and each
+field equals an Avro field, so the wire mapping is mechanical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Fields every saga event carries."""
+
+    saga_id: str
+    seq: int
+    definition_version: int
+    occurred_at: int  # epoch milliseconds
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaStarted(Event):
+    saga_type: str
+    tenant_id: str | None
+    input: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaRejected(Event):
+    saga_type: str | None
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCommandSent(Event):
+    step: str
+    attempt: int
+    idempotency_key: str
+    message_id: str
+    timeout_at: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSucceeded(Event):
+    step: str
+    attempt: int
+    output: bytes | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepFailed(Event):
+    step: str
+    attempt: int
+    error_type: str
+    error_message: str | None
+    retryable: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTimedOut(Event):
+    step: str
+    attempt: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRetryScheduled(Event):
+    step: str
+    attempt: int  # the attempt that will be sent
+    due_at: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSkipped(Event):
+    step: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompensationSent(Event):
+    step: str
+    attempt: int
+    idempotency_key: str
+    message_id: str
+    timeout_at: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCompensated(Event):
+    step: str
+    attempt: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompensationFailed(Event):
+    step: str
+    attempt: int
+    error_type: str
+    error_message: str | None
+    retryable: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompensationTimedOut(Event):
+    step: str
+    attempt: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompensationRetryScheduled(Event):
+    step: str
+    attempt: int
+    due_at: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaCompensationStarted(Event):
+    reason: str
+    failed_step: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaCancelRequested(Event):
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaCancelRefused(Event):
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorAction(Event):
+    action: str
+    operator: str | None
+    detail: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaCompleted(Event):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaFailed(Event):
+    reason: str
+    failed_step: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaCompensated(Event):
+    reason: str
+    failed_step: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaCompensationFailed(Event):
+    step: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaCancelled(Event):
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaCompletedWithFailures(Event):
+    failed_steps: tuple[str, ...] = field(default=())
+
+
+TERMINAL_EVENTS: tuple[type[Event], ...] = (
+    SagaCompleted,
+    SagaFailed,
+    SagaCompensated,
+    SagaCompensationFailed,
+    SagaCancelled,
+    SagaCompletedWithFailures,
+)
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        SagaStarted,
+        SagaRejected,
+        StepCommandSent,
+        StepSucceeded,
+        StepFailed,
+        StepTimedOut,
+        StepRetryScheduled,
+        StepSkipped,
+        CompensationSent,
+        StepCompensated,
+        CompensationFailed,
+        CompensationTimedOut,
+        CompensationRetryScheduled,
+        SagaCompensationStarted,
+        SagaCancelRequested,
+        SagaCancelRefused,
+        OperatorAction,
+        *TERMINAL_EVENTS,
+    )
+}

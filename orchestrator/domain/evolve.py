@@ -1,0 +1,276 @@
+"""Apply one event to a saga state: the per-event functions behind ``fold``.
+
+Strict on purpose: a history that does not fit the definition raises HistoryMismatch, an impossible status
+change raises IllegalTransition (tables in ``status.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from orchestrator.domain import events as ev
+from orchestrator.domain.definition import SagaDefinition
+from orchestrator.domain.errors import HistoryMismatch, IllegalTransition
+from orchestrator.domain.keys import compensation_key, forward_key
+from orchestrator.domain.model import RESUME_COMPENSATION, SagaState, StepState
+from orchestrator.domain.status import SagaStatus, StepStatus, is_step_transition_valid, is_transition_valid
+
+_Def = SagaDefinition | None
+
+
+def apply_event(definition: SagaDefinition | None, state: SagaState | None, event: ev.Event) -> SagaState:
+    """The state after one more event; checks seq, saga id, version, step names and transitions."""
+    if state is None:
+        if event.seq != 1:
+            raise HistoryMismatch(f"saga {event.saga_id!r}: history starts at seq {event.seq}, not 1")
+        if isinstance(event, ev.SagaStarted):
+            return _started(definition, None, event)
+        if isinstance(event, ev.SagaRejected):
+            _check_saga_transition(event, None, SagaStatus.REJECTED)
+            return SagaState(
+                saga_id=event.saga_id,
+                saga_type=event.saga_type or "",
+                definition_version=event.definition_version,
+                tenant_id=None,
+                input=b"",
+                status=SagaStatus.REJECTED,
+                steps={},
+                last_seq=1,
+                started_at=event.occurred_at,
+                updated_at=event.occurred_at,
+            )
+        raise HistoryMismatch(
+            f"saga {event.saga_id!r}: history starts with {type(event).__name__}, not SagaStarted"
+        )
+    if event.saga_id != state.saga_id:
+        raise HistoryMismatch(f"event of saga {event.saga_id!r} in the history of {state.saga_id!r}")
+    if event.seq != state.last_seq + 1:
+        raise HistoryMismatch(f"saga {state.saga_id!r}: seq {event.seq} follows {state.last_seq}")
+    if isinstance(event, ev.SagaStarted):
+        # Only after refusals (REJECTED): a valid StartSaga may follow messages that were all refused.
+        return _started(definition, state, event)
+    if event.definition_version != state.definition_version:
+        raise HistoryMismatch(
+            f"saga {state.saga_id!r}: {type(event).__name__} seq {event.seq} was decided under version "
+            f"{event.definition_version}, the saga runs on version {state.definition_version}"
+        )
+    handler = _HANDLERS.get(type(event))
+    if handler is None:
+        raise HistoryMismatch(f"saga {state.saga_id!r}: unexpected {type(event).__name__} seq {event.seq}")
+    # A refused StartSaga / cancel changes nothing, so it needs no definition (the StartSaga may even name
+    # an unknown type); everything else of a started saga does.
+    needs_definition = not isinstance(event, ev.SagaRejected | ev.SagaCancelRefused)
+    if needs_definition and state.status is not SagaStatus.REJECTED and definition is None:
+        raise HistoryMismatch(f"saga {state.saga_id!r}: {type(event).__name__} needs the saga's definition")
+    moved = replace(state, last_seq=event.seq, updated_at=event.occurred_at)
+    return handler(definition, moved, event)
+
+
+def _started(definition: SagaDefinition | None, state: SagaState | None, event: ev.SagaStarted) -> SagaState:
+    if definition is None:
+        raise HistoryMismatch(f"saga {event.saga_id!r} started as {event.saga_type!r}; no definition given")
+    if (definition.saga_type, definition.version) != (event.saga_type, event.definition_version):
+        raise HistoryMismatch(
+            f"saga {event.saga_id!r} started as {event.saga_type!r} v{event.definition_version}, "
+            f"folded with {definition.saga_type!r} v{definition.version}"
+        )
+    _check_saga_transition(event, None if state is None else state.status, SagaStatus.RUNNING)
+    steps = {
+        name: StepState(
+            name=name,
+            idempotency_key=forward_key(event.saga_id, name),
+            compensation_key=compensation_key(event.saga_id, name),
+        )
+        for name in definition.order
+    }
+    return SagaState(
+        saga_id=event.saga_id,
+        saga_type=event.saga_type,
+        definition_version=event.definition_version,
+        tenant_id=event.tenant_id,
+        input=event.input,
+        status=SagaStatus.RUNNING,
+        steps=steps,
+        last_seq=event.seq,
+        started_at=event.occurred_at if state is None else state.started_at,
+        updated_at=event.occurred_at,
+    )
+
+
+def _check_saga_transition(event: ev.Event, current: SagaStatus | None, new: SagaStatus) -> None:
+    if not is_transition_valid(current, new):
+        raise IllegalTransition(
+            f"saga {event.saga_id!r}: {type(event).__name__} seq {event.seq} would move it from "
+            f"{current or 'nothing'} to {new}"
+        )
+
+
+def _to_status(state: SagaState, event: ev.Event, new: SagaStatus, **changes: Any) -> SagaState:
+    _check_saga_transition(event, state.status, new)
+    return replace(state, status=new, **changes)
+
+
+def _step(state: SagaState, event: ev.Event, name: str, new: StepStatus, **changes: Any) -> SagaState:
+    """Move step ``name`` to ``new``, checking the step table."""
+    current = state.steps.get(name)
+    if current is None:
+        raise HistoryMismatch(
+            f"saga {state.saga_id!r}: {type(event).__name__} seq {event.seq} names unknown step {name!r}"
+        )
+    if not is_step_transition_valid(current.status, new):
+        raise IllegalTransition(
+            f"saga {state.saga_id!r}: {type(event).__name__} seq {event.seq} would move step {name!r} "
+            f"from {current.status} to {new}"
+        )
+    steps = dict(state.steps)
+    steps[name] = replace(current, status=new, **changes)
+    return replace(state, steps=steps)
+
+
+def _on_saga_rejected(d: _Def, s: SagaState, e: ev.SagaRejected) -> SagaState:
+    return s  # a duplicate StartSaga was refused: the saga itself is unchanged
+
+
+def _on_step_command_sent(d: _Def, s: SagaState, e: ev.StepCommandSent) -> SagaState:
+    return _step(s, e, e.step, StepStatus.RUNNING, attempt=e.attempt)
+
+
+def _on_step_succeeded(d: _Def, s: SagaState, e: ev.StepSucceeded) -> SagaState:
+    s = _step(s, e, e.step, StepStatus.SUCCEEDED, output=e.output, outcome_unknown=False)
+    if d is not None and d.step(e.step).pivot and s.status is SagaStatus.RUNNING:
+        s = replace(s, pivot_passed=True)
+    return s
+
+
+def _on_step_failed(d: _Def, s: SagaState, e: ev.StepFailed) -> SagaState:
+    # A reply FAILED is a known outcome: the operation did not take effect under this key.
+    return _step(
+        s,
+        e,
+        e.step,
+        StepStatus.FAILED,
+        outcome_unknown=False,
+        last_error_type=e.error_type,
+        last_error_message=e.error_message,
+    )
+
+
+def _on_step_timed_out(d: _Def, s: SagaState, e: ev.StepTimedOut) -> SagaState:
+    return _step(s, e, e.step, StepStatus.TIMED_OUT, outcome_unknown=True)
+
+
+def _on_step_retry_scheduled(d: _Def, s: SagaState, e: ev.StepRetryScheduled) -> SagaState:
+    return _step(s, e, e.step, StepStatus.RETRY_SCHEDULED, attempt=e.attempt)
+
+
+def _on_step_skipped(d: _Def, s: SagaState, e: ev.StepSkipped) -> SagaState:
+    return _step(s, e, e.step, StepStatus.SKIPPED)
+
+
+def _on_compensation_sent(d: _Def, s: SagaState, e: ev.CompensationSent) -> SagaState:
+    return _step(s, e, e.step, StepStatus.COMPENSATING, compensation_attempt=e.attempt)
+
+
+def _on_step_compensated(d: _Def, s: SagaState, e: ev.StepCompensated) -> SagaState:
+    return _step(s, e, e.step, StepStatus.COMPENSATED)
+
+
+def _on_compensation_failed(d: _Def, s: SagaState, e: ev.CompensationFailed) -> SagaState:
+    return _step(
+        s,
+        e,
+        e.step,
+        StepStatus.COMPENSATION_FAILED,
+        last_error_type=e.error_type,
+        last_error_message=e.error_message,
+    )
+
+
+def _on_compensation_timed_out(d: _Def, s: SagaState, e: ev.CompensationTimedOut) -> SagaState:
+    return _step(s, e, e.step, StepStatus.COMPENSATION_TIMED_OUT)
+
+
+def _on_compensation_retry_scheduled(d: _Def, s: SagaState, e: ev.CompensationRetryScheduled) -> SagaState:
+    return _step(s, e, e.step, StepStatus.COMPENSATION_RETRY_SCHEDULED, compensation_attempt=e.attempt)
+
+
+def _on_saga_compensation_started(d: _Def, s: SagaState, e: ev.SagaCompensationStarted) -> SagaState:
+    return _to_status(s, e, SagaStatus.COMPENSATING, failure_reason=e.reason, failed_step=e.failed_step)
+
+
+def _on_saga_cancel_requested(d: _Def, s: SagaState, e: ev.SagaCancelRequested) -> SagaState:
+    return replace(s, cancel_requested=True, cancel_reason=e.reason)
+
+
+def _on_saga_cancel_refused(d: _Def, s: SagaState, e: ev.SagaCancelRefused) -> SagaState:
+    return s
+
+
+def _on_operator_action(d: _Def, s: SagaState, e: ev.OperatorAction) -> SagaState:
+    if e.action == RESUME_COMPENSATION:
+        return _to_status(s, e, SagaStatus.COMPENSATING)
+    return s
+
+
+def _on_saga_completed(d: _Def, s: SagaState, e: ev.SagaCompleted) -> SagaState:
+    return _to_status(s, e, SagaStatus.COMPLETED)
+
+
+def _on_saga_failed(d: _Def, s: SagaState, e: ev.SagaFailed) -> SagaState:
+    return _to_status(s, e, SagaStatus.FAILED, failure_reason=e.reason, failed_step=e.failed_step)
+
+
+def _on_saga_compensated(d: _Def, s: SagaState, e: ev.SagaCompensated) -> SagaState:
+    return _to_status(s, e, SagaStatus.COMPENSATED, failure_reason=e.reason, failed_step=e.failed_step)
+
+
+def _on_saga_compensation_failed(d: _Def, s: SagaState, e: ev.SagaCompensationFailed) -> SagaState:
+    if e.step not in s.steps:
+        raise HistoryMismatch(f"saga {s.saga_id!r}: SagaCompensationFailed names unknown step {e.step!r}")
+    return _to_status(
+        s,
+        e,
+        SagaStatus.COMPENSATION_FAILED,
+        compensation_failed_step=e.step,
+        compensation_failure_reason=e.reason,
+    )
+
+
+def _on_saga_cancelled(d: _Def, s: SagaState, e: ev.SagaCancelled) -> SagaState:
+    return _to_status(s, e, SagaStatus.CANCELLED, cancel_reason=s.cancel_reason or e.reason)
+
+
+def _on_saga_completed_with_failures(d: _Def, s: SagaState, e: ev.SagaCompletedWithFailures) -> SagaState:
+    unknown = [name for name in e.failed_steps if name not in s.steps]
+    if unknown:
+        raise HistoryMismatch(f"saga {s.saga_id!r}: SagaCompletedWithFailures names unknown steps {unknown}")
+    return _to_status(s, e, SagaStatus.COMPLETED_WITH_FAILURES)
+
+
+_Handler = Callable[[SagaDefinition | None, SagaState, Any], SagaState]
+_HANDLERS: Mapping[type[ev.Event], _Handler] = {
+    ev.SagaRejected: _on_saga_rejected,
+    ev.StepCommandSent: _on_step_command_sent,
+    ev.StepSucceeded: _on_step_succeeded,
+    ev.StepFailed: _on_step_failed,
+    ev.StepTimedOut: _on_step_timed_out,
+    ev.StepRetryScheduled: _on_step_retry_scheduled,
+    ev.StepSkipped: _on_step_skipped,
+    ev.CompensationSent: _on_compensation_sent,
+    ev.StepCompensated: _on_step_compensated,
+    ev.CompensationFailed: _on_compensation_failed,
+    ev.CompensationTimedOut: _on_compensation_timed_out,
+    ev.CompensationRetryScheduled: _on_compensation_retry_scheduled,
+    ev.SagaCompensationStarted: _on_saga_compensation_started,
+    ev.SagaCancelRequested: _on_saga_cancel_requested,
+    ev.SagaCancelRefused: _on_saga_cancel_refused,
+    ev.OperatorAction: _on_operator_action,
+    ev.SagaCompleted: _on_saga_completed,
+    ev.SagaFailed: _on_saga_failed,
+    ev.SagaCompensated: _on_saga_compensated,
+    ev.SagaCompensationFailed: _on_saga_compensation_failed,
+    ev.SagaCancelled: _on_saga_cancelled,
+    ev.SagaCompletedWithFailures: _on_saga_completed_with_failures,
+}

@@ -1,0 +1,68 @@
+"""The saga state model: what a saga's history says, as frozen dataclasses (built by ``evolve``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from orchestrator.domain.status import SagaStatus, StepStatus
+
+RESUME_COMPENSATION = "ResumeCompensation"
+"""OperatorAction.action of an operator resuming a COMPENSATION_FAILED saga."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepState:
+    """What the history says about one step."""
+
+    name: str
+    idempotency_key: str
+    compensation_key: str
+    status: StepStatus = StepStatus.PENDING
+    attempt: int = 0  # latest forward attempt sent or scheduled
+    compensation_attempt: int = 0  # latest compensation attempt sent or scheduled
+    outcome_unknown: bool = False  # latest attempt timed out: it may still have taken effect
+    last_error_type: str | None = None
+    last_error_message: str | None = None
+    output: bytes | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaState:
+    """What the history says about one saga."""
+
+    saga_id: str
+    saga_type: str
+    definition_version: int  # 0 for a saga that was rejected before it started
+    tenant_id: str | None
+    input: bytes
+    status: SagaStatus
+    steps: Mapping[str, StepState]
+    last_seq: int
+    started_at: int
+    updated_at: int
+    pivot_passed: bool = False
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    failure_reason: str | None = None  # why the saga unwound or failed
+    failed_step: str | None = None  # the forward step whose failure ended or unwound the saga
+    compensation_failed_step: str | None = None
+    compensation_failure_reason: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """True when the saga reached a terminal status."""
+        return self.status.is_terminal
+
+    @property
+    def reason(self) -> str | None:
+        """The most relevant human-readable reason for the saga's current status."""
+        if self.status is SagaStatus.COMPENSATION_FAILED:
+            return self.compensation_failure_reason
+        if self.status is SagaStatus.CANCELLED:
+            return self.cancel_reason
+        return self.failure_reason
+
+    def step(self, name: str) -> StepState:
+        """The state of step ``name``."""
+        return self.steps[name]

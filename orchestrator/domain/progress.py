@@ -1,0 +1,154 @@
+"""Moving a saga on after its facts were recorded: dispatch ready steps, unwind, or finish.
+
+``advance`` looks only at the state, never at the message that led there, so every path (a reply, a timer,
+a cancel, an operator's resume) moves the saga on by the same rules.
+"""
+
+from __future__ import annotations
+
+from orchestrator.domain import events as ev
+from orchestrator.domain.decision import DecisionBuilder, needs_resolution, send_compensation, send_step
+from orchestrator.domain.definition import Condition, FailureMode, SagaDefinition
+from orchestrator.domain.model import SagaState
+from orchestrator.domain.status import COMPENSATION_IN_PROGRESS, FORWARD_SETTLED, SagaStatus, StepStatus
+
+
+def advance(b: DecisionBuilder) -> None:
+    """Record whatever the current state calls for next (possibly nothing)."""
+    if b.saga.status is SagaStatus.RUNNING:
+        _advance_forward(b)
+    if b.saga.status is SagaStatus.COMPENSATING:  # also right after the forward part started unwinding
+        _advance_compensation(b)
+
+
+def _advance_forward(b: DecisionBuilder) -> None:
+    definition, state = b.defn, b.saga
+    failed = failed_steps(definition, state)
+    if failed and definition.failure_mode is FailureMode.FAIL_FAST:
+        _fail_fast(b, failed[0])
+        return
+    for name in definition.order:  # topological: a step's dependencies are settled before it is looked at
+        if b.saga.steps[name].status is not StepStatus.PENDING:
+            continue
+        verdict = _readiness(definition, b.saga, name)
+        if verdict is True:
+            send_step(b, name, 1)
+        elif isinstance(verdict, str):
+            b.record(ev.StepSkipped(**b.base(), step=name, reason=verdict))
+    if all(s.status in FORWARD_SETTLED for s in b.saga.steps.values()):
+        _finish_forward(b)
+
+
+def _readiness(definition: SagaDefinition, state: SagaState, name: str) -> bool | str:
+    """True: dispatch now; False: wait for dependencies; a string: skip, for that reason."""
+    step = definition.step(name)
+    deps = {d: state.steps[d].status for d in step.depends_on}
+    if any(status not in FORWARD_SETTLED for status in deps.values()):
+        return False
+    if step.run_if is Condition.ALWAYS:
+        return True
+    if step.run_if is Condition.ON_FAILURE:
+        upstream_failed = sorted(
+            u for u in definition.upstream(name) if state.steps[u].status is StepStatus.FAILED
+        )
+        return True if upstream_failed else "no step it depends on failed"
+    blocking = [d for d in step.depends_on if deps[d] is not StepStatus.SUCCEEDED]
+    if not blocking:
+        return True
+    return f"dependency {blocking[0]} {deps[blocking[0]].lower()}"
+
+
+def failed_steps(definition: SagaDefinition, state: SagaState) -> tuple[str, ...]:
+    """Steps whose forward part failed for good, in topological order."""
+    return tuple(n for n in definition.order if state.steps[n].status is StepStatus.FAILED)
+
+
+def _describe_failure(state: SagaState, name: str) -> str:
+    step = state.steps[name]
+    detail = f"{step.last_error_type}: {step.last_error_message}" if step.last_error_message else ""
+    return f"step {name} failed ({detail or step.last_error_type})"
+
+
+def _fail_fast(b: DecisionBuilder, name: str) -> None:
+    state = b.saga
+    pivot = b.defn.pivot
+    if state.pivot_passed and pivot is not None:
+        reason = (
+            f"{_describe_failure(state, name)} after pivot step {pivot.name} succeeded; the saga only "
+            "moves forward, a human must act"
+        )
+        b.record(ev.SagaFailed(**b.base(), reason=reason, failed_step=name))
+        return
+    unwind(b, _describe_failure(state, name), name)
+
+
+def _finish_forward(b: DecisionBuilder) -> None:
+    definition, state = b.defn, b.saga
+    failed = failed_steps(definition, state)
+    if not failed:
+        b.record(ev.SagaCompleted(**b.base()))
+    elif definition.compensate_on_continue and not state.pivot_passed:
+        reason = "; ".join(_describe_failure(state, n) for n in failed)
+        unwind(b, reason, failed[0])
+    else:
+        b.record(ev.SagaCompletedWithFailures(**b.base(), failed_steps=failed))
+
+
+def unwind(b: DecisionBuilder, reason: str, failed_step: str | None) -> None:
+    """Start compensating, or end the saga at once when there is nothing to undo or wait for."""
+    definition, state = b.defn, b.saga
+    to_undo = any(
+        s.status is StepStatus.SUCCEEDED and definition.step(s.name).compensation is not None
+        for s in state.steps.values()
+    )
+    to_wait = any(needs_resolution(definition, s) for s in state.steps.values())
+    if to_undo or to_wait:
+        b.record(ev.SagaCompensationStarted(**b.base(), reason=reason, failed_step=failed_step))
+    elif state.cancel_requested:
+        b.record(ev.SagaCancelled(**b.base(), reason=state.cancel_reason or reason))
+    else:
+        b.record(ev.SagaFailed(**b.base(), reason=reason, failed_step=failed_step))
+
+
+def compensation_wave(definition: SagaDefinition, state: SagaState) -> tuple[str, ...]:
+    """Completed compensable steps none of whose dependents still needs undoing (or may still need it).
+
+    Reverse-topological order; a wave runs in parallel.
+    """
+
+    def pending_undo(name: str) -> bool:
+        step = state.steps[name]
+        if needs_resolution(definition, step) or step.status in COMPENSATION_IN_PROGRESS:
+            return True
+        return step.status is StepStatus.SUCCEEDED and definition.step(name).compensation is not None
+
+    return tuple(
+        name
+        for name in reversed(definition.order)
+        if state.steps[name].status is StepStatus.SUCCEEDED
+        and definition.step(name).compensation is not None
+        and not any(pending_undo(d) for d in definition.downstream(name))
+    )
+
+
+def _advance_compensation(b: DecisionBuilder) -> None:
+    definition, state = b.defn, b.saga
+    if any(s.status in COMPENSATION_IN_PROGRESS for s in state.steps.values()):
+        return  # the current wave has not drained yet
+    wave = compensation_wave(definition, state)
+    for name in wave:
+        send_compensation(b, name, state.steps[name].compensation_attempt + 1)
+    if wave or any(needs_resolution(definition, s) for s in state.steps.values()):
+        return
+    if state.cancel_requested:
+        b.record(ev.SagaCancelled(**b.base(), reason=state.cancel_reason or "cancel requested"))
+    elif any(s.status is StepStatus.COMPENSATED for s in state.steps.values()):
+        b.record(
+            ev.SagaCompensated(
+                **b.base(), reason=state.failure_reason or "compensated", failed_step=state.failed_step
+            )
+        )
+    else:
+        b.record(
+            ev.SagaFailed(**b.base(), reason=state.failure_reason or "failed", failed_step=state.failed_step)
+        )

@@ -1,0 +1,169 @@
+"""Replies and timers: how a participant's answer, or its absence, changes a saga.
+
+Part of ``decide``; every function here records facts on the builder and lets ``advance`` move on.
+"""
+
+from __future__ import annotations
+
+from orchestrator.domain import events as ev
+from orchestrator.domain.decision import (
+    DecisionBuilder,
+    live_timer_ids,
+    schedule_compensation_retry,
+    schedule_step_retry,
+    send_compensation,
+    send_step,
+)
+from orchestrator.domain.errors import InvalidMessage
+from orchestrator.domain.keys import compensation_key, forward_key
+from orchestrator.domain.messages import CommandKind, ResultStatus, StepResult, TimerFired, TimerKind
+from orchestrator.domain.progress import advance
+from orchestrator.domain.status import SagaStatus, StepStatus
+
+TIMED_OUT_ERROR = "TimedOut"
+"""error_type recorded when a step or compensation is given up after its attempts all timed out."""
+
+
+def handle_step_result(b: DecisionBuilder, result: StepResult) -> None:
+    definition = b.defn
+    if not definition.has_step(result.step):
+        raise InvalidMessage(f"saga {b.saga_id!r} has no step {result.step!r} (reply {result.kind})")
+    forward = result.kind is CommandKind.FORWARD
+    expected_key = (forward_key if forward else compensation_key)(b.saga_id, result.step)
+    if result.idempotency_key != expected_key:
+        raise InvalidMessage(
+            f"reply for {result.step!r} ({result.kind}) carries key {result.idempotency_key!r}, "
+            f"expected {expected_key!r}"
+        )
+    if forward:
+        _forward_result(b, result)
+    else:
+        _compensation_result(b, result)
+    advance(b)
+
+
+def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
+    state = b.saga
+    step = state.steps[result.step]
+    if state.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.COMPENSATION_FAILED):
+        return  # the saga ended: late replies change nothing
+    if result.status is ResultStatus.SUCCEEDED:
+        # Any attempt's success counts while the step is open: all attempts share one idempotency key,
+        # so they are one operation. This is how an unknown outcome (timeout) resolves.
+        open_statuses = (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)
+        if step.status in open_statuses and 1 <= result.attempt <= step.attempt:
+            b.record(
+                ev.StepSucceeded(**b.base(), step=step.name, attempt=result.attempt, output=result.output)
+            )
+        return
+    if step.status not in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or result.attempt != step.attempt:
+        return  # a failure of an attempt we no longer wait for
+    error_type = result.error_type or "UnknownError"
+    b.record(
+        ev.StepFailed(
+            **b.base(),
+            step=step.name,
+            attempt=result.attempt,
+            error_type=error_type,
+            error_message=result.error_message,
+            retryable=result.retryable,
+        )
+    )
+    # While unwinding a known failure settles the step: it did not happen, nothing to undo or retry.
+    policy = b.defn.step(step.name).retry
+    if state.status is SagaStatus.RUNNING and policy.should_retry(
+        result.attempt, result.retryable, error_type
+    ):
+        schedule_step_retry(b, step.name, result.attempt)
+
+
+def _compensation_result(b: DecisionBuilder, result: StepResult) -> None:
+    state = b.saga
+    step = state.steps[result.step]
+    if state.status not in (SagaStatus.COMPENSATING, SagaStatus.COMPENSATION_FAILED):
+        return
+    if result.status is ResultStatus.SUCCEEDED:
+        open_statuses = (
+            StepStatus.COMPENSATING,
+            StepStatus.COMPENSATION_TIMED_OUT,
+            StepStatus.COMPENSATION_RETRY_SCHEDULED,
+            StepStatus.COMPENSATION_FAILED,
+        )
+        if step.status in open_statuses and 1 <= result.attempt <= step.compensation_attempt:
+            b.record(ev.StepCompensated(**b.base(), step=step.name, attempt=result.attempt))
+        return
+    if (
+        step.status not in (StepStatus.COMPENSATING, StepStatus.COMPENSATION_TIMED_OUT)
+        or result.attempt != step.compensation_attempt
+    ):
+        return
+    error_type = result.error_type or "UnknownError"
+    b.record(
+        ev.CompensationFailed(
+            **b.base(),
+            step=step.name,
+            attempt=result.attempt,
+            error_type=error_type,
+            error_message=result.error_message,
+            retryable=result.retryable,
+        )
+    )
+    if state.status is SagaStatus.COMPENSATING:  # a frozen saga only records what arrives
+        _after_compensation_failure(b, step.name, result.attempt, result.retryable, error_type)
+
+
+def _after_compensation_failure(
+    b: DecisionBuilder, name: str, attempt: int, retryable: bool, error_type: str
+) -> None:
+    if b.defn.step(name).compensation_retry.should_retry(attempt, retryable, error_type):
+        schedule_compensation_retry(b, name, attempt)
+        return
+    message = b.saga.steps[name].last_error_message
+    error = f"{error_type}: {message}" if message else error_type
+    reason = f"compensation of {name} failed for good: {error}; a human must act"
+    b.record(ev.SagaCompensationFailed(**b.base(), step=name, reason=reason))
+
+
+def handle_timer_fired(b: DecisionBuilder, fired: TimerFired) -> None:
+    timer = fired.timer
+    if timer.timer_id not in live_timer_ids(b.definition, b.state):
+        return  # answered, superseded, or the saga moved on
+    name, attempt = timer.step, timer.attempt
+    step = b.defn.step(name)
+    if timer.kind is TimerKind.STEP_TIMEOUT:
+        b.record(ev.StepTimedOut(**b.base(), step=name, attempt=attempt))
+        # Unknown outcome: try again under the same key; only running out of attempts makes it definitive.
+        if step.retry.allows_attempt(attempt + 1):
+            schedule_step_retry(b, name, attempt)
+        else:
+            b.record(
+                ev.StepFailed(
+                    **b.base(),
+                    step=name,
+                    attempt=attempt,
+                    error_type=TIMED_OUT_ERROR,
+                    error_message=f"no reply within {step.timeout_ms} ms, {attempt} attempt(s)",
+                    retryable=False,
+                )
+            )
+    elif timer.kind is TimerKind.STEP_RETRY:
+        send_step(b, name, attempt)
+    elif timer.kind is TimerKind.COMPENSATION_TIMEOUT:
+        b.record(ev.CompensationTimedOut(**b.base(), step=name, attempt=attempt))
+        if step.compensation_retry.allows_attempt(attempt + 1):
+            schedule_compensation_retry(b, name, attempt)
+        else:
+            b.record(
+                ev.CompensationFailed(
+                    **b.base(),
+                    step=name,
+                    attempt=attempt,
+                    error_type=TIMED_OUT_ERROR,
+                    error_message=f"no reply within {step.compensation_timeout_ms} ms, {attempt} attempt(s)",
+                    retryable=False,
+                )
+            )
+            _after_compensation_failure(b, name, attempt, False, TIMED_OUT_ERROR)
+    else:
+        send_compensation(b, name, attempt)
+    advance(b)

@@ -1,0 +1,55 @@
+"""Saga state as a fold of its events.
+
+``fold`` is pure and deterministic: the same definition and events give an equal state. The status enums
+and their legal-transition tables live in ``status.py``, the state dataclasses in ``model.py`` and the
+per-event functions in ``evolve.py``; this module is the public face of all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from orchestrator.domain.definition import SagaDefinition
+from orchestrator.domain.errors import HistoryMismatch
+from orchestrator.domain.events import Event
+from orchestrator.domain.evolve import apply_event
+from orchestrator.domain.model import RESUME_COMPENSATION, SagaState, StepState
+from orchestrator.domain.status import (
+    SAGA_TRANSITIONS,
+    STEP_TRANSITIONS,
+    TERMINAL_STATUSES,
+    SagaStatus,
+    StepStatus,
+    is_step_transition_valid,
+    is_transition_valid,
+)
+
+__all__ = [
+    "RESUME_COMPENSATION",
+    "SAGA_TRANSITIONS",
+    "STEP_TRANSITIONS",
+    "TERMINAL_STATUSES",
+    "SagaState",
+    "SagaStatus",
+    "StepState",
+    "StepStatus",
+    "apply_event",
+    "fold",
+    "is_step_transition_valid",
+    "is_transition_valid",
+]
+
+
+def fold(definition: SagaDefinition | None, events: Iterable[Event]) -> SagaState:
+    """Replay ``events`` (in seq order) into a SagaState.
+
+    ``definition`` may be None only for a history that never started (SagaRejected only); find it with
+    ``DefinitionRegistry.for_history``. An empty history raises HistoryMismatch: a saga without events has
+    no state (pass None to ``decide``).
+    """
+    state: SagaState | None = None
+    for event in events:
+        state = apply_event(definition, state, event)
+    if state is None:
+        raise HistoryMismatch("cannot fold an empty history")
+    return state

@@ -1,0 +1,128 @@
+"""Saga and step statuses with their explicit legal-transition tables.
+
+``fold`` checks every status change against these tables, so a bug in ``decide`` (or a tampered history)
+surfaces as IllegalTransition instead of a saga quietly doing something impossible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+
+class SagaStatus(StrEnum):
+    RUNNING = "RUNNING"
+    COMPENSATING = "COMPENSATING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    CANCELLED = "CANCELLED"
+    COMPLETED_WITH_FAILURES = "COMPLETED_WITH_FAILURES"
+    REJECTED = "REJECTED"  # the saga id's history is only SagaRejected: nothing started (yet)
+
+    @property
+    def is_terminal(self) -> bool:
+        """True when nothing moves the saga on by itself (COMPENSATION_FAILED waits for an operator)."""
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES: frozenset[SagaStatus] = frozenset(
+    {
+        SagaStatus.COMPLETED,
+        SagaStatus.FAILED,
+        SagaStatus.COMPENSATED,
+        SagaStatus.COMPENSATION_FAILED,
+        SagaStatus.CANCELLED,
+        SagaStatus.COMPLETED_WITH_FAILURES,
+        SagaStatus.REJECTED,
+    }
+)
+
+# None is "no saga yet": the first event moves it to RUNNING (SagaStarted) or REJECTED (SagaRejected).
+SAGA_TRANSITIONS: Mapping[SagaStatus | None, frozenset[SagaStatus]] = {
+    None: frozenset({SagaStatus.RUNNING, SagaStatus.REJECTED}),
+    SagaStatus.RUNNING: frozenset(
+        {
+            SagaStatus.COMPENSATING,
+            SagaStatus.COMPLETED,
+            SagaStatus.COMPLETED_WITH_FAILURES,
+            SagaStatus.FAILED,  # failed with nothing to undo, or failed after the pivot
+            SagaStatus.CANCELLED,  # cancelled with nothing to undo and nothing in flight
+        }
+    ),
+    SagaStatus.COMPENSATING: frozenset(
+        {
+            SagaStatus.COMPENSATED,
+            SagaStatus.COMPENSATION_FAILED,
+            SagaStatus.CANCELLED,
+            SagaStatus.FAILED,  # in-flight steps resolved and nothing needed undoing after all
+        }
+    ),
+    SagaStatus.COMPENSATION_FAILED: frozenset({SagaStatus.COMPENSATING}),  # an operator resumed it
+    SagaStatus.COMPLETED: frozenset(),
+    SagaStatus.FAILED: frozenset(),
+    SagaStatus.COMPENSATED: frozenset(),
+    SagaStatus.CANCELLED: frozenset(),
+    SagaStatus.COMPLETED_WITH_FAILURES: frozenset(),
+    # Refusals start nothing: a valid StartSaga may still start a saga id whose messages were all refused.
+    SagaStatus.REJECTED: frozenset({SagaStatus.RUNNING}),
+}
+
+
+def is_transition_valid(current: SagaStatus | None, new: SagaStatus) -> bool:
+    """True when a saga may move from ``current`` (None: no saga yet) to ``new``."""
+    return new in SAGA_TRANSITIONS[current]
+
+
+class StepStatus(StrEnum):
+    PENDING = "PENDING"  # not dispatched (yet)
+    RUNNING = "RUNNING"  # command sent, waiting for the reply to ``attempt``
+    TIMED_OUT = "TIMED_OUT"  # no reply in time: outcome unknown, nothing scheduled yet
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"  # waiting for the backoff timer of ``attempt``
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"  # failed and not retried
+    SKIPPED = "SKIPPED"  # never ran: its condition did not hold
+    COMPENSATING = "COMPENSATING"  # compensation sent, waiting for the reply to ``compensation_attempt``
+    COMPENSATION_TIMED_OUT = "COMPENSATION_TIMED_OUT"
+    COMPENSATION_RETRY_SCHEDULED = "COMPENSATION_RETRY_SCHEDULED"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"  # failed and not retried: the saga needs a human
+
+
+_S = StepStatus
+
+STEP_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
+    _S.PENDING: frozenset({_S.RUNNING, _S.SKIPPED}),
+    # RUNNING -> RUNNING: an operator's resume re-sends an unanswered command under the same key
+    _S.RUNNING: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.TIMED_OUT}),
+    _S.TIMED_OUT: frozenset({_S.RETRY_SCHEDULED, _S.FAILED, _S.SUCCEEDED, _S.RUNNING}),
+    # RETRY_SCHEDULED -> SUCCEEDED: a late success of an earlier attempt (same key, same operation)
+    _S.RETRY_SCHEDULED: frozenset({_S.RUNNING, _S.SUCCEEDED}),
+    _S.FAILED: frozenset({_S.RETRY_SCHEDULED}),
+    _S.SUCCEEDED: frozenset({_S.COMPENSATING}),
+    _S.SKIPPED: frozenset(),
+    _S.COMPENSATING: frozenset(
+        {_S.COMPENSATING, _S.COMPENSATED, _S.COMPENSATION_FAILED, _S.COMPENSATION_TIMED_OUT}
+    ),
+    _S.COMPENSATION_TIMED_OUT: frozenset(
+        {_S.COMPENSATION_RETRY_SCHEDULED, _S.COMPENSATION_FAILED, _S.COMPENSATED, _S.COMPENSATING}
+    ),
+    _S.COMPENSATION_RETRY_SCHEDULED: frozenset({_S.COMPENSATING, _S.COMPENSATED}),
+    _S.COMPENSATION_FAILED: frozenset({_S.COMPENSATION_RETRY_SCHEDULED, _S.COMPENSATING, _S.COMPENSATED}),
+    _S.COMPENSATED: frozenset(),
+}
+
+
+def is_step_transition_valid(current: StepStatus, new: StepStatus) -> bool:
+    """True when a step may move from ``current`` to ``new``."""
+    return new in STEP_TRANSITIONS[current]
+
+
+FORWARD_SETTLED: frozenset[StepStatus] = frozenset({_S.SUCCEEDED, _S.FAILED, _S.SKIPPED})
+"""Forward outcomes a dependent can be decided on (in a RUNNING saga FAILED is definitive)."""
+
+COMPENSATION_IN_PROGRESS: frozenset[StepStatus] = frozenset(
+    {_S.COMPENSATING, _S.COMPENSATION_TIMED_OUT, _S.COMPENSATION_RETRY_SCHEDULED, _S.COMPENSATION_FAILED}
+)
+"""Statuses of a compensation that was started and has not succeeded yet."""

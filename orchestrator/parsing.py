@@ -1,0 +1,89 @@
+"""Turn a consumed Kafka record into a core message, or into a rejection with a reason a human can act on."""
+
+from __future__ import annotations
+
+from orchestrator import wire
+from orchestrator.domain.definition import DefinitionRegistry
+from orchestrator.domain.messages import CancelSaga, IncomingMessage, ResumeCompensation, StartSaga, StepResult
+from orchestrator.envelope import Envelope, RawRecord, Rejection
+from schemas.codec import SchemaRegistry, WireError
+from schemas.topics import PARTICIPANTS, Topics
+
+
+class RecordParser:
+    """Validates records against the wire contract of the topic they arrived on."""
+
+    def __init__(self, topics: Topics, definitions: DefinitionRegistry, registry: SchemaRegistry,
+                 participants: tuple[str, ...] = PARTICIPANTS) -> None:
+        self._topics = topics
+        self._definitions = definitions
+        self._registry = registry
+        self._results_topics = {topics.results(p) for p in participants}
+
+    def topic_names(self) -> list[str]:
+        """Every topic the orchestrator consumes."""
+        return [self._topics.start, self._topics.control, *sorted(self._results_topics)]
+
+    def parse(self, raw: RawRecord) -> Envelope | Rejection:
+        """Decode ``raw``; never raises for bad input."""
+        key = _key_text(raw.key)
+        if raw.value is None:
+            return Rejection(raw=raw, reason="empty value (tombstone) where a saga message was expected",
+                             saga_id=key)
+        try:
+            message = self._decode(raw)
+        except WireError as error:
+            return Rejection(raw=raw, reason=f"undecodable value on {raw.topic}: {error}", saga_id=key)
+        if key is None:
+            return Rejection(raw=raw, reason="missing Kafka key: the key must be the saga id (UTF-8)",
+                             saga_id=message.saga_id)
+        if key != message.saga_id:
+            return Rejection(raw=raw, reason=f"Kafka key {key!r} differs from saga_id {message.saga_id!r}",
+                             saga_id=message.saga_id)
+        if isinstance(message, StartSaga):
+            problem = self._check_start(message)
+            if problem:
+                return Rejection(raw=raw, reason=problem, saga_id=message.saga_id, saga_type=message.saga_type,
+                                 message_id=raw.header("message_id") or raw.position_id)
+        return Envelope(message=message, message_id=raw.header("message_id") or raw.position_id, raw=raw)
+
+    def _decode(self, raw: RawRecord) -> IncomingMessage:
+        assert raw.value is not None
+        if raw.topic == self._topics.start:
+            return wire.decode_start(raw.value)
+        if raw.topic == self._topics.control:
+            name, _ = self._registry.decode(raw.value)
+            if name == "saga.v1.ResumeCompensation":
+                return wire.decode_resume(raw.value)
+            return wire.decode_cancel(raw.value)
+        if raw.topic in self._results_topics:
+            result: StepResult = wire.decode_result(raw.value)
+            return result
+        raise WireError(f"topic {raw.topic} is not consumed by the orchestrator")
+
+    def _check_start(self, start: StartSaga) -> str | None:
+        definition = self._definitions.latest(start.saga_type)
+        if definition is None:
+            known = ", ".join(sorted(self._definitions.types())) or "none"
+            return f"unknown saga_type {start.saga_type!r} (known: {known})"
+        if not start.saga_id.strip():
+            return "saga_id is empty"
+        try:
+            name, _ = self._registry.decode(start.input)
+        except WireError as error:
+            return f"input of saga {start.saga_id} is not a single-object-encoded record: {error}"
+        if name != definition.input_schema:
+            return f"input of saga type {start.saga_type!r} must be {definition.input_schema}, got {name}"
+        return None
+
+
+def _key_text(key: bytes | None) -> str | None:
+    if key is None:
+        return None
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+__all__ = ["CancelSaga", "RecordParser", "ResumeCompensation"]

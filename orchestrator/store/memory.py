@@ -1,0 +1,206 @@
+"""In-memory adapter of the storage ports, for unit tests and demos.
+
+Same observable semantics as the Postgres adapter (the contract suite runs against both): a unit of work
+buffers its writes and applies them at commit, all at once; rollback discards them. Conflicts that Postgres
+reports at insert time (duplicate seq, duplicate inbox id) are reported here at insert time when the
+committed state already shows them, else at commit. Claimed timers are hidden from other open units of
+work, like ``FOR UPDATE SKIP LOCKED`` rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+
+from orchestrator.ports import (
+    ConcurrencyConflict,
+    OutboxMessage,
+    SagaSummaryRow,
+    StoredEvent,
+    TimerRow,
+)
+
+_TimerKey = tuple[str, str]
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MemoryUnitOfWork:
+    """``UnitOfWork`` whose writes live in this object until ``MemoryStore`` commits them."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self._events: dict[tuple[str, int], StoredEvent] = {}
+        self._inbox: set[tuple[str, str]] = set()
+        self._outbox: list[OutboxMessage] = []
+        self._timers: dict[_TimerKey, TimerRow | None] = {}  # None = deleted in this unit of work
+        self._summaries: dict[str, SagaSummaryRow] = {}
+        self._claimed: set[_TimerKey] = set()
+
+    async def claim_message(self, consumer: str, message_id: str) -> bool:
+        """Inbox insert; False if committed or already claimed in this unit of work."""
+        key = (consumer, message_id)
+        if key in self._store.inbox or key in self._inbox:
+            return False
+        self._inbox.add(key)
+        return True
+
+    async def load_events(self, saga_id: str, after_seq: int = 0) -> list[StoredEvent]:
+        """Committed events plus this unit of work's own, in seq order."""
+        committed = [e for e in self._store.events.get(saga_id, []) if e.seq > after_seq]
+        own = [e for (sid, seq), e in self._events.items() if sid == saga_id and seq > after_seq]
+        return sorted(committed + own, key=lambda e: e.seq)
+
+    async def append_events(self, events: Sequence[StoredEvent]) -> None:
+        """Buffer events; ConcurrencyConflict on a (saga_id, seq) already committed or buffered."""
+        now = self._store.clock_ms()
+        for event in events:
+            key = (event.saga_id, event.seq)
+            if key in self._store.event_keys or key in self._events:
+                raise ConcurrencyConflict(f"event {key} already recorded")
+            if event.recorded_at_ms is None:
+                event = StoredEvent(event.saga_id, event.seq, event.event_type, event.body, now)
+            self._events[key] = event
+
+    async def add_outbox(self, messages: Sequence[OutboxMessage]) -> None:
+        """Buffer outbox messages in order."""
+        self._outbox.extend(messages)
+
+    async def schedule_timers(self, timers: Sequence[TimerRow]) -> None:
+        """Buffer timer upserts (last duplicate wins)."""
+        for timer in timers:
+            self._timers[(timer.saga_id, timer.timer_id)] = timer
+
+    async def delete_timer(self, saga_id: str, timer_id: str) -> None:
+        """Buffer a timer deletion."""
+        self._timers[(saga_id, timer_id)] = None
+
+    async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
+        """Due timers visible to this unit of work and not claimed by another open one; deleted here."""
+        visible = dict(self._store.timers)
+        for key, timer in self._timers.items():
+            if timer is None:
+                visible.pop(key, None)
+            else:
+                visible[key] = timer
+        due = sorted(
+            (t for key, t in visible.items() if t.due_at_ms <= now_ms and key not in self._store.claimed),
+            key=lambda t: (t.due_at_ms, t.saga_id, t.timer_id),
+        )[:limit]
+        for timer in due:
+            key = (timer.saga_id, timer.timer_id)
+            self._timers[key] = None
+            self._claimed.add(key)
+            self._store.claimed.add(key)
+        return due
+
+    async def upsert_summary(self, summary: SagaSummaryRow) -> None:
+        """Buffer the summary unless the visible row has a higher ``last_seq``."""
+        current = self._summaries.get(summary.saga_id) or self._store.summaries.get(summary.saga_id)
+        if current is None or current.last_seq <= summary.last_seq:
+            self._summaries[summary.saga_id] = summary
+
+    def _commit(self) -> None:
+        """Check conflicts, then apply everything; synchronous, so atomic for other coroutines."""
+        store = self._store
+        for event_key in self._events:
+            if event_key in store.event_keys:
+                raise ConcurrencyConflict(f"event {event_key} recorded by a concurrent unit of work")
+        for inbox_key in self._inbox:
+            if inbox_key in store.inbox:
+                raise ConcurrencyConflict(f"message {inbox_key} claimed by a concurrent unit of work")
+        for (saga_id, _), event in sorted(self._events.items()):
+            store.events.setdefault(saga_id, []).append(event)
+            store.event_keys.add((saga_id, event.seq))
+        for saga_id in {sid for sid, _ in self._events}:
+            store.events[saga_id].sort(key=lambda e: e.seq)
+        store.inbox |= self._inbox
+        for message in self._outbox:
+            store.outbox.append((store.next_outbox_id, message))
+            store.next_outbox_id += 1
+        for timer_key, timer in self._timers.items():
+            if timer is None:
+                store.timers.pop(timer_key, None)
+            else:
+                store.timers[timer_key] = timer
+        for saga_id, summary in self._summaries.items():
+            current = store.summaries.get(saga_id)
+            if current is None or current.last_seq <= summary.last_seq:
+                store.summaries[saga_id] = summary
+
+    def _release(self) -> None:
+        self._store.claimed -= self._claimed
+        self._claimed.clear()
+
+
+class MemoryStore:
+    """``UnitOfWorkFactory`` and ``EventReader`` over dictionaries; state is public for test assertions."""
+
+    def __init__(self, clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
+        self.clock_ms = clock_ms
+        self.events: dict[str, list[StoredEvent]] = {}
+        self.event_keys: set[tuple[str, int]] = set()
+        self.inbox: set[tuple[str, str]] = set()
+        self.outbox: list[tuple[int, OutboxMessage]] = []  # (id, message), id order
+        self.next_outbox_id = 1
+        self.timers: dict[_TimerKey, TimerRow] = {}
+        self.summaries: dict[str, SagaSummaryRow] = {}
+        self.claimed: set[_TimerKey] = set()  # timers claimed by open units of work
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[MemoryUnitOfWork]:
+        """Commit on normal exit (may raise ConcurrencyConflict), discard on exception."""
+        uow = MemoryUnitOfWork(self)
+        try:
+            yield uow
+            uow._commit()
+        finally:
+            uow._release()
+
+    def drain_outbox(self) -> list[OutboxMessage]:
+        """Committed outbox messages in id order, removed from the store (what a relay would publish)."""
+        messages = [message for _, message in self.outbox]
+        self.outbox.clear()
+        return messages
+
+    async def get_summary(self, saga_id: str) -> SagaSummaryRow | None:
+        """The summary of one saga, or None."""
+        return self.summaries.get(saga_id)
+
+    async def list_summaries(
+        self,
+        *,
+        status: str | None = None,
+        saga_type: str | None = None,
+        updated_before_ms: int | None = None,
+        limit: int = 100,
+    ) -> list[SagaSummaryRow]:
+        """Filtered summaries, least recently updated first."""
+        rows = [
+            s
+            for s in self.summaries.values()
+            if (status is None or s.status == status)
+            and (saga_type is None or s.saga_type == saga_type)
+            and (updated_before_ms is None or s.updated_at_ms < updated_before_ms)
+        ]
+        return sorted(rows, key=lambda s: (s.updated_at_ms, s.saga_id))[:limit]
+
+    async def count_by_status(self) -> dict[str, int]:
+        """Number of sagas per status."""
+        counts: dict[str, int] = {}
+        for summary in self.summaries.values():
+            counts[summary.status] = counts.get(summary.status, 0) + 1
+        return dict(sorted(counts.items()))
+
+    async def load_events(self, saga_id: str) -> list[StoredEvent]:
+        """All committed events of one saga in seq order."""
+        return list(self.events.get(saga_id, []))
+
+    async def iter_events(self, batch_size: int = 1000) -> AsyncIterator[StoredEvent]:
+        """Every committed event by (saga_id, seq)."""
+        for saga_id in sorted(self.events):
+            for event in list(self.events[saga_id]):
+                yield event

@@ -1,0 +1,43 @@
+"""The durable-timer scheduler: fires due timers (stored in Postgres) through the normal decision path."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from orchestrator.service import SagaService
+
+log = logging.getLogger("saga.orchestrator.timers")
+
+
+class TimerScheduler:
+    """Polls for due timers; they survive restarts because they live in the database."""
+
+    def __init__(self, service: SagaService, poll_interval_s: float = 0.05, batch: int = 100) -> None:
+        self._service = service
+        self._poll_interval_s = poll_interval_s
+        self._batch = batch
+        self.fired = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fire due timers until ``stop`` is set; database outages are waited out with backoff."""
+        backoff = 0.1
+        while not stop.is_set():
+            try:
+                fired = await self._service.fire_due_timers(self._batch)
+                self.fired += fired
+                backoff = 0.1
+            except Exception as error:
+                log.error("timer scan failed, retrying", extra={"error": repr(error), "backoff_s": backoff})
+                fired = 0
+                await _sleep_or_stop(stop, backoff)
+                backoff = min(backoff * 2, 5.0)
+            if fired < self._batch:
+                await _sleep_or_stop(stop, self._poll_interval_s)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except TimeoutError:
+        pass

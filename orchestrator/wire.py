@@ -1,0 +1,283 @@
+"""Wire adapter: domain dataclasses <-> single-object Avro bytes, with the schemas in ``schemas/``.
+
+Dataclass field names equal Avro field names, so the mapping is mechanical; this module only converts
+what Avro cannot carry as such (StrEnum <-> enum symbol, tuple <-> array) and drops the fields that
+travel outside the body (a command's participant is its topic, its message id a header).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Literal, TypeVar
+
+from orchestrator.domain.events import EVENT_TYPES, Event
+from orchestrator.domain.messages import (
+    CancelSaga,
+    CommandKind,
+    ResultStatus,
+    ResumeCompensation,
+    StartSaga,
+    StepCommand,
+    StepResult,
+)
+from schemas.codec import MalformedBody, ValueTooLarge, WrongSchema
+from schemas.registry import default_registry
+
+EVENTS_NAMESPACE = "saga.v1.events"
+START_SAGA = "saga.v1.StartSaga"
+CANCEL_SAGA = "saga.v1.CancelSaga"
+RESUME_COMPENSATION = "saga.v1.ResumeCompensation"
+STEP_COMMAND = "saga.v1.StepCommand"
+STEP_RESULT = "saga.v1.StepResult"
+DEAD_LETTER = "saga.v1.DeadLetter"
+INPUTS_FOLDER = "inputs"
+
+EVENT_SCHEMAS: frozenset[str] = frozenset(f"{EVENTS_NAMESPACE}.{name}" for name in EVENT_TYPES)
+"""Full Avro names of every event type the domain knows."""
+
+TopicKind = Literal["start", "control", "results"]
+IncomingWire = StartSaga | CancelSaga | ResumeCompensation | StepResult
+
+T = TypeVar("T")
+E = TypeVar("E", CommandKind, ResultStatus)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeadLetter:
+    """A message a service could not process, kept with its original bytes (topic saga.dlq)."""
+
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    consumer: str
+    reason: str
+    failed_at: int  # epoch milliseconds
+    saga_id: str | None = None
+    original_key: bytes | None = None
+    original_value: bytes | None = None
+    original_headers: tuple[tuple[str, bytes | None], ...] = ()
+
+    @property
+    def message_id(self) -> str:
+        """The frozen DLQ message id format: ``dlq:{topic}:{partition}:{offset}``."""
+        return f"dlq:{self.source_topic}:{self.source_partition}:{self.source_offset}"
+
+
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(field.name for field in dataclasses.fields(cls))
+    return names
+
+
+def _record(obj: Any, exclude: Collection[str] = ()) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in _field_names(type(obj)) if name not in exclude}
+
+
+def _build(cls: Callable[..., T], name: str, values: Mapping[str, Any]) -> T:
+    """Construct a dataclass from a decoded record; a shape mismatch is a bad message, not a crash."""
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as error:
+        raise MalformedBody(f"{name} does not fit {getattr(cls, '__name__', cls)}: {error}") from error
+
+
+def _symbol(enum: type[E], value: Any, name: str) -> E:
+    """Map an Avro enum symbol to the domain StrEnum (both list the same symbols; a test checks it)."""
+    try:
+        return enum(value)
+    except ValueError as error:
+        raise MalformedBody(f"{name}: {value!r} is not a {enum.__name__}") from error
+
+
+# --- events -------------------------------------------------------------------------------------------
+
+
+def event_type_name(event: Event) -> str:
+    """The event's record name (``SagaStarted``), as stored in the event table's ``event_type``."""
+    return type(event).__name__
+
+
+def event_schema_name(event: Event) -> str:
+    """The event's full Avro name (``saga.v1.events.SagaStarted``)."""
+    return f"{EVENTS_NAMESPACE}.{type(event).__name__}"
+
+
+def encode_event(event: Event) -> bytes:
+    """Single-object encode a saga event with its schema from ``schemas/events``."""
+    record = _record(event)
+    for key, value in record.items():
+        if isinstance(value, tuple):
+            record[key] = list(value)  # Avro arrays; fastavro could read a tuple as a union tag
+    return default_registry().encode(event_schema_name(event), record)
+
+
+def decode_event(data: bytes) -> Event:
+    """Decode any saga event; raises WrongSchema for a value that is not an event."""
+    name, record = default_registry().decode_as(data, EVENT_SCHEMAS)
+    cls = EVENT_TYPES[name.rpartition(".")[2]]
+    known = _field_names(cls)
+    values = {key: tuple(v) if isinstance(v, list) else v for key, v in record.items() if key in known}
+    return _build(cls, name, values)
+
+
+# --- saga.start / saga.control ------------------------------------------------------------------------
+
+
+def encode_start(message: StartSaga) -> bytes:
+    """Encode a StartSaga command for topic saga.start."""
+    return default_registry().encode(START_SAGA, _record(message))
+
+
+def _start_from(record: dict[str, Any]) -> StartSaga:
+    return _build(StartSaga, START_SAGA, record)
+
+
+def decode_start(data: bytes) -> StartSaga:
+    """Decode a StartSaga command."""
+    return _start_from(default_registry().decode_as(data, START_SAGA)[1])
+
+
+def encode_cancel(message: CancelSaga) -> bytes:
+    """Encode a CancelSaga command for topic saga.control."""
+    return default_registry().encode(CANCEL_SAGA, _record(message))
+
+
+def _cancel_from(record: dict[str, Any]) -> CancelSaga:
+    return _build(CancelSaga, CANCEL_SAGA, record)
+
+
+def decode_cancel(data: bytes) -> CancelSaga:
+    """Decode a CancelSaga command."""
+    return _cancel_from(default_registry().decode_as(data, CANCEL_SAGA)[1])
+
+
+def encode_resume(message: ResumeCompensation) -> bytes:
+    """Encode an operator's ResumeCompensation for topic saga.control."""
+    return default_registry().encode(RESUME_COMPENSATION, _record(message))
+
+
+def _resume_from(record: dict[str, Any]) -> ResumeCompensation:
+    return _build(ResumeCompensation, RESUME_COMPENSATION, record)
+
+
+def decode_resume(data: bytes) -> ResumeCompensation:
+    """Decode a ResumeCompensation command."""
+    return _resume_from(default_registry().decode_as(data, RESUME_COMPENSATION)[1])
+
+
+# --- participant commands and results -----------------------------------------------------------------
+
+
+def encode_result(result: StepResult) -> bytes:
+    """Encode a participant's StepResult for topic <participant>.results."""
+    record = _record(result)
+    record["kind"] = result.kind.value
+    record["status"] = result.status.value
+    return default_registry().encode(STEP_RESULT, record)
+
+
+def _result_from(record: dict[str, Any]) -> StepResult:
+    record["kind"] = _symbol(CommandKind, record["kind"], STEP_RESULT)
+    record["status"] = _symbol(ResultStatus, record["status"], STEP_RESULT)
+    return _build(StepResult, STEP_RESULT, record)
+
+
+def decode_result(data: bytes) -> StepResult:
+    """Decode a StepResult; ``kind`` and ``status`` come back as CommandKind and ResultStatus."""
+    return _result_from(default_registry().decode_as(data, STEP_RESULT)[1])
+
+
+def encode_command(command: StepCommand) -> bytes:
+    """Encode a StepCommand for topic <participant>.commands.
+
+    ``participant`` (the topic) and ``message_id`` (a header) are not part of the Avro record.
+    """
+    record = _record(command, exclude=("participant", "message_id"))
+    record["kind"] = command.kind.value
+    return default_registry().encode(STEP_COMMAND, record)
+
+
+def decode_command(data: bytes, *, participant: str, message_id: str) -> StepCommand:
+    """Decode a StepCommand; the caller supplies what travels outside the body (topic, header)."""
+    record = default_registry().decode_as(data, STEP_COMMAND)[1]
+    record["kind"] = _symbol(CommandKind, record["kind"], STEP_COMMAND)
+    return _build(StepCommand, STEP_COMMAND, {**record, "participant": participant, "message_id": message_id})
+
+
+_TOPIC_SCHEMAS: dict[str, frozenset[str]] = {
+    "start": frozenset({START_SAGA}),
+    "control": frozenset({CANCEL_SAGA, RESUME_COMPENSATION}),
+    "results": frozenset({STEP_RESULT}),
+}
+_INCOMING: dict[str, Callable[[dict[str, Any]], IncomingWire]] = {
+    START_SAGA: _start_from,
+    CANCEL_SAGA: _cancel_from,
+    RESUME_COMPENSATION: _resume_from,
+    STEP_RESULT: _result_from,
+}
+
+
+def decode_incoming(topic_kind: TopicKind, data: bytes) -> IncomingWire:
+    """Decode a message the orchestrator consumes, checking it is the one its topic carries:
+    ``start`` -> StartSaga, ``control`` -> CancelSaga or ResumeCompensation, ``results`` -> StepResult."""
+    try:
+        expected = _TOPIC_SCHEMAS[topic_kind]
+    except KeyError:
+        raise ValueError(f"unknown topic kind {topic_kind!r}") from None
+    name, record = default_registry().decode_as(data, expected)
+    return _INCOMING[name](record)
+
+
+# --- saga inputs --------------------------------------------------------------------------------------
+
+
+def _input_names() -> list[str]:
+    return default_registry().names(INPUTS_FOLDER)
+
+
+def encode_input(full_name: str, record: Mapping[str, Any]) -> bytes:
+    """Encode a saga input record (a schema from ``schemas/inputs``, e.g. saga.v1.trip.TripRequest)."""
+    inputs = _input_names()
+    if full_name not in inputs:
+        raise WrongSchema(full_name, frozenset(inputs))
+    return default_registry().encode(full_name, record)
+
+
+def decode_input(data: bytes, expected: str | None = None) -> tuple[str, dict[str, Any]]:
+    """Decode a saga input; ``expected`` (a full name) narrows it to one saga type's input schema."""
+    return default_registry().decode_as(data, _input_names() if expected is None else expected)
+
+
+# --- dead letters -------------------------------------------------------------------------------------
+
+
+def encode_dead_letter(letter: DeadLetter) -> bytes:
+    """Encode a dead letter for topic saga.dlq.
+
+    An original value too large to fit in the letter is dropped (the reason says so) rather than
+    losing the whole letter: the source topic, partition and offset still locate it.
+    """
+    registry = default_registry()
+    record = _record(letter)
+    record["original_headers"] = [{"key": k, "value": v} for k, v in letter.original_headers]
+    try:
+        return registry.encode(DEAD_LETTER, record)
+    except ValueTooLarge:
+        if letter.original_value is None:
+            raise
+    size = len(letter.original_value)
+    record["original_value"] = None
+    record["reason"] = f"{letter.reason} (original value of {size} bytes not kept: too large)"
+    return registry.encode(DEAD_LETTER, record)
+
+
+def decode_dead_letter(data: bytes) -> DeadLetter:
+    """Decode a dead letter."""
+    record = default_registry().decode_as(data, DEAD_LETTER)[1]
+    record["original_headers"] = tuple((h["key"], h["value"]) for h in record["original_headers"])
+    return _build(DeadLetter, DEAD_LETTER, record)

@@ -1,0 +1,264 @@
+"""Outbox relay: publishes committed outbox rows to Kafka, then deletes them.
+
+Delivery is at-least-once. The relay deletes rows only after Kafka acknowledged every record of the batch
+(acks=all); a crash or error between the acknowledgement and the DELETE leaves the rows in place, and they
+are published again later with the same ``message_id`` header. Every consumer dedupes on that header.
+
+Order: rows are read in id order and sent in that order through one idempotent producer, so records with
+the same key (same partition) reach Kafka in id order. Ids follow commit order for one key as long as one
+key's rows are written by transactions that commit one after another — true for a saga, whose event-store
+primary key serialises its writers. A row whose ``available_at`` is in the future is deliberately held back
+and may be overtaken by later rows of its key.
+
+Only one relay per table is active: the active one holds a session-level ``pg_try_advisory_lock`` on a
+connection it keeps; others stand by and retry the lock. If that connection dies, Postgres releases the
+lock and a standby takes over.
+
+A row Kafka refuses for good (unknown topic, record too large) stops its table at that row: it is retried
+with backoff and logged with its id and saga ids until an operator fixes or deletes it, because skipping it
+would break the order of its key.
+
+Wake-up: a short adaptive poll (``min_poll_ms`` while rows keep coming, doubling to ``max_poll_ms`` when
+idle, none at all while batches are full) instead of LISTEN/NOTIFY, whose NOTIFY in every writing
+transaction serialises commits on a global lock. ``bench/relay.py`` measures both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import orjson
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from infra.db import check_table
+
+log = logging.getLogger(__name__)
+
+ProducerFactory = Callable[[], Any]  # returns an unstarted AIOKafkaProducer (or a compatible object)
+
+
+def relay_lock_key(table: str) -> int:
+    """The advisory-lock key of ``table``'s relay: a stable signed 64-bit hash of the table name."""
+    digest = hashlib.blake2b(f"outbox-relay:{table}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def default_producer_factory(bootstrap_servers: str) -> ProducerFactory:
+    """Idempotent producer, acks from all in-sync replicas, a few ms of linger to fill batches."""
+
+    def factory() -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            bootstrap_servers=bootstrap_servers,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=2,
+            max_batch_size=512 * 1024,
+            client_id="outbox-relay",
+        )
+
+    return factory
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    if stop.is_set() or seconds <= 0:
+        return
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
+
+
+class OutboxRelay:
+    """Publishes one outbox table; ``run`` until stopped, or ``publish_once`` step by step in tests."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        table: str,
+        bootstrap_servers: str | None = None,
+        *,
+        producer_factory: ProducerFactory | None = None,
+        batch_size: int = 500,
+        min_poll_ms: float = 5,
+        max_poll_ms: float = 50,
+        standby_retry_ms: float = 1000,
+        max_backoff_ms: float = 5000,
+    ) -> None:
+        if producer_factory is None:
+            if bootstrap_servers is None:
+                raise ValueError("give bootstrap_servers or producer_factory")
+            producer_factory = default_producer_factory(bootstrap_servers)
+        self.table = check_table(table)
+        self._pool = pool
+        self._producer_factory = producer_factory
+        self._batch_size = batch_size
+        self._min_poll_s = min_poll_ms / 1000
+        self._max_poll_s = max_poll_ms / 1000
+        self._standby_retry_s = standby_retry_ms / 1000
+        self._max_backoff_s = max_backoff_ms / 1000
+        self._lock_key = relay_lock_key(table)
+        self._conn: asyncpg.Connection | None = None  # holds the advisory lock while not None
+        self._producer: Any = None
+        self._select_sql = (
+            f"SELECT id, topic, message_key, value, headers::text AS headers, message_id FROM {table}"
+            " WHERE available_at <= now() ORDER BY id LIMIT $1"
+        )
+        self._delete_sql = f"DELETE FROM {table} WHERE id = ANY($1::bigint[])"
+        self.published_total = 0
+
+    @property
+    def is_active(self) -> bool:
+        """True while this relay holds the table's lock."""
+        return self._conn is not None
+
+    async def publish_once(self) -> int:
+        """Take the lock if free, publish one batch of due rows, delete them; return the rows published
+        (0 when standing by or when nothing is due). Errors propagate; ``run`` handles them."""
+        if not await self._ensure_active():
+            return 0
+        return await self._publish_batch(await self._ensure_producer())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Publish until ``stop`` is set, surviving Kafka and Postgres outages with backoff; then close."""
+        idle_s = self._min_poll_s
+        backoff_s = self._min_poll_s
+        try:
+            while not stop.is_set():
+                try:
+                    if not await self._ensure_active():
+                        await _sleep_or_stop(stop, self._standby_retry_s)
+                        continue
+                    published = await self._publish_batch(await self._ensure_producer())
+                except Exception as exc:  # a supervisor loop: log, back off, retry; never crash the service
+                    await self._after_error(exc, backoff_s)
+                    await _sleep_or_stop(stop, backoff_s)
+                    backoff_s = min(max(backoff_s * 2, 0.1), self._max_backoff_s)
+                    continue
+                backoff_s = self._min_poll_s
+                if published >= self._batch_size:
+                    continue  # more is waiting: no sleep
+                idle_s = self._min_poll_s if published else min(idle_s * 2, self._max_poll_s)
+                await _sleep_or_stop(stop, idle_s)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop the producer and give the lock (and its connection) back."""
+        await self._drop_producer()
+        await self._drop_connection()
+
+    async def _ensure_active(self) -> bool:
+        if self._conn is not None:
+            return True
+        conn = await self._pool.acquire()
+        try:
+            locked = await conn.fetchval("SELECT pg_try_advisory_lock($1)", self._lock_key)
+        except BaseException:
+            await self._pool.release(conn)
+            raise
+        if not locked:
+            await self._pool.release(conn)
+            return False
+        self._conn = conn
+        log.info("outbox relay active", extra={"table": self.table})
+        return True
+
+    async def _ensure_producer(self) -> Any:
+        if self._producer is None:
+            producer = self._producer_factory()
+            try:
+                await producer.start()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await producer.stop()
+                raise
+            self._producer = producer
+        return self._producer
+
+    async def _publish_batch(self, producer: Any) -> int:
+        assert self._conn is not None
+        rows = await self._conn.fetch(self._select_sql, self._batch_size)
+        if not rows:
+            return 0
+        # Send everything first so the producer batches per partition, then wait for all acks.
+        futures = []
+        try:
+            for row in rows:
+                futures.append(
+                    await producer.send(
+                        row["topic"],
+                        value=row["value"],
+                        key=row["message_key"].encode(),
+                        headers=_headers(row),
+                    )
+                )
+        except Exception as exc:  # e.g. unknown topic (metadata timeout), record too large
+            await asyncio.gather(*futures, return_exceptions=True)
+            raise _BatchFailed(rows, exc) from exc
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise _BatchFailed(rows, failures[0]) from failures[0]
+        await self._conn.execute(self._delete_sql, [row["id"] for row in rows])
+        self.published_total += len(rows)
+        log.debug("outbox batch published", extra={"table": self.table, "rows": len(rows)})
+        return len(rows)
+
+    async def _after_error(self, exc: Exception, retry_in_s: float) -> None:
+        fields: dict[str, Any] = {"table": self.table, "error": repr(exc), "retry_in_s": round(retry_in_s, 3)}
+        cause: BaseException = exc
+        if isinstance(exc, _BatchFailed):
+            fields["saga_ids"] = exc.saga_ids
+            fields["first_id"] = exc.first_id
+            cause = exc.cause
+        log.warning("outbox relay error, retrying", extra=fields)
+        if isinstance(cause, KafkaError):
+            # A producer whose idempotent sequence broke must be recreated; the lock connection is fine.
+            await self._drop_producer()
+        else:
+            await self._drop_connection()
+
+    async def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                await producer.stop()
+            except Exception as exc:
+                log.warning("kafka producer stop failed", extra={"table": self.table, "error": repr(exc)})
+
+    async def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            # The pool runs pg_advisory_unlock_all() on release; a dead connection lost the lock anyway.
+            await self._pool.release(conn, timeout=5)
+        except Exception as exc:
+            log.warning("relay connection release failed", extra={"table": self.table, "error": repr(exc)})
+            conn.terminate()
+        log.info("outbox relay inactive", extra={"table": self.table})
+
+
+def _headers(row: asyncpg.Record) -> list[tuple[str, bytes]]:
+    stored: dict[str, Any] = orjson.loads(row["headers"])
+    headers = [(name, str(value).encode()) for name, value in stored.items() if name != "message_id"]
+    headers.append(("message_id", row["message_id"].encode()))
+    return headers
+
+
+class _BatchFailed(Exception):
+    """A produce batch failed; carries the saga ids involved for the log line."""
+
+    def __init__(self, rows: list[asyncpg.Record], cause: BaseException) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
+        self.first_id: int = rows[0]["id"]
+        keys = dict.fromkeys(orjson.loads(row["headers"]).get("saga_id", row["message_key"]) for row in rows)
+        self.saga_ids = list(keys)[:20]

@@ -1,0 +1,1 @@
+"""Saga participants: the kit, the reference participants, their worker and an effects reader."""

@@ -1,0 +1,1 @@
+"""Flight participant: books and cancels a flight per saga step."""

@@ -1,0 +1,1 @@
+"""Hotel participant: books and cancels a hotel room per saga step."""

@@ -1,0 +1,233 @@
+"""Handle one StepCommand delivery: dedupe by idempotency key, change business data, reply via outbox.
+
+Everything for one delivery happens in ONE local Postgres transaction, so the recorded outcome, the
+business change and the reply commit (or vanish) together; the caller acknowledges the Kafka message
+only after this returns. Redelivery is normal and harmless: a recorded key gets its recorded reply again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+from typing import Any
+
+import asyncpg
+
+from orchestrator.domain.messages import CommandKind
+from outbox.writer import write_outbox
+from participants.kit.outcome import Failed, Outcome, ReceivedCommand
+from participants.kit.participant import Participant
+from participants.kit.replies import (
+    STEP_COMMAND,
+    Delivery,
+    HeadersArg,
+    RecordedReply,
+    dead_letter_message,
+    header_pairs,
+    header_text,
+    outcome_message,
+    step_result_message,
+)
+from schemas.registry import SchemaRegistry, default_registry
+from schemas.topics import Topics
+
+log = logging.getLogger(__name__)
+
+# Errors that mean the connection or server is unusable, not that the handler failed.
+_DATABASE_GONE = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.InterfaceError,
+    OSError,
+)
+
+
+class Disposition(StrEnum):
+    """What happened to one delivery (for logs, metrics and tests)."""
+
+    RECORDED = "recorded"  # handled; the final outcome (success or definitive failure) is recorded
+    TRANSIENT = "transient"  # retryable failure replied; nothing recorded, business change rolled back
+    DUPLICATE = "duplicate"  # key already recorded: the recorded reply was sent again
+    DEAD_LETTERED = "dead_lettered"  # undecodable: a DeadLetter went to the DLQ topic
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Undo(Exception):
+    """Raised inside the handler's savepoint to roll back its business change, carrying the outcome."""
+
+    def __init__(self, outcome: Failed) -> None:
+        super().__init__(outcome.error_type)
+        self.outcome = outcome
+
+
+def decode_command(
+    registry: SchemaRegistry, value: bytes, message_id: str
+) -> tuple[ReceivedCommand, dict[str, Any]]:
+    """Decode a StepCommand and its embedded saga input; raises on anything malformed."""
+    _, record = registry.decode_as(value, STEP_COMMAND)
+    input_type, saga_input = registry.decode(record["input"])
+    command = ReceivedCommand(
+        saga_id=record["saga_id"],
+        saga_type=record["saga_type"],
+        step=record["step"],
+        action=record["action"],
+        kind=CommandKind(record["kind"]),
+        idempotency_key=record["idempotency_key"],
+        attempt=int(record["attempt"]),
+        input_type=input_type,
+        message_id=message_id,
+    )
+    return command, saga_input
+
+
+async def handle_command(
+    pool: asyncpg.Pool,
+    participant: Participant,
+    topics: Topics,
+    value: bytes,
+    headers: HeadersArg,
+    *,
+    delivery: Delivery | None = None,
+    registry: SchemaRegistry | None = None,
+    clock: Callable[[], int] = _now_ms,
+) -> Disposition:
+    """Process one delivery of a command for ``participant``; never raises for a bad message.
+
+    Raises only when Postgres is unreachable (the caller retries the same delivery, unacknowledged).
+    """
+    registry = registry or default_registry()
+    delivery = delivery or Delivery(topic=topics.commands(participant.name))
+    pairs = header_pairs(headers)
+    fallback_id = f"{delivery.topic}:{delivery.partition}:{delivery.offset}"
+    message_id = header_text(pairs, "message_id") or fallback_id
+    try:
+        command, saga_input = decode_command(registry, value, message_id)
+    except Exception as exc:  # anything undecodable is a poison message: park it, never crash
+        reason = f"undecodable StepCommand: {type(exc).__name__}: {exc}"
+        dead_letter = dead_letter_message(
+            registry,
+            dlq_topic=topics.dlq,
+            consumer=participant.consumer_name,
+            reason=reason,
+            delivery=delivery,
+            value=value,
+            headers=pairs,
+            now_ms=clock(),
+        )
+        async with pool.acquire() as conn, conn.transaction():
+            await write_outbox(conn, participant.outbox_table, [dead_letter])
+        log.warning(
+            "dead-lettered a command",
+            extra={"participant": participant.name, "saga_id": header_text(pairs, "saga_id"),
+                   "message_id": message_id, "reason": reason},
+        )
+        return Disposition.DEAD_LETTERED
+
+    results_topic = topics.results(participant.name)
+    async with pool.acquire() as conn, conn.transaction():
+        claimed = await conn.fetchval(
+            f"""INSERT INTO {participant.processed_table}
+                    (idempotency_key, saga_id, step, kind, action, attempt, status)
+                VALUES ($1, $2, $3, $4, $5, $6, 'PENDING')
+                ON CONFLICT (idempotency_key) DO NOTHING
+                RETURNING true""",
+            command.idempotency_key, command.saga_id, command.step, command.kind.value,
+            command.action, command.attempt,
+        )
+        if not claimed:
+            # A concurrent holder of the key made this INSERT wait for its commit; the row is final now.
+            row = await conn.fetchrow(
+                f"""SELECT status, error_type, error_message, output
+                    FROM {participant.processed_table} WHERE idempotency_key = $1""",
+                command.idempotency_key,
+            )
+            if row is None:  # the other holder rolled back its claim between our two statements
+                raise RuntimeError(f"idempotency key {command.idempotency_key} vanished; retry delivery")
+            recorded = RecordedReply(row["status"], row["error_type"], row["error_message"], row["output"])
+            reply = step_result_message(registry, command, results_topic, recorded)
+            await write_outbox(conn, participant.outbox_table, [reply])
+            _log_outcome(participant, command, Disposition.DUPLICATE, recorded.status, recorded.error_type)
+            return Disposition.DUPLICATE
+
+        outcome = await _run_in_savepoint(conn, participant, command, saga_input)
+        transient = isinstance(outcome, Failed) and outcome.retryable
+        if transient:
+            # Not recorded: the key stays free so a later attempt does the work.
+            await conn.execute(
+                f"DELETE FROM {participant.processed_table} WHERE idempotency_key = $1",
+                command.idempotency_key,
+            )
+        else:
+            recorded = RecordedReply.of(outcome)
+            await conn.execute(
+                f"""UPDATE {participant.processed_table}
+                    SET status = $2, error_type = $3, error_message = $4, output = $5
+                    WHERE idempotency_key = $1""",
+                command.idempotency_key, recorded.status, recorded.error_type,
+                recorded.error_message, recorded.output,
+            )
+        reply = outcome_message(registry, command, results_topic, outcome, clock())
+        await write_outbox(conn, participant.outbox_table, [reply])
+    disposition = Disposition.TRANSIENT if transient else Disposition.RECORDED
+    error_type = outcome.error_type if isinstance(outcome, Failed) else None
+    _log_outcome(participant, command, disposition, RecordedReply.of(outcome).status, error_type)
+    return disposition
+
+
+async def _run_in_savepoint(
+    conn: asyncpg.Connection,
+    participant: Participant,
+    command: ReceivedCommand,
+    saga_input: Mapping[str, Any],
+) -> Outcome:
+    """Run the handler in a savepoint; any failure rolls its business change back."""
+    handler = participant.handlers.get(command.action)
+    if handler is None:
+        return Failed("UnknownAction", f"{participant.name} has no action {command.action!r}")
+    if participant.input_types and command.input_type not in participant.input_types:
+        return Failed("UnsupportedInput", f"{participant.name} cannot read input {command.input_type}")
+    try:
+        async with conn.transaction():
+            outcome = await handler(conn, command, saga_input)
+            if isinstance(outcome, Failed):
+                raise _Undo(outcome)  # a failed step must leave no business trace
+        return outcome
+    except _Undo as undo:
+        return undo.outcome
+    except _DATABASE_GONE:
+        raise  # the database is gone: the delivery is retried, unacknowledged
+    except Exception as exc:  # a handler bug or a data conflict: transient, so a retry gets a fresh chance
+        log.exception(
+            "handler raised", extra={"participant": participant.name, "saga_id": command.saga_id,
+                                     "action": command.action, "idempotency_key": command.idempotency_key},
+        )
+        return Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
+
+
+def _log_outcome(
+    participant: Participant,
+    command: ReceivedCommand,
+    disposition: Disposition,
+    status: str,
+    error_type: str | None,
+) -> None:
+    log.info(
+        "command %s", disposition.value,
+        extra={
+            "participant": participant.name,
+            "saga_id": command.saga_id,
+            "saga_type": command.saga_type,
+            "step": command.step,
+            "action": command.action,
+            "idempotency_key": command.idempotency_key,
+            "attempt": command.attempt,
+            "status": status,
+            "error_type": error_type,
+            "disposition": disposition.value,
+        },
+    )

@@ -1,0 +1,53 @@
+"""What a participant handler receives and returns (pure data, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.domain.messages import CommandKind
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReceivedCommand:
+    """A decoded ``saga.v1.StepCommand`` plus the delivery facts the kit needs for the reply."""
+
+    saga_id: str
+    saga_type: str
+    step: str
+    action: str
+    kind: CommandKind
+    idempotency_key: str
+    attempt: int
+    input_type: str  # full Avro name of the saga input record, e.g. saga.v1.trip.TripRequest
+    message_id: str  # the command's message_id header: the causation id of the reply
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    """The business change is done; ``output`` is an optional participant-defined payload."""
+
+    output: bytes | None = None
+    reply_delay_ms: int = 0  # > 0 holds the reply back in the outbox (simulates a slow participant)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The step did not happen. ``retryable`` = transient: not recorded, so a retry can do the work."""
+
+    error_type: str
+    message: str
+    retryable: bool = False
+    reply_delay_ms: int = 0
+
+
+Outcome = Succeeded | Failed
+
+
+@dataclass(frozen=True)
+class Proceed:
+    """Verdict of a pure business rule: go ahead with the change (optionally delaying the reply)."""
+
+    reply_delay_ms: int = 0
+
+
+Verdict = Proceed | Failed

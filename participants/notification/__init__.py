@@ -1,0 +1,1 @@
+"""Notification participant: sends the itinerary e-mail."""

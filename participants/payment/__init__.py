@@ -1,0 +1,1 @@
+"""Payment participant: charges and refunds a card per saga step."""

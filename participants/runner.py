@@ -1,0 +1,240 @@
+"""Run one participant as a faust-streaming worker: consume ``<name>.commands``, reply via the outbox.
+
+    python -m participants.runner flight        # or hotel / payment / notification
+
+One process holds: a faust app whose agent hands each command to the kit (one Postgres transaction per
+delivery; faust acknowledges the offset only after the agent's loop body returns, i.e. after the commit,
+and commits acknowledged offsets every ``broker_commit_interval``), and the participant's own outbox relay
+publishing ``<schema>.outbox`` rows (replies to ``<name>.results``, dead letters to ``saga.dlq``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import faust
+
+from infra.db import create_pool
+from infra.kafka_admin import ensure_topics
+from infra.logging import configure_logging
+from infra.settings import Settings
+from outbox.relay import OutboxRelay
+from participants.kit.ddl import ensure_participant_schema
+from participants.kit.handle import Disposition, handle_command
+from participants.kit.participant import Participant
+from participants.kit.replies import Delivery, HeadersArg
+from participants.registry import get_participant
+from schemas.topics import Topics
+
+log = logging.getLogger(__name__)
+
+# Postgres outages are ridden out by retrying the same (unacknowledged) delivery with this backoff.
+_RETRY_FIRST_S = 0.1
+_RETRY_MAX_S = 5.0
+
+
+class DeliveryAbandoned(Exception):
+    """The worker is stopping and Postgres is unavailable: the delivery stays unacknowledged."""
+
+
+def app_id(name: str, settings: Settings) -> str:
+    """Consumer-group id of a participant's workers (the topic prefix keeps deployments apart)."""
+    return f"{settings.saga_topic_prefix}saga-participant-{name}"
+
+
+def participant_topics(name: str, settings: Settings) -> list[str]:
+    """Topics a participant worker reads or writes."""
+    topics = Topics(settings.saga_topic_prefix)
+    return [topics.commands(name), topics.results(name), topics.dlq]
+
+
+class ParticipantRuntime:
+    """The Postgres pool, schema and outbox relay of one worker, living on the worker's event loop.
+
+    Faust starts agents before app tasks, so the agent itself waits for :meth:`start` (idempotent).
+    """
+
+    def __init__(
+        self, participant: Participant, settings: Settings, *, should_stop: Callable[[], bool] | None = None
+    ) -> None:
+        self.participant = participant
+        self.settings = settings
+        self.topics = Topics(settings.saga_topic_prefix)
+        self.stopping = False
+        self._should_stop = should_stop or (lambda: False)
+        self._pool: asyncpg.Pool | None = None
+        self._start_lock: asyncio.Lock | None = None
+        self._relay_stop: asyncio.Event | None = None
+        self._relay_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> asyncpg.Pool:
+        """Open the pool, create the participant's tables and start its outbox relay (once)."""
+        if self._pool is not None:
+            return self._pool
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._pool is None:
+                # +1: the relay keeps one connection for its advisory lock.
+                pool = await create_pool(self.settings.dsn(), self.settings.saga_db_pool_size + 1)
+                await ensure_participant_schema(pool, self.participant)
+                relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka_servers())
+                self._relay_stop = asyncio.Event()
+                self._relay_task = asyncio.create_task(
+                    relay.run(self._relay_stop), name=f"outbox-relay-{self.participant.name}"
+                )
+                self._pool = pool
+                log.info("participant started", extra={"participant": self.participant.name})
+        return self._pool
+
+    async def stop(self) -> None:
+        """Stop the relay (it flushes nothing more) and close the pool; safe to call twice."""
+        self.stopping = True
+        if self._relay_stop is not None:
+            self._relay_stop.set()
+        if self._relay_task is not None:
+            await asyncio.gather(self._relay_task, return_exceptions=True)
+            self._relay_task = None
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+        log.info("participant stopped", extra={"participant": self.participant.name})
+
+    async def process(self, value: bytes, headers: HeadersArg, delivery: Delivery) -> Disposition:
+        """Handle one delivery, retrying while Postgres is unavailable (the offset stays unacknowledged)."""
+        delay = _RETRY_FIRST_S
+        while True:
+            pool = await self.start()
+            try:
+                return await handle_command(
+                    pool, self.participant, self.topics, value, headers, delivery=delivery
+                )
+            except Exception as exc:
+                if self.stopping or self._should_stop():
+                    # Give up without acknowledging: the next owner of the partition gets it again.
+                    # Retrying here would hold the worker's shutdown hostage to Postgres.
+                    raise DeliveryAbandoned(repr(exc)) from exc
+                log.warning(
+                    "command not handled, retrying",
+                    extra={"participant": self.participant.name, "topic": delivery.topic,
+                           "partition": delivery.partition, "offset": delivery.offset,
+                           "retry_in_s": delay, "error": repr(exc)},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+
+
+def build_app(name: str, settings: Settings, *, per_partition: bool = True) -> faust.App:
+    """The faust app of participant ``name`` (not started).
+
+    ``per_partition`` runs one agent actor per assigned partition (faust's isolated partitions): commands
+    of one saga (one key, one partition) stay in order while partitions proceed in parallel. Without it
+    one actor handles every assigned partition in turn.
+    """
+    participant = get_participant(name)
+    name = participant.name
+    ident = app_id(name, settings)
+    datadir = settings.saga_home / "faust" / ident
+    datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level itself
+    app = faust.App(
+        ident,
+        broker=[f"kafka://{server.strip()}" for server in settings.kafka_servers().split(",")],
+        value_serializer="raw",
+        key_serializer="raw",
+        web_enabled=False,
+        datadir=str(datadir),
+        topic_partitions=settings.saga_topic_partitions,
+        topic_replication_factor=1,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=1.0,
+        # A killed worker's partitions move to the others after this (faust's default is 60 s).
+        broker_session_timeout=10.0,
+    )
+    runtime = ParticipantRuntime(participant, settings, should_stop=lambda: bool(app.should_stop))
+    commands = app.topic(
+        runtime.topics.commands(name),
+        key_type=bytes,
+        value_type=bytes,
+        partitions=settings.saga_topic_partitions,
+    )
+
+    async def consume(stream: Any) -> None:
+        # Manual acks: faust's own iterator acks an event in a ``finally`` around its ``yield``, so an
+        # event whose processing raised (e.g. Postgres down while the worker stops) would be acked and
+        # its offset committed unprocessed. With noack() only a committed transaction leads to an ack.
+        async for event in stream.noack().events():
+            message = event.message
+            delivery = Delivery(
+                topic=message.topic, partition=message.partition, offset=message.offset, key=message.key
+            )
+            try:
+                await runtime.process(event.value, event.headers, delivery)
+            except DeliveryAbandoned as abandoned:
+                # Its offset stays uncommitted (faust commits only up to the first unacked offset), so it
+                # is redelivered after the restart. Faust's shutdown waits until every tracked message is
+                # acked, which this one never will be: stop tracking it (private attribute, pinned faust).
+                app.consumer._unacked_messages.discard(message)  # type: ignore[attr-defined]
+                log.warning(
+                    "delivery left for redelivery", extra={"participant": name, "topic": delivery.topic,
+                    "partition": delivery.partition, "offset": delivery.offset, "error": str(abandoned)},
+                )
+                continue
+            event.ack()
+
+    app.agent(commands, name=f"{ident}-commands", isolated_partitions=per_partition)(consume)
+    app.task(runtime.start)  # relay runs even when no command arrives (it flushes replies left behind)
+
+    async def on_before_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+        await runtime.stop()
+
+    # weak=False: the signal holds receivers weakly by default and this closure has no other owner.
+    # mode's NamedArg("BaseSignalT") alias does not resolve for mypy, hence the ignore.
+    app.on_before_shutdown.connect(on_before_shutdown, weak=False)  # type: ignore[arg-type]
+    app.participant_runtime = runtime  # type: ignore[attr-defined]  # handy for in-process tests
+    return app
+
+
+async def prepare(name: str, settings: Settings) -> None:
+    """Create the participant's topics (before faust subscribes) and its tables; idempotent."""
+    participant = get_participant(name)
+    await ensure_topics(settings.kafka_servers(), participant_topics(participant.name, settings),
+                        settings.saga_topic_partitions)
+    pool = await create_pool(settings.dsn(), 1)
+    try:
+        await ensure_participant_schema(pool, participant)
+    finally:
+        await pool.close()
+
+
+def run_participant(name: str, settings: Settings | None = None) -> None:
+    """Run participant ``name`` (a reference name or ``module:attribute``) until SIGINT/SIGTERM (blocking)."""
+    settings = settings or Settings()
+    configure_logging(settings.saga_log_level)
+    asyncio.run(prepare(name, settings))
+    app = build_app(name, settings)
+    worker = faust.Worker(
+        app,
+        loglevel=settings.saga_log_level,
+        quiet=True,
+        override_logging=False,  # keep the structured (JSON) logging configured above
+        redirect_stdouts=False,
+    )
+    worker.spinner = None  # it writes terminal escape codes to stdout even when quiet
+    worker.execute_from_commandline()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry: ``python -m participants.runner <name>``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        raise SystemExit("usage: python -m participants.runner {flight|hotel|payment|notification}")
+    run_participant(args[0])
+
+
+if __name__ == "__main__":
+    main()

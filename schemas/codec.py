@@ -1,0 +1,160 @@
+"""Avro single-object encoding: framing, CRC-64-AVRO fingerprints and the wire errors.
+
+``SchemaRegistry`` and ``default_registry`` (defined in ``schemas.registry``) are importable from here
+too, so callers need one import for the codec and its errors.
+
+A single-object encoded value is ``C3 01`` + the 8-byte little-endian CRC-64-AVRO fingerprint of the
+writer schema's Parsing Canonical Form + the Avro binary body (Avro specification, "Single-object
+encoding"). Everything here is pure: no schema files are read by this module.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from schemas.registry import SchemaRegistry, default_registry
+
+MARKER = b"\xc3\x01"
+"""The two-byte marker that starts every single-object encoded value."""
+
+FINGERPRINT_SIZE = 8
+HEADER_SIZE = len(MARKER) + FINGERPRINT_SIZE
+
+# The CRC-64-AVRO "empty" value and polynomial, as given in the Avro specification.
+_EMPTY = 0xC15D213AA4D7A795
+
+
+def _crc64_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        value = byte
+        for _ in range(8):
+            value = (value >> 1) ^ (_EMPTY & -(value & 1))
+        table.append(value)
+    return tuple(table)
+
+
+_TABLE = _crc64_table()
+
+
+def crc64_avro(data: bytes) -> int:
+    """The CRC-64-AVRO (Rabin) fingerprint of ``data`` as an unsigned 64-bit integer."""
+    value = _EMPTY
+    for byte in data:
+        value = (value >> 8) ^ _TABLE[(value ^ byte) & 0xFF]
+    return value
+
+
+def fingerprint_of(canonical_form: str) -> bytes:
+    """The 8 fingerprint bytes (little-endian) of a schema given in Parsing Canonical Form."""
+    return crc64_avro(canonical_form.encode("utf-8")).to_bytes(FINGERPRINT_SIZE, "little")
+
+
+def header_for(fingerprint: bytes) -> bytes:
+    """The 10-byte single-object header for a writer schema fingerprint."""
+    if len(fingerprint) != FINGERPRINT_SIZE:
+        raise ValueError(f"a fingerprint has {FINGERPRINT_SIZE} bytes, got {len(fingerprint)}")
+    return MARKER + fingerprint
+
+
+def split_header(data: bytes) -> bytes:
+    """Check the marker and return the writer fingerprint; the body starts at ``HEADER_SIZE``."""
+    if len(data) < HEADER_SIZE or data[:2] != MARKER:
+        raise NotSingleObject(data)
+    return bytes(data[2:HEADER_SIZE])
+
+
+class WireError(ValueError):
+    """A value could not be encoded or decoded; ``reason`` says why in words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NotSingleObject(WireError):
+    """The bytes do not start with the single-object marker and a full fingerprint."""
+
+    def __init__(self, data: bytes) -> None:
+        start = bytes(data[:2]).hex() or "nothing"
+        super().__init__(
+            f"not an Avro single-object value: {len(data)} bytes starting with {start} "
+            f"(expected marker c301 and an {FINGERPRINT_SIZE}-byte fingerprint)"
+        )
+
+
+class UnknownFingerprint(WireError):
+    """No known writer schema has the fingerprint in the header."""
+
+    def __init__(self, fingerprint: bytes) -> None:
+        super().__init__(f"unknown writer schema fingerprint {fingerprint.hex()}")
+        self.fingerprint = fingerprint
+
+
+class UnknownSchemaName(WireError):
+    """A full schema name that the registry does not hold."""
+
+    def __init__(self, full_name: str) -> None:
+        super().__init__(f"unknown schema {full_name!r}")
+        self.full_name = full_name
+
+
+class WrongSchema(WireError):
+    """The value was written with a schema other than the ones the caller accepts."""
+
+    def __init__(self, actual: str, expected: frozenset[str]) -> None:
+        wanted = ", ".join(sorted(expected)) or "nothing"
+        super().__init__(f"value written as {actual}, expected {wanted}")
+        self.actual = actual
+        self.expected = expected
+
+
+class MalformedBody(WireError):
+    """The header was fine but the Avro body is not a valid value of the writer schema."""
+
+
+class ValueTooLarge(WireError):
+    """The value exceeds the configured size limit."""
+
+    def __init__(self, size: int, limit: int, what: str) -> None:
+        super().__init__(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class InvalidRecord(WireError):
+    """A record to encode does not match its schema (missing, extra or mistyped field)."""
+
+
+_REGISTRY_NAMES = frozenset({"SchemaRegistry", "default_registry"})
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily: schemas.registry imports this module, so a top-level import would be circular.
+    if name in _REGISTRY_NAMES:
+        from schemas import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "FINGERPRINT_SIZE",
+    "HEADER_SIZE",
+    "MARKER",
+    "InvalidRecord",
+    "MalformedBody",
+    "NotSingleObject",
+    "SchemaRegistry",
+    "UnknownFingerprint",
+    "UnknownSchemaName",
+    "ValueTooLarge",
+    "WireError",
+    "WrongSchema",
+    "crc64_avro",
+    "default_registry",
+    "fingerprint_of",
+    "header_for",
+    "split_header",
+]

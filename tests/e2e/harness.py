@@ -1,0 +1,106 @@
+"""The whole system as child processes on real Kafka and Postgres, and helpers to drive and observe it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+
+from cli.feed import assign_from_beginning
+from cli.run_cmd import service_commands, start_service, stop_services
+from infra.settings import Settings
+from orchestrator.bootstrap import prepare
+
+
+class Stack:
+    """Every service of one test module, each a real process that can be stopped, killed and restarted."""
+
+    def __init__(self, settings: Settings, log_dir: Path) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    @property
+    def labels(self) -> list[str]:
+        return list(service_commands(self.settings))
+
+    def start(self, *labels: str) -> None:
+        """Start the named services (all when none is named)."""
+        for label in labels or tuple(self.labels):
+            self.processes[label] = start_service(self.settings, label, str(self.log_dir))
+
+    def kill(self, label: str) -> None:
+        """kill -9 one service."""
+        process = self.processes[label]
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def stop(self) -> None:
+        """Stop every service (SIGTERM, then SIGKILL)."""
+        stop_services(self.processes)
+
+    def exited(self) -> dict[str, int]:
+        """Services that have exited, with their exit codes."""
+        return {k: p.returncode for k, p in self.processes.items() if p.poll() is not None}
+
+    def log(self, label: str) -> str:
+        """What a service logged so far."""
+        path = self.log_dir / f"{label}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+async def start_stack(settings: Settings, log_dir: Path) -> Stack:
+    """Create the topics, then start every service."""
+    await prepare(settings)
+    stack = Stack(settings, log_dir)
+    stack.start()
+    return stack
+
+
+async def publish(settings: Settings, topic: str, key: bytes | None, value: bytes | None,
+                  headers: list[tuple[str, bytes]] | None = None) -> None:
+    """Publish one record, with a fresh message id unless headers are given."""
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_servers())
+    await producer.start()
+    try:
+        if headers is None:
+            headers = [("message_id", str(uuid.uuid4()).encode())]
+        await producer.send_and_wait(topic, value=value, key=key, headers=headers)
+    finally:
+        await producer.stop()
+
+
+async def read_topic(settings: Settings, topic: str, timeout_s: float = 5.0) -> list[ConsumerRecord]:
+    """Every record currently on ``topic``, from the beginning."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_servers(), enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = await assign_from_beginning(consumer, topic)
+        ends = await consumer.end_offsets(partitions)
+        records: list[ConsumerRecord] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=200)).values():
+                records.extend(batch)
+            positions = [await consumer.position(p) for p in partitions]
+            if all(pos >= ends[p] for pos, p in zip(positions, partitions, strict=True)):
+                break
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def wait_for(predicate_coro: object, timeout_s: float, interval_s: float = 0.2) -> bool:
+    """Poll an async predicate (a zero-argument coroutine function) until it is true or time is up."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await predicate_coro():  # type: ignore[operator]
+            return True
+        await asyncio.sleep(interval_s)
+    return False

@@ -1,0 +1,167 @@
+"""The trip saga end to end: started through Kafka, outcome read from saga.events, effects from Postgres."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from cli.audit_cmd import audit_all
+from cli.demo_cmd import cancel, drive
+from cli.feed import EventFeed
+from cli.scenarios import COMPLETED_EFFECTS, SCENARIOS, mismatches, observed
+from infra.settings import Settings
+from orchestrator import wire
+from orchestrator.domain.events import SagaCancelRefused, SagaRejected
+from participants.effects import collect_effects
+from schemas.topics import Topics
+from tests.conftest import run_sync
+from tests.e2e.harness import Stack, publish, read_topic, start_stack
+
+pytestmark = pytest.mark.e2e
+
+TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    log_dir: Path = tmp_path_factory.mktemp("logs")
+    running = run_sync(start_stack(settings, log_dir))
+    yield running
+    running.stop()
+    print(f"service logs: {log_dir}")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def trip_run(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
+    """One saga per scenario, all at once; returns planned (id → scenario) and ended (id → terminal event)."""
+    run_id = uuid.uuid4().hex[:6]
+    planned = {f"e2e-{run_id}-{name}": name for name in SCENARIOS}
+    ended = await drive(stack.settings, planned, TIMEOUT_S)
+    return planned, ended
+
+
+async def _effects(settings: Settings, saga_id: str) -> dict[str, int]:
+    pool = await asyncpg.create_pool(settings.dsn(), min_size=1, max_size=2)
+    try:
+        return observed(await collect_effects(pool, saga_id))
+    finally:
+        await pool.close()
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+async def test_each_trigger_ends_as_documented(scenario: str, trip_run: tuple[dict[str, str], dict[str, str]],
+                                               stack: Stack) -> None:
+    planned, ended = trip_run
+    saga_id = next(saga for saga, name in planned.items() if name == scenario)
+    expected = SCENARIOS[scenario]
+    assert ended.get(saga_id) == expected.terminal, f"{saga_id} ended {ended.get(saga_id)}"
+    assert mismatches(expected.expected, await _effects(stack.settings, saga_id)) == []
+
+
+async def test_slow_charge_is_retried_with_the_same_key_and_charged_once(
+        trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
+    planned, _ = trip_run
+    saga_id = next(saga for saga, name in planned.items() if name == "card_slow")
+    feed = EventFeed(stack.settings.kafka_servers(), Topics(stack.settings.saga_topic_prefix).events)
+    await feed.start()
+    try:
+        await feed.read_to_end()
+    finally:
+        await feed.stop()
+    history = feed.history(saga_id)
+    charge_commands = [e for e in history if type(e).__name__ == "StepCommandSent" and e.step == "charge_card"]
+    assert len(charge_commands) >= 2, "the timed-out charge must be sent again"
+    assert {e.idempotency_key for e in charge_commands} == {f"{saga_id}:charge_card"}
+    assert any(type(e).__name__ == "StepTimedOut" for e in history)
+    assert (await _effects(stack.settings, saga_id))["charged"] == 1
+
+
+async def test_duplicate_start_starts_nothing_and_is_recorded(stack: Stack) -> None:
+    topics = Topics(stack.settings.saga_topic_prefix)
+    saga_id = f"e2e-dup-{uuid.uuid4().hex[:6]}"
+    body = wire.encode_start(SCENARIOS["happy"].start(saga_id))
+    await publish(stack.settings, topics.start, saga_id.encode(), body)
+    await publish(stack.settings, topics.start, saga_id.encode(), body)
+    feed = EventFeed(stack.settings.kafka_servers(), topics.events)
+    await feed.start()
+    try:
+        await feed.wait_terminal([saga_id], TIMEOUT_S)
+        for _ in range(50):  # the rejection may land after the terminal event
+            if any(isinstance(e, SagaRejected) for e in feed.history(saga_id)):
+                break
+            await feed.poll(200)
+    finally:
+        await feed.stop()
+    history = feed.history(saga_id)
+    assert type(feed.terminal[saga_id]).__name__ == "SagaCompleted"
+    rejections = [e for e in history if isinstance(e, SagaRejected)]
+    assert len(rejections) == 1 and "duplicate" in rejections[0].reason
+    assert sum(type(e).__name__ == "SagaStarted" for e in history) == 1
+    assert mismatches(COMPLETED_EFFECTS, await _effects(stack.settings, saga_id)) == []
+
+
+async def test_cancel_after_the_pivot_is_refused_and_recorded(stack: Stack) -> None:
+    topics = Topics(stack.settings.saga_topic_prefix)
+    saga_id = f"e2e-late-cancel-{uuid.uuid4().hex[:6]}"
+    ended = await drive(stack.settings, {saga_id: "happy"}, TIMEOUT_S)
+    assert ended[saga_id] == "SagaCompleted"
+    await cancel(stack.settings, saga_id, "too late")
+    feed = EventFeed(stack.settings.kafka_servers(), topics.events)
+    await feed.start()
+    try:
+        refused: list[SagaCancelRefused] = []
+        for _ in range(100):
+            await feed.poll(200)
+            refused = [e for e in feed.history(saga_id) if isinstance(e, SagaCancelRefused)]
+            if refused:
+                break
+    finally:
+        await feed.stop()
+    assert refused, "the refused cancel must be recorded"
+    assert "COMPLETED" in refused[0].reason
+    assert (await _effects(stack.settings, saga_id))["refunded"] == 0
+
+
+async def test_bad_input_goes_to_the_dead_letter_topic_and_the_consumer_keeps_going(stack: Stack) -> None:
+    topics = Topics(stack.settings.saga_topic_prefix)
+    garbage = b"\xc3\x01not-avro-at-all"
+    await publish(stack.settings, topics.start, b"e2e-garbage", garbage)
+    unknown_id = f"e2e-unknown-type-{uuid.uuid4().hex[:6]}"
+    start = SCENARIOS["happy"].start(unknown_id)
+    cruise = wire.encode_start(type(start)(saga_id=unknown_id, saga_type="cruise", tenant_id=None, input=start.input))
+    await publish(stack.settings, topics.start, unknown_id.encode(), cruise)
+    after_id = f"e2e-after-bad-{uuid.uuid4().hex[:6]}"
+    ended = await drive(stack.settings, {after_id: "happy"}, TIMEOUT_S)
+    assert ended[after_id] == "SagaCompleted", "a valid saga after bad input still completes"
+    letters = [wire.decode_dead_letter(r.value) for r in await read_topic(stack.settings, topics.dlq)]
+    by_value = {letter.original_value: letter for letter in letters}
+    assert garbage in by_value and "undecodable" in by_value[garbage].reason
+    assert cruise in by_value and "unknown saga_type 'cruise'" in by_value[cruise].reason
+    assert by_value[cruise].saga_id == unknown_id
+    assert not stack.exited(), f"services exited: {stack.exited()}"
+
+
+async def test_audit_agrees_with_the_store_and_detects_a_tampered_event(
+        trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
+    differences, statuses, figures = await audit_all(stack.settings)
+    assert differences == [], differences[:5]
+    assert figures["events on the topic"] == figures["events in the store"] > 0
+    assert statuses["COMPLETED"] >= 4
+    planned, _ = trip_run
+    victim = next(saga for saga, name in planned.items() if name == "happy")
+    conn = await asyncpg.connect(stack.settings.dsn())
+    try:
+        original = wire.decode_event(
+            await conn.fetchval("SELECT body FROM saga.events WHERE saga_id = $1 AND seq = 1", victim))
+        forged = wire.encode_event(dataclasses.replace(original, tenant_id="forged"))
+        await conn.execute("UPDATE saga.events SET body = $2 WHERE saga_id = $1 AND seq = 1", victim, forged)
+    finally:
+        await conn.close()
+    differences, _, _ = await audit_all(stack.settings)
+    assert [(d.saga_id, d.seq) for d in differences] == [(victim, 1)]

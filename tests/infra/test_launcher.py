@@ -1,0 +1,128 @@
+"""The local launcher itself: idempotent `up`, `status`, `down`, and the restart helpers fault tests rely on.
+
+Restarts run on a private instance (own SAGA_HOME and ports, sharing the jar cache) so they never disturb the
+session's services, which other tests and developers may be using.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from rich.console import Console
+
+from infra import launcher
+from infra.kafka_admin import broker_answers
+from infra.launcher.process import port_open
+from infra.settings import Settings
+from tests.conftest import run_sync
+
+
+async def test_up_when_already_running_returns_quickly(launcher_settings: Settings) -> None:
+    started = time.monotonic()
+    endpoints = await launcher.up(launcher_settings, Console(quiet=True))
+    assert time.monotonic() - started < 5
+    assert endpoints.kafka_bootstrap == launcher_settings.kafka_servers()
+    assert endpoints.database_url == launcher_settings.dsn()
+
+
+def test_status_shows_both_services_up(launcher_settings: Settings) -> None:
+    rows = {row.name: row for row in launcher.status(launcher_settings)}
+    assert set(rows) == {"kafka", "postgres"}
+    for row in rows.values():
+        assert row.running and not row.external
+        assert row.pid is not None and row.data_dir is not None and row.data_dir.is_dir()
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for probe in sockets:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+@pytest.fixture(scope="module")
+def private_stack(
+    launcher_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Settings]:
+    """A second, private launcher instance, started from an empty home and stopped afterwards."""
+    home = tmp_path_factory.mktemp("saga-home")
+    (home / "kafka").mkdir()
+    # Reuse the session's jar cache instead of downloading the jars again.
+    (home / "kafka" / "lib").symlink_to(launcher_settings.saga_home.expanduser().resolve() / "kafka" / "lib")
+    kafka_port, controller_port, postgres_port = _free_ports(3)
+    settings = Settings(
+        saga_home=home,
+        saga_kafka_port=kafka_port,
+        saga_kafka_controller_port=controller_port,
+        saga_postgres_port=postgres_port,
+    )
+    try:
+        run_sync(launcher.up(settings, Console(quiet=True)))
+        yield settings
+    finally:
+        run_sync(launcher.down(settings, Console(quiet=True)))
+
+
+def test_up_starts_both_from_an_empty_home(private_stack: Settings) -> None:
+    home = Path(private_stack.saga_home)
+    assert (home / "kafka" / "data" / "meta.properties").is_file()
+    assert (home / "postgres" / "data" / "PG_VERSION").is_file()
+    assert all(row.running for row in launcher.status(private_stack))
+
+
+async def test_restart_postgres_keeps_data_and_cuts_old_connections(private_stack: Settings) -> None:
+    conn = await asyncpg.connect(private_stack.dsn())
+    await conn.execute("CREATE TABLE restart_probe (id int PRIMARY KEY)")
+    await conn.execute("INSERT INTO restart_probe VALUES (1)")
+
+    timings = await launcher.restart_postgres(private_stack)
+
+    with pytest.raises((asyncpg.PostgresConnectionError, asyncpg.InterfaceError, ConnectionError)):
+        await conn.fetchval("SELECT 1")
+    conn.terminate()
+    fresh = await asyncpg.connect(private_stack.dsn())
+    try:
+        assert await fresh.fetchval("SELECT count(*) FROM restart_probe") == 1
+    finally:
+        await fresh.close()
+    assert timings["start"] < 30
+
+
+async def test_restart_kafka_keeps_acknowledged_records(private_stack: Settings) -> None:
+    bootstrap = private_stack.kafka_servers()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait("restart-probe", b"before restart")
+    finally:
+        await producer.stop()
+
+    timings = await launcher.restart_kafka(private_stack)
+    assert await broker_answers(bootstrap)
+
+    consumer = AIOKafkaConsumer("restart-probe", bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        record = await consumer.getone()
+    finally:
+        await consumer.stop()
+    assert record.value == b"before restart"
+    assert timings["start"] < 60
+
+
+async def test_down_stops_both_and_frees_the_ports(private_stack: Settings) -> None:
+    await launcher.down(private_stack, Console(quiet=True))
+    assert not any(row.running for row in launcher.status(private_stack))
+    assert not port_open(private_stack.saga_kafka_port)
+    assert not port_open(private_stack.saga_postgres_port)
+    await launcher.down(private_stack, Console(quiet=True))  # a second down is a no-op

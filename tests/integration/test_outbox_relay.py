@@ -1,0 +1,269 @@
+"""The outbox relay on a real Postgres and a real Kafka broker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from infra.db import create_pool
+from outbox.message import OutboxMessage
+from outbox.relay import OutboxRelay
+from outbox.writer import outbox_table_sql, write_outbox
+
+pytestmark = pytest.mark.integration
+
+Received = list[tuple[str, str, dict[str, bytes], bytes]]  # (key, message_id, headers, value)
+
+
+@pytest.fixture(scope="module")
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(database_url, 8)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def table(pool: asyncpg.Pool) -> str:
+    """A fresh outbox table per test, so relays of different tests never share a lock or rows."""
+    schema = f"relay_{uuid.uuid4().hex[:8]}"
+    await pool.execute(outbox_table_sql(schema))
+    return f"{schema}.outbox"
+
+
+@pytest.fixture
+async def topic(kafka_bootstrap: str, topic_prefix: str) -> str:
+    name = f"{topic_prefix}relay-test-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, num_partitions=3, replication_factor=1)])
+    finally:
+        await admin.close()
+    return name
+
+
+def relay(pool: asyncpg.Pool, table: str, bootstrap: str, **options: Any) -> OutboxRelay:
+    return OutboxRelay(pool, table, bootstrap, **{"standby_retry_ms": 50, **options})
+
+
+def messages(topic: str, keys: list[str], count: int, start: int = 0, **fields: Any) -> list[OutboxMessage]:
+    """``count`` messages per key, interleaved across keys; message ids say key and position."""
+    return [
+        OutboxMessage(topic, key, f"{key}#{n}".encode(), {"saga_id": key}, f"{key}:event:{n}", **fields)
+        for n in range(start, start + count)
+        for key in keys
+    ]
+
+
+async def write(pool: asyncpg.Pool, table: str, batch: list[OutboxMessage]) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        await write_outbox(conn, table, batch)
+
+
+async def drain(relay: OutboxRelay) -> int:
+    total = 0
+    while published := await relay.publish_once():
+        total += published
+    return total
+
+
+async def consume(bootstrap: str, topic: str, expected: int, timeout_s: float = 20) -> Received:
+    """Read the topic from the start until ``expected`` records arrived (or the timeout), then ~0.5 s more
+    to catch unexpected extras."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
+    await consumer.start()
+    received: Received = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        extra_until: float | None = None
+        while time.monotonic() < (extra_until or deadline):
+            batches = await consumer.getmany(timeout_ms=200)
+            for records in batches.values():
+                for record in records:
+                    headers = {name: value for name, value in record.headers}
+                    received.append(
+                        (record.key.decode(), headers["message_id"].decode(), headers, record.value)
+                    )
+            if len(received) >= expected and extra_until is None:
+                extra_until = time.monotonic() + 0.5
+    finally:
+        await consumer.stop()
+    return received
+
+
+def ids_by_key(received: Received) -> dict[str, list[str]]:
+    by_key: dict[str, list[str]] = defaultdict(list)
+    for key, message_id, _, _ in received:
+        by_key[key].append(message_id)
+    return dict(by_key)
+
+
+async def rows_left(pool: asyncpg.Pool, table: str) -> int:
+    count: int = await pool.fetchval(f"SELECT count(*) FROM {table}")
+    return count
+
+
+async def test_publishes_in_id_order_per_key_with_headers_and_deletes(
+    pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str
+) -> None:
+    keys = [f"saga-{n}" for n in range(5)]
+    for start in range(0, 60, 20):  # several writing transactions
+        await write(pool, table, messages(topic, keys, 20, start))
+    publisher = relay(pool, table, kafka_bootstrap, batch_size=70)
+    try:
+        assert await drain(publisher) == 300
+    finally:
+        await publisher.close()
+    assert await rows_left(pool, table) == 0
+    received = await consume(kafka_bootstrap, topic, 300)
+    assert len(received) == 300
+    assert ids_by_key(received) == {key: [f"{key}:event:{n}" for n in range(60)] for key in keys}
+    key, message_id, headers, value = received[0]
+    assert headers["saga_id"] == key.encode() and headers["message_id"] == message_id.encode()
+    assert value == f"{key}#{message_id.rsplit(':', 1)[1]}".encode()
+
+
+async def test_a_row_is_not_published_before_its_available_at(
+    pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str
+) -> None:
+    due_ms = time.time_ns() // 1_000_000 + 1500
+    await write(pool, table, messages(topic, ["late"], 1, available_at=due_ms) + messages(topic, ["now"], 1))
+    publisher = relay(pool, table, kafka_bootstrap)
+    try:
+        assert await drain(publisher) == 1
+        assert await rows_left(pool, table) == 1
+        assert [m for _, m, _, _ in await consume(kafka_bootstrap, topic, 1)] == ["now:event:0"]
+        await asyncio.sleep(max(0.0, due_ms / 1000 - time.time()) + 0.1)
+        assert await drain(publisher) == 1
+    finally:
+        await publisher.close()
+    received = await consume(kafka_bootstrap, topic, 2)
+    assert sorted(m for _, m, _, _ in received) == ["late:event:0", "now:event:0"]
+
+
+async def test_a_restarted_relay_publishes_what_was_left(
+    pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str
+) -> None:
+    keys = ["a", "b"]
+    await write(pool, table, messages(topic, keys, 30))
+    first = relay(pool, table, kafka_bootstrap, batch_size=25)
+    assert await first.publish_once() == 25
+    await first.close()  # stopped mid-backlog
+    await write(pool, table, messages(topic, keys, 10, start=30))
+    second = relay(pool, table, kafka_bootstrap, batch_size=25)
+    try:
+        assert await drain(second) == 55
+    finally:
+        await second.close()
+    received = await consume(kafka_bootstrap, topic, 80)
+    assert ids_by_key(received) == {key: [f"{key}:event:{n}" for n in range(40)] for key in keys}
+
+
+async def test_a_crash_between_publish_and_delete_republishes_with_the_same_message_id(
+    pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str
+) -> None:
+    await write(pool, table, messages(topic, ["k"], 3))
+    crashing = relay(pool, table, kafka_bootstrap)
+    crashing._delete_sql = "SELECT pg_terminate_backend(pg_backend_pid())"  # dies right after the acks
+    with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError)):
+        await crashing.publish_once()
+    await crashing.close()
+    assert await rows_left(pool, table) == 3
+    survivor = relay(pool, table, kafka_bootstrap)
+    try:
+        assert await drain(survivor) == 3
+    finally:
+        await survivor.close()
+    received = await consume(kafka_bootstrap, topic, 6)
+    assert [m for _, m, _, _ in received] == ["k:event:0", "k:event:1", "k:event:2"] * 2
+
+
+async def test_only_one_relay_per_table_publishes(
+    pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str
+) -> None:
+    active = relay(pool, table, kafka_bootstrap)
+    standby = relay(pool, table, kafka_bootstrap)
+    try:
+        await write(pool, table, messages(topic, ["k"], 5))
+        assert await active.publish_once() == 5
+        await write(pool, table, messages(topic, ["k"], 5, start=5))
+        assert await standby.publish_once() == 0
+        assert active.is_active and not standby.is_active
+        await active.close()  # the active relay goes away: the standby takes over
+        assert await standby.publish_once() == 5
+    finally:
+        await active.close()
+        await standby.close()
+    received = await consume(kafka_bootstrap, topic, 10)
+    assert [m for _, m, _, _ in received] == [f"k:event:{n}" for n in range(10)]
+
+
+async def test_two_running_relays_publish_everything_once(
+    pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str
+) -> None:
+    relays = [relay(pool, table, kafka_bootstrap, batch_size=50) for _ in range(2)]
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(r.run(stop)) for r in relays]
+    try:
+        for start in range(0, 200, 20):
+            await write(pool, table, messages(topic, ["x", "y"], 20, start))
+            await asyncio.sleep(0.01)
+        await _wait_until_empty(pool, table)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert sorted(r.published_total for r in relays) == [0, 400]
+    received = await consume(kafka_bootstrap, topic, 400)
+    assert ids_by_key(received) == {key: [f"{key}:event:{n}" for n in range(200)] for key in ("x", "y")}
+
+
+async def test_run_keeps_going_through_a_kafka_outage_and_a_lost_connection(
+    pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str
+) -> None:
+    attempts = 0
+
+    def producer_factory() -> AIOKafkaProducer:
+        nonlocal attempts
+        attempts += 1
+        # The first two producers point at a closed port: the broker is "down".
+        servers = "127.0.0.1:1" if attempts <= 2 else kafka_bootstrap
+        return AIOKafkaProducer(bootstrap_servers=servers, acks="all", enable_idempotence=True)
+
+    runner = OutboxRelay(pool, table, producer_factory=producer_factory, max_backoff_ms=200)
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        await write(pool, table, messages(topic, ["k"], 3))
+        await _wait_until_empty(pool, table)
+        assert attempts == 3
+        # Postgres drops the relay's connection (as in a restart): the relay reconnects and carries on.
+        killed = await pool.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks"
+            " WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+        )
+        assert killed >= 1
+        await write(pool, table, messages(topic, ["k"], 3, start=3))
+        await _wait_until_empty(pool, table)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    received = await consume(kafka_bootstrap, topic, 6)
+    assert [m for _, m, _, _ in received] == [f"k:event:{n}" for n in range(6)]
+
+
+async def _wait_until_empty(pool: asyncpg.Pool, table: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while await rows_left(pool, table):
+        assert time.monotonic() < deadline, "relay did not publish in time"
+        await asyncio.sleep(0.05)

@@ -1,0 +1,181 @@
+"""A small driver for the pure core: feed messages to ``decide``, keep the events, fold again.
+
+Every step checks the core's own promises: events get consecutive seqs, ``Decision.state`` equals the fold
+of the whole history, and commands/timers match the *Sent / *Scheduled events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orchestrator.domain import events as ev
+from orchestrator.domain.decide import Decision, decide
+from orchestrator.domain.definition import SagaDefinition
+from orchestrator.domain.keys import compensation_key, forward_key
+from orchestrator.domain.messages import (
+    CancelSaga,
+    CommandKind,
+    IncomingMessage,
+    ResultStatus,
+    ResumeCompensation,
+    StartSaga,
+    StepCommand,
+    StepResult,
+    Timer,
+    TimerFired,
+    TimerKind,
+)
+from orchestrator.domain.state import SagaState, fold
+
+T0 = 1_000_000
+
+
+@dataclass
+class SagaRun:
+    """One saga driven message by message."""
+
+    definition: SagaDefinition | None
+    saga_id: str = "s1"
+    now: int = T0
+    events: list[ev.Event] = field(default_factory=list)
+    armed: dict[str, Timer] = field(default_factory=dict)  # timer_id -> timer
+    sent: list[StepCommand] = field(default_factory=list)
+
+    _state: SagaState | None = None  # the state after ``events``, checked against a full fold each time
+
+    @property
+    def state(self) -> SagaState | None:
+        return self._state
+
+    @property
+    def saga(self) -> SagaState:
+        state = self.state
+        assert state is not None
+        return state
+
+    def send(self, message: IncomingMessage, *, at: int | None = None) -> Decision:
+        if at is not None:
+            self.now = at
+        decision = decide(self.definition, self.state, message, self.now)
+        first_seq = (self.events[-1].seq if self.events else 0) + 1
+        assert [e.seq for e in decision.events] == list(range(first_seq, first_seq + len(decision.events)))
+        assert all(e.occurred_at == self.now for e in decision.events)
+        self.events.extend(decision.events)
+        if decision.events:
+            assert decision.state == fold(self.definition, self.events)
+            self._state = decision.state
+        sent_events = [e for e in decision.events if isinstance(e, ev.StepCommandSent | ev.CompensationSent)]
+        assert [c.message_id for c in decision.commands] == [e.message_id for e in sent_events]
+        for timer_id in decision.obsolete_timers:
+            self.armed.pop(timer_id, None)
+        for timer in decision.timers:
+            self.armed[timer.timer_id] = timer
+        self.sent.extend(decision.commands)
+        return decision
+
+    # --- messages -------------------------------------------------------------------------------------
+    def start(self, saga_type: str | None = None, payload: bytes = b"input") -> Decision:
+        if saga_type is None:
+            assert self.definition is not None
+            saga_type = self.definition.saga_type
+        return self.send(StartSaga(saga_id=self.saga_id, saga_type=saga_type, tenant_id="t1", input=payload))
+
+    def reply(
+        self,
+        step: str,
+        kind: CommandKind,
+        status: ResultStatus,
+        attempt: int | None = None,
+        **fields: object,
+    ) -> Decision:
+        if attempt is None:
+            current = self.saga.steps[step]
+            attempt = current.attempt if kind is CommandKind.FORWARD else current.compensation_attempt
+        key = (forward_key if kind is CommandKind.FORWARD else compensation_key)(self.saga_id, step)
+        result = StepResult(
+            saga_id=self.saga_id,
+            step=step,
+            kind=kind,
+            idempotency_key=key,
+            attempt=attempt,
+            status=status,
+            **fields,  # type: ignore[arg-type]
+        )
+        return self.send(result)
+
+    def ok(self, step: str, attempt: int | None = None) -> Decision:
+        return self.reply(step, CommandKind.FORWARD, ResultStatus.SUCCEEDED, attempt)
+
+    def fail(
+        self, step: str, error: str = "Boom", retryable: bool = False, attempt: int | None = None
+    ) -> Decision:
+        return self.reply(
+            step,
+            CommandKind.FORWARD,
+            ResultStatus.FAILED,
+            attempt,
+            error_type=error,
+            retryable=retryable,
+            error_message=f"{step} said {error}",
+        )
+
+    def comp_ok(self, step: str, attempt: int | None = None) -> Decision:
+        return self.reply(step, CommandKind.COMPENSATE, ResultStatus.SUCCEEDED, attempt)
+
+    def comp_fail(
+        self, step: str, error: str = "Boom", retryable: bool = False, attempt: int | None = None
+    ) -> Decision:
+        return self.reply(
+            step,
+            CommandKind.COMPENSATE,
+            ResultStatus.FAILED,
+            attempt,
+            error_type=error,
+            retryable=retryable,
+            error_message=f"{step} said {error}",
+        )
+
+    def fire(self, kind: TimerKind, step: str, attempt: int | None = None) -> Decision:
+        """Fire the armed timer of that kind and step (or a made-up one for an explicit attempt)."""
+        if attempt is None:
+            matches = [t for t in self.armed.values() if t.kind is kind and t.step == step]
+            assert len(matches) == 1, f"armed {kind} timers for {step}: {matches}"
+            timer = matches[0]
+        else:
+            timer = Timer(saga_id=self.saga_id, kind=kind, step=step, attempt=attempt, due_at=self.now)
+        self.armed.pop(timer.timer_id, None)
+        return self.send(TimerFired(timer=timer), at=max(self.now, timer.due_at))
+
+    def cancel(self, reason: str = "customer changed plans") -> Decision:
+        return self.send(CancelSaga(saga_id=self.saga_id, reason=reason))
+
+    def resume(self) -> Decision:
+        return self.send(ResumeCompensation(saga_id=self.saga_id, operator="ops", detail="fixed by hand"))
+
+
+Action = Callable[[SagaRun], Decision]
+
+
+def describe(event: ev.Event) -> str:
+    """A compact, readable form of an event for table-driven expectations."""
+    parts = [type(event).__name__]
+    step = getattr(event, "step", None)
+    if step is not None:
+        parts.append(step)
+    attempt = getattr(event, "attempt", None)
+    if attempt is not None:
+        parts.append(str(attempt))
+    return " ".join(parts)
+
+
+def describe_command(command: StepCommand) -> str:
+    return f"{command.participant}.{command.action} {command.kind} {command.attempt}"
+
+
+def event_names(decision: Decision) -> list[str]:
+    return [describe(e) for e in decision.events]
+
+
+def command_names(decision: Decision) -> list[str]:
+    return [describe_command(c) for c in decision.commands]

@@ -1,0 +1,129 @@
+"""The participant kit's wire helpers: command decoding, StepResult replies and dead letters."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from orchestrator.domain.messages import CommandKind
+from participants.kit.handle import decode_command
+from participants.kit.outcome import Failed, ReceivedCommand, Succeeded
+from participants.kit.replies import (
+    Delivery,
+    dead_letter_message,
+    header_pairs,
+    header_text,
+    outcome_message,
+    reply_message_id,
+)
+from schemas.registry import default_registry
+
+TRIP = {
+    "customer_id": "cust_1", "origin": "LHR", "destination": "JFK", "depart_date": "2030-01-01",
+    "return_date": "2030-01-08", "currency": "EUR", "card_token": "tok_visa", "email": "a@example.com",
+    "amount_cents": 12_300,
+}
+
+
+def _command_bytes(**overrides: object) -> bytes:
+    registry = default_registry()
+    record: dict[str, object] = {
+        "saga_id": "s1", "saga_type": "trip", "step": "flight", "action": "book_flight",
+        "kind": "FORWARD", "idempotency_key": "s1:flight", "attempt": 1,
+        "input": registry.encode("saga.v1.trip.TripRequest", TRIP),
+    }
+    record.update(overrides)
+    return registry.encode("saga.v1.StepCommand", record)
+
+
+def _command(attempt: int = 1) -> ReceivedCommand:
+    return ReceivedCommand(
+        saga_id="s1", saga_type="trip", step="flight", action="book_flight", kind=CommandKind.FORWARD,
+        idempotency_key="s1:flight", attempt=attempt, input_type="saga.v1.trip.TripRequest",
+        message_id="s1:command:3",
+    )
+
+
+def test_decode_command_reads_the_embedded_input() -> None:
+    command, trip = decode_command(default_registry(), _command_bytes(attempt=2), "m-1")
+    assert command == replace(_command(attempt=2), message_id="m-1")
+    assert trip == TRIP
+
+
+def test_decode_command_rejects_garbage_and_a_garbage_input() -> None:
+    with pytest.raises(ValueError):
+        decode_command(default_registry(), b"not avro", "m")
+    with pytest.raises(ValueError):
+        decode_command(default_registry(), _command_bytes(input=b"\xc3\x01junkjunk"), "m")
+
+
+def test_headers_accept_mappings_and_pairs() -> None:
+    assert header_pairs({"a": "x", "b": b"y", "c": None}) == [("a", b"x"), ("b", b"y"), ("c", None)]
+    pairs = header_pairs([("message_id", b"1"), ("message_id", b"2"), ("bad", b"\xff")])
+    assert header_text(pairs, "message_id") == "2"
+    assert header_text(pairs, "bad") is None
+    assert header_text(pairs, "missing") is None
+    assert header_pairs(None) == []
+
+
+def test_success_reply_carries_the_command_identity_and_headers() -> None:
+    registry = default_registry()
+    message = outcome_message(registry, _command(2), "flight.results", Succeeded(b"{}"), now_ms=1000)
+    assert message.message_id == reply_message_id("s1:flight", 2) == "s1:flight:reply:2"
+    assert message.key == "s1"
+    assert message.available_at is None
+    assert message.headers == {
+        "message_id": "s1:flight:reply:2", "causation_id": "s1:command:3",
+        "saga_id": "s1", "saga_type": "trip",
+    }
+    name, result = registry.decode(message.value)
+    assert name == "saga.v1.StepResult"
+    assert result == {
+        "saga_id": "s1", "step": "flight", "kind": "FORWARD", "idempotency_key": "s1:flight", "attempt": 2,
+        "status": "SUCCEEDED", "retryable": False, "error_type": None, "error_message": None, "output": b"{}",
+    }
+
+
+def test_delayed_transient_failure_reply() -> None:
+    registry = default_registry()
+    outcome = Failed("CardNetworkTimeout", "slow", retryable=True, reply_delay_ms=4000)
+    message = outcome_message(registry, _command(), "payment.results", outcome, now_ms=1000)
+    assert message.available_at == 5000
+    _, result = registry.decode(message.value)
+    assert (result["status"], result["retryable"]) == ("FAILED", True)
+    assert result["error_type"] == "CardNetworkTimeout"
+
+
+def test_dead_letter_keeps_the_original_message() -> None:
+    registry = default_registry()
+    message = dead_letter_message(
+        registry, dlq_topic="saga.dlq", consumer="participant-flight", reason="bad",
+        delivery=Delivery(topic="flight.commands", partition=3, offset=42, key=b"s9"),
+        value=b"junk", headers=[("saga_id", b"s9"), ("message_id", b"s9:command:1")], now_ms=7,
+    )
+    assert message.message_id == "dlq:flight.commands:3:42"
+    assert message.key == "s9"
+    assert message.headers == {"message_id": "dlq:flight.commands:3:42", "causation_id": "s9:command:1",
+                               "saga_id": "s9"}
+    name, record = registry.decode(message.value)
+    assert name == "saga.v1.DeadLetter"
+    assert record["original_value"] == b"junk"
+    assert record["original_key"] == b"s9"
+    assert record["original_headers"] == [{"key": "saga_id", "value": b"s9"},
+                                          {"key": "message_id", "value": b"s9:command:1"}]
+    assert (record["source_partition"], record["source_offset"], record["failed_at"]) == (3, 42, 7)
+
+
+def test_dead_letter_without_an_offset_gets_a_content_based_id() -> None:
+    registry = default_registry()
+    first, second = (
+        dead_letter_message(
+            registry, dlq_topic="saga.dlq", consumer="c", reason="bad",
+            delivery=Delivery(topic="flight.commands"), value=b"junk", headers=[], now_ms=1,
+        )
+        for _ in range(2)
+    )
+    assert first.message_id == second.message_id
+    assert first.message_id.startswith("dlq:flight.commands:")
+    assert first.key == ""
