@@ -181,7 +181,8 @@ def ms(seconds: float) -> str:
 
 
 def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s: float,
-           messages: dict[str, int], handled: int, timeouts: int, cpu: dict[str, float]) -> None:
+           messages: dict[str, int], handled: int, timeouts: int, cpu: dict[str, float],
+           fold: tuple[float, int]) -> None:
     """Print the results."""
     ended = [s for s in saga_ids if s in seen.terminal_at]
     summary = Table("measure", "value", title=f"{len(saga_ids)} happy trip sagas, rate "
@@ -196,7 +197,7 @@ def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s
                     f"{relayed / wall_s:,.0f}  ({messages['events']:,} + {messages['commands']:,} + "
                     f"{messages['results']:,} msgs)")
     summary.add_row("orchestrator msgs handled/s (inbox rows)", f"{handled / wall_s:,.0f}  ({handled:,} msgs)")
-    folds, length = fold_events_per_s()
+    folds, length = fold
     summary.add_row(f"fold events/s (in-process, {length}-event trip)", f"{folds:,.0f}")
     console.print(summary)
 
@@ -225,6 +226,7 @@ async def run(args: argparse.Namespace) -> None:
                                        "saga_topic_prefix": prefix,
                                        "saga_topic_partitions": args.partitions})
     topics = Topics(prefix)
+    fold = fold_events_per_s()  # before the services start: on an otherwise idle process
     admin = await asyncpg.connect(admin_dsn)
     await admin.execute(f'CREATE DATABASE "{database}"')
     log_dir = os.path.join(settings.saga_home, "logs", database)
@@ -269,7 +271,7 @@ async def run(args: argparse.Namespace) -> None:
         timeouts = await count(settings.dsn(), "SELECT count(*) FROM saga.events WHERE event_type = 'StepTimedOut'")
         wall_s = max(watcher.seen.terminal_at[s] for s in saga_ids) - min(
             watcher.seen.published_at[s] for s in saga_ids)
-        report(args, saga_ids, watcher.seen, wall_s, messages, handled, timeouts, cpu)
+        report(args, saga_ids, watcher.seen, wall_s, messages, handled, timeouts, cpu, fold)
     finally:
         await watcher.stop()
         stop_services(services)  # type: ignore[arg-type]

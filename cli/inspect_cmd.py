@@ -59,9 +59,15 @@ def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
     console.print(table)
 
 
+# Fields the timeline leaves out: they are in the columns, or ids and payloads `--json` shows.
+_NOT_SHOWN = frozenset({"saga_id", "seq", "definition_version", "occurred_at", "step", "attempt", "input",
+                        "output", "idempotency_key", "message_id", "timeout_at"})
+
+
 def _row(event: Event) -> list[str]:
-    fields = {k: v for k, v in vars(event).items()
-              if k not in {"saga_id", "seq", "definition_version", "occurred_at", "step", "attempt", "input"}}
+    fields = {k: v for k, v in vars(event).items() if k not in _NOT_SHOWN}
+    if "due_at" in fields:
+        fields["due_in"] = f"{(fields.pop('due_at') - event.occurred_at) / 1000:.1f}s"
     error = fields.pop("error_type", None)
     detail = ", ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, b"", ()))
     return [str(event.seq), _when(event.occurred_at), type(event).__name__, str(getattr(event, "step", "")),
@@ -77,7 +83,7 @@ def history(saga_id: str = typer.Argument(..., help="The saga id."),
             record = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in vars(event).items()}
             console.print_json(json.dumps({"event": type(event).__name__, **record}, default=list))
         return
-    table = Table("seq", "time (UTC)", "event", "step", "attempt", "error", "detail")
+    table = Table("seq", "time (UTC)", "event", "step", "attempt", "error", "detail", expand=True)
     for event in events:
         table.add_row(*_row(event))
     console.print(table)

@@ -95,7 +95,7 @@ def service_environment(current: Settings) -> dict[str, str]:
 
 def start_service(current: Settings, label: str, log_dir: str | None = None) -> subprocess.Popen[bytes]:
     """Start one service (a label of ``service_commands``) as a child process."""
-    output = open(f"{log_dir}/{label}.log", "ab") if log_dir else None  # noqa: SIM115
+    output = open(f"{log_dir}/{label}.log", "ab") if log_dir else None
     return subprocess.Popen(service_commands(current)[label], stdout=output, stderr=output,
                             env=service_environment(current))
 

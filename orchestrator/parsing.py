@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from orchestrator import wire
 from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.messages import CancelSaga, IncomingMessage, ResumeCompensation, StartSaga, StepResult
+from orchestrator.domain.messages import (
+    CancelSaga,
+    IncomingMessage,
+    ResumeCompensation,
+    StartSaga,
+    StepResult,
+)
 from orchestrator.envelope import Envelope, RawRecord, Rejection
 from schemas.codec import SchemaRegistry, WireError
 from schemas.topics import PARTICIPANTS, Topics

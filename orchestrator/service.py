@@ -16,7 +16,14 @@ from orchestrator.domain.messages import StartSaga, Timer, TimerFired
 from orchestrator.domain.state import SagaState, SagaStatus, apply_event
 from orchestrator.envelope import Envelope, Rejection, timer_envelope
 from orchestrator.outbound import command_message, dead_letter_message, event_message
-from orchestrator.ports import ConcurrencyConflict, SagaSummaryRow, StoredEvent, TimerRow, UnitOfWork, UnitOfWorkFactory
+from orchestrator.ports import (
+    ConcurrencyConflict,
+    SagaSummaryRow,
+    StoredEvent,
+    TimerRow,
+    UnitOfWork,
+    UnitOfWorkFactory,
+)
 from schemas.topics import Topics
 
 log = logging.getLogger("saga.orchestrator")

@@ -14,9 +14,9 @@ current schema of the same name, so consumers always see the current shape.
 from __future__ import annotations
 
 import functools
-import os
 import io
 import json
+import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path

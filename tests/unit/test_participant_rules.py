@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.sagas.trip import TRIP
 from participants.flight.rules import book_flight_rule, cancel_flight_rule
+from participants.hotel.rules import SLOW_REPLY_MS as SLOW_HOTEL_REPLY_MS
 from participants.hotel.rules import book_hotel_rule
 from participants.kit.outcome import Failed, Proceed
 from participants.notification.rules import send_itinerary_rule
@@ -30,6 +32,11 @@ def test_hotel_sold_out_in_atlantis() -> None:
     verdict = book_hotel_rule("Atlantis")
     assert isinstance(verdict, Failed)
     assert (verdict.error_type, verdict.retryable) == ("SoldOut", False)
+
+
+def test_hotel_in_slowtown_books_but_replies_late() -> None:
+    assert book_hotel_rule("Slowtown") == Proceed(reply_delay_ms=SLOW_HOTEL_REPLY_MS)
+    assert 0 < SLOW_HOTEL_REPLY_MS < TRIP.step("book_hotel").timeout_ms
 
 
 @pytest.mark.parametrize("attempt", [1, 2, 5])
