@@ -42,9 +42,12 @@ def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]])
 @run_app.command("orchestrator")
 def orchestrator(with_relay: bool = typer.Option(False, "--with-relay", help="Also relay the outbox.")) -> None:
     """Consume saga.start, saga.control and the results topics; fire durable timers."""
-    from orchestrator.bootstrap import run_orchestrator
+    from orchestrator.bootstrap import DeploymentMismatch, run_orchestrator
 
-    _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay))
+    try:
+        _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay))
+    except DeploymentMismatch as mismatch:
+        fail(str(mismatch))
 
 
 @run_app.command("relay")
@@ -81,7 +84,10 @@ def service_commands(current: Settings) -> dict[str, list[str]]:
 
 
 def service_environment(current: Settings) -> dict[str, str]:
-    """The environment that gives a child service exactly ``current``'s settings."""
+    """The environment that gives a child service exactly ``current``'s settings.
+
+    Everything else is inherited, ``SAGA_FAULTS`` (infra/faults.py) included when it is set.
+    """
     env = dict(os.environ)
     env.update({
         "KAFKA_BOOTSTRAP_SERVERS": current.kafka_servers(), "DATABASE_URL": current.dsn(),
@@ -93,11 +99,15 @@ def service_environment(current: Settings) -> dict[str, str]:
     return env
 
 
-def start_service(current: Settings, label: str, log_dir: str | None = None) -> subprocess.Popen[bytes]:
-    """Start one service (a label of ``service_commands``) as a child process."""
+def start_service(current: Settings, label: str, log_dir: str | None = None,
+                  extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start one service (a label of ``service_commands``) as a child process.
+
+    ``extra_env`` is added to its environment, e.g. ``{"SAGA_FAULTS": "relay.after_publish=3"}``.
+    """
     output = open(f"{log_dir}/{label}.log", "ab") if log_dir else None
-    return subprocess.Popen(service_commands(current)[label], stdout=output, stderr=output,
-                            env=service_environment(current))
+    env = {**service_environment(current), **(extra_env or {})}
+    return subprocess.Popen(service_commands(current)[label], stdout=output, stderr=output, env=env)
 
 
 def start_services(current: Settings, log_dir: str | None = None) -> dict[str, subprocess.Popen[bytes]]:

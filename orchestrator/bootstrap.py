@@ -7,6 +7,8 @@ import importlib
 import logging
 import time
 
+import asyncpg
+
 from infra.db import create_pool, migrate
 from infra.kafka_admin import ensure_topics
 from infra.settings import Settings
@@ -76,12 +78,29 @@ async def prepare(settings: Settings) -> tuple[DefinitionRegistry, Topics, tuple
     return registry, topics, participants
 
 
+class DeploymentMismatch(RuntimeError):
+    """The database belongs to a deployment with another topic prefix."""
+
+
+async def claim_deployment(pool: asyncpg.Pool, topic_prefix: str) -> None:
+    """Record this deployment's topic prefix in the database, or refuse one claimed by another prefix."""
+    await pool.execute("INSERT INTO saga.deployment (topic_prefix) VALUES ($1) ON CONFLICT DO NOTHING",
+                       topic_prefix)
+    owner = await pool.fetchval("SELECT topic_prefix FROM saga.deployment")
+    if owner != topic_prefix:
+        raise DeploymentMismatch(
+            f"this database belongs to the deployment with SAGA_TOPIC_PREFIX={owner!r}, not {topic_prefix!r}; "
+            "use that prefix or another DATABASE_URL"
+        )
+
+
 async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: bool = False) -> None:
     """Consume saga topics and fire timers until ``stop``; optionally relay the outbox in-process."""
     registry, topics, participants = await prepare(settings)
     pool = await create_pool(settings.dsn(), settings.saga_db_pool_size)
     try:
         await migrate(pool)
+        await claim_deployment(pool, settings.saga_topic_prefix)
         service = SagaService(PostgresStore(pool), registry, topics, clock_ms)
         parser = RecordParser(topics, registry, default_registry(), participants)
         consumer = OrchestratorConsumer(service, parser, settings.kafka_servers(),

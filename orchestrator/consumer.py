@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
+from infra.faults import crash_point
 from orchestrator.envelope import Envelope, RawRecord
 from orchestrator.parsing import RecordParser
 from orchestrator.service import SagaService
@@ -67,6 +68,7 @@ class OrchestratorConsumer:
                 continue
             await self._process_until_done(batches.values(), stop)
             offsets = {tp: records[-1].offset + 1 for tp, records in batches.items()}
+            crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
             try:
                 await consumer.commit(offsets)
             except CommitFailedError as error:

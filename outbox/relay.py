@@ -38,6 +38,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from infra.db import check_table
+from infra.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,7 @@ class OutboxRelay:
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             raise _BatchFailed(rows, failures[0]) from failures[0]
+        crash_point("relay.after_publish")  # acknowledged by Kafka, still in the outbox: published again
         await self._conn.execute(self._delete_sql, [row["id"] for row in rows])
         self.published_total += len(rows)
         log.debug("outbox batch published", extra={"table": self.table, "rows": len(rows)})

@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 
+from infra.faults import crash_point
 from orchestrator.domain.messages import CommandKind
 from outbox.writer import write_outbox
 from participants.kit.outcome import Failed, Outcome, ReceivedCommand
@@ -173,6 +174,8 @@ async def handle_command(
             )
         reply = outcome_message(registry, command, results_topic, outcome, clock())
         await write_outbox(conn, participant.outbox_table, [reply])
+    # Committed: the business change and the reply row exist, nothing is published or acknowledged yet.
+    crash_point("participant.after_commit")
     disposition = Disposition.TRANSIENT if transient else Disposition.RECORDED
     error_type = outcome.error_type if isinstance(outcome, Failed) else None
     _log_outcome(participant, command, disposition, RecordedReply.of(outcome).status, error_type)

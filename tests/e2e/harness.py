@@ -30,10 +30,10 @@ class Stack:
     def labels(self) -> list[str]:
         return list(service_commands(self.settings))
 
-    def start(self, *labels: str) -> None:
-        """Start the named services (all when none is named)."""
+    def start(self, *labels: str, extra_env: dict[str, str] | None = None) -> None:
+        """Start the named services (all when none is named), ``extra_env`` added to their environment."""
         for label in labels or tuple(self.labels):
-            self.processes[label] = start_service(self.settings, label, str(self.log_dir))
+            self.processes[label] = start_service(self.settings, label, str(self.log_dir), extra_env)
 
     def kill(self, label: str) -> None:
         """kill -9 one service."""

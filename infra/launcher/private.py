@@ -1,0 +1,61 @@
+"""A private Kafka + Postgres pair (own SAGA_HOME and free ports) for fault tests and the chaos bench.
+
+Restarting the broker or the database is only safe on instances nobody else uses: the pair started here
+shares only the Kafka jar cache with the main launcher home, so restarts never disturb other tests or a
+developer's running services.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from rich.console import Console
+
+from infra.launcher.stack import down, up
+from infra.settings import Settings
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for probe in sockets:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+def private_settings(base: Settings, home: Path) -> Settings:
+    """Settings of a launcher instance in ``home`` on free ports, reusing ``base``'s Kafka jar cache.
+
+    The result names no KAFKA_BOOTSTRAP_SERVERS / DATABASE_URL, so the launcher's restart helpers accept it.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "kafka").mkdir(exist_ok=True)
+    shared_lib = base.saga_home.expanduser().resolve() / "kafka" / "lib"
+    lib = home / "kafka" / "lib"
+    if shared_lib.is_dir() and not lib.exists():
+        lib.symlink_to(shared_lib)  # the jars are large and resolving them needs the network
+    kafka_port, controller_port, postgres_port = free_ports(3)
+    return base.model_copy(update={
+        "kafka_bootstrap_servers": None, "database_url": None, "saga_home": home,
+        "saga_kafka_port": kafka_port, "saga_kafka_controller_port": controller_port,
+        "saga_postgres_port": postgres_port,
+    })
+
+
+@asynccontextmanager
+async def private_infrastructure(base: Settings, home: Path) -> AsyncIterator[Settings]:
+    """Start a private Kafka + Postgres in ``home``, yield their settings, stop both afterwards."""
+    settings = private_settings(base, home)
+    quiet = Console(quiet=True)
+    try:
+        await up(settings, quiet)
+        yield settings
+    finally:
+        await down(settings, quiet)
