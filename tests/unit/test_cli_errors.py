@@ -1,0 +1,45 @@
+"""The CLI refuses bad arguments with a message that says what to fix, before touching Kafka or Postgres."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from cli.scenarios import SCENARIOS
+
+runner = CliRunner()
+TRIP = SCENARIOS["happy"].trip("cli-1")
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["start", "cruise", "--id", "x", "--input", "{}"], "unknown saga type 'cruise'; known types: trip"),
+    (["start", "trip", "--id", "x", "--input", "{not json"], "--input is not valid JSON"),
+    (["start", "trip", "--id", "x", "--input", "[1, 2]"], "--input must be a JSON object"),
+    (["start", "trip", "--id", " ", "--input", json.dumps(TRIP)], "--id must not be empty"),
+    (["start", "trip", "--id", "x", "--input", json.dumps({**TRIP, "amount_cents": "12"})],
+     "field amount_cents must be long, got '12'"),
+    (["start", "trip", "--id", "x", "--input", json.dumps({k: v for k, v in TRIP.items() if k != "email"})],
+     "missing field(s) email"),
+    (["start", "trip", "--id", "x", "--input", json.dumps({**TRIP, "seat": "12A"})], "unknown field(s) seat"),
+    (["cancel", "x", "--reason", "  "], "--reason must not be empty"),
+    (["list", "--state", "DONE"], "--state 'DONE' is not a saga state"),
+    (["list", "--older-than", "5 minutes"], "--older-than '5 minutes' is not a duration"),
+])
+def test_bad_arguments_are_refused_with_what_to_fix(args: list[str], expected: str) -> None:
+    code, output = _run(*args)
+    assert code == 2
+    assert expected in " ".join(output.split())
+
+
+def test_unknown_participant_is_refused() -> None:
+    code, output = _run("run", "participant", "ferry")
+    assert code == 2
+    assert "unknown participant 'ferry'" in output
