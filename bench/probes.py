@@ -48,26 +48,54 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def command_line(pid: int) -> str:
+    """The process's command line as one string ('' when gone); Postgres backends show their database."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 @dataclass(frozen=True)
 class Watched:
-    """A process whose CPU time is sampled; ``tree`` sums its children too (Postgres)."""
+    """A process whose CPU time is sampled; ``tree`` sums its children too (Postgres), only those whose
+    command line contains ``only`` when given (the backends of one database)."""
 
     label: str
     pid: int
     tree: bool = False
+    only: str = ""
 
     def cpu_s(self) -> float:
         """CPU seconds used so far by the process (and, for a tree, its live and reaped children)."""
         if not self.tree:
             return process_cpu_s(self.pid)
+        children = children_of(self.pid)
+        if self.only:  # live backends of one database: one that exited in between is not counted
+            return sum(process_cpu_s(child) for child in children if self.only in command_line(child))
         return process_cpu_s(self.pid, with_children=True) + sum(
-            process_cpu_s(child, with_children=True) for child in children_of(self.pid)
+            process_cpu_s(child, with_children=True) for child in children
         )
 
 
+MACHINE = "whole machine"
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (every core, every process), from /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / TICKS_PER_S  # guest time is already counted in user
+
+
 def sample_cpu(watched: Sequence[Watched]) -> dict[str, float]:
-    """CPU seconds per label, now."""
-    return {w.label: w.cpu_s() for w in watched}
+    """CPU seconds per label, now, plus the whole machine's busy time under ``MACHINE``."""
+    return {**{w.label: w.cpu_s() for w in watched}, MACHINE: machine_cpu_s()}
 
 
 def cpu_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:

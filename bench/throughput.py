@@ -17,136 +17,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import time
+import shutil
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.probes import Watched, cpu_delta, fold_events_per_s, percentile, sample_cpu
-from cli.feed import assign_from_beginning
+from bench.probes import MACHINE, Watched, cpu_delta, fold_events_per_s, percentile, sample_cpu
+from bench.watch import Observed, Watcher, publish, wait_for
 from cli.run_cmd import start_services, stop_services
-from cli.scenarios import SCENARIOS
 from infra.launcher.kafka import KafkaLauncher
 from infra.launcher.postgres import PostgresLauncher
 from infra.settings import Settings
-from orchestrator import wire
 from orchestrator.bootstrap import prepare
-from orchestrator.domain.events import TERMINAL_EVENTS, SagaStarted
-from orchestrator.wire import EVENTS_NAMESPACE
-from schemas.registry import default_registry
+from participants.runner import app_id
 from schemas.topics import PARTICIPANTS, Topics
 
 console = Console()
 WARMUP_SAGAS = 8
-
-
-@dataclass
-class Observed:
-    """What the events topic said about the sagas, with local receive times (perf_counter seconds)."""
-
-    published_at: dict[str, float] = field(default_factory=dict)
-    started_at_ms: dict[str, int] = field(default_factory=dict)
-    terminal_at: dict[str, float] = field(default_factory=dict)
-    terminal_ms: dict[str, int] = field(default_factory=dict)
-    outcome: dict[str, str] = field(default_factory=dict)
-
-
-class Watcher:
-    """Reads saga.events and decodes only SagaStarted and terminal events (picked by writer fingerprint)."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-        self._topic = topic
-        registry = default_registry()
-        names = [SagaStarted.__name__, *(cls.__name__ for cls in TERMINAL_EVENTS)]
-        self._wanted = {registry.fingerprint(f"{EVENTS_NAMESPACE}.{name}") for name in names}
-        self.seen = Observed()
-
-    async def start(self) -> None:
-        """Connect and read the topic from its beginning."""
-        await self._consumer.start()
-        await assign_from_beginning(self._consumer, self._topic)
-
-    async def stop(self) -> None:
-        """Disconnect."""
-        await self._consumer.stop()
-
-    async def poll(self) -> None:
-        """Take in what has arrived."""
-        batches = await self._consumer.getmany(timeout_ms=50, max_records=10_000)
-        now = time.perf_counter()
-        for records in batches.values():
-            for record in records:
-                if record.value is None or record.value[2:10] not in self._wanted:
-                    continue
-                event = wire.decode_event(record.value)
-                if isinstance(event, SagaStarted):
-                    self.seen.started_at_ms.setdefault(event.saga_id, event.occurred_at)
-                elif event.saga_id not in self.seen.terminal_at:
-                    self.seen.terminal_at[event.saga_id] = now
-                    self.seen.terminal_ms[event.saga_id] = event.occurred_at
-                    self.seen.outcome[event.saga_id] = type(event).__name__
-
-    async def end_offsets(self, topics: list[str]) -> dict[str, int]:
-        """Messages on each topic so far (sum of partition end offsets; fresh topics start at 0)."""
-        # The consumer's own metadata covers only the topic it reads: fetch the whole cluster's.
-        cluster = await self._consumer._client.fetch_all_metadata()
-        partitions = [TopicPartition(t, p) for t in topics for p in cluster.partitions_for_topic(t) or ()]
-        ends = await self._consumer.end_offsets(partitions)
-        return {t: sum(offset for tp, offset in ends.items() if tp.topic == t) for t in topics}
-
-    def done(self, saga_ids: list[str]) -> int:
-        """How many of ``saga_ids`` have ended."""
-        return sum(1 for saga_id in saga_ids if saga_id in self.seen.terminal_at)
-
-
-async def publish(bootstrap: str, topic: str, saga_ids: list[str], rate: float | None,
-                  published_at: dict[str, float]) -> None:
-    """One StartSaga per saga id (happy trips), paced at ``rate`` per second when given."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2)
-    await producer.start()
-    try:
-        bodies = [wire.encode_start(SCENARIOS["happy"].start(saga_id)) for saga_id in saga_ids]
-        first = time.perf_counter()
-        for n, (saga_id, body) in enumerate(zip(saga_ids, bodies, strict=True)):
-            if rate:
-                delay = first + n / rate - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            published_at[saga_id] = time.perf_counter()
-            await producer.send(topic, value=body, key=saga_id.encode(),
-                                headers=[("message_id", uuid.uuid4().hex.encode())])
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
-async def wait_for(watcher: Watcher, saga_ids: list[str], timeout_s: float, services: dict[str, object],
-                   progress: Progress | None = None) -> None:
-    """Poll the events topic until every saga ended, the time is up, or a service died."""
-    task = progress.add_task("", total=len(saga_ids)) if progress else None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        await watcher.poll()
-        done = watcher.done(saga_ids)
-        if progress is not None and task is not None:
-            elapsed = time.perf_counter() - min(watcher.seen.published_at.values(), default=time.perf_counter())
-            progress.update(task, completed=done, description=f"{done / max(elapsed, 1e-9):7.1f} sagas/s")
-        if done == len(saga_ids):
-            return
-        dead = [label for label, process in services.items() if process.poll() is not None]  # type: ignore[attr-defined]
-        if dead:
-            raise RuntimeError(f"service(s) exited during the run: {', '.join(dead)}")
-    raise TimeoutError(f"{len(saga_ids) - watcher.done(saga_ids)} of {len(saga_ids)} sagas did not end "
-                       f"within {timeout_s:.0f} s")
 
 
 def with_database(dsn: str, database: str) -> str:
@@ -164,13 +57,18 @@ async def count(dsn: str, sql: str) -> int:
         await conn.close()
 
 
-def watched_processes(settings: Settings, services: dict[str, object]) -> list[Watched]:
-    """The service processes plus Kafka and Postgres (when run by the local launcher) and this process."""
+def watched_processes(settings: Settings, services: dict[str, object], database: str) -> list[Watched]:
+    """The service processes plus Kafka and Postgres (when run by the local launcher) and this process.
+
+    Postgres is split into the backends serving the benchmark's database and everything else (WAL
+    writer, checkpointer, other databases' backends); Kafka cannot be split by client.
+    """
     watched = [Watched(label, process.pid) for label, process in services.items()]  # type: ignore[attr-defined]
     if (kafka := KafkaLauncher(settings).pid()) is not None:
-        watched.append(Watched("kafka", kafka))
+        watched.append(Watched("kafka (whole broker)", kafka))
     if (postgres := PostgresLauncher(settings).pid()) is not None:
-        watched.append(Watched("postgres (all)", postgres, tree=True))
+        watched.append(Watched("postgres (whole server)", postgres, tree=True))
+        watched.append(Watched(f"  of which {database} backends", postgres, tree=True, only=f" {database} "))
     watched.append(Watched("bench (this)", os.getpid()))
     return watched
 
@@ -208,10 +106,18 @@ def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s
         latency.add_row(name, *(ms(percentile(values, q)) for q in (0.50, 0.95, 0.99)), ms(values[-1]))
     console.print(latency)
 
-    usage = Table("process", "cpu s", "% of one core", title=f"CPU during the run ({os.cpu_count()} cores)")
-    for label, used in sorted(cpu.items(), key=lambda item: -item[1]):
-        usage.add_row(label, f"{used:.1f}", f"{100 * used / wall_s:.0f}%")
-    usage.add_row("total", f"{sum(cpu.values()):.1f}", f"{100 * sum(cpu.values()) / wall_s:.0f}%")
+    usage = Table("process", "cpu s", "% of one core", "ms per saga",
+                  title=f"CPU during the run ({os.cpu_count()} cores)")
+    machine = cpu.pop(MACHINE, 0.0)
+    ours = sum(used for label, used in cpu.items() if not label.startswith(" "))
+
+    def row(label: str, used: float) -> None:
+        usage.add_row(label, f"{used:.1f}", f"{100 * used / wall_s:.0f}%", f"{1000 * used / len(ended):.1f}")
+
+    for label, used in cpu.items():
+        row(label, used)
+    row("total of the above", ours)
+    row("rest of the machine", max(0.0, machine - ours))
     console.print(usage)
 
 
@@ -231,7 +137,7 @@ async def run(args: argparse.Namespace) -> None:
     await admin.execute(f'CREATE DATABASE "{database}"')
     log_dir = os.path.join(settings.saga_home, "logs", database)
     os.makedirs(log_dir, exist_ok=True)
-    console.print(f"database {database}, topic prefix {prefix!r}, service logs in {log_dir}")
+    console.print(f"database {database}, topic prefix {prefix!r}")
     services: dict[str, object] = {}
     watcher = Watcher(settings.kafka_servers(), topics.events)
     try:
@@ -245,7 +151,7 @@ async def run(args: argparse.Namespace) -> None:
         for saga_id in warmup:
             watcher.seen.published_at.pop(saga_id)
 
-        watched = watched_processes(settings, services)
+        watched = watched_processes(settings, services, database)
         groups = {"start": [topics.start], "events": [topics.events],
                   "commands": [topics.commands(p) for p in PARTICIPANTS],
                   "results": [topics.results(p) for p in PARTICIPANTS]}
@@ -268,19 +174,35 @@ async def run(args: argparse.Namespace) -> None:
         messages = {group: sum(offsets_after[t] - offsets_before[t] for t in names)
                     for group, names in groups.items()}
         handled = await count(settings.dsn(), inbox_sql) - inbox_before
-        timeouts = await count(settings.dsn(), "SELECT count(*) FROM saga.events WHERE event_type = 'StepTimedOut'")
+        timeouts = await count(settings.dsn(), "SELECT count(*) FROM saga.events"
+                                               " WHERE event_type = 'StepTimedOut' AND saga_id LIKE 'bench-%'")
         wall_s = max(watcher.seen.terminal_at[s] for s in saga_ids) - min(
             watcher.seen.published_at[s] for s in saga_ids)
         report(args, saga_ids, watcher.seen, wall_s, messages, handled, timeouts, cpu, fold)
+    except BaseException:
+        args.keep_logs = True  # what the services logged is what explains the failure
+        raise
     finally:
         await watcher.stop()
         stop_services(services)  # type: ignore[arg-type]
         if args.keep:
-            console.print(f"kept database {database} and topics {prefix}*")
+            console.print(f"kept database {database}, topics {prefix}*, service logs in {log_dir}")
         else:
             await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            await delete_topics(settings.kafka_servers(), topics.all())
+            await delete_topics(settings.kafka_servers(), run_topics(settings))
+            for participant in PARTICIPANTS:
+                shutil.rmtree(settings.saga_home / "faust" / app_id(participant, settings), ignore_errors=True)
+            if getattr(args, "keep_logs", False):
+                console.print(f"service logs kept in {log_dir}")
+            else:
+                shutil.rmtree(log_dir, ignore_errors=True)
         await admin.close()
+
+
+def run_topics(settings: Settings) -> list[str]:
+    """Every topic a run creates: the contract's, and the one faust creates per participant app."""
+    internal = [f"{app_id(participant, settings)}-__assignor-__leader" for participant in PARTICIPANTS]
+    return [*Topics(settings.saga_topic_prefix).all(), *internal]
 
 
 async def delete_topics(bootstrap: str, names: list[str]) -> None:

@@ -95,8 +95,17 @@ def service_environment(current: Settings) -> dict[str, str]:
         "SAGA_DEFINITIONS": current.saga_definitions, "SAGA_PARTICIPANTS": current.saga_participants,
         "SAGA_SCHEMA_PATH": current.saga_schema_path,
         "SAGA_HOME": str(current.saga_home), "SAGA_LOG_LEVEL": current.saga_log_level,
+        "SAGA_HEALTH_HOST": current.saga_health_host,
     })
     return env
+
+
+def health_port(current: Settings, label: str) -> int:
+    """The health port of service ``label`` under ``saga run all``: SAGA_HEALTH_PORT counting up in the order
+    of ``service_commands`` (0 when SAGA_HEALTH_PORT is 0: no endpoint)."""
+    if not current.saga_health_port:
+        return 0
+    return current.saga_health_port + list(service_commands(current)).index(label)
 
 
 def start_service(current: Settings, label: str, log_dir: str | None = None,
@@ -106,7 +115,7 @@ def start_service(current: Settings, label: str, log_dir: str | None = None,
     ``extra_env`` is added to its environment, e.g. ``{"SAGA_FAULTS": "relay.after_publish=3"}``.
     """
     output = open(f"{log_dir}/{label}.log", "ab") if log_dir else None
-    env = {**service_environment(current), **(extra_env or {})}
+    env = {**service_environment(current), "SAGA_HEALTH_PORT": str(health_port(current, label)), **(extra_env or {})}
     return subprocess.Popen(service_commands(current)[label], stdout=output, stderr=output, env=env)
 
 
@@ -132,8 +141,12 @@ def stop_services(processes: dict[str, subprocess.Popen[bytes]], timeout_s: floa
 @run_app.command("all")
 def run_all(log_dir: str | None = typer.Option(None, "--log-dir", help="Write each service's log here.")) -> None:
     """Run the orchestrator, the relay and every participant as child processes until Ctrl-C."""
-    processes = start_services(settings(), log_dir)
+    current = settings()
+    processes = start_services(current, log_dir)
     console.print(f"started: {', '.join(f'{k} (pid {p.pid})' for k, p in processes.items())}")
+    if current.saga_health_port:
+        console.print("health: " + ", ".join(
+            f"{label} http://{current.saga_health_host}:{health_port(current, label)}/health" for label in processes))
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:

@@ -13,7 +13,8 @@ line written just before — exactly what a power cut or the OOM killer does at 
 Crash points in the code (each sits where a crash is most dangerous for the delivery guarantees):
 
 - ``orchestrator.after_commit``: the orchestrator's Postgres transactions committed, its Kafka offsets not.
-- ``relay.after_publish``: Kafka acknowledged a batch of outbox rows, the relay has not deleted them yet.
+- ``relay.after_publish``: Kafka acknowledged a batch of outbox rows, the relay has not deleted them yet
+  (any OutboxRelay: the relay service's, or the one inside each participant process).
 - ``participant.after_commit``: a participant committed its business change and reply row, nothing is
   published and its Kafka offset is not committed.
 

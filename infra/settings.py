@@ -38,6 +38,12 @@ class Settings(BaseSettings):
     saga_schema_path: str = Field(
         default="", description="Extra schema folders (os.pathsep-separated) with your saga types' input records."
     )
+    saga_health_port: int = Field(
+        default=0, ge=0, le=65535,
+        description="GET /health and /metrics on this port (0: off); `saga run all` gives each service its "
+                    "own, counting up from this one.",
+    )
+    saga_health_host: str = Field(default="127.0.0.1", description="Address the health endpoint listens on.")
     saga_participants: str = Field(
         default="flight,hotel,payment,notification",
         description="Participants `saga run all` starts: comma-separated names or module:attribute paths.",

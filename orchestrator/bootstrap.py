@@ -6,12 +6,16 @@ import asyncio
 import importlib
 import logging
 import time
+from collections.abc import Callable
 
 import asyncpg
 
 from infra.db import create_pool, migrate
+from infra.health import ServiceHealth
+from infra.health_server import health_running
 from infra.kafka_admin import ensure_topics
 from infra.settings import Settings
+from infra.startup import StartupStopped, retry_startup
 from orchestrator.consumer import OrchestratorConsumer
 from orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from orchestrator.parsing import RecordParser
@@ -25,6 +29,32 @@ from schemas.topics import Topics
 log = logging.getLogger("saga.bootstrap")
 
 OUTBOX_TABLE = "saga.outbox"
+
+# Timers stay held while Kafka or Postgres is down and this long after both are back: a step timeout
+# measures the participant, not an outage of the platform, and the replies that waited in outboxes need a
+# moment to arrive before a timeout may call them missing.
+TIMER_HOLD_AFTER_OUTAGE_S = 10.0
+# ... and this long after the consumer (re)joined its group: the replies that piled up meanwhile come first.
+TIMER_HOLD_AFTER_JOIN_S = 3.0
+
+
+def timer_hold(consumer: OrchestratorConsumer, health: ServiceHealth,
+               clock: Callable[[], float] = time.monotonic) -> Callable[[], bool]:
+    """The timer scheduler's ``hold``: True while the consumer is not consuming or only just started to,
+    and while Kafka or Postgres is down or only just came back."""
+    consuming_since: float | None = None
+
+    def hold() -> bool:
+        nonlocal consuming_since
+        if not consumer.consuming:
+            consuming_since = None
+            return True
+        if consuming_since is None:
+            consuming_since = clock()
+        joined_recently = clock() - consuming_since < TIMER_HOLD_AFTER_JOIN_S
+        return joined_recently or health.outage_within(TIMER_HOLD_AFTER_OUTAGE_S)
+
+    return hold
 
 
 def clock_ms() -> int:
@@ -95,33 +125,63 @@ async def claim_deployment(pool: asyncpg.Pool, topic_prefix: str) -> None:
 
 
 async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: bool = False) -> None:
-    """Consume saga topics and fire timers until ``stop``; optionally relay the outbox in-process."""
-    registry, topics, participants = await prepare(settings)
-    pool = await create_pool(settings.dsn(), settings.saga_db_pool_size)
-    try:
-        await migrate(pool)
-        await claim_deployment(pool, settings.saga_topic_prefix)
-        service = SagaService(PostgresStore(pool), registry, topics, clock_ms)
-        parser = RecordParser(topics, registry, default_registry(), participants)
-        consumer = OrchestratorConsumer(service, parser, settings.kafka_servers(),
-                                        group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
-                                        concurrency=max(1, settings.saga_db_pool_size - 2))
-        tasks = [consumer.run(stop), TimerScheduler(service).run(stop)]
-        if with_relay:
-            tasks.append(OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers()).run(stop))
-        log.info("orchestrator running", extra={"definitions": list(registry.types()),
-                                                "participants": list(participants)})
-        await asyncio.gather(*tasks)
-    finally:
-        await pool.close()
+    """Consume saga topics and fire timers until ``stop``; optionally relay the outbox in-process.
+
+    Kafka or Postgres being away at start or later is waited out, never a reason to exit.
+    """
+    async with health_running("orchestrator", settings) as health:
+        try:
+            registry, topics, participants = await retry_startup(lambda: prepare(settings), "create topics", stop)
+            pool = await retry_startup(lambda: create_pool(settings.dsn(), settings.saga_db_pool_size),
+                                       "open the database pool", stop)
+        except StartupStopped:
+            return
+        try:
+            await retry_startup(lambda: migrate(pool), "migrate", stop)
+            await retry_startup(lambda: claim_deployment(pool, settings.saga_topic_prefix), "claim deployment",
+                                stop)
+            service = SagaService(PostgresStore(pool), registry, topics, clock_ms)
+            parser = RecordParser(topics, registry, default_registry(), participants)
+            consumer = OrchestratorConsumer(service, parser, settings.kafka_servers(),
+                                            group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
+                                            concurrency=max(1, settings.saga_db_pool_size - 2))
+            # Not consuming yet (a restart waits for the group to drop the old member): replies may be
+            # waiting unread, so a step timeout now would blame participants for our own downtime.
+            timers = TimerScheduler(service, hold=timer_hold(consumer, health))
+            health.before_scrape.append(lambda: count_sagas(pool, health))
+            tasks = [consumer.run(stop), timers.run(stop)]
+            if with_relay:
+                tasks.append(OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers()).run(stop))
+            log.info("orchestrator running", extra={"definitions": list(registry.types()),
+                                                    "participants": list(participants)})
+            await asyncio.gather(*tasks)
+        except StartupStopped:
+            return
+        finally:
+            await pool.close()
+
+
+async def count_sagas(pool: asyncpg.Pool, health: ServiceHealth) -> None:
+    """Refresh the sagas-by-status gauge from the read model (runs before each /metrics scrape)."""
+    rows = await pool.fetch("SELECT status, count(*) AS sagas FROM saga.saga_summary GROUP BY status",
+                            timeout=2)
+    health.sagas.clear()
+    for row in rows:
+        health.sagas.labels(status=row["status"]).set(row["sagas"])
 
 
 async def run_relay(settings: Settings, stop: asyncio.Event) -> None:
-    """Publish the orchestrator's outbox until ``stop``."""
-    await prepare(settings)
-    pool = await create_pool(settings.dsn(), 2)
-    try:
-        await migrate(pool)
-        await OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers()).run(stop)
-    finally:
-        await pool.close()
+    """Publish the orchestrator's outbox until ``stop``; outages are waited out."""
+    async with health_running("relay", settings):
+        try:
+            await retry_startup(lambda: prepare(settings), "create topics", stop)
+            pool = await retry_startup(lambda: create_pool(settings.dsn(), 2), "open the database pool", stop)
+        except StartupStopped:
+            return
+        try:
+            await retry_startup(lambda: migrate(pool), "migrate", stop)
+            await OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers()).run(stop)
+        except StartupStopped:
+            return
+        finally:
+            await pool.close()

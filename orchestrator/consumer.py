@@ -11,13 +11,15 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from infra.faults import crash_point
-from orchestrator.envelope import Envelope, RawRecord
+from infra.health import current as current_health
+from orchestrator.envelope import Envelope, RawRecord, Rejection
 from orchestrator.parsing import RecordParser
 from orchestrator.service import SagaService
 
 log = logging.getLogger("saga.orchestrator.consumer")
 
 MAX_BACKOFF_S = 5.0
+MIN_BATCH = 20  # messages: below this, splitting a poll over more transactions costs more than it saves
 
 
 def to_raw(record: ConsumerRecord) -> RawRecord:
@@ -30,14 +32,19 @@ class OrchestratorConsumer:
     """Consumes start, control and result topics; offsets are committed only after Postgres commits."""
 
     def __init__(self, service: SagaService, parser: RecordParser, bootstrap_servers: str, group_id: str,
-                 concurrency: int = 8, max_records: int = 500) -> None:
+                 concurrency: int = 8, max_records: int = 500, batch_size: int = 100) -> None:
         self._service = service
         self._parser = parser
         self._bootstrap = bootstrap_servers
         self._group_id = group_id
+        self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
+        self._batch_size = batch_size
         self._max_records = max_records
         self.handled = 0
+        # True while a consumer is in the group with its partitions; until then replies waiting on the
+        # results topics are unread, so the timer scheduler holds step timeouts (see bootstrap).
+        self.consuming = False
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, reconnecting with backoff when Kafka is away."""
@@ -49,7 +56,8 @@ class OrchestratorConsumer:
                 isolation_level="read_committed",
             )
             try:
-                await consumer.start()
+                await consumer.start()  # returns once the group is joined and partitions are assigned
+                self.consuming = True
                 backoff = 0.2
                 log.info("orchestrator consumer started", extra={"group": self._group_id})
                 await self._poll(consumer, stop)
@@ -57,7 +65,14 @@ class OrchestratorConsumer:
                 log.warning("kafka unavailable, retrying", extra={"error": repr(error), "backoff_s": backoff})
                 await _sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
+            except Exception as error:  # a supervisor loop: start over with a new consumer, never exit
+                if stop.is_set():
+                    raise
+                log.error("consumer failed, restarting it", extra={"error": repr(error), "backoff_s": backoff})
+                await _sleep_or_stop(stop, backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
             finally:
+                self.consuming = False
                 await consumer.stop()
 
     async def _poll(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
@@ -84,7 +99,14 @@ class OrchestratorConsumer:
         backoff = 0.1
         while True:
             try:
-                await asyncio.gather(*(self._process_saga(raws) for raws in by_saga.values()))
+                # Every saga's chain finishes (or fails) before a retry starts, so a retry never runs next
+                # to a leftover of the previous round.
+                results = await asyncio.gather(*(self._process_chunk(chunk)
+                                                 for chunk in self._chunks(list(by_saga.values()))),
+                                               return_exceptions=True)
+                failures = [result for result in results if isinstance(result, BaseException)]
+                if failures:
+                    raise failures[0]
                 return
             except Exception as error:  # a failed transaction is retried, never skipped
                 if stop.is_set():
@@ -93,15 +115,51 @@ class OrchestratorConsumer:
                 await _sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
-    async def _process_saga(self, raws: list[RawRecord]) -> None:
+    def _chunks(self, sagas: list[list[RawRecord]]) -> list[list[list[RawRecord]]]:
+        """Spread a poll's sagas over transactions of at least ``MIN_BATCH`` messages (a transaction costs
+        about the same whatever its size) and at most ``batch_size``; up to ``concurrency`` of them run at
+        once, so the Postgres work of one overlaps the decisions of another."""
+        total = sum(len(raws) for raws in sagas)
+        wanted = max(-(-total // self._batch_size), min(self._concurrency, total // MIN_BATCH))
+        count = max(1, min(len(sagas), wanted))
+        chunks: list[list[list[RawRecord]]] = [[] for _ in range(count)]
+        for index, raws in enumerate(sagas):
+            chunks[index % count].append(raws)
+        return chunks
+
+    async def _process_chunk(self, sagas: list[list[RawRecord]]) -> None:
+        """One transaction for the chunk's parseable messages and one for the sagas whose records were all
+        rejected; sagas with both go one message at a time, so each saga's messages keep their order."""
         async with self._slots:
-            for raw in raws:
-                parsed = self._parser.parse(raw)
-                if isinstance(parsed, Envelope):
-                    await self._service.handle(parsed)
+            batch: list[Envelope] = []
+            rejected: list[Rejection] = []
+            singly: list[list[Envelope | Rejection]] = []
+            for raws in sagas:
+                parsed = [self._parser.parse(raw) for raw in raws]
+                envelopes = [item for item in parsed if isinstance(item, Envelope)]
+                if len(envelopes) == len(parsed):
+                    batch += envelopes
+                elif not envelopes:
+                    rejected += [item for item in parsed if isinstance(item, Rejection)]
                 else:
-                    await self._service.reject(parsed)
-                self.handled += 1
+                    singly.append(parsed)
+            if batch:
+                await self._service.handle_many(batch)
+                self._count(len(batch))
+            if rejected:
+                await self._service.reject_many(rejected)
+                self._count(len(rejected))
+            for parsed in singly:
+                for item in parsed:
+                    if isinstance(item, Envelope):
+                        await self._service.handle(item)
+                    else:
+                        await self._service.reject(item)
+                    self._count(1)
+
+    def _count(self, messages: int) -> None:
+        self.handled += messages
+        current_health().handled(messages)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

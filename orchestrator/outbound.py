@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from orchestrator import wire
 from orchestrator.domain.events import Event
+from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem
 from orchestrator.domain.messages import StepCommand
 from orchestrator.envelope import RawRecord
 from outbox.message import OutboxMessage
-from schemas.codec import default_registry
 from schemas.topics import Topics
-
-DEAD_LETTER_SCHEMA = "saga.v1.DeadLetter"
 
 
 def _headers(message_id: str, causation_id: str | None, saga_id: str | None,
@@ -44,22 +42,24 @@ def command_message(topics: Topics, command: StepCommand, causation_id: str) -> 
 
 def dead_letter_message(topics: Topics, raw: RawRecord, reason: str, saga_id: str | None,
                         consumer: str, now_ms: int) -> OutboxMessage:
-    """The outbox row that parks ``raw`` on saga.dlq with the reason and its original bytes and headers."""
+    """The outbox row that parks ``raw`` on saga.dlq with the reason and its original bytes and headers.
+
+    The row always fits the topic: the letter sheds what is too large (``wire.encode_dead_letter``), and its
+    key and headers carry only usable ids (the raw record's may be anything).
+    """
     message_id = f"dlq:{raw.topic}:{raw.partition}:{raw.offset}"
-    record = {
-        "source_topic": raw.topic,
-        "source_partition": raw.partition,
-        "source_offset": raw.offset,
-        "consumer": consumer,
-        "reason": reason,
-        "saga_id": saga_id,
-        "original_key": raw.key,
-        "original_value": raw.value,
-        "original_headers": [{"key": key, "value": value} for key, value in raw.headers],
-        "failed_at": now_ms,
-    }
-    key = saga_id if saga_id is not None else (raw.key or b"").decode("utf-8", errors="replace")
-    return OutboxMessage(topic=topics.dlq, key=key,
-                         value=default_registry().encode(DEAD_LETTER_SCHEMA, record),
-                         headers=_headers(message_id, raw.header("message_id"), saga_id, None),
+    letter = wire.DeadLetter(
+        source_topic=raw.topic, source_partition=raw.partition, source_offset=raw.offset, consumer=consumer,
+        reason=reason, failed_at=now_ms, saga_id=saga_id, original_key=raw.key, original_value=raw.value,
+        original_headers=raw.headers,
+    )
+    saga_id = _usable(saga_id)
+    causation_id = _usable(raw.header("message_id"), MAX_MESSAGE_ID_BYTES)
+    key = saga_id if saga_id is not None else _usable((raw.key or b"").decode("utf-8", errors="replace")) or ""
+    return OutboxMessage(topic=topics.dlq, key=key, value=wire.encode_dead_letter(letter),
+                         headers=_headers(message_id, causation_id, saga_id, None),
                          message_id=message_id)
+
+
+def _usable(text: str | None, limit: int = MAX_SAGA_ID_BYTES) -> str | None:
+    return text if text is not None and id_problem(text, "id", limit) is None else None

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from orchestrator import wire
 from orchestrator.domain.definition import DefinitionRegistry
+from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field
 from orchestrator.domain.messages import (
     CancelSaga,
     IncomingMessage,
@@ -13,7 +16,14 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.envelope import Envelope, RawRecord, Rejection
 from schemas.codec import SchemaRegistry, WireError
+from schemas.registry import DEFAULT_MAX_VALUE_SIZE
 from schemas.topics import PARTICIPANTS, Topics
+
+MAX_REASON_CHARS = 2_000
+MAX_START_SAGA_BYTES = DEFAULT_MAX_VALUE_SIZE - 16 * 1024
+"""Largest StartSaga accepted. Its SagaStarted event and its commands copy the input, add ids and headers,
+and must still fit the codec's limit and a default Kafka record batch (1 MiB), or recording the saga would
+fail on every redelivery."""
 
 
 class RecordParser:
@@ -32,26 +42,47 @@ class RecordParser:
 
     def parse(self, raw: RawRecord) -> Envelope | Rejection:
         """Decode ``raw``; never raises for bad input."""
+        parsed = self._parse(raw)
+        if isinstance(parsed, Rejection) and len(parsed.reason) > MAX_REASON_CHARS:
+            # A reason quotes ids and decoder errors; it goes into an event and a dead letter, so keep it small.
+            return dataclasses.replace(parsed, reason=parsed.reason[:MAX_REASON_CHARS] + "...")
+        return parsed
+
+    def _parse(self, raw: RawRecord) -> Envelope | Rejection:
         key = _key_text(raw.key)
+        # Only an id the stores can key on may receive a SagaRejected event.
+        key_id = key if key is not None and id_problem(key, "key") is None else None
         if raw.value is None:
             return Rejection(raw=raw, reason="empty value (tombstone) where a saga message was expected",
-                             saga_id=key)
+                             saga_id=key_id)
+        message_id = raw.header("message_id")
+        if message_id is not None:
+            problem = id_problem(message_id, "message_id header", MAX_MESSAGE_ID_BYTES)
+            if problem:
+                return Rejection(raw=raw, reason=problem, saga_id=key_id)
         try:
             message = self._decode(raw)
         except WireError as error:
-            return Rejection(raw=raw, reason=f"undecodable value on {raw.topic}: {error}", saga_id=key)
+            return Rejection(raw=raw, reason=f"undecodable value on {raw.topic}: {error}", saga_id=key_id)
+        problem = id_problem(message.saga_id, "saga_id")
+        if problem:
+            return Rejection(raw=raw, reason=problem)
         if key is None:
             return Rejection(raw=raw, reason="missing Kafka key: the key must be the saga id (UTF-8)",
                              saga_id=message.saga_id)
         if key != message.saga_id:
             return Rejection(raw=raw, reason=f"Kafka key {key!r} differs from saga_id {message.saga_id!r}",
                              saga_id=message.saga_id)
+        field = nul_field({f.name: getattr(message, f.name) for f in dataclasses.fields(message)})
+        if field:
+            return Rejection(raw=raw, reason=f"{field} contains a NUL character", saga_id=message.saga_id)
         if isinstance(message, StartSaga):
-            problem = self._check_start(message)
+            problem = _start_size_problem(len(raw.value)) or self._check_start(message)
             if problem:
-                return Rejection(raw=raw, reason=problem, saga_id=message.saga_id, saga_type=message.saga_type,
-                                 message_id=raw.header("message_id") or raw.position_id)
-        return Envelope(message=message, message_id=raw.header("message_id") or raw.position_id, raw=raw)
+                saga_type = message.saga_type if id_problem(message.saga_type, "saga_type") is None else None
+                return Rejection(raw=raw, reason=problem, saga_id=message.saga_id, saga_type=saga_type,
+                                 message_id=message_id or raw.position_id)
+        return Envelope(message=message, message_id=message_id or raw.position_id, raw=raw)
 
     def _decode(self, raw: RawRecord) -> IncomingMessage:
         assert raw.value is not None
@@ -75,12 +106,22 @@ class RecordParser:
         if not start.saga_id.strip():
             return "saga_id is empty"
         try:
-            name, _ = self._registry.decode(start.input)
+            name, record = self._registry.decode(start.input)
         except WireError as error:
             return f"input of saga {start.saga_id} is not a single-object-encoded record: {error}"
         if name != definition.input_schema:
             return f"input of saga type {start.saga_type!r} must be {definition.input_schema}, got {name}"
+        field = nul_field(record)
+        if field:
+            return f"input field {field} contains a NUL character"
         return None
+
+
+def _start_size_problem(size: int) -> str | None:
+    if size <= MAX_START_SAGA_BYTES:
+        return None
+    return (f"StartSaga of {size} bytes is larger than the {MAX_START_SAGA_BYTES} allowed: its SagaStarted event "
+            "and commands, which carry its input, could not be stored or published")
 
 
 def _key_text(key: bytes | None) -> str | None:

@@ -8,7 +8,7 @@ Times are epoch milliseconds everywhere in these types; adapters convert.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -115,6 +115,16 @@ class UnitOfWork(TimerQueue, Protocol):
         """The saga's events with ``seq > after_seq``, in seq order ([] for an unknown saga)."""
         ...
 
+    async def claim_messages(self, consumer: str, message_ids: Sequence[str]) -> set[str]:
+        """``claim_message`` for many ids in one go: returns the ids claimed now (an id given twice is
+        claimed once; ids already processed are left out)."""
+        ...
+
+    async def load_events_after(self, after_seq: Mapping[str, int]) -> dict[str, list[StoredEvent]]:
+        """``load_events`` for many sagas in one go: per saga id, its events with ``seq`` greater than the
+        mapped value, in seq order; sagas with no such event are absent from the result."""
+        ...
+
     async def append_events(self, events: Sequence[StoredEvent]) -> None:
         """Append events. Raises ConcurrencyConflict if any (saga_id, seq) already exists — now or at
         commit; the (saga_id, seq) key is what stops two writers of one saga from both appending seq N."""
@@ -132,9 +142,18 @@ class UnitOfWork(TimerQueue, Protocol):
         """Cancel a timer; no error if it does not exist."""
         ...
 
+    async def delete_timers(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Cancel many timers given as (saga_id, timer_id); missing ones are ignored."""
+        ...
+
     async def upsert_summary(self, summary: SagaSummaryRow) -> None:
         """Insert or update the saga's summary row. An update with a lower ``last_seq`` than the stored
         row is ignored, so a late writer cannot move the projection backwards."""
+        ...
+
+    async def upsert_summaries(self, summaries: Sequence[SagaSummaryRow]) -> None:
+        """``upsert_summary`` for many rows in one go (several rows of one saga: the highest ``last_seq``
+        wins, as if applied one by one)."""
         ...
 
 

@@ -1,10 +1,15 @@
-"""Handle one incoming message in one transaction: inbox → load → fold → decide → append → outbox."""
+"""Handle incoming messages in transactions: inbox → load → fold → decide → append → outbox.
+
+One message, or a batch of messages of many sagas, per transaction: a batch costs the same few statements
+as one message (claim all, load all, then one write per table), which is where the throughput comes from.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 
 from orchestrator import wire
@@ -12,18 +17,12 @@ from orchestrator.domain.decide import Decision, decide
 from orchestrator.domain.definition import DefinitionRegistry
 from orchestrator.domain.errors import UnknownSaga
 from orchestrator.domain.events import Event, SagaRejected
-from orchestrator.domain.messages import StartSaga, Timer, TimerFired
+from orchestrator.domain.messages import StartSaga, TimerFired
 from orchestrator.domain.state import SagaState, SagaStatus, apply_event
 from orchestrator.envelope import Envelope, Rejection, timer_envelope
-from orchestrator.outbound import command_message, dead_letter_message, event_message
-from orchestrator.ports import (
-    ConcurrencyConflict,
-    SagaSummaryRow,
-    StoredEvent,
-    TimerRow,
-    UnitOfWork,
-    UnitOfWorkFactory,
-)
+from orchestrator.outbound import dead_letter_message
+from orchestrator.ports import ConcurrencyConflict, StoredEvent, UnitOfWork, UnitOfWorkFactory
+from orchestrator.writes import PendingWrites
 from schemas.topics import Topics
 
 log = logging.getLogger("saga.orchestrator")
@@ -60,45 +59,74 @@ class SagaService:
 
     async def handle(self, envelope: Envelope) -> Outcome:
         """Apply one message exactly once in effect; retried on an optimistic-concurrency conflict."""
-        for _ in range(MAX_CONFLICT_RETRIES):
-            settled: list[SagaState] = []
+        return (await self.handle_many([envelope]))[0]
+
+    async def handle_many(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
+        """Apply messages, each exactly once in effect, in one transaction; one outcome per message.
+
+        Messages of one saga are decided in the given order, each from the state its predecessors left.
+        A batch of several sagas gets one attempt: after a conflict each saga is retried on its own, so
+        one contended saga cannot hold the others back.
+        """
+        by_saga: dict[str, list[int]] = {}
+        for index, envelope in enumerate(envelopes):
+            by_saga.setdefault(envelope.message.saga_id, []).append(index)
+        if len(by_saga) > 1:
             try:
-                async with self._units.begin() as uow:
-                    outcome = await self._apply(uow, envelope, settled)
+                return await self._apply_in_one_unit(envelopes)
             except ConcurrencyConflict:
+                log.info("concurrency conflict in a batch, retrying saga by saga",
+                         extra={"sagas": len(by_saga), "messages": len(envelopes)})
+        groups = list(by_saga.values())
+        results = await asyncio.gather(*(self._retrying([envelopes[i] for i in indexes]) for indexes in groups))
+        outcomes: dict[int, Outcome] = {}
+        for indexes, result in zip(groups, results, strict=True):
+            outcomes.update(zip(indexes, result, strict=True))
+        return [outcomes[index] for index in range(len(envelopes))]
+
+    async def _retrying(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
+        for _ in range(MAX_CONFLICT_RETRIES):
+            try:
+                return await self._apply_in_one_unit(envelopes)
+            except ConcurrencyConflict:
+                log.info("concurrency conflict, retrying", extra={"saga_id": envelopes[0].message.saga_id})
+        raise ConcurrencyConflict(
+            f"saga {envelopes[0].message.saga_id}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
+
+    async def _apply_in_one_unit(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
+        settled: dict[str, SagaState] = {}
+        try:
+            async with self._units.begin() as uow:
+                outcomes = await self._apply(uow, envelopes, settled)
+        except BaseException:
+            for envelope in envelopes:  # the cache may be ahead of what is stored now
                 self._cache.pop(envelope.message.saga_id, None)
-                log.info("concurrency conflict, retrying", extra={"saga_id": envelope.message.saga_id})
-                continue
-            except BaseException:
-                self._cache.pop(envelope.message.saga_id, None)
-                raise
-            self._remember(settled)
-            return outcome
-        raise ConcurrencyConflict(f"saga {envelope.message.saga_id}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
+            raise
+        self._remember(settled.values())
+        return outcomes
 
     async def fire_due_timers(self, limit: int) -> int:
         """Claim due timers and handle them in the same transaction (a crash puts them back)."""
         for _ in range(MAX_CONFLICT_RETRIES):
-            settled: list[SagaState] = []
+            settled: dict[str, SagaState] = {}
             try:
                 async with self._units.begin() as uow:
                     rows = await uow.claim_due(self._clock_ms(), limit)
-                    for row in rows:
-                        await self._apply(uow, timer_envelope(row), settled)
+                    await self._apply(uow, [timer_envelope(row) for row in rows], settled)
             except ConcurrencyConflict:
                 self._cache.clear()
                 continue
             except BaseException:
                 self._cache.clear()
                 raise
-            self._remember(settled)
+            self._remember(settled.values())
             return len(rows)
         raise ConcurrencyConflict("timers: gave up after repeated conflicts")
 
     async def reject(self, rejection: Rejection) -> Outcome:
         """Dead-letter a record; when its saga id is readable, record SagaRejected in that saga's stream."""
         for _ in range(MAX_CONFLICT_RETRIES):
-            settled: list[SagaState] = []
+            settled: dict[str, SagaState] = {}
             try:
                 async with self._units.begin() as uow:
                     outcome = await self._reject(uow, rejection, settled)
@@ -108,15 +136,52 @@ class SagaService:
             except BaseException:
                 self._cache.pop(rejection.saga_id or "", None)
                 raise
-            self._remember(settled)
+            self._remember(settled.values())
             return outcome
         raise ConcurrencyConflict(f"saga {rejection.saga_id}: gave up recording a rejection")
 
-    async def _apply(self, uow: UnitOfWork, envelope: Envelope, settled: list[SagaState]) -> Outcome:
+    async def reject_many(self, rejections: Sequence[Rejection]) -> list[Outcome]:
+        """``reject`` for many records in one transaction: a flood of bad input costs what a batch of good
+        input does, rather than a transaction per record. After a conflict each is retried on its own."""
+        if len(rejections) > 1:
+            settled: dict[str, SagaState] = {}
+            try:
+                async with self._units.begin() as uow:
+                    outcomes = await self._reject_batch(uow, rejections, settled)
+            except ConcurrencyConflict:
+                log.info("concurrency conflict in a batch of rejections, retrying one by one",
+                         extra={"messages": len(rejections)})
+            except BaseException:
+                for rejection in rejections:
+                    self._cache.pop(rejection.saga_id or "", None)
+                raise
+            else:
+                self._remember(settled.values())
+                return outcomes
+            for rejection in rejections:
+                self._cache.pop(rejection.saga_id or "", None)
+        return [await self.reject(rejection) for rejection in rejections]
+
+    async def _apply(self, uow: UnitOfWork, envelopes: Sequence[Envelope],
+                     settled: dict[str, SagaState]) -> list[Outcome]:
+        """Claim, load, decide and write a batch: a fixed number of statements whatever its size."""
+        claimed = await uow.claim_messages(self._consumer, [envelope.message_id for envelope in envelopes])
+        fresh = []
+        for envelope in envelopes:
+            fresh.append(envelope.message_id in claimed)
+            claimed.discard(envelope.message_id)  # the same message twice in a batch: the second is a duplicate
+        states = await self._load_many(uow, {e.message.saga_id for e, new in zip(envelopes, fresh, strict=True)
+                                              if new})
+        writes = PendingWrites(self._topics)
+        outcomes = [self._decide(envelope, states, writes) if new else Outcome.DUPLICATE
+                    for envelope, new in zip(envelopes, fresh, strict=True)]
+        await writes.flush(uow)
+        settled.update((saga_id, state) for saga_id, state in states.items() if state is not None)
+        return outcomes
+
+    def _decide(self, envelope: Envelope, states: dict[str, SagaState | None], writes: PendingWrites) -> Outcome:
         message = envelope.message
-        if not await uow.claim_message(self._consumer, envelope.message_id):
-            return Outcome.DUPLICATE
-        state = await self._load(uow, message.saga_id)
+        state = states[message.saga_id]
         definition = self._definition_of(state)
         if isinstance(message, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
             definition = self._definitions.latest(message.saga_type)
@@ -126,36 +191,58 @@ class SagaService:
         except UnknownSaga as unknown:
             if isinstance(message, TimerFired) or envelope.raw is None:
                 return Outcome.NOTHING_TO_DO
-            await uow.add_outbox([dead_letter_message(self._topics, envelope.raw, str(unknown),
-                                                      message.saga_id, self._consumer, now)])
+            writes.outbox.append(dead_letter_message(self._topics, envelope.raw, str(unknown), message.saga_id,
+                                                     self._consumer, now))
             return Outcome.DEAD_LETTERED
         for timer_id in decision.obsolete_timers:
-            await uow.delete_timer(message.saga_id, timer_id)
+            writes.delete_timer(message.saga_id, timer_id)
         if decision.is_empty:
             return Outcome.NOTHING_TO_DO
-        settled.append(await self._record(uow, decision, envelope.message_id))
+        states[message.saga_id] = writes.record(decision, envelope.message_id)
+        _log_events(decision.events)
         return Outcome.APPLIED
 
-    async def _reject(self, uow: UnitOfWork, rejection: Rejection, settled: list[SagaState]) -> Outcome:
-        message_id = rejection.message_id or rejection.raw.position_id
-        if not await uow.claim_message(self._consumer, message_id):
-            return Outcome.DUPLICATE
+    async def _reject(self, uow: UnitOfWork, rejection: Rejection, settled: dict[str, SagaState]) -> Outcome:
+        return (await self._reject_batch(uow, [rejection], settled))[0]
+
+    async def _reject_batch(self, uow: UnitOfWork, rejections: Sequence[Rejection],
+                            settled: dict[str, SagaState]) -> list[Outcome]:
+        """Claim, dead-letter and record SagaRejected for a batch, in a fixed number of statements."""
+        message_ids = [rejection.message_id or rejection.raw.position_id for rejection in rejections]
+        claimed = await uow.claim_messages(self._consumer, message_ids)
+        fresh = []
+        for message_id in message_ids:
+            fresh.append(message_id in claimed)
+            claimed.discard(message_id)  # the same message twice in a batch: the second is a duplicate
+        states = await self._load_many(uow, {rejection.saga_id for rejection, new in zip(rejections, fresh,
+                                                                                       strict=True)
+                                              if new and rejection.saga_id})
         now = self._clock_ms()
-        await uow.add_outbox([dead_letter_message(self._topics, rejection.raw, rejection.reason,
-                                                  rejection.saga_id, self._consumer, now)])
-        log.warning("message dead-lettered", extra={"saga_id": rejection.saga_id, "reason": rejection.reason,
-                                                    "topic": rejection.raw.topic})
-        if not rejection.saga_id:
-            return Outcome.DEAD_LETTERED
-        state = await self._load(uow, rejection.saga_id)
-        rejected = SagaRejected(
-            saga_id=rejection.saga_id, seq=(state.last_seq if state else 0) + 1,
-            definition_version=state.definition_version if state else 0, occurred_at=now,
-            saga_type=rejection.saga_type, reason=rejection.reason,
-        )
-        after = apply_event(self._definition_of(state), state, rejected)
-        settled.append(await self._record(uow, Decision(events=(rejected,), state=after), message_id))
-        return Outcome.DEAD_LETTERED
+        writes = PendingWrites(self._topics)
+        outcomes = []
+        for rejection, message_id, new in zip(rejections, message_ids, fresh, strict=True):
+            if not new:
+                outcomes.append(Outcome.DUPLICATE)
+                continue
+            outcomes.append(Outcome.DEAD_LETTERED)
+            writes.outbox.append(dead_letter_message(self._topics, rejection.raw, rejection.reason,
+                                                     rejection.saga_id, self._consumer, now))
+            log.warning("message dead-lettered", extra={"saga_id": rejection.saga_id, "reason": rejection.reason,
+                                                        "topic": rejection.raw.topic})
+            if not rejection.saga_id:
+                continue
+            state = states[rejection.saga_id]
+            rejected = SagaRejected(
+                saga_id=rejection.saga_id, seq=(state.last_seq if state else 0) + 1,
+                definition_version=state.definition_version if state else 0, occurred_at=now,
+                saga_type=rejection.saga_type, reason=rejection.reason,
+            )
+            after = apply_event(self._definition_of(state), state, rejected)
+            states[rejection.saga_id] = writes.record(Decision(events=(rejected,), state=after), message_id)
+            _log_events((rejected,))
+        await writes.flush(uow)
+        settled.update((saga_id, state) for saga_id, state in states.items() if state is not None)
+        return outcomes
 
     def _definition_of(self, state: SagaState | None):  # type: ignore[no-untyped-def]
         if state is None or state.definition_version == 0:
@@ -163,44 +250,27 @@ class SagaService:
         return self._definitions.get(state.saga_type, state.definition_version)
 
     async def _load(self, uow: UnitOfWork, saga_id: str) -> SagaState | None:
-        cached = self._cache.get(saga_id)
-        stored = await uow.load_events(saga_id, after_seq=cached.last_seq if cached else 0)
+        return (await self._load_many(uow, {saga_id}))[saga_id]
+
+    async def _load_many(self, uow: UnitOfWork, saga_ids: Iterable[str]) -> dict[str, SagaState | None]:
+        """The current state of each saga: its cached state plus the events stored after it, in one read."""
+        cached = {saga_id: self._cache.get(saga_id) for saga_id in saga_ids}
+        stored = await uow.load_events_after({saga_id: state.last_seq if state else 0
+                                              for saga_id, state in cached.items()})
+        return {saga_id: self._fold_onto(state, stored.get(saga_id, ())) for saga_id, state in cached.items()}
+
+    def _fold_onto(self, state: SagaState | None, stored: Sequence[StoredEvent]) -> SagaState | None:
         if not stored:
-            return cached
+            return state
         events = [wire.decode_event(row.body) for row in stored]
-        state = cached
-        if state is None:
-            definition = self._definitions.for_history(events)
-        else:
-            definition = self._definition_of(state)
+        definition = self._definitions.for_history(events) if state is None else self._definition_of(state)
         for event in events:
             state = apply_event(definition, state, event)
             if definition is None and state.definition_version:
                 definition = self._definition_of(state)
         return state
 
-    async def _record(self, uow: UnitOfWork, decision: Decision, causation_id: str) -> SagaState:
-        new_events = decision.events
-        state = decision.state
-        assert state is not None
-        bodies = [wire.encode_event(event) for event in new_events]
-        await uow.append_events([
-            StoredEvent(saga_id=event.saga_id, seq=event.seq, event_type=type(event).__name__, body=body,
-                        recorded_at_ms=event.occurred_at)
-            for event, body in zip(new_events, bodies, strict=True)
-        ])
-        saga_type = state.saga_type or None
-        outgoing = [event_message(self._topics, event, body, saga_type, causation_id)
-                    for event, body in zip(new_events, bodies, strict=True)]
-        outgoing += [command_message(self._topics, command, causation_id) for command in decision.commands]
-        await uow.add_outbox(outgoing)
-        if decision.timers:
-            await uow.schedule_timers([_timer_row(timer) for timer in decision.timers])
-        await uow.upsert_summary(_summary(state))
-        _log_events(new_events)
-        return state
-
-    def _remember(self, states: Sequence[SagaState]) -> None:
+    def _remember(self, states: Iterable[SagaState]) -> None:
         # Only states whose transaction committed: a cached state must be a prefix of the stored history.
         for state in states:
             self._cache[state.saga_id] = state
@@ -209,20 +279,7 @@ class SagaService:
             self._cache.popitem(last=False)
 
 
-def _timer_row(timer: Timer) -> TimerRow:
-    return TimerRow(saga_id=timer.saga_id, timer_id=timer.timer_id, kind=str(timer.kind), step=timer.step,
-                    attempt=timer.attempt, due_at_ms=timer.due_at)
-
-
-def _summary(state: SagaState) -> SagaSummaryRow:
-    return SagaSummaryRow(
-        saga_id=state.saga_id, saga_type=state.saga_type, tenant_id=state.tenant_id, status=state.status.value,
-        started_at_ms=state.started_at, updated_at_ms=state.updated_at, last_seq=state.last_seq,
-        failed_step=state.failed_step or state.compensation_failed_step, reason=state.reason,
-    )
-
-
-def _log_events(events: Sequence[Event]) -> None:
+def _log_events(events: Iterable[Event]) -> None:
     for event in events:
         log.info(type(event).__name__, extra={"saga_id": event.saga_id, "seq": event.seq,
                                               "step": getattr(event, "step", None)})

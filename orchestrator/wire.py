@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal, TypeVar
 
 from orchestrator.domain.events import EVENT_TYPES, Event
+from orchestrator.domain.limits import id_problem
 from orchestrator.domain.messages import (
     CancelSaga,
     CommandKind,
@@ -22,7 +23,7 @@ from orchestrator.domain.messages import (
     StepResult,
 )
 from schemas.codec import MalformedBody, ValueTooLarge, WrongSchema
-from schemas.registry import default_registry
+from schemas.registry import SchemaRegistry, default_registry
 
 EVENTS_NAMESPACE = "saga.v1.events"
 START_SAGA = "saga.v1.StartSaga"
@@ -256,24 +257,46 @@ def decode_input(data: bytes, expected: str | None = None) -> tuple[str, dict[st
 # --- dead letters -------------------------------------------------------------------------------------
 
 
-def encode_dead_letter(letter: DeadLetter) -> bytes:
-    """Encode a dead letter for topic saga.dlq.
+DEAD_LETTER_MAX_BYTES = 1_000_000
+"""Largest dead letter written: under Kafka's default 1 MiB record batch with room for the letter's key and
+headers (ids, bounded) and the framing, so a letter always fits saga.dlq. A letter that names a Kafka
+record nobody can publish would stop its outbox, and everything behind it, for good."""
 
-    An original value too large to fit in the letter is dropped (the reason says so) rather than
-    losing the whole letter: the source topic, partition and offset still locate it.
+MAX_DEAD_LETTER_REASON_CHARS = 4_000
+
+
+def encode_dead_letter(letter: DeadLetter, registry: SchemaRegistry | None = None,
+                       max_size: int = DEAD_LETTER_MAX_BYTES) -> bytes:
+    """Encode a dead letter for topic saga.dlq, never larger than ``max_size``.
+
+    What does not fit is dropped, and the reason says so, rather than losing the whole letter (the source
+    topic, partition and offset still locate the original): first the original value, then the original
+    key and headers. A saga id that is no usable id is left out.
     """
-    registry = default_registry()
+    registry = registry or default_registry()
     record = _record(letter)
+    record["reason"] = letter.reason[:MAX_DEAD_LETTER_REASON_CHARS]
+    if letter.saga_id is not None and id_problem(letter.saga_id, "saga_id"):
+        record["saga_id"] = None
     record["original_headers"] = [{"key": k, "value": v} for k, v in letter.original_headers]
-    try:
-        return registry.encode(DEAD_LETTER, record)
-    except ValueTooLarge:
-        if letter.original_value is None:
-            raise
-    size = len(letter.original_value)
-    record["original_value"] = None
-    record["reason"] = f"{letter.reason} (original value of {size} bytes not kept: too large)"
-    return registry.encode(DEAD_LETTER, record)
+    size = 0
+    for shed in ("nothing", "value", "key and headers"):
+        if shed == "value" and letter.original_value is not None:
+            record["original_value"] = None
+            record["reason"] += f" (original value of {len(letter.original_value)} bytes not kept: too large)"
+        elif shed == "key and headers":
+            record["original_key"] = None
+            record["original_headers"] = []
+            record["reason"] += " (original key and headers not kept: too large)"
+        try:
+            data = registry.encode(DEAD_LETTER, record)
+        except ValueTooLarge as error:
+            size = error.size
+            continue
+        if len(data) <= max_size:
+            return data
+        size = len(data)
+    raise ValueTooLarge(size, max_size, "dead letter without its original record")
 
 
 def decode_dead_letter(data: bytes) -> DeadLetter:

@@ -39,6 +39,7 @@ from aiokafka.errors import KafkaError
 
 from infra.db import check_table
 from infra.faults import crash_point
+from infra.health import current as current_health
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +211,7 @@ class OutboxRelay:
         crash_point("relay.after_publish")  # acknowledged by Kafka, still in the outbox: published again
         await self._conn.execute(self._delete_sql, [row["id"] for row in rows])
         self.published_total += len(rows)
+        current_health().published(self.table, len(rows))
         log.debug("outbox batch published", extra={"table": self.table, "rows": len(rows)})
         return len(rows)
 

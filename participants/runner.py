@@ -13,17 +13,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
 import faust
 
 from infra.db import create_pool
+from infra.health import configure as configure_health
+from infra.health import current as current_health
+from infra.health_server import run_health
 from infra.kafka_admin import ensure_topics
 from infra.logging import configure_logging
 from infra.settings import Settings
+from infra.startup import retry_startup, start_over
 from outbox.relay import OutboxRelay
+from participants.kit.batch import Incoming, handle_commands
 from participants.kit.ddl import ensure_participant_schema
 from participants.kit.handle import Disposition, handle_command
 from participants.kit.participant import Participant
@@ -36,6 +41,9 @@ log = logging.getLogger(__name__)
 # Postgres outages are ridden out by retrying the same (unacknowledged) delivery with this backoff.
 _RETRY_FIRST_S = 0.1
 _RETRY_MAX_S = 5.0
+# Commands handled per transaction, and how long an idle actor waits to fill a batch (added latency).
+BATCH_SIZE = 100
+BATCH_WITHIN_S = 0.01
 
 
 class DeliveryAbandoned(Exception):
@@ -76,13 +84,19 @@ class ParticipantRuntime:
         """Open the pool, create the participant's tables and start its outbox relay (once)."""
         if self._pool is not None:
             return self._pool
+        if self.stopping:
+            raise RuntimeError(f"participant {self.participant.name} is stopping")
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
             if self._pool is None:
                 # +1: the relay keeps one connection for its advisory lock.
                 pool = await create_pool(self.settings.dsn(), self.settings.saga_db_pool_size + 1)
-                await ensure_participant_schema(pool, self.participant)
+                try:
+                    await ensure_participant_schema(pool, self.participant)
+                except BaseException:
+                    await pool.close()  # the next call opens a new one
+                    raise
                 relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka_servers())
                 self._relay_stop = asyncio.Event()
                 self._relay_task = asyncio.create_task(
@@ -105,15 +119,17 @@ class ParticipantRuntime:
             await pool.close()
         log.info("participant stopped", extra={"participant": self.participant.name})
 
-    async def process(self, value: bytes, headers: HeadersArg, delivery: Delivery) -> Disposition:
+    async def process(self, value: bytes | None, headers: HeadersArg, delivery: Delivery) -> Disposition:
         """Handle one delivery, retrying while Postgres is unavailable (the offset stays unacknowledged)."""
         delay = _RETRY_FIRST_S
         while True:
-            pool = await self.start()
             try:
-                return await handle_command(
+                pool = await self.start()  # inside the try: Postgres may be away when the pool opens
+                disposition = await handle_command(
                     pool, self.participant, self.topics, value, headers, delivery=delivery
                 )
+                current_health().handled()
+                return disposition
             except Exception as exc:
                 if self.stopping or self._should_stop():
                     # Give up without acknowledging: the next owner of the partition gets it again.
@@ -128,13 +144,43 @@ class ParticipantRuntime:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
 
+    async def process_batch(self, batch: Sequence[Incoming]) -> list[Disposition]:
+        """Handle deliveries in one transaction, retrying the whole batch while Postgres is unavailable."""
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                pool = await self.start()
+                dispositions = await handle_commands(pool, self.participant, self.topics, batch)
+                current_health().handled(len(batch))
+                return dispositions
+            except Exception as exc:
+                if self.stopping or self._should_stop():
+                    raise DeliveryAbandoned(repr(exc)) from exc
+                first = batch[0].delivery
+                log.warning(
+                    "commands not handled, retrying",
+                    extra={"participant": self.participant.name, "topic": first.topic, "commands": len(batch),
+                           "partition": first.partition, "offset": first.offset, "retry_in_s": delay,
+                           "error": repr(exc)},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
 
-def build_app(name: str, settings: Settings, *, per_partition: bool = True) -> faust.App:
+
+def _delivery(message: Any) -> Delivery:
+    return Delivery(topic=message.topic, partition=message.partition, offset=message.offset, key=message.key)
+
+
+def build_app(name: str, settings: Settings, *, per_partition: bool = False, batch_size: int = BATCH_SIZE,
+              batch_within_s: float = BATCH_WITHIN_S) -> faust.App:
     """The faust app of participant ``name`` (not started).
 
     ``per_partition`` runs one agent actor per assigned partition (faust's isolated partitions): commands
     of one saga (one key, one partition) stay in order while partitions proceed in parallel. Without it
     one actor handles every assigned partition in turn.
+
+    ``batch_size`` > 1: an actor takes up to that many commands (those that arrived within
+    ``batch_within_s``) and handles them in one transaction (``participants.kit.batch``), in their order.
     """
     participant = get_participant(name)
     name = participant.name
@@ -156,6 +202,8 @@ def build_app(name: str, settings: Settings, *, per_partition: bool = True) -> f
         broker_session_timeout=10.0,
     )
     runtime = ParticipantRuntime(participant, settings, should_stop=lambda: bool(app.should_stop))
+    health = configure_health(name)
+    health_stop = asyncio.Event()
     commands = app.topic(
         runtime.topics.commands(name),
         key_type=bytes,
@@ -163,33 +211,60 @@ def build_app(name: str, settings: Settings, *, per_partition: bool = True) -> f
         partitions=settings.saga_topic_partitions,
     )
 
+    def abandoned(message: Any, delivery: Delivery, error: DeliveryAbandoned) -> None:
+        # Its offset stays uncommitted (faust commits only up to the first unacked offset), so it is
+        # redelivered after the restart. Faust's shutdown waits until every tracked message is acked, which
+        # this one never will be: stop tracking it (private attribute, pinned faust).
+        app.consumer._unacked_messages.discard(message)  # type: ignore[attr-defined]
+        log.warning("delivery left for redelivery", extra={
+            "participant": name, "topic": delivery.topic, "partition": delivery.partition,
+            "offset": delivery.offset, "error": str(error)})
+
+    async def consume_batches(stream: Any) -> None:
+        # noack_take yields events without acknowledging them: each is acked after its batch committed.
+        async for events in stream.noack_take(batch_size, within=batch_within_s):
+            batch = [Incoming(event.value, event.message.headers, _delivery(event.message)) for event in events]
+            try:
+                await runtime.process_batch(batch)
+            except DeliveryAbandoned as error:
+                for event, item in zip(events, batch, strict=True):
+                    abandoned(event.message, item.delivery, error)
+                continue
+            for event in events:
+                event.ack()
+
     async def consume(stream: Any) -> None:
         # Manual acks: faust's own iterator acks an event in a ``finally`` around its ``yield``, so an
         # event whose processing raised (e.g. Postgres down while the worker stops) would be acked and
         # its offset committed unprocessed. With noack() only a committed transaction leads to an ack.
         async for event in stream.noack().events():
             message = event.message
-            delivery = Delivery(
-                topic=message.topic, partition=message.partition, offset=message.offset, key=message.key
-            )
+            delivery = _delivery(message)
             try:
-                await runtime.process(event.value, event.headers, delivery)
-            except DeliveryAbandoned as abandoned:
-                # Its offset stays uncommitted (faust commits only up to the first unacked offset), so it
-                # is redelivered after the restart. Faust's shutdown waits until every tracked message is
-                # acked, which this one never will be: stop tracking it (private attribute, pinned faust).
-                app.consumer._unacked_messages.discard(message)  # type: ignore[attr-defined]
-                log.warning(
-                    "delivery left for redelivery", extra={"participant": name, "topic": delivery.topic,
-                    "partition": delivery.partition, "offset": delivery.offset, "error": str(abandoned)},
-                )
+                # message.headers, not event.headers: faust folds those into a dict, losing a repeated header.
+                await runtime.process(event.value, message.headers, delivery)
+            except DeliveryAbandoned as error:
+                abandoned(message, delivery, error)
                 continue
             event.ack()
 
-    app.agent(commands, name=f"{ident}-commands", isolated_partitions=per_partition)(consume)
-    app.task(runtime.start)  # relay runs even when no command arrives (it flushes replies left behind)
+    app.agent(commands, name=f"{ident}-commands", isolated_partitions=per_partition)(
+        consume_batches if batch_size > 1 else consume)
+
+    async def start_runtime() -> None:
+        # The relay runs even when no command arrives (it flushes replies left behind); Postgres being away
+        # at start is waited out, never a crash of the worker.
+        await retry_startup(runtime.start, f"start participant {name}")
+
+    async def watch_health() -> None:
+        await run_health(health, settings.kafka_servers(), settings.dsn(), settings.saga_health_host,
+                         settings.saga_health_port, health_stop)
+
+    app.task(start_runtime)
+    app.task(watch_health)
 
     async def on_before_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+        health_stop.set()
         await runtime.stop()
 
     # weak=False: the signal holds receivers weakly by default and this closure has no other owner.
@@ -215,7 +290,8 @@ def run_participant(name: str, settings: Settings | None = None) -> None:
     """Run participant ``name`` (a reference name or ``module:attribute``) until SIGINT/SIGTERM (blocking)."""
     settings = settings or Settings()
     configure_logging(settings.saga_log_level)
-    asyncio.run(prepare(name, settings))
+    # Kafka or Postgres restarting while this worker starts is waited out (SIGTERM still ends the wait).
+    asyncio.run(retry_startup(lambda: prepare(name, settings), f"prepare participant {name}"))
     app = build_app(name, settings)
     worker = faust.Worker(
         app,
@@ -225,7 +301,30 @@ def run_participant(name: str, settings: Settings | None = None) -> None:
         redirect_stdouts=False,
     )
     worker.spinner = None  # it writes terminal escape codes to stdout even when quiet
-    worker.execute_from_commandline()
+    started_up = _watch_startup(app)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exit_:
+        # Faust's own start (producer and consumer bootstrap) has no retry: Kafka going away between
+        # prepare() and that start makes the worker exit. Start over instead (a few times).
+        if exit_.code and not started_up():
+            start_over(f"participant {name}")
+        raise
+
+
+def _watch_startup(app: faust.App) -> Callable[[], bool]:
+    """A flag that turns true once the worker finished starting (faust's on_startup_finished)."""
+    finished = False
+    worker_hook = app.on_startup_finished  # set by faust.Worker
+
+    async def on_startup_finished() -> None:
+        nonlocal finished
+        finished = True
+        if worker_hook is not None:
+            await worker_hook()
+
+    app.on_startup_finished = on_startup_finished
+    return lambda: finished
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,7 @@ developer's running services.
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,6 +29,25 @@ def free_ports(count: int) -> list[int]:
     finally:
         for probe in sockets:
             probe.close()
+
+
+def free_port_block(count: int, attempts: int = 50) -> int:
+    """The first of ``count`` consecutive TCP ports that were all free on 127.0.0.1 a moment ago."""
+    for _ in range(attempts):
+        base = random.randint(20_000, 32_000 - count)  # below Linux's ephemeral range (32768-)
+        probes: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise RuntimeError(f"no block of {count} free ports found")
 
 
 def private_settings(base: Settings, home: Path) -> Settings:

@@ -26,8 +26,8 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.domain.model import RESUME_COMPENSATION, SagaState
 from orchestrator.domain.progress import advance, unwind
-from orchestrator.domain.replies import TIMED_OUT_ERROR, handle_step_result, handle_timer_fired
-from orchestrator.domain.status import SagaStatus, StepStatus
+from orchestrator.domain.replies import handle_step_result, handle_timer_fired
+from orchestrator.domain.status import TIMED_OUT_ERROR, SagaStatus, StepStatus
 
 __all__ = ["DUPLICATE_START_REASON", "TIMED_OUT_ERROR", "Decision", "decide"]
 

@@ -144,14 +144,22 @@ def needs_resolution(definition: SagaDefinition, step: StepState) -> bool:
     """True for a compensable step whose forward outcome is still open while the saga unwinds.
 
     Such a step may have taken effect (in flight, or timed out), so unwinding waits for it: a success is
-    compensated, a failure or giving up is not. A step that failed for sure and waits for a retry is
-    simply not retried.
+    compensated, a definitive failure is not, and giving up after timeouts is (``to_undo``). A step that
+    failed for sure and waits for a retry is simply not retried.
     """
     if definition.step(step.name).compensation is None:
         return False
     return step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or (
         step.status is StepStatus.RETRY_SCHEDULED and step.outcome_unknown
     )
+
+
+def to_undo(definition: SagaDefinition, step: StepState) -> bool:
+    """True for a compensable step whose effect an unwinding saga must undo: it succeeded, or it was given
+    up after its attempts timed out and so may have taken effect (undoing what never happened is a no-op)."""
+    if definition.step(step.name).compensation is None:
+        return False
+    return step.status is StepStatus.SUCCEEDED or (step.status is StepStatus.FAILED and step.outcome_unknown)
 
 
 def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -> frozenset[str]:

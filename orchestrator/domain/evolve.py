@@ -15,7 +15,13 @@ from orchestrator.domain.definition import SagaDefinition
 from orchestrator.domain.errors import HistoryMismatch, IllegalTransition
 from orchestrator.domain.keys import compensation_key, forward_key
 from orchestrator.domain.model import RESUME_COMPENSATION, SagaState, StepState
-from orchestrator.domain.status import SagaStatus, StepStatus, is_step_transition_valid, is_transition_valid
+from orchestrator.domain.status import (
+    TIMED_OUT_ERROR,
+    SagaStatus,
+    StepStatus,
+    is_step_transition_valid,
+    is_transition_valid,
+)
 
 _Def = SagaDefinition | None
 
@@ -145,13 +151,17 @@ def _on_step_succeeded(d: _Def, s: SagaState, e: ev.StepSucceeded) -> SagaState:
 
 
 def _on_step_failed(d: _Def, s: SagaState, e: ev.StepFailed) -> SagaState:
-    # A reply FAILED is a known outcome: the operation did not take effect under this key.
+    # A reply FAILED is a known outcome: the operation did not take effect under this key. Giving up after
+    # the last attempt timed out is not: the step may have taken effect, so its outcome stays unknown and
+    # an unwinding saga compensates it.
+    before = s.steps.get(e.step)
+    gave_up = e.error_type == TIMED_OUT_ERROR and before is not None and before.outcome_unknown
     return _step(
         s,
         e,
         e.step,
         StepStatus.FAILED,
-        outcome_unknown=False,
+        outcome_unknown=gave_up,
         last_error_type=e.error_type,
         last_error_message=e.error_message,
     )

@@ -7,7 +7,7 @@ a cancel, an operator's resume) moves the saga on by the same rules.
 from __future__ import annotations
 
 from orchestrator.domain import events as ev
-from orchestrator.domain.decision import DecisionBuilder, needs_resolution, send_compensation, send_step
+from orchestrator.domain.decision import DecisionBuilder, needs_resolution, send_compensation, send_step, to_undo
 from orchestrator.domain.definition import Condition, FailureMode, SagaDefinition
 from orchestrator.domain.model import SagaState
 from orchestrator.domain.status import COMPENSATION_IN_PROGRESS, FORWARD_SETTLED, SagaStatus, StepStatus
@@ -97,12 +97,9 @@ def _finish_forward(b: DecisionBuilder) -> None:
 def unwind(b: DecisionBuilder, reason: str, failed_step: str | None) -> None:
     """Start compensating, or end the saga at once when there is nothing to undo or wait for."""
     definition, state = b.defn, b.saga
-    to_undo = any(
-        s.status is StepStatus.SUCCEEDED and definition.step(s.name).compensation is not None
-        for s in state.steps.values()
-    )
+    undo = any(to_undo(definition, s) for s in state.steps.values())
     to_wait = any(needs_resolution(definition, s) for s in state.steps.values())
-    if to_undo or to_wait:
+    if undo or to_wait:
         b.record(ev.SagaCompensationStarted(**b.base(), reason=reason, failed_step=failed_step))
     elif state.cancel_requested:
         b.record(ev.SagaCancelled(**b.base(), reason=state.cancel_reason or reason))
@@ -111,7 +108,7 @@ def unwind(b: DecisionBuilder, reason: str, failed_step: str | None) -> None:
 
 
 def compensation_wave(definition: SagaDefinition, state: SagaState) -> tuple[str, ...]:
-    """Completed compensable steps none of whose dependents still needs undoing (or may still need it).
+    """Steps to undo (``to_undo``) none of whose dependents still needs undoing (or may still need it).
 
     Reverse-topological order; a wave runs in parallel.
     """
@@ -120,13 +117,12 @@ def compensation_wave(definition: SagaDefinition, state: SagaState) -> tuple[str
         step = state.steps[name]
         if needs_resolution(definition, step) or step.status in COMPENSATION_IN_PROGRESS:
             return True
-        return step.status is StepStatus.SUCCEEDED and definition.step(name).compensation is not None
+        return to_undo(definition, step)
 
     return tuple(
         name
         for name in reversed(definition.order)
-        if state.steps[name].status is StepStatus.SUCCEEDED
-        and definition.step(name).compensation is not None
+        if to_undo(definition, state.steps[name])
         and not any(pending_undo(d) for d in definition.downstream(name))
     )
 

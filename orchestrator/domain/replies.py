@@ -18,10 +18,7 @@ from orchestrator.domain.errors import InvalidMessage
 from orchestrator.domain.keys import compensation_key, forward_key
 from orchestrator.domain.messages import CommandKind, ResultStatus, StepResult, TimerFired, TimerKind
 from orchestrator.domain.progress import advance
-from orchestrator.domain.status import SagaStatus, StepStatus
-
-TIMED_OUT_ERROR = "TimedOut"
-"""error_type recorded when a step or compensation is given up after its attempts all timed out."""
+from orchestrator.domain.status import TIMED_OUT_ERROR, SagaStatus, StepStatus
 
 
 def handle_step_result(b: DecisionBuilder, result: StepResult) -> None:

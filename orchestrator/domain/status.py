@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 
+TIMED_OUT_ERROR = "TimedOut"
+"""error_type recorded when a step or compensation is given up after its attempts all timed out."""
+
 
 class SagaStatus(StrEnum):
     RUNNING = "RUNNING"
@@ -99,7 +102,9 @@ STEP_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     _S.TIMED_OUT: frozenset({_S.RETRY_SCHEDULED, _S.FAILED, _S.SUCCEEDED, _S.RUNNING}),
     # RETRY_SCHEDULED -> SUCCEEDED: a late success of an earlier attempt (same key, same operation)
     _S.RETRY_SCHEDULED: frozenset({_S.RUNNING, _S.SUCCEEDED}),
-    _S.FAILED: frozenset({_S.RETRY_SCHEDULED}),
+    # FAILED -> COMPENSATING: a step given up after its attempts timed out may have taken effect; unwinding
+    # undoes it (a compensation of something that never happened is a no-op).
+    _S.FAILED: frozenset({_S.RETRY_SCHEDULED, _S.COMPENSATING}),
     _S.SUCCEEDED: frozenset({_S.COMPENSATING}),
     _S.SKIPPED: frozenset(),
     _S.COMPENSATING: frozenset(

@@ -10,7 +10,7 @@ work, like ``FOR UPDATE SKIP LOCKED`` rows.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 from orchestrator.ports import (
@@ -54,6 +54,15 @@ class MemoryUnitOfWork:
         own = [e for (sid, seq), e in self._events.items() if sid == saga_id and seq > after_seq]
         return sorted(committed + own, key=lambda e: e.seq)
 
+    async def claim_messages(self, consumer: str, message_ids: Sequence[str]) -> set[str]:
+        """``claim_message`` for each id; the ids claimed now."""
+        return {message_id for message_id in message_ids if await self.claim_message(consumer, message_id)}
+
+    async def load_events_after(self, after_seq: Mapping[str, int]) -> dict[str, list[StoredEvent]]:
+        """``load_events`` for each saga; sagas with no newer event are left out."""
+        loaded = {saga_id: await self.load_events(saga_id, after) for saga_id, after in after_seq.items()}
+        return {saga_id: events for saga_id, events in loaded.items() if events}
+
     async def append_events(self, events: Sequence[StoredEvent]) -> None:
         """Buffer events; ConcurrencyConflict on a (saga_id, seq) already committed or buffered."""
         now = self._store.clock_ms()
@@ -77,6 +86,11 @@ class MemoryUnitOfWork:
     async def delete_timer(self, saga_id: str, timer_id: str) -> None:
         """Buffer a timer deletion."""
         self._timers[(saga_id, timer_id)] = None
+
+    async def delete_timers(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Buffer timer deletions."""
+        for saga_id, timer_id in keys:
+            await self.delete_timer(saga_id, timer_id)
 
     async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
         """Due timers visible to this unit of work and not claimed by another open one; deleted here."""
@@ -102,6 +116,11 @@ class MemoryUnitOfWork:
         current = self._summaries.get(summary.saga_id) or self._store.summaries.get(summary.saga_id)
         if current is None or current.last_seq <= summary.last_seq:
             self._summaries[summary.saga_id] = summary
+
+    async def upsert_summaries(self, summaries: Sequence[SagaSummaryRow]) -> None:
+        """``upsert_summary`` for each row, in order."""
+        for summary in summaries:
+            await self.upsert_summary(summary)
 
     def _commit(self) -> None:
         """Check conflicts, then apply everything; synchronous, so atomic for other coroutines."""

@@ -16,6 +16,7 @@ from orchestrator.ports import (
     StoredEvent,
     TimerRow,
 )
+from orchestrator.store.postgres_bulk import BulkStatements
 from outbox.writer import write_outbox
 
 _SUMMARY_COLUMNS = (
@@ -47,8 +48,11 @@ def _summary(row: asyncpg.Record) -> SagaSummaryRow:
     )
 
 
-class PostgresUnitOfWork:
-    """``UnitOfWork`` on one connection inside an open transaction (see ``PostgresStore.begin``)."""
+class PostgresUnitOfWork(BulkStatements):
+    """``UnitOfWork`` on one connection inside an open transaction (see ``PostgresStore.begin``).
+
+    The many-row variants (``claim_messages``, ``load_events_after``, ...) live in ``BulkStatements``.
+    """
 
     def __init__(self, conn: asyncpg.Connection, schema: str) -> None:
         self.conn = conn

@@ -10,13 +10,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import asyncpg
 
 from infra.faults import crash_point
+from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field
 from orchestrator.domain.messages import CommandKind
+from outbox.message import OutboxMessage
 from outbox.writer import write_outbox
 from participants.kit.outcome import Failed, Outcome, ReceivedCommand
 from participants.kit.participant import Participant
@@ -31,6 +34,7 @@ from participants.kit.replies import (
     outcome_message,
     step_result_message,
 )
+from schemas.codec import WireError
 from schemas.registry import SchemaRegistry, default_registry
 from schemas.topics import Topics
 
@@ -67,11 +71,20 @@ class _Undo(Exception):
 
 
 def decode_command(
-    registry: SchemaRegistry, value: bytes, message_id: str
+    registry: SchemaRegistry, value: bytes | None, message_id: str
 ) -> tuple[ReceivedCommand, dict[str, Any]]:
-    """Decode a StepCommand and its embedded saga input; raises on anything malformed."""
+    """Decode a StepCommand and its embedded saga input; raises on anything malformed, including ids no
+    store can key on and texts Postgres cannot hold (they would fail every redelivery's transaction)."""
+    if value is None:
+        raise WireError("empty value (tombstone) where a StepCommand was expected")
     _, record = registry.decode_as(value, STEP_COMMAND)
     input_type, saga_input = registry.decode(record["input"])
+    problem = (("saga_id is empty" if not record["saga_id"] else None)
+               or id_problem(record["saga_id"], "saga_id")
+               or id_problem(record["idempotency_key"], "idempotency_key", MAX_MESSAGE_ID_BYTES))
+    field = nul_field({k: v for k, v in record.items() if k != "input"}) or nul_field(saga_input)
+    if problem or field:
+        raise WireError(problem or f"{field} contains a NUL character")
     command = ReceivedCommand(
         saga_id=record["saga_id"],
         saga_type=record["saga_type"],
@@ -90,7 +103,7 @@ async def handle_command(
     pool: asyncpg.Pool,
     participant: Participant,
     topics: Topics,
-    value: bytes,
+    value: bytes | None,
     headers: HeadersArg,
     *,
     delivery: Delivery | None = None,
@@ -103,31 +116,13 @@ async def handle_command(
     """
     registry = registry or default_registry()
     delivery = delivery or Delivery(topic=topics.commands(participant.name))
-    pairs = header_pairs(headers)
-    fallback_id = f"{delivery.topic}:{delivery.partition}:{delivery.offset}"
-    message_id = header_text(pairs, "message_id") or fallback_id
-    try:
-        command, saga_input = decode_command(registry, value, message_id)
-    except Exception as exc:  # anything undecodable is a poison message: park it, never crash
-        reason = f"undecodable StepCommand: {type(exc).__name__}: {exc}"
-        dead_letter = dead_letter_message(
-            registry,
-            dlq_topic=topics.dlq,
-            consumer=participant.consumer_name,
-            reason=reason,
-            delivery=delivery,
-            value=value,
-            headers=pairs,
-            now_ms=clock(),
-        )
+    parsed = parse_delivery(registry, value, headers, delivery)
+    if parsed.command is None:
+        dead_letter = park(registry, participant, topics, parsed, value, delivery, clock())
         async with pool.acquire() as conn, conn.transaction():
             await write_outbox(conn, participant.outbox_table, [dead_letter])
-        log.warning(
-            "dead-lettered a command",
-            extra={"participant": participant.name, "saga_id": header_text(pairs, "saga_id"),
-                   "message_id": message_id, "reason": reason},
-        )
         return Disposition.DEAD_LETTERED
+    command, saga_input = parsed.command, parsed.saga_input
 
     results_topic = topics.results(participant.name)
     async with pool.acquire() as conn, conn.transaction():
@@ -180,6 +175,56 @@ async def handle_command(
     error_type = outcome.error_type if isinstance(outcome, Failed) else None
     _log_outcome(participant, command, disposition, RecordedReply.of(outcome).status, error_type)
     return disposition
+
+
+@dataclass(frozen=True)
+class ParsedDelivery:
+    """A delivery checked before any transaction: the command to run, or (``command`` None) why not."""
+
+    message_id: str
+    pairs: list[tuple[str, bytes | None]]
+    command: ReceivedCommand | None = None
+    saga_input: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+def parse_delivery(registry: SchemaRegistry, value: bytes | None, headers: HeadersArg,
+                   delivery: Delivery) -> ParsedDelivery:
+    """Decode and check one delivery; anything unusable gets the reason it goes to the DLQ instead."""
+    pairs = header_pairs(headers)
+    fallback_id = f"{delivery.topic}:{delivery.partition}:{delivery.offset}"
+    message_id = header_text(pairs, "message_id") or fallback_id
+    try:
+        reason = id_problem(message_id, "message_id header", MAX_MESSAGE_ID_BYTES)
+        command, saga_input = decode_command(registry, value, message_id)
+    except Exception as exc:  # anything undecodable is a poison message: park it, never crash
+        return ParsedDelivery(message_id, pairs, reason=f"undecodable StepCommand: {type(exc).__name__}: {exc}")
+    reason = reason or _key_problem(delivery, command.saga_id)
+    if reason:
+        return ParsedDelivery(message_id, pairs, reason=reason)
+    return ParsedDelivery(message_id, pairs, command, saga_input)
+
+
+def park(registry: SchemaRegistry, participant: Participant, topics: Topics, parsed: ParsedDelivery,
+         value: bytes | None, delivery: Delivery, now_ms: int) -> OutboxMessage:
+    """The DeadLetter outbox row of an unusable delivery (logged)."""
+    log.warning(
+        "dead-lettered a command",
+        extra={"participant": participant.name, "saga_id": header_text(parsed.pairs, "saga_id"),
+               "message_id": parsed.message_id, "reason": parsed.reason},
+    )
+    return dead_letter_message(registry, dlq_topic=topics.dlq, consumer=participant.consumer_name,
+                               reason=parsed.reason, delivery=delivery, value=value, headers=parsed.pairs,
+                               now_ms=now_ms)
+
+
+def _key_problem(delivery: Delivery, saga_id: str) -> str | None:
+    """A command's Kafka key must be its saga id (checked for consumed records, whose key is known)."""
+    if delivery.offset < 0 or delivery.key == saga_id.encode():
+        return None
+    if delivery.key is None:
+        return "missing Kafka key: the key must be the saga id (UTF-8)"
+    return f"Kafka key {delivery.key[:600]!r} differs from saga_id {saga_id!r}"
 
 
 async def _run_in_savepoint(

@@ -6,6 +6,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator import wire
+from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem
 from outbox.message import OutboxMessage
 from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from schemas.registry import SchemaRegistry
@@ -134,42 +136,41 @@ def dead_letter_message(
     consumer: str,
     reason: str,
     delivery: Delivery,
-    value: bytes,
+    value: bytes | None,
     headers: Sequence[tuple[str, bytes | None]],
     now_ms: int,
 ) -> OutboxMessage:
-    """A ``saga.v1.DeadLetter`` carrying the rejected message's bytes, headers and key."""
-    saga_id = header_text(headers, "saga_id")
+    """A ``saga.v1.DeadLetter`` carrying the rejected message's bytes, headers and key.
+
+    The row always fits the DLQ topic: the letter sheds what is too large (``wire.encode_dead_letter``), and
+    only usable ids from the message's headers reach the row's key and headers.
+    """
+    saga_id = _usable(header_text(headers, "saga_id"))
     if delivery.offset >= 0:
         message_id = f"dlq:{delivery.topic}:{delivery.partition}:{delivery.offset}"
         fallback_id = f"{delivery.topic}:{delivery.partition}:{delivery.offset}"
     else:  # no offset known (direct call): a content hash keeps the id stable across retries
-        digest = hashlib.sha256(value).hexdigest()[:32]
+        digest = hashlib.sha256(value or b"").hexdigest()[:32]
         message_id = f"dlq:{delivery.topic}:{digest}"
         fallback_id = f"{delivery.topic}:{digest}"
-    body = registry.encode(
-        DEAD_LETTER,
-        {
-            "source_topic": delivery.topic,
-            "source_partition": delivery.partition,
-            "source_offset": delivery.offset,
-            "consumer": consumer,
-            "reason": reason,
-            "saga_id": saga_id,
-            "original_key": delivery.key,
-            "original_value": value,
-            "original_headers": [{"key": k, "value": v} for k, v in headers],
-            "failed_at": now_ms,
-        },
+    letter = wire.DeadLetter(
+        source_topic=delivery.topic, source_partition=delivery.partition, source_offset=delivery.offset,
+        consumer=consumer, reason=reason, failed_at=now_ms, saga_id=saga_id, original_key=delivery.key,
+        original_value=value, original_headers=tuple(headers),
     )
     out_headers = {
         "message_id": message_id,
-        "causation_id": header_text(headers, "message_id") or fallback_id,
+        "causation_id": _usable(header_text(headers, "message_id"), MAX_MESSAGE_ID_BYTES) or fallback_id,
     }
     if saga_id is not None:
         out_headers["saga_id"] = saga_id
-    saga_type = header_text(headers, "saga_type")
+    saga_type = _usable(header_text(headers, "saga_type"))
     if saga_type is not None:
         out_headers["saga_type"] = saga_type
-    key = saga_id if saga_id is not None else (delivery.key or b"").decode("utf-8", "replace")
-    return OutboxMessage(topic=dlq_topic, key=key, value=body, headers=out_headers, message_id=message_id)
+    key = saga_id if saga_id is not None else _usable((delivery.key or b"").decode("utf-8", "replace")) or ""
+    return OutboxMessage(topic=dlq_topic, key=key, value=wire.encode_dead_letter(letter, registry),
+                         headers=out_headers, message_id=message_id)
+
+
+def _usable(text: str | None, limit: int = MAX_SAGA_ID_BYTES) -> str | None:
+    return text if text is not None and id_problem(text, "id", limit) is None else None

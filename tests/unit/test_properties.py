@@ -16,7 +16,7 @@ from hypothesis import event as note
 from hypothesis import strategies as st
 
 from orchestrator.domain import events as ev
-from orchestrator.domain.decide import decide
+from orchestrator.domain.decide import TIMED_OUT_ERROR, decide
 from orchestrator.domain.decision import DecisionBuilder, live_timer_ids
 from orchestrator.domain.definition import Condition, FailureMode, RetryPolicy, SagaDefinition, Step
 from orchestrator.domain.messages import (
@@ -299,6 +299,9 @@ def _check_invariants(run: SagaRun, definition: SagaDefinition, tracker: Tracker
     first: dict[tuple[type[ev.Event], str], int] = {}
     for event in run.events:
         first.setdefault((type(event), getattr(event, "step", "")), event.seq)
+        if isinstance(event, ev.StepFailed) and event.error_type == TIMED_OUT_ERROR:
+            # given up after timeouts: it may have taken effect, so it counts as done for undoing
+            first.setdefault((ev.StepSucceeded, event.step), event.seq)
     compensation_sent = [e for e in run.events if isinstance(e, ev.CompensationSent)]
     if state.pivot_passed:  # after the pivot the saga only moves forward (and it never unwound before)
         assert not compensation_sent

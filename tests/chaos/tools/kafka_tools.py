@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, ConfigResource, ConfigResourceType
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
 from infra.settings import Settings
-from tests.chaos.tools.poison import PoisonRecord
+from orchestrator import wire
+from schemas.topics import PARTICIPANTS, Topics
+from tests.chaos.tools.poison import PoisonFactory, PoisonRecord
 
 LARGE_REQUEST = 4 * 1024 * 1024  # lets the producer hand the broker records above the 1 MiB default
 
@@ -31,18 +38,52 @@ class Sent:
 
 async def publish_records(settings: Settings, records: Sequence[PoisonRecord],
                           max_request_size: int = LARGE_REQUEST) -> list[Sent]:
-    """Publish ``records`` through one batching producer; returns each one's partition and offset."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_servers(), acks="all", linger_ms=5,
-                                max_batch_size=256 * 1024, max_request_size=max_request_size,
+    """Publish ``records`` in batches built per partition (cheap for the test process, which shares the
+    machine with the system under test); returns each one's partition and offset.
+
+    A keyed record goes to a partition chosen by a hash of its key (not Kafka's murmur2: poison needs no
+    co-location with real messages of that key), an unkeyed one to a random partition.
+    """
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_servers(), acks="all",
+                                max_batch_size=512 * 1024, max_request_size=max_request_size,
                                 request_timeout_ms=60_000)
     await producer.start()
     try:
-        futures = [await producer.send(r.topic, key=r.key, value=r.value, headers=list(r.headers))
-                   for r in records]
-        metadata = await asyncio.gather(*futures)
+        groups: dict[tuple[str, int], list[int]] = {}
+        for index, record in enumerate(records):
+            partitions = await _producer_partitions(producer, record.topic)
+            chosen = (zlib.crc32(record.key) if record.key is not None else random.randrange(1 << 30))
+            groups.setdefault((record.topic, partitions[chosen % len(partitions)]), []).append(index)
+        placed: dict[int, tuple[int, int]] = {}
+        futures = []
+        for (topic, partition), indexes in groups.items():
+            for batch_indexes, batch in _batches(producer, [records[i] for i in indexes], indexes):
+                futures.append((partition, batch_indexes, await producer.send_batch(batch, topic, partition=partition)))
+        for partition, batch_indexes, future in futures:
+            base = (await future).offset
+            placed.update((i, (partition, base + n)) for n, i in enumerate(batch_indexes))
     finally:
         await producer.stop()
-    return [Sent(r, m.partition, m.offset) for r, m in zip(records, metadata, strict=True)]
+    return [Sent(record, *placed[index]) for index, record in enumerate(records)]
+
+
+def _batches(producer: AIOKafkaProducer, records: list[PoisonRecord],
+             indexes: list[int]) -> Iterator[tuple[list[int], Any]]:
+    """Record batches (aiokafka BatchBuilders) in order; the first record of a batch always fits."""
+    batch, members = producer.create_batch(), list[int]()
+    for record, index in zip(records, indexes, strict=True):
+        if batch.append(key=record.key, value=record.value, timestamp=None, headers=list(record.headers)) is None:
+            yield members, batch
+            batch, members = producer.create_batch(), list[int]()
+            batch.append(key=record.key, value=record.value, timestamp=None, headers=list(record.headers))
+        members.append(index)
+    if members:
+        yield members, batch
+
+
+async def _producer_partitions(producer: AIOKafkaProducer, topic: str) -> list[int]:
+    await producer.client._wait_on_metadata(topic)
+    return sorted(producer.client.cluster.partitions_for_topic(topic))
 
 
 async def set_max_message_bytes(settings: Settings, topics: Iterable[str], size: int) -> None:
@@ -90,36 +131,112 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     raise LookupError(f"topic {topic} has no partitions")
 
 
-async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
-    """End offset minus the group's committed offset, per partition of ``topics`` (0 everywhere: caught up).
+class LagWatch:
+    """Consumer-group lag (end offset minus committed offset) of several groups, with one admin client and
+    one consumer kept open between looks. A partition a group never committed lags by its whole end."""
 
-    A partition the group never committed counts its whole end offset as lag.
-    """
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_servers())
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_servers(), enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
-    try:
-        committed = await admin.list_consumer_group_offsets(group)
-        partitions = [TopicPartition(t, p) for t in topics for p in sorted(await _partitions(consumer, t))]
-        ends = await consumer.end_offsets(partitions)
-        return {tp: ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in partitions}
-    finally:
-        await consumer.stop()
-        await admin.close()
+    def __init__(self, settings: Settings, groups: dict[str, list[str]]) -> None:
+        self.groups = groups
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_servers())
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_servers(), enable_auto_commit=False)
+        self._partitions: dict[str, list[TopicPartition]] = {}
+
+    async def __aenter__(self) -> LagWatch:
+        await self._admin.start()
+        await self._consumer.start()
+        for group, topics in self.groups.items():
+            self._partitions[group] = [TopicPartition(t, p) for t in topics
+                                       for p in sorted(await _partitions(self._consumer, t))]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._consumer.stop()
+        await self._admin.close()
+
+    async def lagging(self) -> dict[str, dict[TopicPartition, int]]:
+        """Partitions with a lag, per group (empty: every group caught up)."""
+        ends = await self._consumer.end_offsets([tp for tps in self._partitions.values() for tp in tps])
+        found: dict[str, dict[TopicPartition, int]] = {}
+        for group, partitions in self._partitions.items():
+            committed = await self._admin.list_consumer_group_offsets(group)
+            lag = {tp: ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in partitions}
+            if any(n > 0 for n in lag.values()):
+                found[group] = {tp: n for tp, n in lag.items() if n > 0}
+        return found
+
+    async def wait(self, timeout_s: float, max_lag: int = 0) -> dict[str, dict[TopicPartition, int]]:
+        """Poll until the groups are at most ``max_lag`` records behind in total; returns what still lags
+        when time is up (empty when they caught up)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            lagging = await self.lagging()
+            if sum(n for lag in lagging.values() for n in lag.values()) <= max_lag:
+                return {}
+            if time.monotonic() >= deadline:
+                return lagging
+            await asyncio.sleep(0.1)
 
 
 async def wait_caught_up(settings: Settings, groups: dict[str, list[str]], timeout_s: float,
-                         ) -> dict[str, dict[TopicPartition, int]]:
-    """Poll until every group (id → topics) committed up to the end of every partition it consumes;
-    returns what is still lagging (empty when all caught up)."""
+                         max_lag: int = 0) -> dict[str, dict[TopicPartition, int]]:
+    """Wait until every group (id → topics) committed to within ``max_lag`` records of the end of the
+    partitions it consumes (0: all of them); returns what still lags (empty when caught up)."""
+    async with LagWatch(settings, groups) as watch:
+        return await watch.wait(timeout_s, max_lag)
+
+
+async def dead_letter_positions(settings: Settings) -> set[tuple[str, int, int]]:
+    """Source (topic, partition, offset) of every dead letter on saga.dlq so far."""
+    records = await read_all(settings, Topics(settings.saga_topic_prefix).dlq)
+    letters = [wire.decode_dead_letter(r.value) for r in records]
+    return {(x.source_topic, x.source_partition, x.source_offset) for x in letters}
+
+
+async def wait_consumers_up(settings: Settings, timeout_s: float = 90.0,
+                            participants: tuple[str, ...] = PARTICIPANTS) -> list[Sent]:
+    """Publish one malformed record to every consumed topic and wait until each is dead-lettered: then the
+    orchestrator and every participant consume (and their relays publish). Returns what was sent."""
+    factory = PoisonFactory(Topics(settings.saga_topic_prefix), participants, seed=1,
+                            run_id=f"warm-up-{random.randrange(1 << 30):x}")
+    sent = await publish_records(settings, [factory.make("random_bytes", topic) for topic in factory.roles()])
+    wanted = {s.position for s in sent}
     deadline = time.monotonic() + timeout_s
-    while True:
-        lagging = {}
-        for group, topics in groups.items():
-            lag = {tp: n for tp, n in (await group_lag(settings, group, topics)).items() if n > 0}
-            if lag:
-                lagging[group] = lag
-        if not lagging or time.monotonic() >= deadline:
-            return lagging
+    while not wanted <= await dead_letter_positions(settings):
+        if time.monotonic() >= deadline:
+            raise TimeoutError("the services did not dead-letter the warm-up records: not all are up")
         await asyncio.sleep(0.5)
+    return sent
+
+
+class _RawHeaderName(str):
+    """A header name whose wire bytes are not UTF-8 (legal in Kafka; aiokafka only writes str names)."""
+
+    def __new__(cls, raw: bytes) -> _RawHeaderName:
+        name = super().__new__(cls, raw.decode("utf-8", "replace"))
+        name.raw = raw
+        return name
+
+    raw: bytes
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return self.raw
+
+
+async def publish_with_raw_header_name(settings: Settings, topic: str, partition: int, key: bytes, value: bytes,
+                                       header_name: bytes) -> int:
+    """Publish one record whose header name is the given bytes (e.g. not UTF-8); returns its offset.
+
+    aiokafka's C record builder insists on str names, so this batch is built by its pure-Python builder.
+    """
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_servers())
+    await producer.start()
+    try:
+        batch = producer.create_batch()
+        batch._builder = _DefaultRecordBatchBuilderPy(
+            magic=2, compression_type=0, is_transactional=0, producer_id=-1, producer_epoch=-1,
+            base_sequence=-1, batch_size=1024 * 1024)
+        batch.append(key=key, value=value, timestamp=None, headers=[(_RawHeaderName(header_name), b"1")])
+        offset: int = (await (await producer.send_batch(batch, topic, partition=partition))).offset
+        return offset
+    finally:
+        await producer.stop()

@@ -15,27 +15,23 @@ import copy
 import io
 import itertools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import fastavro
 
 from orchestrator import wire
 from orchestrator.domain.messages import CancelSaga, CommandKind, ResultStatus, StartSaga, StepResult
 from schemas.codec import HEADER_SIZE, MARKER
-from schemas.registry import DEFAULT_MAX_VALUE_SIZE, SchemaRegistry, default_registry
+from schemas.registry import SchemaRegistry, default_registry
 from schemas.topics import PARTICIPANTS, Topics
+from tests.chaos.tools.poison_kinds import KINDS, NEEDS_LARGE_TOPICS, ROLES, Headers, Kind, Role
 
-Role = Literal["start", "control", "results", "commands"]
-ROLES: tuple[Role, ...] = ("start", "control", "results", "commands")
-Headers = tuple[tuple[str, bytes | None], ...]
+__all__ = ["KINDS", "ROLES", "Headers", "Kind", "PoisonFactory", "PoisonRecord", "Role"]
+
 
 TRIP_REQUEST = "saga.v1.trip.TripRequest"
-BROKER_MAX_BATCH = 1_048_588  # Kafka's default message.max.bytes: the largest record batch a topic takes
-RECORD_BATCH_OVERHEAD = 61  # v2 record batch header
-OVERSIZED_ID_LENGTH = 8_000  # far beyond a Postgres btree entry (~2.7 kB): never storable as a key
-ABOVE_CODEC_LIMIT = DEFAULT_MAX_VALUE_SIZE + 4_096
 
 
 @dataclass(frozen=True)
@@ -55,16 +51,6 @@ class PoisonRecord:
         return len(self.key or b"") + len(self.value or b"") + header_bytes
 
 
-@dataclass(frozen=True)
-class Kind:
-    """A kind of malformation, the topic roles it applies to, and whether it is large (sent sparingly)."""
-
-    name: str
-    roles: frozenset[Role]
-    build: Callable[[PoisonFactory, Role, str], tuple[bytes | None, bytes | None, Headers]]
-    huge: bool = False
-
-
 @dataclass
 class PoisonFactory:
     """Builds poison records for the topics of one prefix; deterministic for a given ``seed``."""
@@ -73,11 +59,11 @@ class PoisonFactory:
     participants: tuple[str, ...] = PARTICIPANTS
     seed: int = 0
     run_id: str = "poison"
-    include_above_codec_limit: bool = False  # needs topics whose max.message.bytes exceeds the codec limit
+    include_above_codec_limit: bool = False  # kinds that need topics taking records above 1 MiB
     registry: SchemaRegistry = field(default_factory=default_registry)
 
     def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
+        self.rng: random.Random = random.Random(self.seed)
         self._ids = itertools.count(1)
         self._known = {s.fingerprint for s in self.registry.current_schemas()}
         self._known |= {s.fingerprint for s in self.registry.released_schemas()}
@@ -95,7 +81,7 @@ class PoisonFactory:
     def kinds_for(self, role: Role) -> list[Kind]:
         """The kinds applicable to a topic role (above-codec-limit values only when enabled)."""
         return [k for k in KINDS.values() if role in k.roles
-                and (self.include_above_codec_limit or k.name != "above_codec_limit")]
+                and (self.include_above_codec_limit or k.name not in NEEDS_LARGE_TOPICS)]
 
     def make(self, kind: str, topic: str) -> PoisonRecord:
         """One record of ``kind`` for ``topic``."""
@@ -213,132 +199,3 @@ class PoisonFactory:
         chunk = self.rng.randbytes(4096)
         body = (chunk * (total // len(chunk) + 1))[: total - HEADER_SIZE]
         return MARKER + self.registry.fingerprint("saga.v1.StartSaga") + body
-
-
-def _keyed(build: Callable[[PoisonFactory, Role, str, str], bytes | None]) -> Callable[
-        [PoisonFactory, Role, str], tuple[bytes | None, bytes | None, Headers]]:
-    """A builder whose key is a fresh saga id and whose headers carry a fresh message id."""
-
-    def wrapped(f: PoisonFactory, role: Role, topic: str) -> tuple[bytes | None, bytes | None, Headers]:
-        saga_id = f.saga_id()
-        return saga_id.encode(), build(f, role, topic, saga_id), f.message_id()
-
-    return wrapped
-
-
-def _valid(f: PoisonFactory, role: Role, topic: str, saga_id: str) -> bytes:
-    return f.valid_value(role, topic, saga_id)
-
-
-def _truncated(f: PoisonFactory, role: Role, topic: str, saga_id: str) -> bytes:
-    value = f.valid_value(role, topic, saga_id)
-    return value[: f.rng.randint(HEADER_SIZE, len(value) - 1)]
-
-
-def _missing_key(f: PoisonFactory, role: Role, topic: str) -> tuple[bytes | None, bytes | None, Headers]:
-    return None, f.valid_value(role, topic, f.saga_id()), f.message_id()
-
-
-def _key_mismatch(f: PoisonFactory, role: Role, topic: str) -> tuple[bytes | None, bytes | None, Headers]:
-    return f.saga_id().encode(), f.valid_value(role, topic, f.saga_id()), f.message_id()
-
-
-def _non_utf8_key(f: PoisonFactory, role: Role, topic: str) -> tuple[bytes | None, bytes | None, Headers]:
-    saga_id = f.saga_id()
-    return b"\xff\xfe" + saga_id.encode(), f.valid_value(role, topic, saga_id), f.message_id()
-
-
-def _bad_headers(f: PoisonFactory, role: Role, topic: str) -> tuple[bytes | None, bytes | None, Headers]:
-    """Non-UTF-8 message id, the same header twice, None header values; the value is bad too (a
-    valid value with odd headers is a valid message: headers are optional)."""
-    saga_id = f.saga_id()
-    value = f.rng.choice([_truncated(f, role, topic, saga_id), f.random_bytes()])
-    headers: Headers = (("message_id", b"\xff\xfe\xfd" + f.rng.randbytes(4)), ("message_id", b"second"),
-                        ("saga_id", None), ("causation_id", None), ("saga_type", b"\xc3\x28"))
-    return saga_id.encode(), value, headers
-
-
-def _oversized_id(f: PoisonFactory, role: Role, topic: str) -> tuple[bytes | None, bytes | None, Headers]:
-    """A saga id far too long to be one (no store can key on it), key and body agreeing."""
-    saga_id = f"{f.run_id}-long-" + "".join(f.rng.choices("abcdefghijklmnopqrstuvwxyz0123456789",
-                                                          k=OVERSIZED_ID_LENGTH))
-    return saga_id.encode(), f.valid_value(role, topic, saga_id), f.message_id()
-
-
-def _oversized_message_id(f: PoisonFactory, role: Role, topic: str) -> tuple[bytes | None, bytes | None, Headers]:
-    """A message id header too long to be one, on an otherwise dead-letter-bound message."""
-    saga_id = f.saga_id()
-    message_id = "".join(f.rng.choices("abcdefghijklmnopqrstuvwxyz", k=OVERSIZED_ID_LENGTH))
-    if role == "start":
-        value = wire.encode_start(StartSaga(saga_id=saga_id, saga_type="cruise", tenant_id=None,
-                                            input=f.trip_input(saga_id)))
-    else:  # a cancel / result for a saga that does not exist
-        value = f.valid_value(role, topic, saga_id)
-    return saga_id.encode(), value, (("message_id", message_id.encode()),)
-
-
-def _start(saga_type: str = "trip", input_of: Callable[[PoisonFactory, str], bytes] | None = None,
-           saga_id_of: Callable[[PoisonFactory], str] | None = None) -> Callable[
-        [PoisonFactory, Role, str], tuple[bytes | None, bytes | None, Headers]]:
-    def build(f: PoisonFactory, role: Role, topic: str) -> tuple[bytes | None, bytes | None, Headers]:
-        saga_id = saga_id_of(f) if saga_id_of else f.saga_id()
-        saga_input = input_of(f, saga_id) if input_of else f.trip_input(saga_id)
-        value = wire.encode_start(StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=None, input=saga_input))
-        return saga_id.encode(), value, f.message_id()
-
-    return build
-
-
-def _huge(size_of: Callable[[PoisonFactory], int]) -> Callable[
-        [PoisonFactory, Role, str], tuple[bytes | None, bytes | None, Headers]]:
-    def build(f: PoisonFactory, role: Role, topic: str) -> tuple[bytes | None, bytes | None, Headers]:
-        saga_id = f.saga_id()
-        headers = f.message_id()
-        return saga_id.encode(), f.sized_garbage(size_of(f) - len(saga_id) - len(headers[0][1] or b"") - 64), headers
-
-    return build
-
-
-ALL: frozenset[Role] = frozenset(ROLES)
-START: frozenset[Role] = frozenset({"start"})
-
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("random_bytes", ALL, _keyed(lambda f, r, t, s: f.random_bytes())),
-    Kind("short_header", ALL, _keyed(lambda f, r, t, s: MARKER + f.rng.randbytes(f.rng.randint(0, 7)))),
-    Kind("unknown_fingerprint", ALL,
-         _keyed(lambda f, r, t, s: MARKER + f.unknown_fingerprint() + _valid(f, r, t, s)[HEADER_SIZE:])),
-    Kind("header_random_body", ALL,
-         _keyed(lambda f, r, t, s: _valid(f, r, t, s)[:HEADER_SIZE] + f.random_bytes(1, 64))),
-    Kind("truncated", ALL, _keyed(_truncated)),
-    Kind("trailing_garbage", ALL, _keyed(lambda f, r, t, s: _valid(f, r, t, s) + f.random_bytes(1, 32))),
-    Kind("wrong_schema", ALL, _keyed(lambda f, r, t, s: f.wrong_schema_value(r, s))),
-    Kind("empty_value", ALL, _keyed(lambda f, r, t, s: b"")),
-    Kind("tombstone", ALL, _keyed(lambda f, r, t, s: None)),
-    Kind("missing_key", ALL, _missing_key),
-    Kind("key_mismatch", ALL, _key_mismatch),
-    Kind("non_utf8_key", ALL, _non_utf8_key),
-    Kind("bad_headers", ALL, _bad_headers),
-    Kind("oversized_id", ALL, _oversized_id),
-    Kind("oversized_message_id", frozenset({"start", "control", "results"}), _oversized_message_id),
-    Kind("bad_enum", frozenset({"results", "commands"}), _keyed(lambda f, r, t, s: f.bad_enum_value(r, t, s))),
-    Kind("unknown_saga", frozenset({"control", "results"}), _keyed(_valid)),
-    Kind("unknown_saga_type", START, _start(saga_type="cruise")),
-    Kind("input_undecodable", START, _start(input_of=lambda f, s: f.random_bytes())),
-    Kind("input_truncated", START, _start(input_of=lambda f, s: f.trip_input(s)[:-3])),
-    Kind("input_unknown_fingerprint", START,
-         _start(input_of=lambda f, s: MARKER + f.unknown_fingerprint() + f.trip_input(s)[HEADER_SIZE:])),
-    Kind("input_wrong_schema", START,
-         _start(input_of=lambda f, s: wire.encode_cancel(CancelSaga(saga_id=s, reason="not a trip")))),
-    Kind("empty_saga_id", START, _start(saga_id_of=lambda f: "")),
-    Kind("command_input_undecodable", frozenset({"commands"}),
-         _keyed(lambda f, r, t, s: f.command(t, s, input_value=f.random_bytes()))),
-    Kind("huge_value", ALL, _huge(lambda f: 1_000_000), huge=True),
-    # The largest record the topic takes: a dead letter carrying it whole cannot fit the DLQ topic.
-    Kind("near_broker_limit", ALL, _huge(lambda f: BROKER_MAX_BATCH - RECORD_BATCH_OVERHEAD), huge=True),
-    Kind("above_codec_limit", ALL, _huge(lambda f: ABOVE_CODEC_LIMIT), huge=True),
-)}
-
-
-def kinds() -> Iterator[str]:
-    """Every kind name."""
-    return iter(KINDS)

@@ -1,0 +1,1 @@
+"""Benchmarks: codec micro-benchmark, outbox relay, end-to-end throughput."""

@@ -1,0 +1,119 @@
+"""The throughput benchmark's client side: publish StartSagas, watch saga.events for their ends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from rich.progress import Progress
+
+from cli.feed import assign_from_beginning
+from cli.scenarios import SCENARIOS
+from orchestrator import wire
+from orchestrator.domain.events import TERMINAL_EVENTS, SagaStarted
+from orchestrator.wire import EVENTS_NAMESPACE
+from schemas.registry import default_registry
+
+
+@dataclass
+class Observed:
+    """What the events topic said about the sagas, with local receive times (perf_counter seconds)."""
+
+    published_at: dict[str, float] = field(default_factory=dict)
+    started_at_ms: dict[str, int] = field(default_factory=dict)
+    terminal_at: dict[str, float] = field(default_factory=dict)
+    terminal_ms: dict[str, int] = field(default_factory=dict)
+    outcome: dict[str, str] = field(default_factory=dict)
+
+
+class Watcher:
+    """Reads saga.events and decodes only SagaStarted and terminal events (picked by writer fingerprint)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+        self._topic = topic
+        registry = default_registry()
+        names = [SagaStarted.__name__, *(cls.__name__ for cls in TERMINAL_EVENTS)]
+        self._wanted = {registry.fingerprint(f"{EVENTS_NAMESPACE}.{name}") for name in names}
+        self.seen = Observed()
+
+    async def start(self) -> None:
+        """Connect and read the topic from its beginning."""
+        await self._consumer.start()
+        await assign_from_beginning(self._consumer, self._topic)
+
+    async def stop(self) -> None:
+        """Disconnect."""
+        await self._consumer.stop()
+
+    async def poll(self) -> None:
+        """Take in what has arrived."""
+        batches = await self._consumer.getmany(timeout_ms=50, max_records=10_000)
+        now = time.perf_counter()
+        for records in batches.values():
+            for record in records:
+                if record.value is None or record.value[2:10] not in self._wanted:
+                    continue
+                event = wire.decode_event(record.value)
+                if isinstance(event, SagaStarted):
+                    self.seen.started_at_ms.setdefault(event.saga_id, event.occurred_at)
+                elif event.saga_id not in self.seen.terminal_at:
+                    self.seen.terminal_at[event.saga_id] = now
+                    self.seen.terminal_ms[event.saga_id] = event.occurred_at
+                    self.seen.outcome[event.saga_id] = type(event).__name__
+
+    async def end_offsets(self, topics: list[str]) -> dict[str, int]:
+        """Messages on each topic so far (sum of partition end offsets; fresh topics start at 0)."""
+        # The consumer's own metadata covers only the topic it reads: fetch the whole cluster's.
+        cluster = await self._consumer._client.fetch_all_metadata()
+        partitions = [TopicPartition(t, p) for t in topics for p in cluster.partitions_for_topic(t) or ()]
+        ends = await self._consumer.end_offsets(partitions)
+        return {t: sum(offset for tp, offset in ends.items() if tp.topic == t) for t in topics}
+
+    def done(self, saga_ids: list[str]) -> int:
+        """How many of ``saga_ids`` have ended."""
+        return sum(1 for saga_id in saga_ids if saga_id in self.seen.terminal_at)
+
+
+async def publish(bootstrap: str, topic: str, saga_ids: list[str], rate: float | None,
+                  published_at: dict[str, float]) -> None:
+    """One StartSaga per saga id (happy trips), paced at ``rate`` per second when given."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2)
+    await producer.start()
+    try:
+        bodies = [wire.encode_start(SCENARIOS["happy"].start(saga_id)) for saga_id in saga_ids]
+        first = time.perf_counter()
+        for n, (saga_id, body) in enumerate(zip(saga_ids, bodies, strict=True)):
+            if rate:
+                delay = first + n / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            published_at[saga_id] = time.perf_counter()
+            await producer.send(topic, value=body, key=saga_id.encode(),
+                                headers=[("message_id", uuid.uuid4().hex.encode())])
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def wait_for(watcher: Watcher, saga_ids: list[str], timeout_s: float, services: dict[str, object],
+                   progress: Progress | None = None) -> None:
+    """Poll the events topic until every saga ended, the time is up, or a service died."""
+    task = progress.add_task("", total=len(saga_ids)) if progress else None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        await watcher.poll()
+        done = watcher.done(saga_ids)
+        if progress is not None and task is not None:
+            elapsed = time.perf_counter() - min(watcher.seen.published_at.values(), default=time.perf_counter())
+            progress.update(task, completed=done, description=f"{done / max(elapsed, 1e-9):7.1f} sagas/s")
+        if done == len(saga_ids):
+            return
+        dead = [label for label, process in services.items() if process.poll() is not None]  # type: ignore[attr-defined]
+        if dead:
+            raise RuntimeError(f"service(s) exited during the run: {', '.join(dead)}")
+    raise TimeoutError(f"{len(saga_ids) - watcher.done(saga_ids)} of {len(saga_ids)} sagas did not end "
+                       f"within {timeout_s:.0f} s")

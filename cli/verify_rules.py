@@ -1,0 +1,190 @@
+"""The invariants ``saga verify`` checks, as pure functions of a saga's folded state and its effect counts.
+
+Effect rules are data, per saga type: for each step, which participant count records its effect and which
+its undoing (``StepEffect``). How a saga ended then says what each step's effect must be now
+(``STATUS_EXPECTATIONS``): held exactly once, undone (no net effect), absent, or left as it is. Register
+rules for your own saga type with ``register_rules``; a type without rules gets the generic checks only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from orchestrator.domain.state import SagaState, SagaStatus, StepStatus
+from orchestrator.ports import SagaSummaryRow
+
+EffectCounts = Mapping[str, Mapping[str, int]]
+"""participant → count name → value, e.g. {"flight": {"booked": 1, "cancelled": 0}}."""
+
+
+@dataclass(frozen=True)
+class StepEffect:
+    """Where one step's effect shows: ``done`` counts it, ``undone`` its undoing (None: cannot be undone)."""
+
+    participant: str
+    done: str
+    undone: str | None = None
+
+
+@dataclass(frozen=True)
+class EffectRules:
+    """The effect of each step of one saga type (steps without a visible effect are left out)."""
+
+    steps: Mapping[str, StepEffect]
+
+
+class Expect(StrEnum):
+    """What a step's effect must be in a finished saga."""
+
+    HELD = "hold its effect exactly once"  # done == 1, undone == 0
+    UNDONE = "have no net effect"  # done == undone <= 1 (or done == 0 when it cannot be undone)
+    ABSENT = "have no effect"  # done == 0
+    AS_IS = "have at most one effect"  # done <= 1: only a double effect is wrong
+
+
+Expectation = Callable[[SagaState, str, StepEffect], Expect]
+
+
+def _by_step_status(state: SagaState, step: str, effect: StepEffect) -> Expect:
+    """What the fold says about the step alone: succeeded holds, compensated is undone, never ran is absent."""
+    status = state.steps[step].status
+    if status is StepStatus.SUCCEEDED:
+        return Expect.HELD
+    if status in (StepStatus.PENDING, StepStatus.SKIPPED):
+        return Expect.ABSENT
+    if status is StepStatus.COMPENSATED:
+        return Expect.UNDONE
+    return Expect.AS_IS
+
+
+def _completed(state: SagaState, step: str, effect: StepEffect) -> Expect:
+    return Expect.ABSENT if state.steps[step].status is StepStatus.SKIPPED else Expect.HELD
+
+
+def _unwound(state: SagaState, step: str, effect: StepEffect) -> Expect:
+    """COMPENSATED / CANCELLED: every undoable effect is undone; the others only where the step ran."""
+    return Expect.UNDONE if effect.undone is not None else _by_step_status(state, step, effect)
+
+
+def _failed(state: SagaState, step: str, effect: StepEffect) -> Expect:
+    # Before the pivot a failed saga has nothing left to undo; after it the saga only moved forward, so
+    # each step keeps what the fold says it did.
+    return _by_step_status(state, step, effect) if state.pivot_passed else _unwound(state, step, effect)
+
+
+def _compensation_failed(state: SagaState, step: str, effect: StepEffect) -> Expect:
+    if step == state.compensation_failed_step:
+        return Expect.HELD  # its undoing was refused: the effect is still there, waiting for a human
+    if effect.undone is not None and state.steps[step].status is StepStatus.SUCCEEDED:
+        return Expect.HELD  # the unwinding stopped before it reached this step
+    return _unwound(state, step, effect)
+
+
+def _as_is(state: SagaState, step: str, effect: StepEffect) -> Expect:
+    return Expect.AS_IS
+
+
+def _absent(state: SagaState, step: str, effect: StepEffect) -> Expect:
+    return Expect.ABSENT
+
+
+STATUS_EXPECTATIONS: Mapping[SagaStatus, Expectation] = {
+    SagaStatus.COMPLETED: _completed,
+    SagaStatus.COMPENSATED: _unwound,
+    SagaStatus.CANCELLED: _unwound,
+    SagaStatus.FAILED: _failed,
+    SagaStatus.COMPENSATION_FAILED: _compensation_failed,
+    SagaStatus.COMPLETED_WITH_FAILURES: _as_is,  # reported as it is
+    SagaStatus.REJECTED: _absent,  # never started
+    SagaStatus.RUNNING: _as_is,
+    SagaStatus.COMPENSATING: _as_is,
+}
+
+TRIP_RULES = EffectRules(steps={
+    "book_flight": StepEffect("flight", "booked", "cancelled"),
+    "book_hotel": StepEffect("hotel", "booked", "cancelled"),
+    "charge_card": StepEffect("payment", "charged", "refunded"),
+    "send_itinerary": StepEffect("notification", "sent"),
+})
+
+RULES: dict[str, EffectRules] = {"trip": TRIP_RULES}
+
+
+def register_rules(saga_type: str, rules: EffectRules) -> None:
+    """Check the effects of ``saga_type`` sagas with ``rules`` (replaces earlier rules of that type)."""
+    RULES[saga_type] = rules
+
+
+def _meets(expect: Expect, done: int, undone: int, undoable: bool) -> bool:
+    if expect is Expect.HELD:
+        return done == 1 and undone == 0
+    if expect is Expect.UNDONE:
+        return done == undone <= 1 if undoable else done == 0
+    if expect is Expect.ABSENT:
+        return done == 0 and undone == 0
+    return done <= 1 and undone <= done
+
+
+def effect_problems(state: SagaState, counts: EffectCounts, rules: EffectRules | None = None) -> list[str]:
+    """Every step whose effect does not match how the saga ended (``rules`` default: ``RULES[saga_type]``)."""
+    rules = rules if rules is not None else RULES.get(state.saga_type)
+    expectation = STATUS_EXPECTATIONS.get(state.status)
+    if rules is None or expectation is None:
+        return []
+    problems = []
+    for step, effect in rules.steps.items():
+        if step not in state.steps and state.status is not SagaStatus.REJECTED:
+            problems.append(f"rules name step {step!r}, which the {state.saga_type} definition does not have")
+            continue
+        expect = Expect.ABSENT if step not in state.steps else expectation(state, step, effect)
+        found = counts.get(effect.participant, {})
+        done = found.get(effect.done, 0)
+        undone = found.get(effect.undone, 0) if effect.undone else 0
+        if not _meets(expect, done, undone, effect.undone is not None):
+            shown = f"{effect.done}={done}" + (f", {effect.undone}={undone}" if effect.undone else "")
+            problems.append(f"{step} ({effect.participant}: {shown}): a {state.status.value} saga must "
+                            f"{expect.value} here")
+    return problems
+
+
+def summary_problems(state: SagaState, summary: SagaSummaryRow | None) -> list[str]:
+    """Where the saga_summary read model disagrees with the fold of the saga's events."""
+    if summary is None:
+        return ["no saga_summary row"]
+    expected = {
+        "saga_type": state.saga_type, "status": state.status.value, "last_seq": state.last_seq,
+        "failed_step": state.failed_step or state.compensation_failed_step, "reason": state.reason,
+    }
+    return [f"saga_summary.{name} is {getattr(summary, name)!r}, the events say {value!r}"
+            for name, value in expected.items() if getattr(summary, name) != value]
+
+
+@dataclass(frozen=True)
+class PendingTimer:
+    """A durable timer still waiting in saga.timers."""
+
+    kind: str
+    step: str
+    attempt: int
+    due_at_ms: int
+
+
+def why_not_terminal(state: SagaState, last_event: str, timers: list[PendingTimer],
+                     outbox_rows: Mapping[str, int], now_ms: int) -> str:
+    """A one-line explanation of where a saga that has not ended is waiting."""
+    parts = [f"last event {last_event} (seq {state.last_seq}, {(now_ms - state.updated_at) / 1000:.1f}s ago)"]
+    if timers:
+        parts.append("timers: " + ", ".join(
+            f"{t.kind} {t.step}#{t.attempt} due in {(t.due_at_ms - now_ms) / 1000:.1f}s" for t in timers))
+    else:
+        parts.append("no pending timer")
+    rows = {table: n for table, n in outbox_rows.items() if n}
+    parts.append("outbox rows: " + (", ".join(f"{t} {n}" for t, n in sorted(rows.items())) if rows else "none"))
+    running = [s.name for s in state.steps.values()
+               if s.status not in (StepStatus.PENDING, StepStatus.SUCCEEDED, StepStatus.SKIPPED,
+                                   StepStatus.COMPENSATED, StepStatus.FAILED)]
+    if running:
+        parts.append("waiting on: " + ", ".join(f"{n} {state.steps[n].status.value}" for n in running))
+    return "; ".join(parts)

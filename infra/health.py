@@ -1,0 +1,173 @@
+"""What a service knows about its own health: dependency state, progress, and its Prometheus metrics.
+
+One ``ServiceHealth`` per process (``current()``), named by the service at start (``configure``). The
+probes in ``infra/health_server.py`` report each dependency's state; components report their progress
+(messages handled, rows published). A dependency that changes state is logged once, as a structured line:
+
+    {"level": "warning", "msg": "kafka unavailable", "dependency": "kafka", "error": "..."}
+    {"level": "info", "msg": "kafka reachable again", "dependency": "kafka", "outage_s": 14.2}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+log = logging.getLogger("saga.health")
+
+
+class Dependency(StrEnum):
+    """What a service needs to make progress."""
+
+    KAFKA = "kafka"
+    POSTGRES = "postgres"
+
+
+@dataclass
+class DependencyState:
+    """The last known state of one dependency (``ok`` is None until the first probe answered)."""
+
+    ok: bool | None = None
+    since: float | None = None  # wall clock of the last change
+    changed_at: float = 0.0  # monotonic clock of the last change
+    error: str | None = None
+    outages: int = 0  # how often it went from reachable (or unknown) to unavailable
+
+
+class ServiceHealth:
+    """Dependency states, progress and metrics of one service process."""
+
+    def __init__(self, service: str = "saga", *, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.service = service
+        self._clock = clock
+        self._wall = wall
+        self._started = clock()
+        self.states = {dependency: DependencyState() for dependency in Dependency}
+        self.last_progress: float | None = None  # wall clock
+        self.handled_total = 0
+        self.published_total = 0
+        # Async callables run before each scrape, e.g. to refresh a gauge from the database.
+        self.before_scrape: list[Callable[[], Awaitable[None]]] = []
+        self.registry = CollectorRegistry()
+        self.messages_handled = Counter(
+            "saga_messages_handled", "Messages this service handled (consumed and committed).",
+            registry=self.registry)
+        self.relay_rows_published = Counter(
+            "saga_relay_rows_published", "Outbox rows the relay published to Kafka.", ["table"],
+            registry=self.registry)
+        self.sagas = Gauge("saga_sagas", "Sagas by status in the read model (orchestrator only).", ["status"],
+                           registry=self.registry)
+        self.dependency_up = Gauge("saga_dependency_up", "1 when the dependency answers, else 0.",
+                                   ["dependency"], registry=self.registry)
+        self.last_progress_gauge = Gauge("saga_last_progress_timestamp_seconds",
+                                         "When this service last made progress (epoch seconds).",
+                                         registry=self.registry)
+
+    # -- dependencies ------------------------------------------------------------------------------------
+
+    def report(self, dependency: Dependency, ok: bool, error: str | None = None) -> None:
+        """Record a probe's verdict; a change of state is logged once (structured)."""
+        state = self.states[dependency]
+        self.dependency_up.labels(dependency=dependency.value).set(1 if ok else 0)
+        if state.ok is ok:
+            if not ok:
+                state.error = error
+            return
+        now, previous, previous_at = self._clock(), state.ok, state.changed_at
+        state.ok, state.since, state.changed_at, state.error = ok, self._wall(), now, None if ok else error
+        fields: dict[str, Any] = {"dependency": dependency.value, "service": self.service}
+        if not ok:
+            state.outages += 1
+            log.warning(f"{dependency.value} unavailable", extra={**fields, "error": error})
+        elif previous is False:
+            log.info(f"{dependency.value} reachable again",
+                     extra={**fields, "outage_s": round(now - previous_at, 3)})
+        else:
+            log.info(f"{dependency.value} reachable", extra=fields)
+
+    def is_up(self, dependency: Dependency) -> bool:
+        """True unless the last probe of ``dependency`` failed (unknown counts as up)."""
+        return self.states[dependency].ok is not False
+
+    def outage_within(self, seconds: float) -> bool:
+        """True while a dependency is down, and for ``seconds`` after the last one came back."""
+        now = self._clock()
+        for state in self.states.values():
+            if state.ok is False:
+                return True
+            if state.outages and now - state.changed_at < seconds:
+                return True
+        return False
+
+    # -- progress and metrics ----------------------------------------------------------------------------
+
+    def handled(self, count: int = 1) -> None:
+        """``count`` messages were handled and committed."""
+        if count <= 0:
+            return
+        self.handled_total += count
+        self.messages_handled.inc(count)
+        self.progress()
+
+    def published(self, table: str, rows: int) -> None:
+        """The relay of ``table`` published ``rows`` rows."""
+        if rows <= 0:
+            return
+        self.published_total += rows
+        self.relay_rows_published.labels(table=table).inc(rows)
+        self.progress()
+
+    def progress(self) -> None:
+        """The service did useful work just now."""
+        self.last_progress = self._wall()
+        self.last_progress_gauge.set(self.last_progress)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The body of GET /health."""
+        kafka, postgres = self.states[Dependency.KAFKA], self.states[Dependency.POSTGRES]
+        return {
+            "service": self.service,
+            "status": "ok" if kafka.ok is not False and postgres.ok is not False else "degraded",
+            "kafka_ok": kafka.ok,
+            "postgres_ok": postgres.ok,
+            "last_progress": self.last_progress,
+            "messages_handled": self.handled_total,
+            "rows_published": self.published_total,
+            "uptime_s": round(self._clock() - self._started, 3),
+            "dependencies": {
+                dependency.value: {"ok": state.ok, "since": state.since, "error": state.error,
+                                   "outages": state.outages}
+                for dependency, state in self.states.items()
+            },
+        }
+
+    async def metrics(self) -> bytes:
+        """The body of GET /metrics (Prometheus text format), after the ``before_scrape`` hooks ran."""
+        for hook in self.before_scrape:
+            try:
+                await hook()
+            except Exception as error:  # a failed refresh leaves the gauge as it was; never fail a scrape
+                log.debug("metrics refresh failed", extra={"error": repr(error)})
+        return generate_latest(self.registry)
+
+
+_current = ServiceHealth()
+
+
+def current() -> ServiceHealth:
+    """This process's health (a fresh, unnamed one until ``configure``)."""
+    return _current
+
+
+def configure(service: str) -> ServiceHealth:
+    """Start this process's health record under the service's name; returns it."""
+    global _current
+    _current = ServiceHealth(service)
+    return _current

@@ -1,0 +1,204 @@
+"""Dependency probes and the health endpoint of a service.
+
+``HealthMonitor`` probes Kafka (a metadata request on a fresh connection) and Postgres (``SELECT 1`` on a
+connection of its own, so a busy pool never looks like an outage) every ``interval_s`` and reports to the
+process's ``ServiceHealth``. ``serve_health`` answers ``GET /health`` (JSON) and ``GET /metrics``
+(Prometheus) on SAGA_HEALTH_PORT; /health answers 200 even while degraded, so a liveness check never turns an
+outage of Kafka or Postgres into a restart loop (``status`` says "degraded").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import asyncpg
+import orjson
+from aiokafka.conn import collect_hosts, create_conn
+from aiokafka.protocol.metadata import MetadataRequest
+
+from infra.health import Dependency, ServiceHealth, configure
+from infra.settings import Settings
+
+log = logging.getLogger("saga.health")
+
+
+async def kafka_error(bootstrap: str, timeout_s: float = 2.0) -> str | None:
+    """None when a broker of ``bootstrap`` answers a metadata request within ``timeout_s``, else why not.
+
+    A fresh connection each time: a client's pooled connection may look alive long after the broker went.
+    """
+    error = "no bootstrap server"
+    for host, port, _ in collect_hosts(bootstrap):
+        try:
+            async with asyncio.timeout(timeout_s):
+                conn = await create_conn(host, port, client_id="saga-health",
+                                         request_timeout_ms=int(timeout_s * 1000))
+                try:
+                    metadata = await conn.send(MetadataRequest([]))
+                finally:
+                    conn.close()
+            if metadata.brokers:
+                return None
+            error = "metadata without brokers"
+        except Exception as exc:  # refused, reset, timed out, protocol error: all mean "not usable now"
+            error = repr(exc)
+    return error
+
+
+class PostgresProbe:
+    """``SELECT 1`` on a dedicated connection, reconnecting after a failure."""
+
+    def __init__(self, dsn: str, timeout_s: float = 2.0) -> None:
+        self._dsn = dsn
+        self._timeout_s = timeout_s
+        self._conn: asyncpg.Connection | None = None
+
+    async def error(self) -> str | None:
+        """None when Postgres answers, else why not."""
+        if self._conn is not None and self._conn.is_closed():
+            # The server dropped the connection since the last probe (a restart, an admin's kill): an
+            # outage, however short; the next probe reconnects.
+            self._conn = None
+            return "connection lost"
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                if self._conn is None or self._conn.is_closed():
+                    self._conn = await asyncpg.connect(self._dsn, timeout=self._timeout_s)
+                await self._conn.fetchval("SELECT 1")
+            return None
+        except Exception as exc:
+            self.close()
+            return repr(exc)
+
+    def close(self) -> None:
+        """Drop the connection (it is reopened by the next probe)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
+
+
+class HealthMonitor:
+    """Probes the service's dependencies until stopped; each verdict goes to ``health``."""
+
+    def __init__(self, health: ServiceHealth, bootstrap_servers: str | None, dsn: str | None,
+                 interval_s: float = 1.0, timeout_s: float = 2.0) -> None:
+        self._health = health
+        self._bootstrap = bootstrap_servers
+        self._postgres = PostgresProbe(dsn, timeout_s) if dsn else None
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+
+    async def probe_once(self) -> None:
+        """Probe every dependency once (concurrently) and report."""
+        async def kafka() -> None:
+            if self._bootstrap is not None:
+                error = await kafka_error(self._bootstrap, self._timeout_s)
+                self._health.report(Dependency.KAFKA, error is None, error)
+
+        async def postgres() -> None:
+            if self._postgres is not None:
+                error = await self._postgres.error()
+                self._health.report(Dependency.POSTGRES, error is None, error)
+
+        await asyncio.gather(kafka(), postgres())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Probe every ``interval_s`` until ``stop`` is set."""
+        try:
+            while not stop.is_set():
+                await self.probe_once()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._interval_s)
+        finally:
+            if self._postgres is not None:
+                self._postgres.close()
+
+
+async def _answer(health: ServiceHealth, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        async with asyncio.timeout(5):
+            request = (await reader.readline()).decode("latin-1").split()
+            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                pass  # headers: nothing here needs them
+        path = request[1].split("?", 1)[0] if len(request) >= 2 else ""
+        if len(request) < 2 or request[0] not in ("GET", "HEAD"):
+            status, kind, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
+        elif path == "/health":
+            status, kind, body = "200 OK", "application/json", orjson.dumps(health.snapshot())
+        elif path == "/metrics":
+            status, kind, body = "200 OK", "text/plain; version=0.0.4; charset=utf-8", await health.metrics()
+        else:
+            status, kind, body = "404 Not Found", "text/plain", b"try /health or /metrics\n"
+        head = f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        writer.write(head.encode() + (body if request[:1] != ["HEAD"] else b""))
+        await writer.drain()
+    except (OSError, TimeoutError, IndexError):
+        pass  # a client that went away or sent garbage gets nothing
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def serve_health(health: ServiceHealth, host: str, port: int) -> asyncio.Server:
+    """Start answering GET /health and GET /metrics on ``host``:``port``."""
+    server = await asyncio.start_server(lambda r, w: _answer(health, r, w), host, port)
+    log.info("health endpoint listening", extra={"service": health.service, "host": host, "port": port})
+    return server
+
+
+async def fetch_health(host: str, port: int, path: str = "/health", timeout_s: float = 2.0) -> bytes | None:
+    """GET ``path`` from a service's health endpoint; the body, or None when it does not answer."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+                await writer.drain()
+                response = await reader.read()
+            finally:
+                writer.close()
+    except (OSError, TimeoutError):
+        return None
+    head, _, body = response.partition(b"\r\n\r\n")
+    return body if head.startswith(b"HTTP/1.1 200") else None
+
+
+async def run_health(health: ServiceHealth, bootstrap_servers: str | None, dsn: str | None,
+                     host: str, port: int, stop: asyncio.Event) -> None:
+    """Probe the dependencies and, when ``port`` is not 0, serve the endpoint; both until ``stop``."""
+    server = None
+    if port:
+        try:
+            server = await serve_health(health, host, port)
+        except OSError as error:  # e.g. the port is taken: the service still works, without its endpoint
+            log.error("health endpoint not started", extra={"host": host, "port": port, "error": repr(error)})
+    try:
+        await HealthMonitor(health, bootstrap_servers, dsn).run(stop)
+    finally:
+        if server is not None:
+            server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2)
+
+
+@contextlib.asynccontextmanager
+async def health_running(service: str, settings: Settings) -> AsyncIterator[ServiceHealth]:
+    """Name this process's health record after ``service``, probe its dependencies and serve its endpoint
+    (SAGA_HEALTH_PORT) while the block runs."""
+    health = configure(service)
+    done = asyncio.Event()
+    task = asyncio.create_task(
+        run_health(health, settings.kafka_servers(), settings.dsn(), settings.saga_health_host,
+                   settings.saga_health_port, done),
+        name=f"health-{service}",
+    )
+    try:
+        yield health
+    finally:
+        done.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 5)

@@ -1,0 +1,82 @@
+"""Start-up steps that wait for Kafka and Postgres instead of exiting.
+
+A service started while the broker or the database restarts (after a crash, a deploy, a power cut) must not
+exit and leave a supervisor to restart it in a loop: it waits, with backoff, and logs why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import asyncpg
+from aiokafka.errors import KafkaError
+
+log = logging.getLogger("saga.startup")
+
+T = TypeVar("T")
+
+# Errors that mean "a dependency is not reachable (yet)"; anything else (bad configuration, a refused
+# password, a deployment mismatch) is a real error and stops the service.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    KafkaError,
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
+
+
+class StartupStopped(Exception):
+    """The service was asked to stop while it waited for a dependency."""
+
+
+async def retry_startup(step: Callable[[], Awaitable[T]], what: str, stop: asyncio.Event | None = None,
+                        first_backoff_s: float = 0.2, max_backoff_s: float = 2.0) -> T:
+    """Run ``step`` until it succeeds, retrying transient errors with backoff; raises StartupStopped when
+    ``stop`` is set meanwhile."""
+    backoff = first_backoff_s
+    attempt = 0
+    while True:
+        if stop is not None and stop.is_set():
+            raise StartupStopped(what)
+        attempt += 1
+        try:
+            return await step()
+        except TRANSIENT_ERRORS as error:
+            log.warning(f"{what}: dependency not reachable, retrying",
+                        extra={"step": what, "attempt": attempt, "retry_in_s": backoff, "error": repr(error)})
+        if stop is None:
+            await asyncio.sleep(backoff)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), backoff)
+        backoff = min(backoff * 2, max_backoff_s)
+
+
+START_ATTEMPT_ENV = "SAGA_START_ATTEMPT"
+
+
+def start_over(what: str, max_attempts: int = 10) -> None:
+    """Replace this process by a fresh run of its own command line (same pid, same output) after a backoff,
+    for a start that failed on a dependency outside ``retry_startup``'s reach; returns without doing so once
+    ``max_attempts`` starts failed in a row (the caller then exits)."""
+    attempt = int(os.environ.get(START_ATTEMPT_ENV, "1"))
+    if attempt >= max_attempts:
+        log.error(f"{what}: start failed {attempt} times; giving up", extra={"attempt": attempt})
+        return
+    delay = min(0.5 * 2 ** (attempt - 1), 5.0)
+    log.warning(f"{what}: start failed (a dependency restarting?); starting over",
+                extra={"attempt": attempt, "retry_in_s": delay})
+    logging.shutdown()
+    time.sleep(delay)
+    os.environ[START_ATTEMPT_ENV] = str(attempt + 1)
+    os.execv(sys.executable, sys.orig_argv)

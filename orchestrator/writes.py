@@ -1,0 +1,77 @@
+"""The writes of a batch of decisions, collected in memory and sent in a fixed number of statements."""
+
+from __future__ import annotations
+
+from orchestrator import wire
+from orchestrator.domain.decide import Decision
+from orchestrator.domain.messages import Timer
+from orchestrator.domain.state import SagaState
+from orchestrator.outbound import command_message, event_message
+from orchestrator.ports import OutboxMessage, SagaSummaryRow, StoredEvent, TimerRow, UnitOfWork
+from schemas.topics import Topics
+
+
+class PendingWrites:
+    """Everything a unit of work will write for the decisions taken in it, in decision order.
+
+    Timers are kept by (saga_id, timer_id) with the last operation winning (None = delete), which is what
+    applying the decisions one by one would have left; summaries likewise keep the latest per saga.
+    """
+
+    def __init__(self, topics: Topics) -> None:
+        self._topics = topics
+        self.events: list[StoredEvent] = []
+        self.outbox: list[OutboxMessage] = []
+        self.timers: dict[tuple[str, str], TimerRow | None] = {}
+        self.summaries: dict[str, SagaSummaryRow] = {}
+
+    def delete_timer(self, saga_id: str, timer_id: str) -> None:
+        """Cancel a timer (an obsolete one: deleting it is an optimisation, firing it is harmless)."""
+        self.timers[(saga_id, timer_id)] = None
+
+    def record(self, decision: Decision, causation_id: str) -> SagaState:
+        """Add the events, outbox rows, timers and summary of one non-empty decision; its new state."""
+        state = decision.state
+        assert state is not None
+        saga_type = state.saga_type or None
+        for event in decision.events:
+            body = wire.encode_event(event)
+            self.events.append(StoredEvent(saga_id=event.saga_id, seq=event.seq, event_type=type(event).__name__,
+                                           body=body, recorded_at_ms=event.occurred_at))
+            self.outbox.append(event_message(self._topics, event, body, saga_type, causation_id))
+        self.outbox += [command_message(self._topics, command, causation_id) for command in decision.commands]
+        for timer in decision.timers:
+            row = _timer_row(timer)
+            self.timers[(row.saga_id, row.timer_id)] = row
+        self.summaries[state.saga_id] = _summary(state)
+        return state
+
+    async def flush(self, uow: UnitOfWork) -> None:
+        """Write everything: at most one statement per table.
+
+        Rows that other transactions may also lock (events, timers, summaries of the same saga) go in
+        saga order, so two multi-saga transactions wait for each other in one direction only (no
+        deadlock). Outbox rows keep decision order: that order is the publishing order.
+        """
+        await uow.delete_timers(sorted(key for key, row in self.timers.items() if row is None))
+        if self.events:
+            await uow.append_events(sorted(self.events, key=lambda e: (e.saga_id, e.seq)))
+        if self.outbox:
+            await uow.add_outbox(self.outbox)
+        upserts = [row for key, row in sorted(self.timers.items()) if row is not None]
+        if upserts:
+            await uow.schedule_timers(upserts)
+        await uow.upsert_summaries([self.summaries[saga_id] for saga_id in sorted(self.summaries)])
+
+
+def _timer_row(timer: Timer) -> TimerRow:
+    return TimerRow(saga_id=timer.saga_id, timer_id=timer.timer_id, kind=str(timer.kind), step=timer.step,
+                    attempt=timer.attempt, due_at_ms=timer.due_at)
+
+
+def _summary(state: SagaState) -> SagaSummaryRow:
+    return SagaSummaryRow(
+        saga_id=state.saga_id, saga_type=state.saga_type, tenant_id=state.tenant_id, status=state.status.value,
+        started_at_ms=state.started_at, updated_at_ms=state.updated_at, last_seq=state.last_seq,
+        failed_step=state.failed_step or state.compensation_failed_step, reason=state.reason,
+    )

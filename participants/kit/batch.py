@@ -1,0 +1,158 @@
+"""Handle a batch of StepCommand deliveries in ONE local transaction: the worker's fast path.
+
+The effect is that of ``handle_command`` on each delivery in turn — same business changes, recorded
+outcomes, replies (in delivery order) and dispositions — but the batch commits (or vanishes) as a whole, so
+the caller acknowledges every delivery of the batch after the commit. The bookkeeping costs a fixed
+number of statements (claim every key, read the replies of keys already recorded, record the outcomes,
+write every reply); each handler still runs in its own savepoint, so a failed step leaves no trace.
+
+A batch in which one idempotency key appears twice (a redelivery next to its original) is handed to
+``handle_command`` one delivery at a time: the second must see what the first did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from infra.faults import crash_point
+from outbox.message import OutboxMessage
+from outbox.writer import write_outbox
+from participants.kit.handle import (
+    Disposition,
+    _log_outcome,
+    _now_ms,
+    _run_in_savepoint,
+    handle_command,
+    park,
+    parse_delivery,
+)
+from participants.kit.outcome import Failed, ReceivedCommand
+from participants.kit.participant import Participant
+from participants.kit.replies import Delivery, HeadersArg, RecordedReply, outcome_message, step_result_message
+from schemas.registry import SchemaRegistry, default_registry
+from schemas.topics import Topics
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One delivery of a command: the record's value and headers, and where it came from."""
+
+    value: bytes | None
+    headers: HeadersArg
+    delivery: Delivery
+
+
+async def handle_commands(
+    pool: asyncpg.Pool,
+    participant: Participant,
+    topics: Topics,
+    batch: Sequence[Incoming],
+    *,
+    registry: SchemaRegistry | None = None,
+    clock: Callable[[], int] = _now_ms,
+) -> list[Disposition]:
+    """Process deliveries for ``participant`` in one transaction; one disposition per delivery, in order.
+
+    Raises only when Postgres is unreachable (the caller retries the whole batch, unacknowledged).
+    """
+    registry = registry or default_registry()
+    parsed = [parse_delivery(registry, item.value, item.headers, item.delivery) for item in batch]
+    keys = [p.command.idempotency_key for p in parsed if p.command is not None]
+    if len(set(keys)) < len(keys):
+        return [await handle_command(pool, participant, topics, item.value, item.headers, delivery=item.delivery,
+                                     registry=registry, clock=clock) for item in batch]
+    table = participant.processed_table
+    results_topic = topics.results(participant.name)
+    replies: list[OutboxMessage] = []
+    done: list[tuple[Disposition, ReceivedCommand | None, RecordedReply | None, str | None]] = []
+    async with pool.acquire() as conn, conn.transaction():
+        commands = [p.command for p in parsed if p.command is not None]
+        claimed = await _claim(conn, table, commands)
+        recorded = await _recorded(conn, table, [c.idempotency_key for c in commands
+                                                 if c.idempotency_key not in claimed])
+        transient: list[str] = []
+        final: list[tuple[str, RecordedReply]] = []
+        for item, check in zip(batch, parsed, strict=True):
+            command = check.command
+            if command is None:
+                replies.append(park(registry, participant, topics, check, item.value, item.delivery, clock()))
+                done.append((Disposition.DEAD_LETTERED, None, None, None))
+            elif command.idempotency_key not in claimed:
+                reply = recorded[command.idempotency_key]
+                replies.append(step_result_message(registry, command, results_topic, reply))
+                done.append((Disposition.DUPLICATE, command, reply, reply.error_type))
+            else:
+                outcome = await _run_in_savepoint(conn, participant, command, check.saga_input)
+                is_transient = isinstance(outcome, Failed) and outcome.retryable
+                if is_transient:
+                    transient.append(command.idempotency_key)  # not recorded: a later attempt does the work
+                else:
+                    final.append((command.idempotency_key, RecordedReply.of(outcome)))
+                replies.append(outcome_message(registry, command, results_topic, outcome, clock()))
+                done.append((Disposition.TRANSIENT if is_transient else Disposition.RECORDED, command,
+                             RecordedReply.of(outcome), outcome.error_type if isinstance(outcome, Failed) else None))
+        await _settle(conn, table, transient, final)
+        await write_outbox(conn, participant.outbox_table, replies)
+    # Committed: the business changes and the reply rows exist, nothing is published or acknowledged yet.
+    crash_point("participant.after_commit")
+    for disposition, logged, answer, error_type in done:
+        if logged is not None and answer is not None:
+            _log_outcome(participant, logged, disposition, answer.status, error_type)
+    return [disposition for disposition, *_ in done]
+
+
+async def _claim(conn: asyncpg.Connection, table: str, commands: Sequence[ReceivedCommand]) -> set[str]:
+    """Insert a PENDING row per key; returns the keys inserted now. A key held by a concurrent transaction
+    makes the insert wait for that one's commit, after which the key counts as recorded."""
+    if not commands:
+        return set()
+    # Sorted by key: concurrent batches of two workers lock the keys in one order (no deadlock).
+    rows = sorted(commands, key=lambda c: c.idempotency_key)
+    claimed = await conn.fetch(
+        f"""INSERT INTO {table} (idempotency_key, saga_id, step, kind, action, attempt, status)
+            SELECT k, s, st, kd, a, at, 'PENDING'
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
+                 AS c(k, s, st, kd, a, at)
+            ON CONFLICT (idempotency_key) DO NOTHING
+            RETURNING idempotency_key""",
+        [c.idempotency_key for c in rows], [c.saga_id for c in rows], [c.step for c in rows],
+        [c.kind.value for c in rows], [c.action for c in rows], [c.attempt for c in rows],
+    )
+    return {row["idempotency_key"] for row in claimed}
+
+
+async def _recorded(conn: asyncpg.Connection, table: str, keys: Sequence[str]) -> dict[str, RecordedReply]:
+    """The recorded replies of keys handled before (redeliveries)."""
+    if not keys:
+        return {}
+    rows = await conn.fetch(
+        f"""SELECT idempotency_key, status, error_type, error_message, output FROM {table}
+            WHERE idempotency_key = ANY($1::text[])""",
+        list(keys),
+    )
+    found = {row["idempotency_key"]: RecordedReply(row["status"], row["error_type"], row["error_message"],
+                                                   row["output"]) for row in rows}
+    missing = set(keys) - found.keys()
+    if missing:  # another holder rolled its claim back between our two statements
+        raise RuntimeError(f"idempotency keys {sorted(missing)[:5]} vanished; retry delivery")
+    return found
+
+
+async def _settle(conn: asyncpg.Connection, table: str, transient: Sequence[str],
+                  final: Sequence[tuple[str, RecordedReply]]) -> None:
+    """Free the keys of transient failures; record the final outcome of the others."""
+    if transient:
+        await conn.execute(f"DELETE FROM {table} WHERE idempotency_key = ANY($1::text[])", list(transient))
+    if final:
+        await conn.execute(
+            f"""UPDATE {table} AS p SET status = f.status, error_type = f.error_type,
+                    error_message = f.error_message, output = f.output
+                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[])
+                     AS f(idempotency_key, status, error_type, error_message, output)
+                WHERE p.idempotency_key = f.idempotency_key""",
+            [key for key, _ in final], [r.status for _, r in final], [r.error_type for _, r in final],
+            [r.error_message for _, r in final], [r.output for _, r in final],
+        )

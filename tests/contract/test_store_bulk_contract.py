@@ -1,0 +1,62 @@
+"""The many-row operations of a unit of work behave like their one-row counterparts, on every adapter."""
+
+from __future__ import annotations
+
+from tests.contract.test_store_contract import T0, Harness, ev, saga_id, summary, timer
+
+# The contract suite's fixtures (h: a fresh store of each adapter, memory and Postgres).
+pytest_plugins = ("tests.contract.test_store_contract",)
+
+
+async def test_claim_messages_claims_each_new_id_once(h: Harness) -> None:
+    async with h.store.begin() as uow:
+        assert await uow.claim_message("orchestrator", "m-1")
+    async with h.store.begin() as uow:
+        assert await uow.claim_messages("orchestrator", ["m-1", "m-2", "m-3", "m-2"]) == {"m-2", "m-3"}
+        assert await uow.claim_messages("orchestrator", ["m-3", "m-4"]) == {"m-4"}
+        assert await uow.claim_messages("orchestrator", []) == set()
+        assert await uow.claim_messages("auditor", ["m-1"]) == {"m-1"}
+    async with h.store.begin() as uow:
+        assert await uow.claim_messages("orchestrator", ["m-1", "m-2", "m-4", "m-5"]) == {"m-5"}
+
+
+async def test_load_events_after_reads_many_sagas_with_read_your_writes(h: Harness) -> None:
+    a, b, c = saga_id(), saga_id(), saga_id()
+    async with h.store.begin() as uow:
+        await uow.append_events([ev(a, 1), ev(a, 2), ev(b, 1)])
+    async with h.store.begin() as uow:
+        await uow.append_events([ev(a, 3), ev(b, 2)])
+        loaded = await uow.load_events_after({a: 1, b: 0, c: 0})
+        assert {sid: [e.seq for e in events] for sid, events in loaded.items()} == {a: [2, 3], b: [1, 2]}
+        assert all(e.recorded_at_ms is not None for events in loaded.values() for e in events)
+        assert await uow.load_events_after({a: 3}) == {}
+        assert await uow.load_events_after({}) == {}
+
+
+async def test_delete_timers_removes_only_the_given_ones(h: Harness) -> None:
+    a, b = saga_id(), saga_id()
+    async with h.store.begin() as uow:
+        await uow.schedule_timers([timer(a, "x", T0), timer(a, "y", T0), timer(b, "x", T0)])
+    async with h.store.begin() as uow:
+        await uow.delete_timers([(a, "STEP_TIMEOUT:x:1"), (b, "STEP_TIMEOUT:x:1"), (b, "missing")])
+        await uow.delete_timers([])
+    async with h.store.begin() as uow:
+        assert [(t.saga_id, t.step) for t in await uow.claim_due(T0, 10)] == [(a, "y")]
+
+
+async def test_upsert_summaries_keeps_the_highest_last_seq_per_saga(h: Harness) -> None:
+    a, b = saga_id(), saga_id()
+    async with h.store.begin() as uow:
+        await uow.upsert_summaries([summary(a, "RUNNING", T0, 5)])
+    async with h.store.begin() as uow:
+        await uow.upsert_summaries([
+            summary(a, "STALE", T0 + 1, 4),  # lower than the stored row: ignored
+            summary(b, "RUNNING", T0 + 1, 1),
+            summary(b, "COMPLETED", T0 + 2, 3),
+            summary(b, "LATE", T0 + 3, 2),  # lower than the row before it in the same call
+        ])
+        await uow.upsert_summaries([])
+    stored_a, stored_b = await h.store.get_summary(a), await h.store.get_summary(b)
+    assert stored_a is not None and (stored_a.status, stored_a.last_seq) == ("RUNNING", 5)
+    assert stored_b is not None and (stored_b.status, stored_b.last_seq, stored_b.updated_at_ms) == (
+        "COMPLETED", 3, T0 + 2)

@@ -1,0 +1,21 @@
+"""One database serves one deployment: a second topic prefix is refused with a message that says why."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from infra.db import migrate
+from orchestrator.bootstrap import DeploymentMismatch, claim_deployment
+
+
+async def test_the_first_prefix_claims_the_database_and_another_is_refused(database_url: str) -> None:
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        await migrate(pool)
+        await claim_deployment(pool, "blue.")
+        await claim_deployment(pool, "blue.")  # a restart of the same deployment
+        with pytest.raises(DeploymentMismatch, match="SAGA_TOPIC_PREFIX='blue.', not 'green.'"):
+            await claim_deployment(pool, "green.")
+    finally:
+        await pool.close()

@@ -1,0 +1,118 @@
+"""A batch of command deliveries in one transaction has the effect of the same deliveries one by one."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from infra.db import create_pool
+from participants.kit.batch import Incoming, handle_commands
+from participants.kit.ddl import ensure_participant_schema
+from participants.kit.handle import Disposition, handle_command
+from participants.kit.participant import Participant
+from participants.kit.replies import Delivery
+from participants.registry import REFERENCE_PARTICIPANTS
+from tests.integration.test_participants import FLIGHT, PAYMENT, TOPICS, command, processed, replies
+
+pytestmark = pytest.mark.integration
+
+Message = tuple[bytes, dict[str, bytes]]
+# Reply fields that differ between two runs: ids (saga ids, database serials in ``output``), times, and the
+# dead letter's copy of the original (it holds the saga id).
+VARYING = frozenset({"saga_id", "idempotency_key", "output", "original_value", "original_headers", "failed_at",
+                     "reason"})
+
+
+@pytest.fixture(scope="module")
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(database_url, 8)
+    for participant in REFERENCE_PARTICIPANTS.values():
+        await ensure_participant_schema(pool, participant)
+    yield pool
+    await pool.close()
+
+
+def deliveries(sid: Callable[[int], str]) -> list[tuple[Participant, Message]]:
+    """Payment commands of five sagas (and one of them twice, as a redelivery) and flight commands."""
+    return [
+        (PAYMENT, command(sid(0), "payment", "charge_card")),
+        (PAYMENT, command(sid(1), "payment", "charge_card", card_token="tok_declined")),
+        (PAYMENT, command(sid(2), "payment", "charge_card", card_token="tok_flaky")),  # transient
+        (PAYMENT, command(sid(3), "payment", "charge_card", card_token="tok_slow")),  # reply held back
+        (PAYMENT, command(sid(4), "payment", "charge_card", attempt=2)),  # recorded before the batch
+        (PAYMENT, (b"\x00not avro", {"message_id": f"{sid(5)}:command:1".encode(), "saga_id": sid(5).encode()})),
+        (FLIGHT, command(sid(6), "flight", "book_flight")),
+        (FLIGHT, command(sid(7), "flight", "book_flight", destination="LHR")),  # same airport: refused
+    ]
+
+
+async def observe(pool: asyncpg.Pool, sid: Callable[[int], str]) -> list[Any]:
+    """Everything the deliveries left behind, per saga, with the saga ids taken out."""
+    seen: list[Any] = []
+    for n in range(8):
+        for schema in ("payment", "flight"):
+            rows = await processed(pool, schema, sid(n))
+            results = [(r["name"], {k: v for k, v in r["result"].items() if k not in VARYING}, r["due_in_s"] > 1)
+                       for r in await replies(pool, schema, sid(n))]
+            seen.append((schema, n, [(r["step"], r["status"], r["error_type"]) for r in rows], results))
+    charges = await pool.fetch("SELECT saga_id FROM payment.charges WHERE saga_id LIKE $1", sid(0)[:-2] + "%")
+    bookings = await pool.fetch("SELECT saga_id FROM flight.bookings WHERE saga_id LIKE $1", sid(0)[:-2] + "%")
+    seen.append(sorted(r["saga_id"][-1] for r in charges))
+    seen.append(sorted(r["saga_id"][-1] for r in bookings))
+    return seen
+
+
+def ids() -> Callable[[int], str]:
+    run = uuid.uuid4().hex[:10]
+    return lambda n: f"saga-{run}-{n}"
+
+
+async def test_a_batch_has_the_effect_of_its_deliveries_one_by_one(pool: asyncpg.Pool) -> None:
+    singly, batched = ids(), ids()
+    for sid in (singly, batched):  # the redelivered command's first attempt, before anything else
+        value, headers = command(sid(4), "payment", "charge_card")
+        assert await handle_command(pool, PAYMENT, TOPICS, value, headers) is Disposition.RECORDED
+
+    one_by_one = [await handle_command(pool, p, TOPICS, value, headers)
+                  for p, (value, headers) in deliveries(singly)]
+    in_batches = []
+    for participant in (PAYMENT, FLIGHT):
+        batch = [Incoming(value, headers, Delivery(topic=TOPICS.commands(participant.name)))
+                 for p, (value, headers) in deliveries(batched) if p is participant]
+        in_batches += await handle_commands(pool, participant, TOPICS, batch)
+
+    assert in_batches == one_by_one == [
+        Disposition.RECORDED, Disposition.RECORDED, Disposition.TRANSIENT, Disposition.RECORDED,
+        Disposition.DUPLICATE, Disposition.DEAD_LETTERED, Disposition.RECORDED, Disposition.RECORDED,
+    ]
+    assert await observe(pool, batched) == await observe(pool, singly)
+
+
+async def test_a_key_twice_in_one_batch_sees_its_first_delivery(pool: asyncpg.Pool) -> None:
+    sid = ids()
+    value, headers = command(sid(0), "payment", "charge_card")
+    delivery = Delivery(topic=TOPICS.commands("payment"))
+    twice = [Incoming(value, headers, delivery), Incoming(value, headers, delivery)]
+    assert await handle_commands(pool, PAYMENT, TOPICS, twice) == [Disposition.RECORDED, Disposition.DUPLICATE]
+    assert await pool.fetchval("SELECT count(*) FROM payment.charges WHERE saga_id = $1", sid(0)) == 1
+    assert [r["result"]["status"] for r in await replies(pool, "payment", sid(0))] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+async def test_a_batch_that_fails_leaves_nothing_behind(pool: asyncpg.Pool) -> None:
+    sid = ids()
+    batch = [Incoming(*command(sid(n), "payment", "charge_card"), Delivery(topic=TOPICS.commands("payment")))
+             for n in range(3)]
+
+    def broken_clock() -> int:
+        raise ConnectionResetError("the database went away mid-batch")
+
+    with pytest.raises(ConnectionResetError):
+        await handle_commands(pool, PAYMENT, TOPICS, batch, clock=broken_clock)
+    for n in range(3):
+        assert await processed(pool, "payment", sid(n)) == []
+        assert await replies(pool, "payment", sid(n)) == []
+    assert await handle_commands(pool, PAYMENT, TOPICS, batch) == [Disposition.RECORDED] * 3

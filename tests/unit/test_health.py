@@ -1,0 +1,146 @@
+"""Service health without real servers: state changes and their log lines, timer hold, the HTTP endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from cli.run_cmd import health_port, service_commands
+from infra.health import Dependency, ServiceHealth
+from infra.health_server import HealthMonitor, fetch_health, kafka_error, serve_health
+from infra.settings import Settings
+from infra.startup import StartupStopped, retry_startup
+from orchestrator.bootstrap import TIMER_HOLD_AFTER_JOIN_S, TIMER_HOLD_AFTER_OUTAGE_S, timer_hold
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_each_state_change_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    health = ServiceHealth("relay", clock=Clock())
+    with caplog.at_level(logging.INFO, logger="saga.health"):
+        for ok in (True, True, False, False, True, True):
+            health.report(Dependency.KAFKA, ok, None if ok else "refused")
+    assert [r.getMessage() for r in caplog.records] == [
+        "kafka reachable", "kafka unavailable", "kafka reachable again"]
+    unavailable = caplog.records[1]
+    assert unavailable.dependency == "kafka" and unavailable.error == "refused"  # type: ignore[attr-defined]
+    assert health.states[Dependency.KAFKA].outages == 1
+
+
+def test_outage_within_covers_the_outage_and_the_grace_after_it() -> None:
+    clock = Clock()
+    health = ServiceHealth("orchestrator", clock=clock)
+    assert not health.outage_within(10)  # nothing known yet counts as up
+    health.report(Dependency.POSTGRES, True)
+    assert not health.outage_within(10)
+    health.report(Dependency.POSTGRES, False, "gone")
+    assert health.outage_within(10)
+    clock.now += 30
+    health.report(Dependency.POSTGRES, True)
+    clock.now += 9
+    assert health.outage_within(10)
+    clock.now += 2
+    assert not health.outage_within(10)
+
+
+def test_snapshot_and_metrics_say_what_happened() -> None:
+    health = ServiceHealth("payment")
+    health.report(Dependency.KAFKA, True)
+    health.report(Dependency.POSTGRES, False, "refused")
+    health.handled(3)
+    health.published("payment.outbox", 5)
+    snapshot = health.snapshot()
+    assert snapshot["service"] == "payment" and snapshot["status"] == "degraded"
+    assert snapshot["kafka_ok"] is True and snapshot["postgres_ok"] is False
+    assert snapshot["messages_handled"] == 3 and snapshot["rows_published"] == 5
+    assert snapshot["last_progress"] is not None
+    assert snapshot["dependencies"]["postgres"]["error"] == "refused"
+    metrics = asyncio.run(health.metrics()).decode()
+    assert "saga_messages_handled_total 3.0" in metrics
+    assert 'saga_relay_rows_published_total{table="payment.outbox"} 5.0' in metrics
+    assert 'saga_dependency_up{dependency="postgres"} 0.0' in metrics
+
+
+class FakeConsumer:
+    consuming = False
+
+
+def test_timers_are_held_until_the_consumer_settled_and_after_an_outage() -> None:
+    clock, consumer = Clock(), FakeConsumer()
+    health = ServiceHealth("orchestrator", clock=clock)
+    hold = timer_hold(consumer, health, clock)  # type: ignore[arg-type]
+    assert hold()  # not consuming yet
+    consumer.consuming = True
+    assert hold()  # just joined: the backlog comes first
+    clock.now += TIMER_HOLD_AFTER_JOIN_S + 0.1
+    assert not hold()
+    health.report(Dependency.KAFKA, False, "refused")
+    assert hold()
+    health.report(Dependency.KAFKA, True)
+    clock.now += TIMER_HOLD_AFTER_OUTAGE_S + 0.1
+    assert not hold()
+    consumer.consuming = False  # a rebalance or a reconnect
+    assert hold()
+
+
+async def test_the_endpoint_serves_health_and_metrics() -> None:
+    health = ServiceHealth("hotel")
+    health.report(Dependency.KAFKA, True)
+    server = await serve_health(health, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        body = await fetch_health("127.0.0.1", port)
+        assert body is not None and json.loads(body)["service"] == "hotel"
+        metrics = await fetch_health("127.0.0.1", port, "/metrics")
+        assert metrics is not None and b"saga_dependency_up" in metrics
+        assert await fetch_health("127.0.0.1", port, "/nope") is None
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert await fetch_health("127.0.0.1", port, timeout_s=0.5) is None
+
+
+async def test_probes_report_unreachable_servers() -> None:
+    assert await kafka_error("127.0.0.1:1", timeout_s=1) is not None
+    health = ServiceHealth("flight")
+    await HealthMonitor(health, "127.0.0.1:1", "postgresql://saga@127.0.0.1:1/saga", timeout_s=1).probe_once()
+    assert health.states[Dependency.KAFKA].ok is False and health.states[Dependency.POSTGRES].ok is False
+
+
+async def test_startup_steps_are_retried_until_they_succeed_or_stop() -> None:
+    calls = 0
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise OSError("connection refused")
+        return "ready"
+
+    assert await retry_startup(flaky, "flaky step", first_backoff_s=0.01) == "ready"
+    stop = asyncio.Event()
+    stop.set()
+    with pytest.raises(StartupStopped):
+        await retry_startup(flaky, "never", stop)
+
+    async def broken() -> None:
+        raise ValueError("bad configuration")
+
+    with pytest.raises(ValueError):  # not a dependency problem: no retry
+        await retry_startup(broken, "broken step")
+
+
+def test_saga_run_all_gives_each_service_its_own_health_port() -> None:
+    settings = Settings(saga_health_port=9100)
+    ports = [health_port(settings, label) for label in service_commands(settings)]
+    assert ports == list(range(9100, 9100 + len(ports)))
+    assert health_port(Settings(), "orchestrator") == 0

@@ -1,0 +1,136 @@
+"""A batch of messages in one unit of work has exactly the effect of the same messages handled one by one.
+
+The service is driven through whole trip sagas on the in-memory store twice — once message by message,
+once in batches mixing sagas (and several messages of one saga, and duplicates) — and every stored fact
+must come out identical: events, outbox rows in order, timers, summaries, inbox, outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from cli.scenarios import SCENARIOS
+from orchestrator import wire
+from orchestrator.domain.messages import ResultStatus, StepResult
+from orchestrator.envelope import Envelope
+from orchestrator.ports import ConcurrencyConflict
+from orchestrator.sagas.trip import default_registry
+from orchestrator.service import Outcome, SagaService
+from orchestrator.store.memory import MemoryStore, MemoryUnitOfWork
+from schemas.topics import PARTICIPANTS, Topics
+
+T0 = 1_700_000_000_000
+TOPICS = Topics("t.")
+SAGAS = [f"trip-{n}" for n in range(6)]
+
+
+def start(saga_id: str) -> Envelope:
+    return Envelope(SCENARIOS["happy"].start(saga_id), f"start:{saga_id}")
+
+
+def replies(store: MemoryStore, fail: frozenset[str] = frozenset()) -> list[Envelope]:
+    """A reply to every command in the outbox (drained): success, or failure for steps named in ``fail``."""
+    results = []
+    for message in store.drain_outbox():
+        participant = next((p for p in PARTICIPANTS if message.topic == TOPICS.commands(p)), None)
+        if participant is None:
+            continue
+        command = wire.decode_command(message.value, participant=participant, message_id=message.message_id)
+        failed = command.step in fail
+        result = StepResult(saga_id=command.saga_id, step=command.step, kind=command.kind,
+                            idempotency_key=command.idempotency_key, attempt=command.attempt,
+                            status=ResultStatus.FAILED if failed else ResultStatus.SUCCEEDED,
+                            error_type="CardDeclined" if failed else None)
+        results.append(Envelope(result, f"{command.idempotency_key}:reply:{command.attempt}"))
+    return results
+
+
+class Recorder:
+    """Runs rounds of messages through a service and keeps what the store saw, outbox included."""
+
+    def __init__(self, store: MemoryStore | None = None) -> None:
+        self.store = store or MemoryStore(clock_ms=lambda: T0)
+        self.service = SagaService(self.store, default_registry(), TOPICS, lambda: T0)
+        self.outbox: list[tuple[str, str, str]] = []
+        self.outcomes: list[Outcome] = []
+
+    async def round(self, envelopes: Sequence[Envelope], batched: bool, fail: frozenset[str] = frozenset()
+                    ) -> list[Envelope]:
+        if batched:
+            self.outcomes += await self.service.handle_many(envelopes)
+        else:
+            for envelope in envelopes:
+                self.outcomes.append(await self.service.handle(envelope))
+        self.outbox += [(m.topic, m.key, m.message_id) for _, m in self.store.outbox]
+        return replies(self.store, fail)
+
+    def facts(self) -> tuple[object, ...]:
+        store = self.store
+        events = {sid: [(e.seq, e.event_type, e.body) for e in evs] for sid, evs in store.events.items()}
+        return (events, self.outbox, dict(store.timers), dict(store.summaries), store.inbox, self.outcomes)
+
+
+async def drive(recorder: Recorder, batched: bool, fail: frozenset[str] = frozenset()) -> None:
+    starts = [start(s) for s in SAGAS]
+    pending = await recorder.round([*starts, starts[0]], batched, fail)  # one StartSaga delivered twice
+    while pending:
+        # every reply of this round, plus a redelivery of the first one, in one batch
+        pending = await recorder.round([*pending, pending[0]], batched, fail)
+
+
+async def test_a_batch_has_the_effect_of_its_messages_one_by_one() -> None:
+    one_by_one, batched = Recorder(), Recorder()
+    await drive(one_by_one, batched=False)
+    await drive(batched, batched=True)
+    assert batched.facts() == one_by_one.facts()
+    assert {s.status for s in batched.store.summaries.values()} == {"COMPLETED"}
+    assert batched.outcomes.count(Outcome.DUPLICATE) == 4  # the repeated start and one reply per round
+
+
+async def test_a_failing_batch_compensates_like_one_by_one() -> None:
+    one_by_one, batched = Recorder(), Recorder()
+    await drive(one_by_one, batched=False, fail=frozenset({"charge_card"}))
+    await drive(batched, batched=True, fail=frozenset({"charge_card"}))
+    assert batched.facts() == one_by_one.facts()
+    assert {s.status for s in batched.store.summaries.values()} == {"COMPENSATED"}
+
+
+class ConflictOnce(MemoryStore):
+    """A store whose first multi-saga unit of work loses a race at commit."""
+
+    def __init__(self) -> None:
+        super().__init__(clock_ms=lambda: T0)
+        self.conflicts = 0
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[MemoryUnitOfWork]:
+        async with super().begin() as uow:
+            yield uow
+            if self.conflicts == 0 and len({sid for sid, _ in uow._events}) > 1:
+                self.conflicts += 1
+                raise ConcurrencyConflict("a concurrent writer won")
+
+
+async def test_after_a_conflict_a_batch_is_retried_saga_by_saga() -> None:
+    one_by_one, retried = Recorder(), Recorder(ConflictOnce())
+    await drive(one_by_one, batched=False)
+    await drive(retried, batched=True)
+    assert isinstance(retried.store, ConflictOnce) and retried.store.conflicts == 1
+    assert retried.facts() == one_by_one.facts()
+
+
+async def test_due_timers_fire_in_one_unit_of_work() -> None:
+    now = [T0]
+    store = MemoryStore(clock_ms=lambda: now[0])
+    service = SagaService(store, default_registry(), TOPICS, lambda: now[0])
+    await service.handle_many([start(s) for s in SAGAS])
+    store.drain_outbox()
+    now[0] += 60_000  # every step timeout is due
+    assert await service.fire_due_timers(limit=100) == 2 * len(SAGAS)  # flight and hotel of each saga
+    timed_out = [e for events in store.events.values() for e in events if e.event_type == "StepTimedOut"]
+    assert len(timed_out) == 2 * len(SAGAS)
+    now[0] += 60_000  # every retry backoff is over
+    assert await service.fire_due_timers(limit=100) == 2 * len(SAGAS)
+    resent = [m for m in store.drain_outbox() if m.topic == TOPICS.commands("flight")]
+    assert len(resent) == len(SAGAS)  # attempt 2 of every flight booking

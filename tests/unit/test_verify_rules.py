@@ -1,0 +1,200 @@
+"""The invariants of ``saga verify``: effect rules per terminal state, the read model, unfinished sagas."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cli.verify_rules import (
+    RULES,
+    EffectRules,
+    PendingTimer,
+    StepEffect,
+    effect_problems,
+    register_rules,
+    summary_problems,
+    why_not_terminal,
+)
+from orchestrator.domain.state import SagaState, SagaStatus
+from orchestrator.ports import SagaSummaryRow
+from orchestrator.sagas.trip import TRIP
+from tests.unit.saga_driver import SagaRun
+
+
+def counts(flight: tuple[int, int] = (0, 0), hotel: tuple[int, int] = (0, 0), charge: tuple[int, int] = (0, 0),
+           sent: int = 0) -> dict[str, dict[str, int]]:
+    return {"flight": {"booked": flight[0], "cancelled": flight[1]},
+            "hotel": {"booked": hotel[0], "cancelled": hotel[1]},
+            "payment": {"charged": charge[0], "refunded": charge[1]},
+            "notification": {"sent": sent}}
+
+
+def completed() -> SagaState:
+    run = SagaRun(TRIP)
+    run.start()
+    run.ok("book_flight")
+    run.ok("book_hotel")
+    run.ok("charge_card")
+    run.ok("send_itinerary")
+    assert run.saga.status is SagaStatus.COMPLETED
+    return run.saga
+
+
+def hotel_sold_out() -> SagaState:
+    run = SagaRun(TRIP)
+    run.start()
+    run.ok("book_flight")
+    run.fail("book_hotel", "SoldOut")
+    run.comp_ok("book_flight")
+    assert run.saga.status is SagaStatus.COMPENSATED
+    return run.saga
+
+
+def card_declined() -> SagaState:
+    run = SagaRun(TRIP)
+    run.start()
+    run.ok("book_flight")
+    run.ok("book_hotel")
+    run.fail("charge_card", "CardDeclined")
+    run.comp_ok("book_flight")
+    run.comp_ok("book_hotel")
+    assert run.saga.status is SagaStatus.COMPENSATED
+    return run.saga
+
+
+def cancelled() -> SagaState:
+    run = SagaRun(TRIP)
+    run.start()
+    run.cancel()
+    run.ok("book_flight")
+    run.ok("book_hotel")
+    run.comp_ok("book_flight")
+    run.comp_ok("book_hotel")
+    assert run.saga.status is SagaStatus.CANCELLED
+    return run.saga
+
+
+def uncancellable() -> SagaState:
+    run = SagaRun(TRIP)
+    run.start()
+    run.ok("book_flight")
+    run.fail("book_hotel", "SoldOut")
+    run.comp_fail("book_flight", "CancellationRefused")
+    assert run.saga.status is SagaStatus.COMPENSATION_FAILED
+    assert run.saga.compensation_failed_step == "book_flight"
+    return run.saga
+
+
+def both_bookings_failed() -> SagaState:
+    run = SagaRun(TRIP)
+    run.start()
+    run.fail("book_flight", "InvalidRoute")
+    run.fail("book_hotel", "SoldOut")
+    assert run.saga.status is SagaStatus.FAILED
+    return run.saga
+
+
+CASES = [
+    # (name, state, counts, steps named in the problems)
+    ("completed", completed, counts((1, 0), (1, 0), (1, 0), 1), []),
+    ("completed, charged twice", completed, counts((1, 0), (1, 0), (2, 0), 1), ["charge_card"]),
+    ("completed, refunded", completed, counts((1, 0), (1, 0), (1, 1), 1), ["charge_card"]),
+    ("completed, flight cancelled", completed, counts((1, 1), (1, 0), (1, 0), 1), ["book_flight"]),
+    ("completed, no itinerary", completed, counts((1, 0), (1, 0), (1, 0), 0), ["send_itinerary"]),
+    ("completed, two itineraries", completed, counts((1, 0), (1, 0), (1, 0), 2), ["send_itinerary"]),
+    ("sold out, flight cancelled", hotel_sold_out, counts(flight=(1, 1)), []),
+    ("sold out, flight kept", hotel_sold_out, counts(flight=(1, 0)), ["book_flight"]),
+    ("sold out, a hotel booked", hotel_sold_out, counts((1, 1), (1, 0)), ["book_hotel"]),
+    ("sold out, itinerary sent", hotel_sold_out, counts(flight=(1, 1), sent=1), ["send_itinerary"]),
+    ("declined, all undone", card_declined, counts((1, 1), (1, 1)), []),
+    ("declined, net charge", card_declined, counts((1, 1), (1, 1), (1, 0)), ["charge_card"]),
+    ("declined, charged and refunded", card_declined, counts((1, 1), (1, 1), (1, 1)), []),
+    ("declined, hotel kept", card_declined, counts((1, 1), (1, 0)), ["book_hotel"]),
+    ("cancelled, all undone", cancelled, counts((1, 1), (1, 1)), []),
+    ("cancelled, flight kept", cancelled, counts((1, 0), (1, 1)), ["book_flight"]),
+    ("compensation failed, refused step holds", uncancellable, counts(flight=(1, 0)), []),
+    ("compensation failed, refused step undone", uncancellable, counts(flight=(1, 1)), ["book_flight"]),
+    ("compensation failed, other booking kept", uncancellable, counts((1, 0), (1, 0)), ["book_hotel"]),
+    ("failed, nothing happened", both_bookings_failed, counts(), []),
+    ("failed, outstanding booking", both_bookings_failed, counts(hotel=(1, 0)), ["book_hotel"]),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "found", "culprits"), CASES, ids=[c[0] for c in CASES])
+def test_effects_must_match_how_the_saga_ended(name: str, make: object, found: dict[str, dict[str, int]],
+                                                culprits: list[str]) -> None:
+    state = make()  # type: ignore[operator]
+    problems = effect_problems(state, found)
+    assert [p.split(" ", 1)[0] for p in problems] == culprits, problems
+    for problem in problems:
+        assert state.status.value in problem
+
+
+def test_completed_with_failures_is_reported_as_it_is_except_a_double_effect() -> None:
+    state = dataclasses.replace(completed(), status=SagaStatus.COMPLETED_WITH_FAILURES)
+    assert effect_problems(state, counts((1, 1), (0, 0), (1, 0), 0)) == []
+    assert [p.split(" ")[0] for p in effect_problems(state, counts(flight=(2, 0)))] == ["book_flight"]
+
+
+def test_failed_after_the_pivot_keeps_what_the_steps_did() -> None:
+    state = dataclasses.replace(completed(), status=SagaStatus.FAILED, pivot_passed=True)
+    assert effect_problems(state, counts((1, 0), (1, 0), (1, 0), 1)) == []
+    before_pivot = dataclasses.replace(state, pivot_passed=False)
+    assert len(effect_problems(before_pivot, counts((1, 0), (1, 0), (1, 0), 1))) == 3
+
+
+def test_a_saga_type_without_rules_gets_no_effect_checks() -> None:
+    state = dataclasses.replace(completed(), saga_type="checkout")
+    assert "checkout" not in RULES
+    assert effect_problems(state, counts(flight=(5, 0))) == []
+
+
+def test_rules_can_be_registered_for_a_saga_type() -> None:
+    state = dataclasses.replace(completed(), saga_type="custom-trip")
+    rules = EffectRules(steps={"charge_card": StepEffect("billing", "captured", "voided")})
+    register_rules("custom-trip", rules)
+    try:
+        assert effect_problems(state, {"billing": {"captured": 1, "voided": 0}}) == []
+        problems = effect_problems(state, {"billing": {"captured": 1, "voided": 1}})
+        assert problems == ["charge_card (billing: captured=1, voided=1): a COMPLETED saga must hold its effect "
+                            "exactly once here"]
+    finally:
+        RULES.pop("custom-trip")
+
+
+def test_rules_naming_an_unknown_step_are_reported() -> None:
+    rules = EffectRules(steps={"book_train": StepEffect("rail", "booked")})
+    assert effect_problems(completed(), {}, rules) == [
+        "rules name step 'book_train', which the trip definition does not have"]
+
+
+def _summary(state: SagaState, **changes: object) -> SagaSummaryRow:
+    row = SagaSummaryRow(saga_id=state.saga_id, saga_type=state.saga_type, tenant_id=state.tenant_id,
+                         status=state.status.value, started_at_ms=state.started_at,
+                         updated_at_ms=state.updated_at, last_seq=state.last_seq,
+                         failed_step=state.failed_step or state.compensation_failed_step, reason=state.reason)
+    return dataclasses.replace(row, **changes)  # type: ignore[arg-type]
+
+
+def test_the_read_model_must_agree_with_the_fold() -> None:
+    state = uncancellable()
+    assert summary_problems(state, _summary(state)) == []
+    assert summary_problems(state, None) == ["no saga_summary row"]
+    stale = summary_problems(state, _summary(state, status="COMPENSATING", last_seq=state.last_seq - 1))
+    assert stale == ["saga_summary.status is 'COMPENSATING', the events say 'COMPENSATION_FAILED'",
+                     f"saga_summary.last_seq is {state.last_seq - 1}, the events say {state.last_seq}"]
+
+
+def test_an_unfinished_saga_says_where_it_waits() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    run.ok("book_flight")
+    state = run.saga
+    timer = PendingTimer("STEP_TIMEOUT", "book_hotel", 1, state.updated_at + 1500)
+    why = why_not_terminal(state, "StepSucceeded", [timer], {"saga.outbox": 2, "hotel.outbox": 0},
+                           now_ms=state.updated_at + 500)
+    assert why == (f"last event StepSucceeded (seq {state.last_seq}, 0.5s ago); "
+                   "timers: STEP_TIMEOUT book_hotel#1 due in 1.0s; outbox rows: saga.outbox 2; "
+                   "waiting on: book_hotel RUNNING")
+    assert "no pending timer; outbox rows: none" in why_not_terminal(state, "StepSucceeded", [], {}, 0)
