@@ -4,7 +4,8 @@ The effect is that of ``handle_command`` on each delivery in turn — same busin
 outcomes, replies (in delivery order) and dispositions — but the batch commits (or vanishes) as a whole, so
 the caller acknowledges every delivery of the batch after the commit. The bookkeeping costs a fixed
 number of statements (claim every key, read the replies of keys already recorded, record the outcomes,
-write every reply); each handler still runs in its own savepoint, so a failed step leaves no trace.
+write every reply). Handlers first run without savepoints; when one fails, the batch is rolled back and
+run again with each handler in its own savepoint, so a failed step leaves no trace.
 
 A batch in which one idempotency key appears twice (a redelivery next to its original) is handed to
 ``handle_command`` one delivery at a time: the second must see what the first did.
@@ -12,8 +13,9 @@ A batch in which one idempotency key appears twice (a redelivery next to its ori
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -21,7 +23,9 @@ from infra.faults import crash_point
 from outbox.message import OutboxMessage
 from outbox.writer import write_outbox
 from participants.kit.handle import (
+    _DATABASE_GONE,
     Disposition,
+    ParsedDelivery,
     _log_outcome,
     _now_ms,
     _run_in_savepoint,
@@ -29,7 +33,7 @@ from participants.kit.handle import (
     park,
     parse_delivery,
 )
-from participants.kit.outcome import Failed, ReceivedCommand
+from participants.kit.outcome import Failed, Outcome, ReceivedCommand
 from participants.kit.participant import Participant
 from participants.kit.replies import Delivery, HeadersArg, RecordedReply, outcome_message, step_result_message
 from schemas.registry import SchemaRegistry, default_registry
@@ -64,44 +68,85 @@ async def handle_commands(
     if len(set(keys)) < len(keys):
         return [await handle_command(pool, participant, topics, item.value, item.headers, delivery=item.delivery,
                                      registry=registry, clock=clock) for item in batch]
-    table = participant.processed_table
-    results_topic = topics.results(participant.name)
-    replies: list[OutboxMessage] = []
-    done: list[tuple[Disposition, ReceivedCommand | None, RecordedReply | None, str | None]] = []
-    async with pool.acquire() as conn, conn.transaction():
-        commands = [p.command for p in parsed if p.command is not None]
-        claimed = await _claim(conn, table, commands)
-        recorded = await _recorded(conn, table, [c.idempotency_key for c in commands
-                                                 if c.idempotency_key not in claimed])
-        transient: list[str] = []
-        final: list[tuple[str, RecordedReply]] = []
-        for item, check in zip(batch, parsed, strict=True):
-            command = check.command
-            if command is None:
-                replies.append(park(registry, participant, topics, check, item.value, item.delivery, clock()))
-                done.append((Disposition.DEAD_LETTERED, None, None, None))
-            elif command.idempotency_key not in claimed:
-                reply = recorded[command.idempotency_key]
-                replies.append(step_result_message(registry, command, results_topic, reply))
-                done.append((Disposition.DUPLICATE, command, reply, reply.error_type))
-            else:
-                outcome = await _run_in_savepoint(conn, participant, command, check.saga_input)
-                is_transient = isinstance(outcome, Failed) and outcome.retryable
-                if is_transient:
-                    transient.append(command.idempotency_key)  # not recorded: a later attempt does the work
-                else:
-                    final.append((command.idempotency_key, RecordedReply.of(outcome)))
-                replies.append(outcome_message(registry, command, results_topic, outcome, clock()))
-                done.append((Disposition.TRANSIENT if is_transient else Disposition.RECORDED, command,
-                             RecordedReply.of(outcome), outcome.error_type if isinstance(outcome, Failed) else None))
-        await _settle(conn, table, transient, final)
-        await write_outbox(conn, participant.outbox_table, replies)
+    async with pool.acquire() as conn:
+        try:
+            async with conn.transaction():
+                done = await _handle(conn, participant, topics, registry, clock, batch, parsed, careful=False)
+        except _Careful:
+            # A handler failed: its business change must go while the others' stay, which takes a
+            # savepoint per handler. The optimistic pass is rolled back (as a crash before the commit would
+            # have done); this pass runs every handler in its own savepoint.
+            async with conn.transaction():
+                done = await _handle(conn, participant, topics, registry, clock, batch, parsed, careful=True)
     # Committed: the business changes and the reply rows exist, nothing is published or acknowledged yet.
     crash_point("participant.after_commit")
     for disposition, logged, answer, error_type in done:
         if logged is not None and answer is not None:
             _log_outcome(participant, logged, disposition, answer.status, error_type)
     return [disposition for disposition, *_ in done]
+
+
+class _Careful(Exception):
+    """A handler failed in the optimistic pass (no savepoints): the batch must be redone with them."""
+
+
+Done = tuple[Disposition, ReceivedCommand | None, RecordedReply | None, str | None]
+
+
+async def _handle(conn: asyncpg.Connection, participant: Participant, topics: Topics, registry: SchemaRegistry,
+                  clock: Callable[[], int], batch: Sequence[Incoming], parsed: Sequence[ParsedDelivery],
+                  careful: bool) -> list[Done]:
+    """Everything of the batch inside the open transaction; ``careful`` runs each handler in a savepoint,
+    else a failing handler raises ``_Careful``."""
+    table = participant.processed_table
+    results_topic = topics.results(participant.name)
+    replies: list[OutboxMessage] = []
+    done: list[Done] = []
+    commands = [p.command for p in parsed if p.command is not None]
+    claimed = await _claim(conn, table, commands)
+    recorded = await _recorded(conn, table, [c.idempotency_key for c in commands if c.idempotency_key not in claimed])
+    transient: list[str] = []
+    final: list[tuple[str, RecordedReply]] = []
+    run = _run_in_savepoint if careful else _run_bare
+    for item, check in zip(batch, parsed, strict=True):
+        command = check.command
+        if command is None:
+            replies.append(park(registry, participant, topics, check, item.value, item.delivery, clock()))
+            done.append((Disposition.DEAD_LETTERED, None, None, None))
+        elif command.idempotency_key not in claimed:
+            reply = recorded[command.idempotency_key]
+            replies.append(step_result_message(registry, command, results_topic, reply))
+            done.append((Disposition.DUPLICATE, command, reply, reply.error_type))
+        else:
+            outcome = await run(conn, participant, command, check.saga_input)
+            is_transient = isinstance(outcome, Failed) and outcome.retryable
+            if is_transient:
+                transient.append(command.idempotency_key)  # not recorded: a later attempt does the work
+            else:
+                final.append((command.idempotency_key, RecordedReply.of(outcome)))
+            replies.append(outcome_message(registry, command, results_topic, outcome, clock()))
+            done.append((Disposition.TRANSIENT if is_transient else Disposition.RECORDED, command,
+                         RecordedReply.of(outcome), outcome.error_type if isinstance(outcome, Failed) else None))
+    await _settle(conn, table, transient, final)
+    await write_outbox(conn, participant.outbox_table, replies)
+    return done
+
+
+async def _run_bare(conn: asyncpg.Connection, participant: Participant, command: ReceivedCommand,
+                    saga_input: Mapping[str, Any]) -> Outcome:
+    """Run the handler without a savepoint (two round trips fewer); a failure raises ``_Careful``."""
+    handler = participant.handlers.get(command.action)
+    if handler is None or (participant.input_types and command.input_type not in participant.input_types):
+        return await _run_in_savepoint(conn, participant, command, saga_input)  # refused before any change
+    try:
+        outcome = await handler(conn, command, saga_input)
+    except _DATABASE_GONE:
+        raise
+    except Exception as exc:
+        raise _Careful(repr(exc)) from exc
+    if isinstance(outcome, Failed):
+        raise _Careful(outcome.error_type)
+    return outcome
 
 
 async def _claim(conn: asyncpg.Connection, table: str, commands: Sequence[ReceivedCommand]) -> set[str]:

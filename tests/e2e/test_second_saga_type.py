@@ -16,6 +16,7 @@ from orchestrator import wire
 from orchestrator.domain.messages import StartSaga
 from schemas.registry import SchemaRegistry, load_tree
 from schemas.topics import Topics
+from tests.chaos.crash_tools import wait_until_ready
 from tests.conftest import run_sync
 from tests.e2e.checkout import CHECKOUT_REQUEST, SCHEMA_DIR
 from tests.e2e.harness import Stack, publish, start_stack
@@ -35,9 +36,15 @@ def checkout_settings(settings: Settings) -> Settings:
 @pytest.fixture(scope="module")
 def stack(checkout_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    running = run_sync(start_stack(checkout_settings, log_dir))
+    running = run_sync(_started(checkout_settings, log_dir))
     yield running
     running.stop()
+
+
+async def _started(settings: Settings, log_dir: Path) -> Stack:
+    stack = await start_stack(settings, log_dir)
+    await wait_until_ready(stack, stack.labels)
+    return stack
 
 
 def _encode_order(order: dict[str, object]) -> bytes:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -13,6 +13,7 @@ from infra.db import create_pool
 from participants.kit.batch import Incoming, handle_commands
 from participants.kit.ddl import ensure_participant_schema
 from participants.kit.handle import Disposition, handle_command
+from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from participants.kit.participant import Participant
 from participants.kit.replies import Delivery
 from participants.registry import REFERENCE_PARTICIPANTS
@@ -116,3 +117,33 @@ async def test_a_batch_that_fails_leaves_nothing_behind(pool: asyncpg.Pool) -> N
         assert await processed(pool, "payment", sid(n)) == []
         assert await replies(pool, "payment", sid(n)) == []
     assert await handle_commands(pool, PAYMENT, TOPICS, batch) == [Disposition.RECORDED] * 3
+
+
+async def mark_then_decide(conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
+    """Writes a row, then fails when the trip says so: a failed step must leave no row behind."""
+    await conn.execute("INSERT INTO batchtest.marks (saga_id) VALUES ($1)", command.saga_id)
+    if trip["card_token"] == "tok_fail":
+        return Failed("Refused", "this one fails after writing")
+    if trip["card_token"] == "tok_raise":
+        raise ValueError("a handler bug, after writing")
+    return Succeeded()
+
+
+MARKER = Participant(name="payment", schema="batchtest", handlers={"charge_card": mark_then_decide},
+                     business_ddl=("CREATE TABLE IF NOT EXISTS batchtest.marks (saga_id text NOT NULL)",))
+
+
+async def test_only_the_failed_handlers_writes_are_undone(pool: asyncpg.Pool) -> None:
+    await ensure_participant_schema(pool, MARKER)
+    sid = ids()
+    tokens = ["tok_ok", "tok_fail", "tok_ok", "tok_raise", "tok_ok"]
+    batch = [Incoming(*command(sid(n), "payment", "charge_card", card_token=token),
+                      Delivery(topic=TOPICS.commands("payment"))) for n, token in enumerate(tokens)]
+    assert await handle_commands(pool, MARKER, TOPICS, batch) == [
+        Disposition.RECORDED, Disposition.RECORDED, Disposition.RECORDED, Disposition.TRANSIENT,
+        Disposition.RECORDED]
+    marked = await pool.fetch("SELECT saga_id FROM batchtest.marks WHERE saga_id LIKE $1", sid(0)[:-2] + "%")
+    assert sorted(r["saga_id"] for r in marked) == [sid(0), sid(2), sid(4)]
+    statuses = [[(r["status"], r["error_type"]) for r in await processed(pool, "batchtest", sid(n))] for n in range(5)]
+    assert statuses == [[("SUCCEEDED", None)], [("FAILED", "Refused")], [("SUCCEEDED", None)], [],
+                        [("SUCCEEDED", None)]]

@@ -17,14 +17,18 @@ later messages of its own key and interleaved with other keys' messages.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import uuid
 from collections import Counter
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from infra.settings import Settings
+
+log = logging.getLogger(__name__)
 
 POLL_MS = 20
 LARGE_REQUEST = 4 * 1024 * 1024
@@ -78,11 +82,21 @@ class Duplicator:
             partitions = await self._assign_at_end(consumer)
             self.ready.set()
             while not stop.is_set():
-                fresh = await self._poll(consumer, partitions)
-                # Hold copies back while the window fills; when traffic pauses, let the rest go (shuffled)
-                # so no copy waits for traffic that may never come.
-                await self._send(producer, len(self._held) - self.shuffle_window if fresh else len(self._held))
-            await self._send(producer, len(self._held))
+                try:
+                    fresh = await self._poll(consumer, partitions)
+                    # Hold copies back while the window fills; when traffic pauses, let the rest go (shuffled)
+                    # so no copy waits for traffic that may never come.
+                    await self._send(producer, len(self._held) - self.shuffle_window if fresh else len(self._held))
+                except KafkaError as error:  # a broker restart in a chaos run: the clients reconnect
+                    log.warning("duplicator: kafka error, retrying: %r", error)
+                    await asyncio.sleep(0.5)
+            for _ in range(20):  # what is still held goes out before returning (a few tries across a restart)
+                try:
+                    await self._send(producer, len(self._held))
+                    break
+                except KafkaError as error:
+                    log.warning("duplicator: kafka error while flushing, retrying: %r", error)
+                    await asyncio.sleep(0.5)
         finally:
             self.ready.set()  # never leave a waiter hanging on a duplicator that failed to start
             await producer.stop()
@@ -133,9 +147,23 @@ class Duplicator:
             index = self._rng.randrange(len(self._held))
             self._held[index], self._held[-1] = self._held[-1], self._held[index]
             chosen.append(self._held.pop())
-        futures = [await producer.send(c.topic, key=c.key, value=c.value, headers=list(c.headers),
-                                       partition=c.partition) for c in chosen]
-        for copy, metadata in zip(chosen, await asyncio.gather(*futures), strict=True):
-            self._own.setdefault(TopicPartition(copy.topic, copy.partition), set()).add(metadata.offset)
-            self.injected += 1
-            self.injected_by_topic[copy.topic] += 1
+        futures = []
+        try:
+            for copy in chosen:
+                futures.append(await producer.send(copy.topic, key=copy.key, value=copy.value,
+                                                   headers=list(copy.headers), partition=copy.partition))
+        finally:
+            self._held += chosen[len(futures):]  # not handed to the producer: keep them for the next try
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            for copy, result in zip(chosen, results, strict=False):
+                if isinstance(result, BaseException):
+                    # Not acknowledged: held again. Had Kafka written it anyway, that copy comes back as an
+                    # unknown record and is duplicated in turn: more duplicates, which is still the point.
+                    self._held.append(copy)
+                    continue
+                self._own.setdefault(TopicPartition(copy.topic, copy.partition), set()).add(result.offset)
+                self.injected += 1
+                self.injected_by_topic[copy.topic] += 1
+        failures = [r for r in results if isinstance(r, KafkaError)]
+        if failures:
+            raise failures[0]
