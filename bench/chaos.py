@@ -1,7 +1,7 @@
 """Chaos soak: trip sagas of every scenario while services are killed and Kafka and Postgres restart.
 
     python -m bench.chaos --duration 600 --rate 4 --kill-every 15 [--broker-restart-every 240]
-                          [--db-restart-every 240] [--seed 1] [--no-duplicates] [--keep]
+                          [--db-restart-every 240] [--seed 1] [--dup-copies 1] [--keep]
 
 Starts a private Kafka and Postgres (own folder and free ports; the only ones this run ever restarts), every
 service as a child process, then for ``--duration`` seconds: starts sagas at ``--rate`` per second (a mix of
@@ -80,7 +80,8 @@ def print_result(result: ChaosResult, out: Console | None = None) -> None:
     figures = Table("figure", "value", title="chaos run", title_justify="left")
     plan = result.plan
     figures.add_row("plan", f"{plan.duration_s:.0f} s at {plan.rate:g} sagas/s, a kill every ~{plan.kill_every_s:g} s, "
-                            f"seed {plan.seed}, duplicates {'on' if plan.duplicates else 'off'}")
+                            f"seed {plan.seed}, " + (f"{plan.duplicate_copies} duplicate(s) of every message"
+                                                   if plan.duplicates else "no duplicates"))
     figures.add_row("sagas started", str(len(result.scenario_of)))
     terminal = report.terminal if report else {}
     by_status = ", ".join(f"{k} {v}" for k, v in terminal.items())
@@ -136,7 +137,8 @@ def main() -> None:
     parser.add_argument("--broker-restart-every", type=float, default=240.0, help="seconds (0: none)")
     parser.add_argument("--db-restart-every", type=float, default=240.0, help="seconds (0: none)")
     parser.add_argument("--outage-max", type=float, default=4.0, help="longest a restarted server stays down")
-    parser.add_argument("--no-duplicates", action="store_true", help="inject no duplicate messages")
+    parser.add_argument("--dup-copies", type=int, default=1,
+                        help="extra copies of every start, cancel, command and reply (0: no duplicates; default 1)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--drain-timeout", type=float, default=240.0, help="seconds to wait for the last sagas")
     parser.add_argument("--partitions", type=int, default=4, help="partitions per topic (default 4)")
@@ -149,7 +151,8 @@ def main() -> None:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     plan = ChaosPlan(duration_s=args.duration, rate=args.rate, kill_every_s=args.kill_every,
                      broker_restart_every_s=args.broker_restart_every, db_restart_every_s=args.db_restart_every,
-                     outage_s=(0.0, args.outage_max), duplicates=not args.no_duplicates, seed=args.seed,
+                     outage_s=(0.0, args.outage_max), duplicates=args.dup_copies > 0,
+                     duplicate_copies=max(1, args.dup_copies), seed=args.seed,
                      drain_timeout_s=args.drain_timeout)
     home = args.home or Path(tempfile.mkdtemp(prefix="saga-chaos-"))
     try:

@@ -52,6 +52,7 @@ class ChaosPlan:
     outage_s: tuple[float, float] = (0.0, 4.0)  # how long the broker / Postgres stays down per restart
     restart_after_s: tuple[float, float] = (0.3, 3.0)  # a killed service comes back after this long
     duplicates: bool = True
+    duplicate_copies: int = 1  # extra copies of every start, cancel, command and reply while duplicating
     seed: int = 1
     drain_timeout_s: float = 240.0
     scenarios: tuple[str, ...] = tuple(SCENARIOS)
@@ -277,4 +278,5 @@ class ChaosRun:
         participants = [label for label in self.stack.labels if label not in ("orchestrator", "relay")]
         topics = [self.topics.start, self.topics.control]
         topics += [name for p in participants for name in (self.topics.commands(p), self.topics.results(p))]
-        return Duplicator(self.settings, topics, copies=2, shuffle_window=50, seed=self._rng.randrange(2**32))
+        return Duplicator(self.settings, topics, copies=self.plan.duplicate_copies, shuffle_window=50,
+                          seed=self._rng.randrange(2**32))

@@ -25,6 +25,7 @@ __all__ = [
     "TimerRow",
     "UnitOfWork",
     "UnitOfWorkFactory",
+    "Writes",
 ]
 
 
@@ -77,6 +78,17 @@ class SagaSummaryRow:
     last_seq: int
     failed_step: str | None = None
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Writes:
+    """Every write of a batch of decisions, for ``UnitOfWork.write`` (applied in this field order)."""
+
+    deleted_timers: Sequence[tuple[str, str]] = ()  # (saga_id, timer_id)
+    events: Sequence[StoredEvent] = ()
+    outbox: Sequence[OutboxMessage] = ()
+    timers: Sequence[TimerRow] = ()
+    summaries: Sequence[SagaSummaryRow] = ()
 
 
 class TimerQueue(Protocol):
@@ -140,6 +152,22 @@ class UnitOfWork(TimerQueue, Protocol):
 
     async def delete_timer(self, saga_id: str, timer_id: str) -> None:
         """Cancel a timer; no error if it does not exist."""
+        ...
+
+    async def claim_and_load(self, consumer: str, message_ids: Sequence[str], after_seq: Mapping[str, int]
+                             ) -> tuple[set[str], dict[str, list[StoredEvent]]]:
+        """``claim_messages`` and ``load_events_after`` together (one round trip where the adapter can).
+
+        The events may be read before a concurrent claim of one of the ids was waited for; a decision
+        taken from such a read cannot commit (its seq is taken), so the caller retries, as after any
+        conflict.
+        """
+        ...
+
+    async def write(self, writes: Writes) -> None:
+        """Every part of ``writes`` (one round trip where the adapter can), with the effects and errors of
+        ``delete_timers``, ``append_events``, ``add_outbox``, ``schedule_timers`` and ``upsert_summaries``
+        called in that order."""
         ...
 
     async def delete_timers(self, keys: Sequence[tuple[str, str]]) -> None:

@@ -165,13 +165,17 @@ class SagaService:
     async def _apply(self, uow: UnitOfWork, envelopes: Sequence[Envelope],
                      settled: dict[str, SagaState]) -> list[Outcome]:
         """Claim, load, decide and write a batch: a fixed number of statements whatever its size."""
-        claimed = await uow.claim_messages(self._consumer, [envelope.message_id for envelope in envelopes])
+        if not envelopes:
+            return []
+        cached = {e.message.saga_id: self._cache.get(e.message.saga_id) for e in envelopes}
+        claimed, stored = await uow.claim_and_load(
+            self._consumer, [envelope.message_id for envelope in envelopes],
+            {saga_id: state.last_seq if state else 0 for saga_id, state in cached.items()})
         fresh = []
         for envelope in envelopes:
             fresh.append(envelope.message_id in claimed)
             claimed.discard(envelope.message_id)  # the same message twice in a batch: the second is a duplicate
-        states = await self._load_many(uow, {e.message.saga_id for e, new in zip(envelopes, fresh, strict=True)
-                                              if new})
+        states = {saga_id: self._fold_onto(state, stored.get(saga_id, ())) for saga_id, state in cached.items()}
         writes = PendingWrites(self._topics)
         outcomes = [self._decide(envelope, states, writes) if new else Outcome.DUPLICATE
                     for envelope, new in zip(envelopes, fresh, strict=True)]

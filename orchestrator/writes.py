@@ -7,7 +7,7 @@ from orchestrator.domain.decide import Decision
 from orchestrator.domain.messages import Timer
 from orchestrator.domain.state import SagaState
 from orchestrator.outbound import command_message, event_message
-from orchestrator.ports import OutboxMessage, SagaSummaryRow, StoredEvent, TimerRow, UnitOfWork
+from orchestrator.ports import OutboxMessage, SagaSummaryRow, StoredEvent, TimerRow, UnitOfWork, Writes
 from schemas.topics import Topics
 
 
@@ -47,21 +47,21 @@ class PendingWrites:
         return state
 
     async def flush(self, uow: UnitOfWork) -> None:
-        """Write everything: at most one statement per table.
+        """Write everything, in one ``UnitOfWork.write``.
 
         Rows that other transactions may also lock (events, timers, summaries of the same saga) go in
         saga order, so two multi-saga transactions wait for each other in one direction only (no
         deadlock). Outbox rows keep decision order: that order is the publishing order.
         """
-        await uow.delete_timers(sorted(key for key, row in self.timers.items() if row is None))
-        if self.events:
-            await uow.append_events(sorted(self.events, key=lambda e: (e.saga_id, e.seq)))
-        if self.outbox:
-            await uow.add_outbox(self.outbox)
-        upserts = [row for key, row in sorted(self.timers.items()) if row is not None]
-        if upserts:
-            await uow.schedule_timers(upserts)
-        await uow.upsert_summaries([self.summaries[saga_id] for saga_id in sorted(self.summaries)])
+        if not (self.timers or self.events or self.outbox or self.summaries):
+            return
+        await uow.write(Writes(
+            deleted_timers=sorted(key for key, row in self.timers.items() if row is None),
+            events=sorted(self.events, key=lambda e: (e.saga_id, e.seq)),
+            outbox=self.outbox,
+            timers=[row for _, row in sorted(self.timers.items()) if row is not None],
+            summaries=[self.summaries[saga_id] for saga_id in sorted(self.summaries)],
+        ))
 
 
 def _timer_row(timer: Timer) -> TimerRow:

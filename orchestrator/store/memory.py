@@ -19,6 +19,7 @@ from orchestrator.ports import (
     SagaSummaryRow,
     StoredEvent,
     TimerRow,
+    Writes,
 )
 
 _TimerKey = tuple[str, str]
@@ -62,6 +63,19 @@ class MemoryUnitOfWork:
         """``load_events`` for each saga; sagas with no newer event are left out."""
         loaded = {saga_id: await self.load_events(saga_id, after) for saga_id, after in after_seq.items()}
         return {saga_id: events for saga_id, events in loaded.items() if events}
+
+    async def claim_and_load(self, consumer: str, message_ids: Sequence[str], after_seq: Mapping[str, int]
+                             ) -> tuple[set[str], dict[str, list[StoredEvent]]]:
+        """``claim_messages`` then ``load_events_after``."""
+        return await self.claim_messages(consumer, message_ids), await self.load_events_after(after_seq)
+
+    async def write(self, writes: Writes) -> None:
+        """The one-table methods, in ``Writes`` field order."""
+        await self.delete_timers(writes.deleted_timers)
+        await self.append_events(writes.events)
+        await self.add_outbox(writes.outbox)
+        await self.schedule_timers(writes.timers)
+        await self.upsert_summaries(writes.summaries)
 
     async def append_events(self, events: Sequence[StoredEvent]) -> None:
         """Buffer events; ConcurrencyConflict on a (saga_id, seq) already committed or buffered."""

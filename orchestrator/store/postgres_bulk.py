@@ -8,11 +8,15 @@ and ``unnest`` zips them back into rows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import asyncpg
+import orjson
 
 from infra.db import datetime_to_ms, ms_to_datetime
-from orchestrator.ports import SagaSummaryRow, StoredEvent
+from orchestrator.ports import ConcurrencyConflict, SagaSummaryRow, StoredEvent, Writes
+
+_SUMMARY_COLUMNS = "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"
 
 
 class BulkStatements:
@@ -49,11 +53,96 @@ class BulkStatements:
         )
         loaded: dict[str, list[StoredEvent]] = {}
         for row in rows:
-            loaded.setdefault(row["saga_id"], []).append(
-                StoredEvent(row["saga_id"], row["seq"], row["event_type"], row["body"],
-                            datetime_to_ms(row["recorded_at"]))
-            )
+            loaded.setdefault(row["saga_id"], []).append(_stored(row))
         return loaded
+
+    async def claim_and_load(self, consumer: str, message_ids: Sequence[str], after_seq: Mapping[str, int]
+                             ) -> tuple[set[str], dict[str, list[StoredEvent]]]:
+        """The inbox insert and the events read in one statement (a data-modifying CTE)."""
+        rows = await self.conn.fetch(
+            f"WITH claimed AS (INSERT INTO {self._s}.inbox (consumer, message_id)"
+            "   SELECT $1, m FROM unnest($2::text[]) AS m ON CONFLICT DO NOTHING RETURNING message_id)"
+            " SELECT message_id, NULL AS saga_id, NULL::bigint AS seq, NULL AS event_type, NULL::bytea AS body,"
+            "        NULL::timestamptz AS recorded_at FROM claimed"
+            " UNION ALL"
+            " SELECT NULL, e.saga_id, e.seq, e.event_type, e.body, e.recorded_at"
+            " FROM unnest($3::text[], $4::bigint[]) AS w(saga_id, after_seq)"
+            f" JOIN {self._s}.events e ON e.saga_id = w.saga_id AND e.seq > w.after_seq",
+            consumer,
+            sorted(set(message_ids)),  # sorted: concurrent claimers lock the inbox keys in one order
+            list(after_seq),
+            list(after_seq.values()),
+        )
+        claimed: set[str] = set()
+        loaded: dict[str, list[StoredEvent]] = {}
+        for row in rows:
+            if row["message_id"] is not None:
+                claimed.add(row["message_id"])
+            else:
+                loaded.setdefault(row["saga_id"], []).append(_stored(row))
+        for events in loaded.values():
+            events.sort(key=lambda event: event.seq)
+        return claimed, loaded
+
+    async def write(self, writes: Writes) -> None:
+        """Every part of ``writes`` in one statement: one data-modifying CTE per table."""
+        timers = list({(t.saga_id, t.timer_id): t for t in writes.timers}.values())
+        summaries = _latest_summaries(writes.summaries)
+        outbox = writes.outbox
+        try:
+            await self.conn.execute(
+                f"""WITH
+                deleted AS (DELETE FROM {self._s}.timers t
+                            USING unnest($1::text[], $2::text[]) AS d(saga_id, timer_id)
+                            WHERE t.saga_id = d.saga_id AND t.timer_id = d.timer_id),
+                appended AS (INSERT INTO {self._s}.events (saga_id, seq, event_type, body, recorded_at)
+                             SELECT saga_id, seq, event_type, body, coalesce(recorded_at, now())
+                             FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::timestamptz[])
+                                  AS e(saga_id, seq, event_type, body, recorded_at)),
+                queued AS (INSERT INTO {self._s}.outbox (topic, message_key, value, headers, message_id,
+                                                         available_at)
+                           SELECT topic, message_key, value, headers, message_id, coalesce(available_at, now())
+                           FROM unnest($8::text[], $9::text[], $10::bytea[], $11::jsonb[], $12::text[],
+                                       $13::timestamptz[])
+                                WITH ORDINALITY AS m(topic, message_key, value, headers, message_id,
+                                                     available_at, ord)
+                           ORDER BY ord),
+                armed AS (INSERT INTO {self._s}.timers (saga_id, timer_id, kind, step, attempt, due_at)
+                          SELECT * FROM unnest($14::text[], $15::text[], $16::text[], $17::text[], $18::int[],
+                                               $19::timestamptz[])
+                          ON CONFLICT (saga_id, timer_id) DO UPDATE SET kind = excluded.kind,
+                              step = excluded.step, attempt = excluded.attempt, due_at = excluded.due_at),
+                summarized AS (INSERT INTO {self._s}.saga_summary AS s ({_SUMMARY_COLUMNS})
+                               SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[],
+                                                    $24::timestamptz[], $25::timestamptz[], $26::bigint[],
+                                                    $27::text[], $28::text[])
+                               ON CONFLICT (saga_id) DO UPDATE SET saga_type = excluded.saga_type,
+                                   tenant_id = excluded.tenant_id, status = excluded.status,
+                                   started_at = excluded.started_at, updated_at = excluded.updated_at,
+                                   last_seq = excluded.last_seq, failed_step = excluded.failed_step,
+                                   reason = excluded.reason
+                               WHERE s.last_seq <= excluded.last_seq)
+                SELECT 1""",
+                [saga_id for saga_id, _ in writes.deleted_timers],
+                [timer_id for _, timer_id in writes.deleted_timers],
+                *_event_columns(writes.events),
+                [m.topic for m in outbox],
+                [m.key for m in outbox],
+                [m.value for m in outbox],
+                [orjson.dumps(m.headers).decode() for m in outbox],
+                [m.message_id for m in outbox],
+                [None if m.available_at is None else ms_to_datetime(m.available_at) for m in outbox],
+                [t.saga_id for t in timers],
+                [t.timer_id for t in timers],
+                [t.kind for t in timers],
+                [t.step for t in timers],
+                [t.attempt for t in timers],
+                [ms_to_datetime(t.due_at_ms) for t in timers],
+                *_summary_columns(summaries),
+            )
+        except asyncpg.UniqueViolationError as exc:
+            sagas = sorted({e.saga_id for e in writes.events})
+            raise ConcurrencyConflict(f"events already recorded for saga(s) {sagas}: {exc.detail}") from exc
 
     async def delete_timers(self, keys: Sequence[tuple[str, str]]) -> None:
         """One delete for every (saga_id, timer_id)."""
@@ -68,19 +157,11 @@ class BulkStatements:
 
     async def upsert_summaries(self, summaries: Sequence[SagaSummaryRow]) -> None:
         """One upsert for every saga; an update never lowers ``last_seq``."""
-        # ON CONFLICT DO UPDATE refuses to touch one row twice in a statement: keep one row per saga, the
-        # one a sequence of single upserts would have left (highest last_seq, the later of equals).
-        latest: dict[str, SagaSummaryRow] = {}
-        for summary in summaries:
-            current = latest.get(summary.saga_id)
-            if current is None or current.last_seq <= summary.last_seq:
-                latest[summary.saga_id] = summary
-        if not latest:
+        rows = _latest_summaries(summaries)
+        if not rows:
             return
-        rows = list(latest.values())
         await self.conn.execute(
-            f"INSERT INTO {self._s}.saga_summary AS s (saga_id, saga_type, tenant_id, status, started_at,"
-            " updated_at, last_seq, failed_step, reason)"
+            f"INSERT INTO {self._s}.saga_summary AS s ({_SUMMARY_COLUMNS})"
             " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[],"
             " $6::timestamptz[], $7::bigint[], $8::text[], $9::text[])"
             " ON CONFLICT (saga_id) DO UPDATE SET saga_type = excluded.saga_type,"
@@ -88,13 +169,44 @@ class BulkStatements:
             " updated_at = excluded.updated_at, last_seq = excluded.last_seq,"
             " failed_step = excluded.failed_step, reason = excluded.reason"
             " WHERE s.last_seq <= excluded.last_seq",
-            [r.saga_id for r in rows],
-            [r.saga_type for r in rows],
-            [r.tenant_id for r in rows],
-            [r.status for r in rows],
-            [ms_to_datetime(r.started_at_ms) for r in rows],
-            [ms_to_datetime(r.updated_at_ms) for r in rows],
-            [r.last_seq for r in rows],
-            [r.failed_step for r in rows],
-            [r.reason for r in rows],
+            *_summary_columns(rows),
         )
+
+
+def _latest_summaries(summaries: Sequence[SagaSummaryRow]) -> list[SagaSummaryRow]:
+    # ON CONFLICT DO UPDATE refuses to touch one row twice in a statement: keep one row per saga, the one a
+    # sequence of single upserts would have left (highest last_seq, the later of equals).
+    latest: dict[str, SagaSummaryRow] = {}
+    for summary in summaries:
+        current = latest.get(summary.saga_id)
+        if current is None or current.last_seq <= summary.last_seq:
+            latest[summary.saga_id] = summary
+    return list(latest.values())
+
+
+def _summary_columns(rows: Sequence[SagaSummaryRow]) -> list[list[Any]]:
+    return [
+        [r.saga_id for r in rows],
+        [r.saga_type for r in rows],
+        [r.tenant_id for r in rows],
+        [r.status for r in rows],
+        [ms_to_datetime(r.started_at_ms) for r in rows],
+        [ms_to_datetime(r.updated_at_ms) for r in rows],
+        [r.last_seq for r in rows],
+        [r.failed_step for r in rows],
+        [r.reason for r in rows],
+    ]
+
+
+def _event_columns(events: Sequence[StoredEvent]) -> list[list[Any]]:
+    return [
+        [e.saga_id for e in events],
+        [e.seq for e in events],
+        [e.event_type for e in events],
+        [e.body for e in events],
+        [None if e.recorded_at_ms is None else ms_to_datetime(e.recorded_at_ms) for e in events],
+    ]
+
+
+def _stored(row: asyncpg.Record) -> StoredEvent:
+    return StoredEvent(row["saga_id"], row["seq"], row["event_type"], row["body"], datetime_to_ms(row["recorded_at"]))

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import orjson
 
+from infra.db import ms_to_datetime
 from infra.faults import crash_point
 from outbox.message import OutboxMessage
-from outbox.writer import write_outbox
 from participants.kit.handle import (
     _DATABASE_GONE,
     Disposition,
@@ -127,8 +128,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
             replies.append(outcome_message(registry, command, results_topic, outcome, clock()))
             done.append((Disposition.TRANSIENT if is_transient else Disposition.RECORDED, command,
                          RecordedReply.of(outcome), outcome.error_type if isinstance(outcome, Failed) else None))
-    await _settle(conn, table, transient, final)
-    await write_outbox(conn, participant.outbox_table, replies)
+    await _settle(conn, participant, transient, final, replies)
     return done
 
 
@@ -186,18 +186,27 @@ async def _recorded(conn: asyncpg.Connection, table: str, keys: Sequence[str]) -
     return found
 
 
-async def _settle(conn: asyncpg.Connection, table: str, transient: Sequence[str],
-                  final: Sequence[tuple[str, RecordedReply]]) -> None:
-    """Free the keys of transient failures; record the final outcome of the others."""
-    if transient:
-        await conn.execute(f"DELETE FROM {table} WHERE idempotency_key = ANY($1::text[])", list(transient))
-    if final:
-        await conn.execute(
-            f"""UPDATE {table} AS p SET status = f.status, error_type = f.error_type,
-                    error_message = f.error_message, output = f.output
-                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[])
-                     AS f(idempotency_key, status, error_type, error_message, output)
-                WHERE p.idempotency_key = f.idempotency_key""",
-            [key for key, _ in final], [r.status for _, r in final], [r.error_type for _, r in final],
-            [r.error_message for _, r in final], [r.output for _, r in final],
-        )
+async def _settle(conn: asyncpg.Connection, participant: Participant, transient: Sequence[str],
+                  final: Sequence[tuple[str, RecordedReply]], replies: Sequence[OutboxMessage]) -> None:
+    """Free the keys of transient failures, record the final outcome of the others and queue every reply,
+    in one statement (data-modifying CTEs; the reply rows get ids in ``replies`` order)."""
+    table = participant.processed_table
+    await conn.execute(
+        f"""WITH freed AS (DELETE FROM {table} WHERE idempotency_key = ANY($1::text[])),
+            recorded AS (UPDATE {table} AS p SET status = f.status, error_type = f.error_type,
+                                error_message = f.error_message, output = f.output
+                         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
+                              AS f(idempotency_key, status, error_type, error_message, output)
+                         WHERE p.idempotency_key = f.idempotency_key)
+            INSERT INTO {participant.outbox_table} (topic, message_key, value, headers, message_id, available_at)
+            SELECT topic, message_key, value, headers, message_id, coalesce(available_at, now())
+            FROM unnest($7::text[], $8::text[], $9::bytea[], $10::jsonb[], $11::text[], $12::timestamptz[])
+                 WITH ORDINALITY AS m(topic, message_key, value, headers, message_id, available_at, ord)
+            ORDER BY ord""",
+        list(transient),
+        [key for key, _ in final], [r.status for _, r in final], [r.error_type for _, r in final],
+        [r.error_message for _, r in final], [r.output for _, r in final],
+        [m.topic for m in replies], [m.key for m in replies], [m.value for m in replies],
+        [orjson.dumps(m.headers).decode() for m in replies], [m.message_id for m in replies],
+        [None if m.available_at is None else ms_to_datetime(m.available_at) for m in replies],
+    )

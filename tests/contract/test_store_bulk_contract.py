@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tests.contract.test_store_contract import T0, Harness, ev, saga_id, summary, timer
+import pytest
+
+from orchestrator.ports import ConcurrencyConflict, Writes
+from tests.contract.test_store_contract import T0, Harness, ev, msg, saga_id, summary, timer
 
 # The contract suite's fixtures (h: a fresh store of each adapter, memory and Postgres).
 pytest_plugins = ("tests.contract.test_store_contract",)
@@ -60,3 +63,52 @@ async def test_upsert_summaries_keeps_the_highest_last_seq_per_saga(h: Harness) 
     assert stored_a is not None and (stored_a.status, stored_a.last_seq) == ("RUNNING", 5)
     assert stored_b is not None and (stored_b.status, stored_b.last_seq, stored_b.updated_at_ms) == (
         "COMPLETED", 3, T0 + 2)
+
+
+async def test_claim_and_load_is_claim_messages_then_load_events_after(h: Harness) -> None:
+    a, b = saga_id(), saga_id()
+    async with h.store.begin() as uow:
+        assert await uow.claim_message("orchestrator", "m-1")
+        await uow.append_events([ev(a, 1), ev(a, 2)])
+    async with h.store.begin() as uow:
+        await uow.append_events([ev(b, 1)])
+        claimed, loaded = await uow.claim_and_load("orchestrator", ["m-1", "m-2", "m-2"], {a: 1, b: 0})
+        assert claimed == {"m-2"}
+        assert {sid: [e.seq for e in events] for sid, events in loaded.items()} == {a: [2], b: [1]}
+        assert await uow.claim_and_load("orchestrator", [], {}) == (set(), {})
+
+
+async def test_write_applies_every_part_like_the_one_table_methods(h: Harness) -> None:
+    a, b = saga_id(), saga_id()
+    async with h.store.begin() as uow:
+        await uow.schedule_timers([timer(a, "old", T0), timer(b, "kept", T0 + 1)])
+        await uow.upsert_summaries([summary(b, "RUNNING", T0, 7)])
+    async with h.store.begin() as uow:
+        await uow.write(Writes(
+            deleted_timers=[(a, "STEP_TIMEOUT:old:1"), (a, "missing")],
+            events=[ev(a, 1), ev(a, 2), ev(b, 8)],
+            outbox=[msg(b, 3), msg(a, 1), msg(a, 2)],
+            timers=[timer(a, "new", T0 + 2), timer(a, "new", T0 + 3)],  # the last of duplicates wins
+            summaries=[summary(a, "RUNNING", T0, 2), summary(b, "STALE", T0, 6)],
+        ))
+        await uow.write(Writes())
+    assert [e.seq for e in await h.store.load_events(a)] == [1, 2]
+    assert [m.message_id for m in await h.outbox()] == [f"{b}:event:3", f"{a}:event:1", f"{a}:event:2"]
+    async with h.store.begin() as uow:
+        assert [(t.saga_id, t.step, t.due_at_ms) for t in await uow.claim_due(T0 + 10, 10)] == [
+            (b, "kept", T0 + 1), (a, "new", T0 + 3)]
+    stored_b = await h.store.get_summary(b)
+    assert stored_b is not None and (stored_b.status, stored_b.last_seq) == ("RUNNING", 7)
+
+
+async def test_write_of_a_recorded_seq_conflicts_and_writes_nothing(h: Harness) -> None:
+    a = saga_id()
+    async with h.store.begin() as uow:
+        await uow.append_events([ev(a, 1)])
+    with pytest.raises(ConcurrencyConflict):
+        async with h.store.begin() as uow:
+            await uow.write(Writes(events=[ev(a, 1, "Other")], outbox=[msg(a, 1)],
+                                   summaries=[summary(a, "RUNNING", T0, 1)]))
+    assert [e.event_type for e in await h.store.load_events(a)] == ["StepSucceeded"]
+    assert await h.outbox() == []
+    assert await h.store.get_summary(a) is None
