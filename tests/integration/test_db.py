@@ -39,7 +39,8 @@ async def test_migrate_applies_each_file_once_even_with_concurrent_starters(data
         tables = await conns[0].fetch(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'saga' ORDER BY 1"
         )
-        assert [t["table_name"] for t in tables] == ["deployment", "events", "inbox", "outbox", "saga_summary", "timers"]
+        names = [t["table_name"] for t in tables]
+        assert names == ["deployment", "events", "inbox", "outbox", "saga_summary", "timers"]
     finally:
         for conn in conns:
             await conn.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import asyncpg
 import pytest
 
@@ -15,7 +17,7 @@ async def test_the_first_prefix_claims_the_database_and_another_is_refused(datab
         await migrate(pool)
         await claim_deployment(pool, "blue.")
         await claim_deployment(pool, "blue.")  # a restart of the same deployment
-        with pytest.raises(DeploymentMismatch, match="SAGA_TOPIC_PREFIX='blue.', not 'green.'"):
+        with pytest.raises(DeploymentMismatch, match=re.escape("SAGA_TOPIC_PREFIX='blue.', not 'green.'")):
             await claim_deployment(pool, "green.")
     finally:
         await pool.close()
