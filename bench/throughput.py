@@ -83,9 +83,13 @@ def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s
            fold: tuple[float, int]) -> None:
     """Print the results."""
     ended = [s for s in saga_ids if s in seen.terminal_at]
+    if not ended:
+        console.print("[red]no saga ended: nothing to report")
+        return
     summary = Table("measure", "value", title=f"{len(saga_ids)} happy trip sagas, rate "
                     f"{args.rate or 'unlimited'}/s, {args.partitions} partitions")
-    summary.add_row("sagas ended / wall time", f"{len(ended)} / {wall_s:.2f} s")
+    summary.add_row("sagas ended / wall time", f"{len(ended)} / {wall_s:.2f} s"
+                    + (f"  ({len(saga_ids) - len(ended)} did not end)" if len(ended) < len(saga_ids) else ""))
     summary.add_row("[bold]sagas/s sustained", f"[bold]{len(ended) / wall_s:,.1f}")
     summary.add_row("outcomes", ", ".join(f"{k}: {v}" for k, v in sorted(Counter(seen.outcome[s] for s in ended)
                                                                          .items())))
@@ -147,7 +151,8 @@ async def run(args: argparse.Namespace) -> None:
         warmup = [f"warm-{run_id}-{n}" for n in range(WARMUP_SAGAS)]
         with console.status("warming up (services start, consumer groups join)"):
             await publish(settings.kafka_servers(), topics.start, warmup, None, watcher.seen.published_at)
-            await wait_for(watcher, warmup, 180, services)
+            if not await wait_for(watcher, warmup, 180, services):
+                raise TimeoutError("the warm-up sagas did not end within 180 s: see the service logs")
         for saga_id in warmup:
             watcher.seen.published_at.pop(saga_id)
 
@@ -166,7 +171,10 @@ async def run(args: argparse.Namespace) -> None:
                       TextColumn("{task.description}"), console=console) as progress:
             publisher = asyncio.create_task(publish(settings.kafka_servers(), topics.start, saga_ids,
                                                     args.rate, watcher.seen.published_at))
-            await wait_for(watcher, saga_ids, args.timeout, services, progress)
+            if not await wait_for(watcher, saga_ids, args.timeout, services, progress):
+                console.print(f"[red]{len(saga_ids) - watcher.done(saga_ids)} of {len(saga_ids)} sagas did not "
+                              f"end within {args.timeout:.0f} s; the numbers below are of those that did")
+                args.keep_logs = True
             await publisher
 
         cpu = cpu_delta(cpu_before, sample_cpu(watched))
@@ -176,8 +184,9 @@ async def run(args: argparse.Namespace) -> None:
         handled = await count(settings.dsn(), inbox_sql) - inbox_before
         timeouts = await count(settings.dsn(), "SELECT count(*) FROM saga.events"
                                                " WHERE event_type = 'StepTimedOut' AND saga_id LIKE 'bench-%'")
-        wall_s = max(watcher.seen.terminal_at[s] for s in saga_ids) - min(
-            watcher.seen.published_at[s] for s in saga_ids)
+        first_publish = min(watcher.seen.published_at[s] for s in saga_ids)
+        ends = [watcher.seen.terminal_at[s] for s in saga_ids if s in watcher.seen.terminal_at]
+        wall_s = max(ends, default=first_publish) - first_publish
         report(args, saga_ids, watcher.seen, wall_s, messages, handled, timeouts, cpu, fold)
     except BaseException:
         args.keep_logs = True  # what the services logged is what explains the failure

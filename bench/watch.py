@@ -100,8 +100,9 @@ async def publish(bootstrap: str, topic: str, saga_ids: list[str], rate: float |
 
 
 async def wait_for(watcher: Watcher, saga_ids: list[str], timeout_s: float, services: dict[str, object],
-                   progress: Progress | None = None) -> None:
-    """Poll the events topic until every saga ended, the time is up, or a service died."""
+                   progress: Progress | None = None) -> bool:
+    """Poll the events topic until every saga ended (True) or the time is up (False); raises when a
+    service died."""
     task = progress.add_task("", total=len(saga_ids)) if progress else None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -111,9 +112,8 @@ async def wait_for(watcher: Watcher, saga_ids: list[str], timeout_s: float, serv
             elapsed = time.perf_counter() - min(watcher.seen.published_at.values(), default=time.perf_counter())
             progress.update(task, completed=done, description=f"{done / max(elapsed, 1e-9):7.1f} sagas/s")
         if done == len(saga_ids):
-            return
+            return True
         dead = [label for label, process in services.items() if process.poll() is not None]  # type: ignore[attr-defined]
         if dead:
             raise RuntimeError(f"service(s) exited during the run: {', '.join(dead)}")
-    raise TimeoutError(f"{len(saga_ids) - watcher.done(saga_ids)} of {len(saga_ids)} sagas did not end "
-                       f"within {timeout_s:.0f} s")
+    return False

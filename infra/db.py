@@ -28,6 +28,14 @@ _TRANSIENT_CONNECT_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.TooManyConnectionsError,
 )
 
+# Plan every statement for its actual arguments and the tables' current size. Postgres switches a prepared
+# statement to a cached generic plan after a few calls; one made while a table was nearly empty (a fresh
+# database, an idle outbox or timer queue) stays in use after the table has grown to thousands of rows and
+# then scans the whole table, or worse (measured in bench/throughput.py: a timer delete became a nested
+# loop over the whole table, Postgres CPU per saga x25). A fresh plan per call costs a little CPU. No JIT:
+# these are short statements, and compiling one takes longer than running it.
+SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan", "jit": "off"}
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
 
@@ -78,7 +86,8 @@ async def create_pool(
         attempt += 1
         try:
             pool = await asyncpg.create_pool(
-                dsn, min_size=min(2, size), max_size=size, command_timeout=command_timeout_s
+                dsn, min_size=min(2, size), max_size=size, command_timeout=command_timeout_s,
+                server_settings=SERVER_SETTINGS,
             )
             return pool
         except _TRANSIENT_CONNECT_ERRORS as exc:

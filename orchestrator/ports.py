@@ -171,7 +171,9 @@ class UnitOfWork(TimerQueue, Protocol):
         ...
 
     async def delete_timers(self, keys: Sequence[tuple[str, str]]) -> None:
-        """Cancel many timers given as (saga_id, timer_id); missing ones are ignored."""
+        """Cancel many timers given as (saga_id, timer_id); missing ones are ignored, and so are timers another
+        open unit of work has claimed (they are being fired: waiting for that unit of work could deadlock
+        with it, and a fired obsolete timer is harmless)."""
         ...
 
     async def upsert_summary(self, summary: SagaSummaryRow) -> None:

@@ -18,8 +18,9 @@ A row Kafka refuses for good (unknown topic, record too large) stops its table a
 with backoff and logged with its id and saga ids until an operator fixes or deletes it, because skipping it
 would break the order of its key.
 
-Wake-up: a short adaptive poll (``min_poll_ms`` while rows keep coming, doubling to ``max_poll_ms`` when
-idle, none at all while batches are full) instead of LISTEN/NOTIFY, whose NOTIFY in every writing
+Wake-up: a writer in the same process calls ``wake`` after its commit; otherwise a short adaptive poll
+(``min_poll_ms`` while rows keep coming, doubling to ``max_poll_ms`` when idle, none at all while batches
+are full) finds the rows, instead of LISTEN/NOTIFY, whose NOTIFY in every writing
 transaction serialises commits on a global lock. ``bench/relay.py`` measures both.
 """
 
@@ -114,6 +115,7 @@ class OutboxRelay:
         )
         self._delete_sql = f"DELETE FROM {table} WHERE id = ANY($1::bigint[])"
         self.published_total = 0
+        self._wakeup = asyncio.Event()
 
     @property
     def is_active(self) -> bool:
@@ -147,9 +149,25 @@ class OutboxRelay:
                 if published >= self._batch_size:
                     continue  # more is waiting: no sleep
                 idle_s = self._min_poll_s if published else min(idle_s * 2, self._max_poll_s)
-                await _sleep_or_stop(stop, idle_s)
+                await self._nap(stop, idle_s)
         finally:
             await self.close()
+
+    def wake(self) -> None:
+        """Rows were just committed: publish them now rather than at the next poll (a writer in this
+        process calls it after its commit; writers elsewhere are found by polling)."""
+        self._wakeup.set()
+
+    async def _nap(self, stop: asyncio.Event, seconds: float) -> None:
+        """Sleep until the next poll, a ``wake`` or ``stop``, whichever comes first."""
+        if not self._wakeup.is_set() and not stop.is_set():
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wakeup.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+        self._wakeup.clear()
 
     async def close(self) -> None:
         """Stop the producer and give the lock (and its connection) back."""

@@ -2,10 +2,11 @@
 
     python -m participants.runner flight        # or hotel / payment / notification
 
-One process holds: a faust app whose agent hands each command to the kit (one Postgres transaction per
-delivery; faust acknowledges the offset only after the agent's loop body returns, i.e. after the commit,
-and commits acknowledged offsets every ``broker_commit_interval``), and the participant's own outbox relay
-publishing ``<schema>.outbox`` rows (replies to ``<name>.results``, dead letters to ``saga.dlq``).
+One process holds: a faust app whose agent hands the commands that arrived together to the kit (one
+Postgres transaction per batch, ``participants.kit.batch``; every command of the batch is acknowledged
+only after that commit, and faust commits acknowledged offsets every ``broker_commit_interval``), and the
+participant's own outbox relay publishing ``<schema>.outbox`` rows (replies to ``<name>.results``, dead
+letters to ``saga.dlq``), woken right after each commit.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from infra.startup import retry_startup, start_over
 from outbox.relay import OutboxRelay
 from participants.kit.batch import Incoming, handle_commands
 from participants.kit.ddl import ensure_participant_schema
-from participants.kit.handle import Disposition, handle_command
+from participants.kit.handle import Disposition
 from participants.kit.participant import Participant
-from participants.kit.replies import Delivery, HeadersArg
+from participants.kit.replies import Delivery
 from participants.registry import get_participant
 from schemas.topics import Topics
 
@@ -79,6 +80,7 @@ class ParticipantRuntime:
         self._start_lock: asyncio.Lock | None = None
         self._relay_stop: asyncio.Event | None = None
         self._relay_task: asyncio.Task[None] | None = None
+        self._relay: OutboxRelay | None = None
 
     async def start(self) -> asyncpg.Pool:
         """Open the pool, create the participant's tables and start its outbox relay (once)."""
@@ -98,6 +100,7 @@ class ParticipantRuntime:
                     await pool.close()  # the next call opens a new one
                     raise
                 relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka_servers())
+                self._relay = relay
                 self._relay_stop = asyncio.Event()
                 self._relay_task = asyncio.create_task(
                     relay.run(self._relay_stop), name=f"outbox-relay-{self.participant.name}"
@@ -119,46 +122,30 @@ class ParticipantRuntime:
             await pool.close()
         log.info("participant stopped", extra={"participant": self.participant.name})
 
-    async def process(self, value: bytes | None, headers: HeadersArg, delivery: Delivery) -> Disposition:
-        """Handle one delivery, retrying while Postgres is unavailable (the offset stays unacknowledged)."""
+    def _replies_committed(self) -> None:
+        # The replies are in the outbox: the relay publishes them now instead of at its next poll.
+        if self._relay is not None:
+            self._relay.wake()
+
+    async def process_batch(self, batch: Sequence[Incoming]) -> list[Disposition]:
+        """Handle deliveries in one transaction, retrying the whole batch while Postgres is unavailable (their
+        offsets stay unacknowledged)."""
         delay = _RETRY_FIRST_S
         while True:
             try:
                 pool = await self.start()  # inside the try: Postgres may be away when the pool opens
-                disposition = await handle_command(
-                    pool, self.participant, self.topics, value, headers, delivery=delivery
-                )
-                current_health().handled()
-                return disposition
+                dispositions = await handle_commands(pool, self.participant, self.topics, batch)
+                current_health().handled(len(batch))
+                self._replies_committed()
+                return dispositions
             except Exception as exc:
                 if self.stopping or self._should_stop():
                     # Give up without acknowledging: the next owner of the partition gets it again.
                     # Retrying here would hold the worker's shutdown hostage to Postgres.
                     raise DeliveryAbandoned(repr(exc)) from exc
-                log.warning(
-                    "command not handled, retrying",
-                    extra={"participant": self.participant.name, "topic": delivery.topic,
-                           "partition": delivery.partition, "offset": delivery.offset,
-                           "retry_in_s": delay, "error": repr(exc)},
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
-
-    async def process_batch(self, batch: Sequence[Incoming]) -> list[Disposition]:
-        """Handle deliveries in one transaction, retrying the whole batch while Postgres is unavailable."""
-        delay = _RETRY_FIRST_S
-        while True:
-            try:
-                pool = await self.start()
-                dispositions = await handle_commands(pool, self.participant, self.topics, batch)
-                current_health().handled(len(batch))
-                return dispositions
-            except Exception as exc:
-                if self.stopping or self._should_stop():
-                    raise DeliveryAbandoned(repr(exc)) from exc
                 first = batch[0].delivery
                 log.warning(
-                    "commands not handled, retrying",
+                    "command not handled, retrying",
                     extra={"participant": self.participant.name, "topic": first.topic, "commands": len(batch),
                            "partition": first.partition, "offset": first.offset, "retry_in_s": delay,
                            "error": repr(exc)},
@@ -175,12 +162,14 @@ def build_app(name: str, settings: Settings, *, per_partition: bool = False, bat
               batch_within_s: float = BATCH_WITHIN_S) -> faust.App:
     """The faust app of participant ``name`` (not started).
 
+    An actor takes up to ``batch_size`` commands (those that arrived within ``batch_within_s``) and handles
+    them in one transaction (``participants.kit.batch``), in their order; 1 handles each on its own.
+
     ``per_partition`` runs one agent actor per assigned partition (faust's isolated partitions): commands
     of one saga (one key, one partition) stay in order while partitions proceed in parallel. Without it
-    one actor handles every assigned partition in turn.
-
-    ``batch_size`` > 1: an actor takes up to that many commands (those that arrived within
-    ``batch_within_s``) and handles them in one transaction (``participants.kit.batch``), in their order.
+    (the default) one actor handles every assigned partition in turn, in batches that take the commands of
+    all partitions: that costs less CPU per command than many small per-partition batches, and an idle
+    actor wakes up every ``batch_within_s``, so one actor instead of one per partition.
     """
     participant = get_participant(name)
     name = participant.name
@@ -221,7 +210,10 @@ def build_app(name: str, settings: Settings, *, per_partition: bool = False, bat
             "offset": delivery.offset, "error": str(error)})
 
     async def consume_batches(stream: Any) -> None:
-        # noack_take yields events without acknowledging them: each is acked after its batch committed.
+        # Manual acks: faust's own iterators ack an event in a ``finally`` around their ``yield``, so an event
+        # whose processing raised (e.g. Postgres down while the worker stops) would be acked and its offset
+        # committed unprocessed. noack_take yields events unacknowledged: each is acked after its batch
+        # committed. message.headers, not event.headers: faust folds those into a dict, losing a repeat.
         async for events in stream.noack_take(batch_size, within=batch_within_s):
             batch = [Incoming(event.value, event.message.headers, _delivery(event.message)) for event in events]
             try:
@@ -233,23 +225,7 @@ def build_app(name: str, settings: Settings, *, per_partition: bool = False, bat
             for event in events:
                 event.ack()
 
-    async def consume(stream: Any) -> None:
-        # Manual acks: faust's own iterator acks an event in a ``finally`` around its ``yield``, so an
-        # event whose processing raised (e.g. Postgres down while the worker stops) would be acked and
-        # its offset committed unprocessed. With noack() only a committed transaction leads to an ack.
-        async for event in stream.noack().events():
-            message = event.message
-            delivery = _delivery(message)
-            try:
-                # message.headers, not event.headers: faust folds those into a dict, losing a repeated header.
-                await runtime.process(event.value, message.headers, delivery)
-            except DeliveryAbandoned as error:
-                abandoned(message, delivery, error)
-                continue
-            event.ack()
-
-    app.agent(commands, name=f"{ident}-commands", isolated_partitions=per_partition)(
-        consume_batches if batch_size > 1 else consume)
+    app.agent(commands, name=f"{ident}-commands", isolated_partitions=per_partition)(consume_batches)
 
     async def start_runtime() -> None:
         # The relay runs even when no command arrives (it flushes replies left behind); Postgres being away

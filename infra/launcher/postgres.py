@@ -225,6 +225,9 @@ class PostgresLauncher:
             "synchronous_commit = on\n"
             "max_wal_size = 2GB\n"
             "log_checkpoints = off\n"
+            "# Analyze and vacuum soon: the outbox and timer tables are queues that swing between empty and\n"
+            "# thousands of rows, and statistics taken while one was empty mislead the planner (default 1min).\n"
+            "autovacuum_naptime = 5s\n"
         )
 
     @staticmethod

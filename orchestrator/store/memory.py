@@ -102,9 +102,10 @@ class MemoryUnitOfWork:
         self._timers[(saga_id, timer_id)] = None
 
     async def delete_timers(self, keys: Sequence[tuple[str, str]]) -> None:
-        """Buffer timer deletions."""
-        for saga_id, timer_id in keys:
-            await self.delete_timer(saga_id, timer_id)
+        """Buffer timer deletions, leaving alone timers another open unit of work has claimed."""
+        for key in keys:
+            if key in self._claimed or key not in self._store.claimed:
+                self._timers[key] = None
 
     async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
         """Due timers visible to this unit of work and not claimed by another open one; deleted here."""

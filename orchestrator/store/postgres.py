@@ -129,10 +129,13 @@ class PostgresUnitOfWork(BulkStatements):
 
     async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
         """Delete-and-return due timers, skipping rows locked by other open transactions."""
+        # ctid = ANY(ARRAY(...)): the claiming subquery runs once, then a TID scan deletes exactly its rows.
+        # The IN (subquery) form let the planner, misled by statistics taken while the queue was empty, loop
+        # over the whole table and re-run the subquery for each row.
         rows = await self.conn.fetch(
-            f"DELETE FROM {self._s}.timers WHERE (saga_id, timer_id) IN ("
-            f"  SELECT saga_id, timer_id FROM {self._s}.timers WHERE due_at <= $1"
-            "   ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            f"DELETE FROM {self._s}.timers WHERE ctid = ANY(ARRAY("
+            f"  SELECT ctid FROM {self._s}.timers WHERE due_at <= $1"
+            "   ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
             " RETURNING saga_id, timer_id, kind, step, attempt, due_at",
             ms_to_datetime(now_ms),
             limit,

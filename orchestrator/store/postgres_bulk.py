@@ -92,9 +92,11 @@ class BulkStatements:
         try:
             await self.conn.execute(
                 f"""WITH
-                deleted AS (DELETE FROM {self._s}.timers t
-                            USING unnest($1::text[], $2::text[]) AS d(saga_id, timer_id)
-                            WHERE t.saga_id = d.saga_id AND t.timer_id = d.timer_id),
+                deleted AS (DELETE FROM {self._s}.timers WHERE ctid = ANY(ARRAY(
+                                SELECT t.ctid FROM {self._s}.timers t
+                                JOIN unnest($1::text[], $2::text[]) AS d(saga_id, timer_id)
+                                  ON t.saga_id = d.saga_id AND t.timer_id = d.timer_id
+                                FOR UPDATE OF t SKIP LOCKED))),
                 appended AS (INSERT INTO {self._s}.events (saga_id, seq, event_type, body, recorded_at)
                              SELECT saga_id, seq, event_type, body, coalesce(recorded_at, now())
                              FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::timestamptz[])
@@ -145,12 +147,15 @@ class BulkStatements:
             raise ConcurrencyConflict(f"events already recorded for saga(s) {sagas}: {exc.detail}") from exc
 
     async def delete_timers(self, keys: Sequence[tuple[str, str]]) -> None:
-        """One delete for every (saga_id, timer_id)."""
+        """One delete for every (saga_id, timer_id), skipping rows another transaction has locked."""
         if not keys:
             return
+        # ctid = ANY(ARRAY(...)): see PostgresUnitOfWork.claim_due.
         await self.conn.execute(
-            f"DELETE FROM {self._s}.timers t USING unnest($1::text[], $2::text[]) AS d(saga_id, timer_id)"
-            " WHERE t.saga_id = d.saga_id AND t.timer_id = d.timer_id",
+            f"DELETE FROM {self._s}.timers WHERE ctid = ANY(ARRAY("
+            f" SELECT t.ctid FROM {self._s}.timers t"
+            " JOIN unnest($1::text[], $2::text[]) AS d(saga_id, timer_id)"
+            " ON t.saga_id = d.saga_id AND t.timer_id = d.timer_id FOR UPDATE OF t SKIP LOCKED))",
             [saga_id for saga_id, _ in keys],
             [timer_id for _, timer_id in keys],
         )

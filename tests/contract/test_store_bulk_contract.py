@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from orchestrator.ports import ConcurrencyConflict, Writes
@@ -112,3 +114,18 @@ async def test_write_of_a_recorded_seq_conflicts_and_writes_nothing(h: Harness) 
     assert [e.event_type for e in await h.store.load_events(a)] == ["StepSucceeded"]
     assert await h.outbox() == []
     assert await h.store.get_summary(a) is None
+
+
+async def test_deleting_timers_leaves_alone_one_another_unit_of_work_is_firing(h: Harness) -> None:
+    a = saga_id()
+    async with h.store.begin() as uow:
+        await uow.schedule_timers([timer(a, "firing", T0), timer(a, "idle", T0 + 60_000)])
+    with pytest.raises(RuntimeError):
+        async with h.store.begin() as firing:
+            assert [t.step for t in await firing.claim_due(T0, 10)] == ["firing"]
+            async with h.store.begin() as uow:  # must not wait for the firing unit of work
+                await asyncio.wait_for(uow.write(Writes(deleted_timers=[
+                    (a, "STEP_TIMEOUT:firing:1"), (a, "STEP_TIMEOUT:idle:1")])), timeout=5)
+            raise RuntimeError("the firing unit of work rolls back: its timer is due again")
+    async with h.store.begin() as uow:
+        assert [t.step for t in await uow.claim_due(T0 + 120_000, 10)] == ["firing"]
