@@ -79,6 +79,22 @@ class Watched:
         )
 
 
+def backend_cpu(postmaster: int) -> dict[int, float]:
+    """CPU seconds used so far by each live child of the Postgres postmaster, by pid."""
+    return {child: process_cpu_s(child) for child in children_of(postmaster)}
+
+
+def cpu_by_application(before: Mapping[int, float], after: Mapping[int, float],
+                       applications: Mapping[int, str]) -> dict[str, float]:
+    """Backend CPU used between two ``backend_cpu`` samples, summed per ``application_name`` (backends
+    started in between count from zero; those that exited in between are not counted)."""
+    used: dict[str, float] = {}
+    for pid, application in applications.items():
+        if pid in after:
+            used[application] = used.get(application, 0.0) + max(0.0, after[pid] - before.get(pid, 0.0))
+    return dict(sorted(used.items()))
+
+
 MACHINE = "whole machine"
 
 

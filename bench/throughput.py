@@ -28,7 +28,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.probes import MACHINE, Watched, cpu_delta, fold_events_per_s, percentile, sample_cpu
+from bench.probes import (
+    MACHINE,
+    Watched,
+    backend_cpu,
+    cpu_by_application,
+    cpu_delta,
+    fold_events_per_s,
+    percentile,
+    sample_cpu,
+)
 from bench.watch import Observed, Watcher, publish, wait_for
 from cli.run_cmd import start_services, stop_services
 from infra.launcher.kafka import KafkaLauncher
@@ -46,6 +55,27 @@ def with_database(dsn: str, database: str) -> str:
     """``dsn`` pointing at another database."""
     parts = urlsplit(dsn)
     return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, parts.fragment))
+
+
+async def applications(dsn: str) -> dict[int, str]:
+    """``application_name`` of every backend connected to the bench database, by backend pid."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT pid, application_name FROM pg_stat_activity"
+                                " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        return {row["pid"]: row["application_name"] or "(unnamed)" for row in rows}
+    finally:
+        await conn.close()
+
+
+def with_backend_split(cpu: dict[str, float], split: dict[str, float]) -> dict[str, float]:
+    """``cpu`` with a row per client application inserted after the bench database's backends row."""
+    rows: dict[str, float] = {}
+    for label, used in cpu.items():
+        rows[label] = used
+        if label.startswith("  of which"):
+            rows.update((f"    for {application}", value) for application, value in split.items())
+    return rows
 
 
 async def count(dsn: str, sql: str) -> int:
@@ -164,6 +194,8 @@ async def run(args: argparse.Namespace) -> None:
         offsets_before = await watcher.end_offsets(all_topics)
         inbox_sql = "SELECT count(*) FROM saga.inbox"
         inbox_before = await count(settings.dsn(), inbox_sql)
+        postmaster = PostgresLauncher(settings).pid()
+        backends_before = backend_cpu(postmaster) if postmaster else {}
         cpu_before = sample_cpu(watched)
 
         saga_ids = [f"bench-{run_id}-{n:06d}" for n in range(args.sagas)]
@@ -178,6 +210,9 @@ async def run(args: argparse.Namespace) -> None:
             await publisher
 
         cpu = cpu_delta(cpu_before, sample_cpu(watched))
+        if postmaster:
+            split = cpu_by_application(backends_before, backend_cpu(postmaster), await applications(settings.dsn()))
+            cpu = with_backend_split(cpu, split)
         offsets_after = await watcher.end_offsets(all_topics)
         messages = {group: sum(offsets_after[t] - offsets_before[t] for t in names)
                     for group, names in groups.items()}

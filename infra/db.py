@@ -73,11 +73,13 @@ async def create_pool(
     *,
     connect_timeout_s: float = 30.0,
     command_timeout_s: float | None = 60.0,
+    application_name: str = "saga",
 ) -> asyncpg.Pool:
     """Open a pool of up to ``size`` connections, retrying with backoff until ``connect_timeout_s``.
 
     The retry covers start-up ordering: a service started together with Postgres waits for it instead of
-    crashing. Authentication and unknown-database errors are not retried.
+    crashing. Authentication and unknown-database errors are not retried. ``application_name`` names the
+    connections in ``pg_stat_activity`` (e.g. ``saga-orchestrator``), so an operator sees who holds what.
     """
     deadline = time.monotonic() + connect_timeout_s
     delay = 0.1
@@ -87,7 +89,7 @@ async def create_pool(
         try:
             pool = await asyncpg.create_pool(
                 dsn, min_size=min(2, size), max_size=size, command_timeout=command_timeout_s,
-                server_settings=SERVER_SETTINGS,
+                server_settings={**SERVER_SETTINGS, "application_name": application_name},
             )
             return pool
         except _TRANSIENT_CONNECT_ERRORS as exc:

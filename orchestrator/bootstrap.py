@@ -132,7 +132,8 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
     async with health_running("orchestrator", settings) as health:
         try:
             registry, topics, participants = await retry_startup(lambda: prepare(settings), "create topics", stop)
-            pool = await retry_startup(lambda: create_pool(settings.dsn(), settings.saga_db_pool_size),
+            pool = await retry_startup(lambda: create_pool(settings.dsn(), settings.saga_db_pool_size,
+                                                               application_name="saga-orchestrator"),
                                        "open the database pool", stop)
         except StartupStopped:
             return
@@ -147,7 +148,8 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
                                             concurrency=max(1, settings.saga_db_pool_size - 2))
             # Not consuming yet (a restart waits for the group to drop the old member): replies may be
             # waiting unread, so a step timeout now would blame participants for our own downtime.
-            timers = TimerScheduler(service, hold=timer_hold(consumer, health))
+            timers = TimerScheduler(service, hold=timer_hold(consumer, health),
+                                    horizon=lambda: consumer.read_horizon_ms)
             health.before_scrape.append(lambda: count_sagas(pool, health))
             tasks = [consumer.run(stop), timers.run(stop)]
             if with_relay:
@@ -175,7 +177,8 @@ async def run_relay(settings: Settings, stop: asyncio.Event) -> None:
     async with health_running("relay", settings):
         try:
             await retry_startup(lambda: prepare(settings), "create topics", stop)
-            pool = await retry_startup(lambda: create_pool(settings.dsn(), 2), "open the database pool", stop)
+            pool = await retry_startup(lambda: create_pool(settings.dsn(), 2, application_name="saga-relay"),
+                                       "open the database pool", stop)
         except StartupStopped:
             return
         try:

@@ -13,6 +13,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from infra.faults import crash_point
 from infra.health import current as current_health
 from orchestrator.envelope import Envelope, RawRecord, Rejection
+from orchestrator.horizon import HOLD_ALL, PartitionProgress, read_horizon
 from orchestrator.parsing import RecordParser
 from orchestrator.service import SagaService
 
@@ -45,6 +46,9 @@ class OrchestratorConsumer:
         # True while a consumer is in the group with its partitions; until then replies waiting on the
         # results topics are unread, so the timer scheduler holds step timeouts (see bootstrap).
         self.consuming = False
+        # Wall-clock ms up to which every reply has been read (orchestrator/horizon.py); timers due later wait.
+        self.read_horizon_ms = HOLD_ALL
+        self._last_record_ms: dict[TopicPartition, int] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, reconnecting with backoff when Kafka is away."""
@@ -54,6 +58,9 @@ class OrchestratorConsumer:
                 *self._parser.topic_names(), bootstrap_servers=self._bootstrap, group_id=self._group_id,
                 enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self._max_records,
                 isolation_level="read_committed",
+                # An idle fetch answers within this: it refreshes the read horizon, so due timers fire late
+                # by at most about this much.
+                fetch_max_wait_ms=100,
             )
             try:
                 await consumer.start()  # returns once the group is joined and partitions are assigned
@@ -73,6 +80,8 @@ class OrchestratorConsumer:
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
             finally:
                 self.consuming = False
+                self.read_horizon_ms = HOLD_ALL
+                self._last_record_ms.clear()
                 await consumer.stop()
 
     async def _poll(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
@@ -80,8 +89,10 @@ class OrchestratorConsumer:
             batches: dict[TopicPartition, list[ConsumerRecord]] = await consumer.getmany(
                 timeout_ms=100, max_records=self._max_records)
             if not batches:
+                await self._advance_horizon(consumer, batches)
                 continue
             await self._process_until_done(batches.values(), stop)
+            await self._advance_horizon(consumer, batches)
             offsets = {tp: records[-1].offset + 1 for tp, records in batches.items()}
             crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
             try:
@@ -89,6 +100,24 @@ class OrchestratorConsumer:
             except CommitFailedError as error:
                 # A rebalance took the partitions away; the new owner re-reads, the inbox dedupes.
                 log.warning("offset commit failed after rebalance", extra={"error": repr(error)})
+
+    async def _advance_horizon(self, consumer: AIOKafkaConsumer,
+                               handled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Recompute the read horizon after ``handled`` went through Postgres."""
+        for tp, records in handled.items():
+            if records:
+                self._last_record_ms[tp] = records[-1].timestamp
+        results = self._parser.result_topic_names()
+        progress = []
+        for tp in consumer.assignment():
+            if tp.topic in results:
+                stable = consumer.last_stable_offset(tp)
+                progress.append(PartitionProgress(
+                    position=await consumer.position(tp),
+                    end_offset=consumer.highwater(tp) if stable is None else stable,
+                    checked_ms=consumer.last_poll_timestamp(tp),
+                    last_record_ms=self._last_record_ms.get(tp)))
+        self.read_horizon_ms = read_horizon(progress)
 
     async def _process_until_done(self, batches: Iterable[list[ConsumerRecord]],
                                   stop: asyncio.Event) -> None:

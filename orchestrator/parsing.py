@@ -40,6 +40,10 @@ class RecordParser:
         """Every topic the orchestrator consumes."""
         return [self._topics.start, self._topics.control, *sorted(self._results_topics)]
 
+    def result_topic_names(self) -> frozenset[str]:
+        """The participants' results topics among them."""
+        return frozenset(self._results_topics)
+
     def parse(self, raw: RawRecord) -> Envelope | Rejection:
         """Decode ``raw``; never raises for bad input."""
         parsed = self._parse(raw)

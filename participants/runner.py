@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 import faust
+import mode.loop
 
 from infra.db import create_pool
 from infra.health import configure as configure_health
@@ -45,6 +46,8 @@ _RETRY_MAX_S = 5.0
 # Commands handled per transaction, and how long an idle actor waits to fill a batch (added latency).
 BATCH_SIZE = 100
 BATCH_WITHIN_S = 0.01
+RELAY_MIN_POLL_MS = 25
+RELAY_MAX_POLL_MS = 200
 
 
 class DeliveryAbandoned(Exception):
@@ -93,13 +96,17 @@ class ParticipantRuntime:
         async with self._start_lock:
             if self._pool is None:
                 # +1: the relay keeps one connection for its advisory lock.
-                pool = await create_pool(self.settings.dsn(), self.settings.saga_db_pool_size + 1)
+                pool = await create_pool(self.settings.dsn(), self.settings.saga_db_pool_size + 1,
+                                         application_name=f"saga-{self.participant.name}")
                 try:
                     await ensure_participant_schema(pool, self.participant)
                 except BaseException:
                     await pool.close()  # the next call opens a new one
                     raise
-                relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka_servers())
+                # Its own commits wake the relay (``_replies_committed``): the poll only finds rows another replica
+                # of this participant wrote, so it can be slow and cost little.
+                relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka_servers(),
+                                    min_poll_ms=RELAY_MIN_POLL_MS, max_poll_ms=RELAY_MAX_POLL_MS)
                 self._relay = relay
                 self._relay_stop = asyncio.Event()
                 self._relay_task = asyncio.create_task(
@@ -266,6 +273,9 @@ def run_participant(name: str, settings: Settings | None = None) -> None:
     """Run participant ``name`` (a reference name or ``module:attribute``) until SIGINT/SIGTERM (blocking)."""
     settings = settings or Settings()
     configure_logging(settings.saga_log_level)
+    # uvloop for the worker (and faust's consumer thread): asyncio's own bookkeeping is otherwise the
+    # largest single cost of a participant.
+    mode.loop.use("uvloop")
     # Kafka or Postgres restarting while this worker starts is waited out (SIGTERM still ends the wait).
     asyncio.run(retry_startup(lambda: prepare(name, settings), f"prepare participant {name}"))
     app = build_app(name, settings)

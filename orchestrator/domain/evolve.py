@@ -7,14 +7,13 @@ change raises IllegalTransition (tables in ``status.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from orchestrator.domain import events as ev
 from orchestrator.domain.definition import SagaDefinition
 from orchestrator.domain.errors import HistoryMismatch, IllegalTransition
 from orchestrator.domain.keys import compensation_key, forward_key
-from orchestrator.domain.model import RESUME_COMPENSATION, SagaState, StepState
+from orchestrator.domain.model import RESUME_COMPENSATION, SagaState, StepState, evolved
 from orchestrator.domain.status import (
     TIMED_OUT_ERROR,
     SagaStatus,
@@ -70,7 +69,7 @@ def apply_event(definition: SagaDefinition | None, state: SagaState | None, even
     needs_definition = not isinstance(event, ev.SagaRejected | ev.SagaCancelRefused)
     if needs_definition and state.status is not SagaStatus.REJECTED and definition is None:
         raise HistoryMismatch(f"saga {state.saga_id!r}: {type(event).__name__} needs the saga's definition")
-    moved = replace(state, last_seq=event.seq, updated_at=event.occurred_at)
+    moved = evolved(state, last_seq=event.seq, updated_at=event.occurred_at)
     return handler(definition, moved, event)
 
 
@@ -115,7 +114,7 @@ def _check_saga_transition(event: ev.Event, current: SagaStatus | None, new: Sag
 
 def _to_status(state: SagaState, event: ev.Event, new: SagaStatus, **changes: Any) -> SagaState:
     _check_saga_transition(event, state.status, new)
-    return replace(state, status=new, **changes)
+    return evolved(state, status=new, **changes)
 
 
 def _step(state: SagaState, event: ev.Event, name: str, new: StepStatus, **changes: Any) -> SagaState:
@@ -131,8 +130,8 @@ def _step(state: SagaState, event: ev.Event, name: str, new: StepStatus, **chang
             f"from {current.status} to {new}"
         )
     steps = dict(state.steps)
-    steps[name] = replace(current, status=new, **changes)
-    return replace(state, steps=steps)
+    steps[name] = evolved(current, status=new, **changes)
+    return evolved(state, steps=steps)
 
 
 def _on_saga_rejected(d: _Def, s: SagaState, e: ev.SagaRejected) -> SagaState:
@@ -146,7 +145,7 @@ def _on_step_command_sent(d: _Def, s: SagaState, e: ev.StepCommandSent) -> SagaS
 def _on_step_succeeded(d: _Def, s: SagaState, e: ev.StepSucceeded) -> SagaState:
     s = _step(s, e, e.step, StepStatus.SUCCEEDED, output=e.output, outcome_unknown=False)
     if d is not None and d.step(e.step).pivot and s.status is SagaStatus.RUNNING:
-        s = replace(s, pivot_passed=True)
+        s = evolved(s, pivot_passed=True)
     return s
 
 
@@ -211,7 +210,7 @@ def _on_saga_compensation_started(d: _Def, s: SagaState, e: ev.SagaCompensationS
 
 
 def _on_saga_cancel_requested(d: _Def, s: SagaState, e: ev.SagaCancelRequested) -> SagaState:
-    return replace(s, cancel_requested=True, cancel_reason=e.reason)
+    return evolved(s, cancel_requested=True, cancel_reason=e.reason)
 
 
 def _on_saga_cancel_refused(d: _Def, s: SagaState, e: ev.SagaCancelRefused) -> SagaState:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from orchestrator.domain.status import SagaStatus, StepStatus
+
+_Model = TypeVar("_Model", "StepState", "SagaState")
 
 RESUME_COMPENSATION = "ResumeCompensation"
 """OperatorAction.action of an operator resuming a COMPENSATION_FAILED saga."""
@@ -66,3 +69,24 @@ class SagaState:
     def step(self, name: str) -> StepState:
         """The state of step ``name``."""
         return self.steps[name]
+
+
+_FIELDS = {cls: frozenset(f.name for f in fields(cls)) for cls in (StepState, SagaState)}
+
+
+def evolved(model: _Model, **changes: Any) -> _Model:
+    """``dataclasses.replace`` for the two state models, without re-running ``__init__``.
+
+    The fold replaces a state a few times per event, and ``replace`` (field introspection plus a frozen
+    ``__init__`` that sets every field through ``object.__setattr__``) was the orchestrator's largest single
+    cost. The models have no ``__post_init__`` or derived fields, so copying the attribute dict is the
+    same thing. Unknown field names are refused, as ``replace`` refuses them.
+    """
+    unknown = changes.keys() - _FIELDS[type(model)]
+    if unknown:
+        raise TypeError(f"{type(model).__name__} has no field(s) {sorted(unknown)}")
+    copy = object.__new__(type(model))
+    attributes = vars(copy)
+    attributes.update(vars(model))
+    attributes.update(changes)
+    return copy

@@ -264,8 +264,12 @@ def _log_outcome(
     status: str,
     error_type: str | None,
 ) -> None:
-    log.info(
-        "command %s", disposition.value,
+    # A command that simply succeeded is routine (DEBUG); failures, duplicates and dead letters are not.
+    level = logging.DEBUG if disposition is Disposition.RECORDED and status == "SUCCEEDED" else logging.INFO
+    if not log.isEnabledFor(level):
+        return
+    log.log(
+        level, "command %s", disposition.value,
         extra={
             "participant": participant.name,
             "saga_id": command.saga_id,

@@ -134,3 +134,16 @@ async def test_due_timers_fire_in_one_unit_of_work() -> None:
     assert await service.fire_due_timers(limit=100) == 2 * len(SAGAS)
     resent = [m for m in store.drain_outbox() if m.topic == TOPICS.commands("flight")]
     assert len(resent) == len(SAGAS)  # attempt 2 of every flight booking
+
+
+async def test_timers_due_after_the_read_horizon_wait() -> None:
+    now = [T0]
+    store = MemoryStore(clock_ms=lambda: now[0])
+    service = SagaService(store, default_registry(), TOPICS, lambda: now[0])
+    await service.handle_many([start(s) for s in SAGAS])
+    store.drain_outbox()
+    now[0] += 60_000  # every step timeout is due by the clock...
+    # ...but the results read so far reach only to just after the start: a reply may still be unread.
+    assert await service.fire_due_timers(limit=100, due_by_ms=T0 + 1) == 0
+    assert not [e for events in store.events.values() for e in events if e.event_type == "StepTimedOut"]
+    assert await service.fire_due_timers(limit=100, due_by_ms=now[0]) == 2 * len(SAGAS)
