@@ -18,6 +18,7 @@ from orchestrator.wire import EVENTS_NAMESPACE
 from schemas.registry import default_registry
 
 PUBLISH_TICK_S = 0.01
+POLL_EVERY_S = 0.02
 
 
 @dataclass
@@ -53,7 +54,8 @@ class Watcher:
         await self._consumer.stop()
 
     async def poll(self) -> None:
-        """Take in what has arrived."""
+        """Take in what has arrived (every ``POLL_EVERY_S`` at most: the bench should cost the machine little)."""
+        await asyncio.sleep(POLL_EVERY_S)
         batches = await self._consumer.getmany(timeout_ms=50, max_records=10_000)
         now = time.perf_counter()
         for records in batches.values():
