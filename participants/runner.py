@@ -14,44 +14,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import asyncpg
 import faust
 import mode.loop
 
 from infra.db import create_pool
 from infra.health import configure as configure_health
-from infra.health import current as current_health
 from infra.health_server import run_health
 from infra.kafka_admin import ensure_topics
 from infra.logging import configure_logging
 from infra.settings import Settings
 from infra.startup import retry_startup, start_over
-from outbox.relay import OutboxRelay
-from participants.kit.batch import Incoming, handle_commands
+from participants.kit.batch import Incoming
 from participants.kit.ddl import ensure_participant_schema
-from participants.kit.handle import Disposition
-from participants.kit.participant import Participant
 from participants.kit.replies import Delivery
 from participants.registry import get_participant
+from participants.runtime import DeliveryAbandoned, ParticipantRuntime
 from schemas.topics import Topics
 
 log = logging.getLogger(__name__)
 
-# Postgres outages are ridden out by retrying the same (unacknowledged) delivery with this backoff.
-_RETRY_FIRST_S = 0.1
-_RETRY_MAX_S = 5.0
 # Commands handled per transaction, and how long an idle actor waits to fill a batch (added latency).
 BATCH_SIZE = 100
 BATCH_WITHIN_S = 0.01
-RELAY_MIN_POLL_MS = 25
-RELAY_MAX_POLL_MS = 200
-
-
-class DeliveryAbandoned(Exception):
-    """The worker is stopping and Postgres is unavailable: the delivery stays unacknowledged."""
 
 
 def app_id(name: str, settings: Settings) -> str:
@@ -63,102 +50,6 @@ def participant_topics(name: str, settings: Settings) -> list[str]:
     """Topics a participant worker reads or writes."""
     topics = Topics(settings.saga_topic_prefix)
     return [topics.commands(name), topics.results(name), topics.dlq]
-
-
-class ParticipantRuntime:
-    """The Postgres pool, schema and outbox relay of one worker, living on the worker's event loop.
-
-    Faust starts agents before app tasks, so the agent itself waits for :meth:`start` (idempotent).
-    """
-
-    def __init__(
-        self, participant: Participant, settings: Settings, *, should_stop: Callable[[], bool] | None = None
-    ) -> None:
-        self.participant = participant
-        self.settings = settings
-        self.topics = Topics(settings.saga_topic_prefix)
-        self.stopping = False
-        self._should_stop = should_stop or (lambda: False)
-        self._pool: asyncpg.Pool | None = None
-        self._start_lock: asyncio.Lock | None = None
-        self._relay_stop: asyncio.Event | None = None
-        self._relay_task: asyncio.Task[None] | None = None
-        self._relay: OutboxRelay | None = None
-
-    async def start(self) -> asyncpg.Pool:
-        """Open the pool, create the participant's tables and start its outbox relay (once)."""
-        if self._pool is not None:
-            return self._pool
-        if self.stopping:
-            raise RuntimeError(f"participant {self.participant.name} is stopping")
-        if self._start_lock is None:
-            self._start_lock = asyncio.Lock()
-        async with self._start_lock:
-            if self._pool is None:
-                # +1: the relay keeps one connection for its advisory lock.
-                pool = await create_pool(self.settings.dsn(), self.settings.saga_db_pool_size + 1,
-                                         application_name=f"saga-{self.participant.name}")
-                try:
-                    await ensure_participant_schema(pool, self.participant)
-                except BaseException:
-                    await pool.close()  # the next call opens a new one
-                    raise
-                # Its own commits wake the relay (``_replies_committed``): the poll only finds rows another replica
-                # of this participant wrote, so it can be slow and cost little.
-                relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka_servers(),
-                                    min_poll_ms=RELAY_MIN_POLL_MS, max_poll_ms=RELAY_MAX_POLL_MS)
-                self._relay = relay
-                self._relay_stop = asyncio.Event()
-                self._relay_task = asyncio.create_task(
-                    relay.run(self._relay_stop), name=f"outbox-relay-{self.participant.name}"
-                )
-                self._pool = pool
-                log.info("participant started", extra={"participant": self.participant.name})
-        return self._pool
-
-    async def stop(self) -> None:
-        """Stop the relay (it flushes nothing more) and close the pool; safe to call twice."""
-        self.stopping = True
-        if self._relay_stop is not None:
-            self._relay_stop.set()
-        if self._relay_task is not None:
-            await asyncio.gather(self._relay_task, return_exceptions=True)
-            self._relay_task = None
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
-        log.info("participant stopped", extra={"participant": self.participant.name})
-
-    def _replies_committed(self) -> None:
-        # The replies are in the outbox: the relay publishes them now instead of at its next poll.
-        if self._relay is not None:
-            self._relay.wake()
-
-    async def process_batch(self, batch: Sequence[Incoming]) -> list[Disposition]:
-        """Handle deliveries in one transaction, retrying the whole batch while Postgres is unavailable (their
-        offsets stay unacknowledged)."""
-        delay = _RETRY_FIRST_S
-        while True:
-            try:
-                pool = await self.start()  # inside the try: Postgres may be away when the pool opens
-                dispositions = await handle_commands(pool, self.participant, self.topics, batch)
-                current_health().handled(len(batch))
-                self._replies_committed()
-                return dispositions
-            except Exception as exc:
-                if self.stopping or self._should_stop():
-                    # Give up without acknowledging: the next owner of the partition gets it again.
-                    # Retrying here would hold the worker's shutdown hostage to Postgres.
-                    raise DeliveryAbandoned(repr(exc)) from exc
-                first = batch[0].delivery
-                log.warning(
-                    "command not handled, retrying",
-                    extra={"participant": self.participant.name, "topic": first.topic, "commands": len(batch),
-                           "partition": first.partition, "offset": first.offset, "retry_in_s": delay,
-                           "error": repr(exc)},
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
 
 
 def _delivery(message: Any) -> Delivery:
