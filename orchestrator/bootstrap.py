@@ -141,7 +141,11 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
             await retry_startup(lambda: migrate(pool), "migrate", stop)
             await retry_startup(lambda: claim_deployment(pool, settings.saga_topic_prefix), "claim deployment",
                                 stop)
-            service = SagaService(PostgresStore(pool), registry, topics, clock_ms)
+            # In-process relay: woken by every commit, so it never polls for the orchestrator's own rows.
+            relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=25, max_poll_ms=200)
+                     if with_relay else None)
+            service = SagaService(PostgresStore(pool), registry, topics, clock_ms,
+                                  on_commit=relay.wake if relay is not None else None)
             parser = RecordParser(topics, registry, default_registry(), participants)
             consumer = OrchestratorConsumer(service, parser, settings.kafka_servers(),
                                             group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
@@ -152,8 +156,8 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
                                     horizon=lambda: consumer.read_horizon_ms)
             health.before_scrape.append(lambda: count_sagas(pool, health))
             tasks = [consumer.run(stop), timers.run(stop)]
-            if with_relay:
-                tasks.append(OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers()).run(stop))
+            if relay is not None:
+                tasks.append(relay.run(stop))
             log.info("orchestrator running", extra={"definitions": list(registry.types()),
                                                     "participants": list(participants)})
             await asyncio.gather(*tasks)

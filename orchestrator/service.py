@@ -49,13 +49,15 @@ class SagaService:
     """
 
     def __init__(self, units: UnitOfWorkFactory, definitions: DefinitionRegistry, topics: Topics,
-                 clock_ms: Callable[[], int], consumer_name: str = CONSUMER_NAME) -> None:
+                 clock_ms: Callable[[], int], consumer_name: str = CONSUMER_NAME,
+                 on_commit: Callable[[], None] | None = None) -> None:
         self._units = units
         self._definitions = definitions
         self._topics = topics
         self._clock_ms = clock_ms
         self._consumer = consumer_name
         self._cache: OrderedDict[str, SagaState] = OrderedDict()
+        self._on_commit = on_commit  # e.g. an in-process outbox relay's wake()
 
     async def handle(self, envelope: Envelope) -> Outcome:
         """Apply one message exactly once in effect; retried on an optimistic-concurrency conflict."""
@@ -102,7 +104,7 @@ class SagaService:
             for envelope in envelopes:  # the cache may be ahead of what is stored now
                 self._cache.pop(envelope.message.saga_id, None)
             raise
-        self._remember(settled.values())
+        self._committed(settled.values())
         return outcomes
 
     async def fire_due_timers(self, limit: int, due_by_ms: int | None = None) -> int:
@@ -121,7 +123,7 @@ class SagaService:
             except BaseException:
                 self._cache.clear()
                 raise
-            self._remember(settled.values())
+            self._committed(settled.values())
             return len(rows)
         raise ConcurrencyConflict("timers: gave up after repeated conflicts")
 
@@ -138,7 +140,7 @@ class SagaService:
             except BaseException:
                 self._cache.pop(rejection.saga_id or "", None)
                 raise
-            self._remember(settled.values())
+            self._committed(settled.values())
             return outcome
         raise ConcurrencyConflict(f"saga {rejection.saga_id}: gave up recording a rejection")
 
@@ -158,7 +160,7 @@ class SagaService:
                     self._cache.pop(rejection.saga_id or "", None)
                 raise
             else:
-                self._remember(settled.values())
+                self._committed(settled.values())
                 return outcomes
             for rejection in rejections:
                 self._cache.pop(rejection.saga_id or "", None)
@@ -276,13 +278,16 @@ class SagaService:
                 definition = self._definition_of(state)
         return state
 
-    def _remember(self, states: Iterable[SagaState]) -> None:
+    def _committed(self, states: Iterable[SagaState]) -> None:
+        """A unit of work committed: cache the states it settled and tell ``on_commit`` (new outbox rows)."""
         # Only states whose transaction committed: a cached state must be a prefix of the stored history.
         for state in states:
             self._cache[state.saga_id] = state
             self._cache.move_to_end(state.saga_id)
         while len(self._cache) > STATE_CACHE_SIZE:
             self._cache.popitem(last=False)
+        if self._on_commit is not None:
+            self._on_commit()
 
 
 def _log_decision(events: Sequence[Event]) -> None:

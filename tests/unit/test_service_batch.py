@@ -147,3 +147,13 @@ async def test_timers_due_after_the_read_horizon_wait() -> None:
     assert await service.fire_due_timers(limit=100, due_by_ms=T0 + 1) == 0
     assert not [e for events in store.events.values() for e in events if e.event_type == "StepTimedOut"]
     assert await service.fire_due_timers(limit=100, due_by_ms=now[0]) == 2 * len(SAGAS)
+
+
+async def test_every_commit_is_announced_to_on_commit() -> None:
+    commits: list[int] = []
+    store = MemoryStore(clock_ms=lambda: T0)
+    service = SagaService(store, default_registry(), TOPICS, lambda: T0, on_commit=lambda: commits.append(1))
+    await service.handle_many([start(s) for s in SAGAS])
+    assert commits == [1]  # one unit of work for the batch
+    await service.handle(start(SAGAS[0]))  # a duplicate still commits its inbox claim
+    assert len(commits) == 2

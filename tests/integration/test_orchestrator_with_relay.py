@@ -1,0 +1,79 @@
+"""``saga run orchestrator --with-relay``: the orchestrator publishes its own outbox, woken by its commits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from cli.feed import assign_from_beginning
+from cli.scenarios import SCENARIOS
+from infra.settings import Settings
+from orchestrator import wire
+from orchestrator.bootstrap import run_orchestrator
+from schemas.topics import Topics
+
+pytestmark = pytest.mark.integration
+
+
+async def first_command_for(bootstrap: str, topic: str, saga_id: str, seconds: float) -> bool:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                await assign_from_beginning(consumer, topic)
+                break
+            except RuntimeError:  # the orchestrator creates its topics as it starts
+                await asyncio.sleep(0.2)
+        while time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            if any(record.key == saga_id.encode() for records in batches.values() for record in records):
+                return True
+        return False
+    finally:
+        await consumer.stop()
+
+
+async def outbox_drained(dsn: str, saga_id: str, seconds: float) -> bool:
+    conn = await asyncpg.connect(dsn)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if await conn.fetchval("SELECT count(*) FROM saga.outbox WHERE message_key = $1", saga_id) == 0:
+                return True
+            await asyncio.sleep(0.1)
+        return False
+    finally:
+        await conn.close()
+
+
+async def test_the_in_process_relay_publishes_the_commands(settings: Settings) -> None:
+    topics = Topics(settings.saga_topic_prefix)
+    saga_id = f"with-relay-{uuid.uuid4().hex[:8]}"
+    stop = asyncio.Event()
+    running = asyncio.create_task(run_orchestrator(settings, stop, with_relay=True))
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_servers(), acks="all")
+    await producer.start()
+    try:
+        while True:  # the orchestrator creates saga.start as it starts
+            try:
+                await producer.send_and_wait(topics.start, wire.encode_start(SCENARIOS["happy"].start(saga_id)),
+                                             key=saga_id.encode(), headers=[("message_id", saga_id.encode())])
+                break
+            except Exception:
+                if running.done():
+                    raise
+                await asyncio.sleep(0.2)
+        # No relay process runs: the command reaches Kafka only through the orchestrator's own relay.
+        assert await first_command_for(settings.kafka_servers(), topics.commands("flight"), saga_id, 60)
+        assert await outbox_drained(settings.dsn(), saga_id, 15)  # published rows are deleted after the acks
+    finally:
+        await producer.stop()
+        stop.set()
+        await asyncio.wait_for(running, 30)
