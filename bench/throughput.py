@@ -139,6 +139,7 @@ def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s
     for name, values in (("publish → terminal observed", observed), ("SagaStarted → terminal (occurred_at)", recorded)):
         latency.add_row(name, *(ms(percentile(values, q)) for q in (0.50, 0.95, 0.99)), ms(values[-1]))
     console.print(latency)
+    console.print(latency_over_time(ended, seen))
 
     usage = Table("process", "cpu s", "% of one core", "ms per saga",
                   title=f"CPU during the run ({os.cpu_count()} cores)")
@@ -153,6 +154,24 @@ def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s
     row("total of the above", ours)
     row("rest of the machine", max(0.0, machine - ours))
     console.print(usage)
+
+
+def latency_over_time(ended: list[str], seen: Observed, rows: int = 15) -> Table:
+    """Latency percentiles by when the sagas were published: a stall shows as a few slow rows, a backlog
+    as a steady climb."""
+    first = min(seen.published_at[s] for s in ended)
+    span = max(seen.published_at[s] for s in ended) - first
+    width = max(span / rows, 0.5)
+    buckets: dict[int, list[float]] = {}
+    for saga_id in ended:
+        index = min(int((seen.published_at[saga_id] - first) / width), rows - 1)
+        buckets.setdefault(index, []).append(seen.terminal_at[saga_id] - seen.published_at[saga_id])
+    table = Table("published at (s)", "sagas", "p50 ms", "p99 ms", "max ms", title="latency over time")
+    for index in sorted(buckets):
+        values = sorted(buckets[index])
+        table.add_row(f"{index * width:.1f} to {(index + 1) * width:.1f}", str(len(values)),
+                      ms(percentile(values, 0.5)), ms(percentile(values, 0.99)), ms(values[-1]))
+    return table
 
 
 async def run(args: argparse.Namespace) -> None:
