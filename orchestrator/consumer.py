@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -20,6 +21,7 @@ from orchestrator.service import SagaService
 log = logging.getLogger("saga.orchestrator.consumer")
 
 MAX_BACKOFF_S = 5.0
+HORIZON_EVERY_S = 0.05
 MIN_BATCH = 20  # messages: below this, splitting a poll over more transactions costs more than it saves
 
 
@@ -49,6 +51,7 @@ class OrchestratorConsumer:
         # Wall-clock ms up to which every reply has been read (orchestrator/horizon.py); timers due later wait.
         self.read_horizon_ms = HOLD_ALL
         self._last_record_ms: dict[TopicPartition, int] = {}
+        self._horizon_at = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, reconnecting with backoff when Kafka is away."""
@@ -82,6 +85,7 @@ class OrchestratorConsumer:
                 self.consuming = False
                 self.read_horizon_ms = HOLD_ALL
                 self._last_record_ms.clear()
+                self._horizon_at = 0.0
                 await consumer.stop()
 
     async def _poll(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
@@ -103,10 +107,15 @@ class OrchestratorConsumer:
 
     async def _advance_horizon(self, consumer: AIOKafkaConsumer,
                                handled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        """Recompute the read horizon after ``handled`` went through Postgres."""
+        """Recompute the read horizon after ``handled`` went through Postgres (at most every
+        ``HORIZON_EVERY_S``: it looks at every results partition, and timers are scanned no more often)."""
         for tp, records in handled.items():
             if records:
                 self._last_record_ms[tp] = records[-1].timestamp
+        now = time.monotonic()
+        if now - self._horizon_at < HORIZON_EVERY_S:
+            return
+        self._horizon_at = now
         results = self._parser.result_topic_names()
         progress = []
         for tp in consumer.assignment():
