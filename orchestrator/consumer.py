@@ -52,6 +52,7 @@ class OrchestratorConsumer:
         self.read_horizon_ms = HOLD_ALL
         self._last_record_ms: dict[TopicPartition, int] = {}
         self._horizon_at = 0.0
+        self._result_topics = parser.result_topic_names()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, reconnecting with backoff when Kafka is away."""
@@ -116,10 +117,9 @@ class OrchestratorConsumer:
         if now - self._horizon_at < HORIZON_EVERY_S:
             return
         self._horizon_at = now
-        results = self._parser.result_topic_names()
         progress = []
         for tp in consumer.assignment():
-            if tp.topic in results:
+            if tp.topic in self._result_topics:
                 stable = consumer.last_stable_offset(tp)
                 progress.append(PartitionProgress(
                     position=await consumer.position(tp),
