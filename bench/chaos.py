@@ -30,12 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.chaos_run import ChaosPlan, ChaosResult, ChaosRun
-from bench.chaos_support import wait_ready
+from bench.chaos_support import started_and_ready
 from cli.run_cmd import service_commands
 from cli.scenarios import SCENARIOS
 from infra.launcher.private import free_port_block, private_infrastructure
 from infra.settings import Settings
-from tests.e2e.harness import start_stack
 
 console = Console()
 
@@ -50,9 +49,8 @@ async def chaos_on_private_stack(plan: ChaosPlan, home: Path, partitions: int = 
         log_dir = home / "service-logs"
         log_dir.mkdir(exist_ok=True)
         out.log(f"private Kafka {settings.kafka_servers()}, Postgres {settings.dsn()}; logs in {log_dir}")
-        stack = await start_stack(settings, log_dir)
+        stack = await started_and_ready(settings, log_dir)
         try:
-            await wait_ready(stack)
             run = ChaosRun(stack, plan, note=lambda text: out.log(text))
             ticker = asyncio.create_task(_tick(run, out))
             try:

@@ -9,6 +9,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
@@ -16,8 +17,9 @@ from cli.demo_cmd import publish_starts
 from cli.feed import EventFeed
 from cli.run_cmd import health_port
 from infra.health_server import fetch_health
+from infra.settings import Settings
 from schemas.topics import Topics
-from tests.e2e.harness import Stack
+from tests.e2e.harness import Stack, start_stack
 
 log = logging.getLogger("saga.chaos")
 
@@ -76,6 +78,17 @@ class Publisher:
             self._producer = None
         with contextlib.suppress(Exception):
             await broken.stop()
+
+
+async def started_and_ready(settings: Settings, log_dir: Path) -> Stack:
+    """Start every service (``start_stack``) and wait until they are ready; stopped again on failure."""
+    stack = await start_stack(settings, log_dir)
+    try:
+        await wait_ready(stack)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
 
 
 async def wait_ready(stack: Stack, timeout_s: float = 120.0) -> None:

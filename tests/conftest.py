@@ -23,7 +23,8 @@ import uuid
 from collections.abc import Coroutine, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -33,6 +34,9 @@ from rich.console import Console
 from infra import launcher
 from infra.kafka_admin import wait_for_broker
 from infra.settings import Settings
+
+if TYPE_CHECKING:
+    from tests.e2e.harness import Stack
 
 T = TypeVar("T")
 
@@ -55,6 +59,17 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     """
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
+
+
+def module_stack(starting: Coroutine[Any, Any, Stack], log_dir: Path) -> Iterator[Stack]:
+    """The body of a module-scoped stack fixture (``yield from``): the stack ``starting`` returns, stopped
+    after the module, with the folder of its service logs printed."""
+    running = run_sync(starting)
+    try:
+        yield running
+    finally:
+        running.stop()
+        print(f"service logs: {log_dir}")
 
 
 def _unavailable(reason: str) -> NoReturn:

@@ -10,13 +10,16 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import asyncpg
+
 from cli.demo_cmd import publish_starts
 from cli.feed import EventFeed
-from cli.scenarios import SCENARIOS
+from cli.scenarios import SCENARIOS, mismatches, observed
 from cli.verify_cmd import VerifyReport
 from infra.faults import ENV_VAR
 from infra.settings import Settings
 from orchestrator.domain.events import Event
+from participants.effects import collect_effects
 from schemas.topics import Topics
 from tests.e2e.harness import Stack, start_stack
 
@@ -155,6 +158,20 @@ async def started_and_warm(settings: Settings, log_dir: Path) -> Stack:
         stack.stop()
         raise
     return stack
+
+
+async def scenario_problems(pool: asyncpg.Pool, planned: Mapping[str, str],
+                            ended: Mapping[str, str]) -> dict[str, list[str]]:
+    """``saga id (scenario)`` → how the saga differs from its scenario: the terminal event it ended with,
+    then the participants' effects; sagas that match are left out."""
+    wrong = {}
+    for saga_id, name in planned.items():
+        problems = mismatches(SCENARIOS[name].expected, observed(await collect_effects(pool, saga_id)))
+        if ended.get(saga_id) != SCENARIOS[name].terminal:
+            problems.insert(0, f"ended {ended.get(saga_id)}, expected {SCENARIOS[name].terminal}")
+        if problems:
+            wrong[f"{saga_id} ({name})"] = problems
+    return wrong
 
 
 def unexpected_endings(planned: Mapping[str, str], ended: Mapping[str, str]) -> list[str]:

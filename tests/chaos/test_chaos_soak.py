@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from bench.chaos_run import ChaosPlan, ChaosRun
-from bench.chaos_support import wait_ready
+from bench.chaos_support import started_and_ready
 from infra.settings import Settings
 from tests.chaos.conftest import private_stack_settings
-from tests.conftest import run_sync
-from tests.e2e.harness import Stack, start_stack
+from tests.conftest import module_stack
+from tests.e2e.harness import Stack
 
 pytestmark = pytest.mark.chaos
 
@@ -26,13 +26,7 @@ pytestmark = pytest.mark.chaos
 def stack(private_servers: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     settings = private_stack_settings(private_servers, "soak")
     log_dir: Path = tmp_path_factory.mktemp("soak-logs")
-    running = run_sync(start_stack(settings, log_dir))
-    try:
-        run_sync(wait_ready(running))
-        yield running
-    finally:
-        running.stop()
-        print(f"service logs: {log_dir}")
+    yield from module_stack(started_and_ready(settings, log_dir), log_dir)
 
 
 @pytest.mark.timeout(400)

@@ -54,7 +54,7 @@ from tests.chaos.crash_tools import (
     unexpected_endings,
     wait_for_exit,
 )
-from tests.conftest import run_sync
+from tests.conftest import module_stack
 from tests.e2e.harness import Stack
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e]
@@ -66,10 +66,7 @@ SETTLE_S = 90.0
 @pytest.fixture(scope="module")
 def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    running = run_sync(started_and_warm(settings, log_dir))
-    yield running
-    running.stop()
-    print(f"service logs: {log_dir}")
+    yield from module_stack(started_and_warm(settings, log_dir), log_dir)
 
 
 @pytest.fixture

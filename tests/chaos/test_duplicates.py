@@ -18,13 +18,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from cli.demo_cmd import drive
-from cli.scenarios import SCENARIOS, mismatches, observed
+from cli.scenarios import SCENARIOS
 from cli.verify_cmd import verify_system
 from infra.settings import Settings
 from orchestrator.bootstrap import prepare
-from participants.effects import collect_effects, effects_by_idempotency_key_counts
+from participants.effects import effects_by_idempotency_key_counts
 from participants.runner import app_id
 from schemas.topics import PARTICIPANTS, Topics
+from tests.chaos.crash_tools import scenario_problems
 from tests.chaos.tools.duplicator import Duplicator
 from tests.chaos.tools.kafka_tools import dead_letter_positions, read_all, wait_caught_up, wait_consumers_up
 from tests.conftest import run_sync
@@ -107,15 +108,9 @@ async def test_duplicated_and_reordered_commands_and_results_change_nothing(stac
     assert duplicator.injected == 2 * duplicator.seen
     assert duplicator.injected >= 2 * len(messages) > 0
 
-    wrong = {}
     pool = await asyncpg.create_pool(settings.dsn(), min_size=1, max_size=2)
     try:
-        for saga_id, name in planned.items():
-            problems = mismatches(SCENARIOS[name].expected, observed(await collect_effects(pool, saga_id)))
-            if ended.get(saga_id) != SCENARIOS[name].terminal:
-                problems.insert(0, f"ended {ended.get(saga_id)}, expected {SCENARIOS[name].terminal}")
-            if problems:
-                wrong[f"{saga_id} ({name})"] = problems
+        wrong = await scenario_problems(pool, planned, ended)
         doubled = await effects_by_idempotency_key_counts(pool, only_duplicates=True)
     finally:
         await pool.close()

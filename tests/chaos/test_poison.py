@@ -18,17 +18,17 @@ import asyncpg
 import pytest
 
 from cli.demo_cmd import drive
-from cli.scenarios import SCENARIOS, mismatches, observed
 from cli.verify_cmd import verify_system
 from infra.kafka_admin import ensure_topics
 from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.bootstrap import prepare
-from participants.effects import EFFECT_TABLES, collect_effects
+from participants.effects import EFFECT_TABLES
 from participants.runner import app_id
 from schemas.codec import WireError
 from schemas.registry import DEFAULT_MAX_VALUE_SIZE
 from schemas.topics import PARTICIPANTS, Topics
+from tests.chaos.crash_tools import scenario_problems
 from tests.chaos.tools.kafka_tools import (
     LagWatch,
     Sent,
@@ -167,15 +167,9 @@ async def test_poison_everywhere_is_dead_lettered_once_and_valid_sagas_are_unhar
     assert not stack.exited(), f"services exited: {stack.exited()}"
     assert await _poison_rows(settings, run_id) == dict.fromkeys(await _poison_rows(settings, run_id), 0)
 
-    wrong = {}
     pool = await asyncpg.create_pool(settings.dsn(), min_size=1, max_size=2)
     try:
-        for saga_id, name in planned.items():
-            problems = mismatches(SCENARIOS[name].expected, observed(await collect_effects(pool, saga_id)))
-            if ended.get(saga_id) != SCENARIOS[name].terminal:
-                problems.insert(0, f"ended {ended.get(saga_id)}, expected {SCENARIOS[name].terminal}")
-            if problems:
-                wrong[saga_id] = problems
+        wrong = await scenario_problems(pool, planned, ended)
     finally:
         await pool.close()
     assert not wrong, wrong

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from bench.chaos_run import ChaosPlan, ChaosResult, ChaosRun
-from bench.chaos_support import wait_ready
+from bench.chaos_support import started_and_ready
 from cli.run_cmd import health_port
 from cli.scenarios import SCENARIOS
 from infra.health_server import fetch_health
 from infra.settings import Settings
 from tests.chaos.conftest import private_stack_settings
-from tests.conftest import run_sync
-from tests.e2e.harness import Stack, start_stack
+from tests.conftest import module_stack
+from tests.e2e.harness import Stack
 
 pytestmark = pytest.mark.chaos
 
@@ -35,13 +35,7 @@ Seen = dict[str, list[tuple[bool | None, bool | None]]]  # service → every (ka
 def stack(private_servers: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     settings = private_stack_settings(private_servers, "restarts")
     log_dir: Path = tmp_path_factory.mktemp("restart-logs")
-    running = run_sync(start_stack(settings, log_dir))
-    try:
-        run_sync(wait_ready(running))
-        yield running
-    finally:
-        running.stop()
-        print(f"service logs: {log_dir}")
+    yield from module_stack(started_and_ready(settings, log_dir), log_dir)
 
 
 async def _watch_health(stack: Stack, seen: Seen, done: asyncio.Event) -> None:

@@ -17,7 +17,7 @@ from orchestrator.domain.messages import StartSaga
 from schemas.registry import SchemaRegistry, load_tree
 from schemas.topics import Topics
 from tests.chaos.crash_tools import wait_until_ready
-from tests.conftest import run_sync
+from tests.conftest import module_stack
 from tests.e2e.checkout import CHECKOUT_REQUEST, SCHEMA_DIR
 from tests.e2e.harness import Stack, publish, start_stack
 
@@ -36,9 +36,7 @@ def checkout_settings(settings: Settings) -> Settings:
 @pytest.fixture(scope="module")
 def stack(checkout_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    running = run_sync(_started(checkout_settings, log_dir))
-    yield running
-    running.stop()
+    yield from module_stack(_started(checkout_settings, log_dir), log_dir)
 
 
 async def _started(settings: Settings, log_dir: Path) -> Stack:

@@ -21,7 +21,7 @@ from orchestrator.domain.events import SagaCancelRefused, SagaRejected
 from participants.effects import collect_effects
 from schemas.topics import Topics
 from tests.chaos.crash_tools import started_and_warm
-from tests.conftest import run_sync
+from tests.conftest import module_stack
 from tests.e2e.harness import Stack, publish, read_topic
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +32,7 @@ TIMEOUT_S = 60.0
 @pytest.fixture(scope="module")
 def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    running = run_sync(started_and_warm(settings, log_dir))
-    yield running
-    running.stop()
-    print(f"service logs: {log_dir}")
+    yield from module_stack(started_and_warm(settings, log_dir), log_dir)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
