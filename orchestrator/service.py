@@ -175,10 +175,7 @@ class SagaService:
         claimed, stored = await uow.claim_and_load(
             self._consumer, [envelope.message_id for envelope in envelopes],
             {saga_id: state.last_seq if state else 0 for saga_id, state in cached.items()})
-        fresh = []
-        for envelope in envelopes:
-            fresh.append(envelope.message_id in claimed)
-            claimed.discard(envelope.message_id)  # the same message twice in a batch: the second is a duplicate
+        fresh = _first_claims([envelope.message_id for envelope in envelopes], claimed)
         states = {saga_id: self._fold_onto(state, stored.get(saga_id, ())) for saga_id, state in cached.items()}
         writes = PendingWrites(self._topics)
         outcomes = [self._decide(envelope, states, writes) if new else Outcome.DUPLICATE
@@ -218,10 +215,7 @@ class SagaService:
         """Claim, dead-letter and record SagaRejected for a batch, in a fixed number of statements."""
         message_ids = [rejection.message_id or rejection.raw.position_id for rejection in rejections]
         claimed = await uow.claim_messages(self._consumer, message_ids)
-        fresh = []
-        for message_id in message_ids:
-            fresh.append(message_id in claimed)
-            claimed.discard(message_id)  # the same message twice in a batch: the second is a duplicate
+        fresh = _first_claims(message_ids, claimed)
         states = await self._load_many(uow, {rejection.saga_id for rejection, new in zip(rejections, fresh,
                                                                                        strict=True)
                                               if new and rejection.saga_id})
@@ -288,6 +282,16 @@ class SagaService:
             self._cache.popitem(last=False)
         if self._on_commit is not None:
             self._on_commit()
+
+
+def _first_claims(message_ids: Sequence[str], claimed: set[str]) -> list[bool]:
+    """For each message id, whether this occurrence is the one the inbox claim took (the same message twice
+    in a batch: the second is a duplicate). Consumes ``claimed``."""
+    fresh = []
+    for message_id in message_ids:
+        fresh.append(message_id in claimed)
+        claimed.discard(message_id)
+    return fresh
 
 
 def _log_decision(events: Sequence[Event]) -> None:
