@@ -133,6 +133,7 @@ class OutboxRelay:
         """Publish until ``stop`` is set, surviving Kafka and Postgres outages with backoff; then close."""
         idle_s = self._min_poll_s
         backoff_s = self._min_poll_s
+        woken = False
         try:
             while not stop.is_set():
                 try:
@@ -148,8 +149,8 @@ class OutboxRelay:
                 backoff_s = self._min_poll_s
                 if published >= self._batch_size:
                     continue  # more is waiting: no sleep
-                idle_s = self._min_poll_s if published else min(idle_s * 2, self._max_poll_s)
-                await self._nap(stop, idle_s)
+                idle_s = self._next_poll_s(idle_s, published, woken)
+                woken = await self._nap(stop, idle_s)
         finally:
             await self.close()
 
@@ -158,8 +159,16 @@ class OutboxRelay:
         process calls it after its commit; writers elsewhere are found by polling)."""
         self._wakeup.set()
 
-    async def _nap(self, stop: asyncio.Event, seconds: float) -> None:
-        """Sleep until the next poll, a ``wake`` or ``stop``, whichever comes first."""
+    def _next_poll_s(self, idle_s: float, published: int, woken: bool) -> float:
+        """The wait before the next poll: ``min_poll_ms`` after a poll found rows, doubling after one that
+        found none. Rows found because a writer woke us say nothing about rows the poll is there for (those
+        of writers that cannot wake us), so they leave the interval as it was."""
+        if not published:
+            return min(idle_s * 2, self._max_poll_s)
+        return idle_s if woken else self._min_poll_s
+
+    async def _nap(self, stop: asyncio.Event, seconds: float) -> bool:
+        """Sleep until the next poll, a ``wake`` or ``stop``, whichever comes first; True when woken."""
         if not self._wakeup.is_set() and not stop.is_set():
             waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wakeup.wait())]
             try:
@@ -167,7 +176,9 @@ class OutboxRelay:
             finally:
                 for waiter in waiters:
                     waiter.cancel()
+        woken = self._wakeup.is_set()
         self._wakeup.clear()
+        return woken
 
     async def close(self) -> None:
         """Stop the producer and give the lock (and its connection) back."""
