@@ -8,7 +8,8 @@ default the configured DSN), starts the orchestrator, the relay and every partic
 ``--rate`` per second, or as fast as possible) and reads ``saga.events`` until every saga has a terminal
 event. Reported: sagas/s (terminal count / time from first publish to last terminal), saga latency
 percentiles (publish → terminal observed; SagaStarted.occurred_at → terminal occurred_at), messages/s the
-relays published, messages/s the orchestrator handled, CPU per process, and an in-process fold benchmark.
+relays published, messages/s the orchestrator handled, CPU per process, the latency of every hop a step takes
+(``bench/hops.py``), and an in-process fold benchmark.
 Everything is stopped, and the database and topics dropped, at the end (unless ``--keep``).
 """
 
@@ -28,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.hops import hop_latencies, hop_table
 from bench.probes import (
     MACHINE,
     Watched,
@@ -242,6 +244,9 @@ async def run(args: argparse.Namespace) -> None:
         ends = [watcher.seen.terminal_at[s] for s in saga_ids if s in watcher.seen.terminal_at]
         wall_s = max(ends, default=first_publish) - first_publish
         report(args, saga_ids, watcher.seen, wall_s, messages, handled, timeouts, cpu, fold)
+        with console.status("reading every hop's timestamps"):
+            hops = await hop_latencies(settings.kafka_servers(), settings.dsn(), topics, saga_ids)
+        console.print(hop_table(hops))
     except BaseException:
         args.keep_logs = True  # what the services logged is what explains the failure
         raise
