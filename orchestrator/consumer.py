@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
@@ -22,6 +23,7 @@ log = logging.getLogger("saga.orchestrator.consumer")
 
 MAX_BACKOFF_S = 5.0
 HORIZON_EVERY_S = 0.05
+POLLS_IN_FLIGHT = 3  # polls handled at once (their transactions overlap); offsets still commit in poll order
 MIN_BATCH = 20  # messages: below this, splitting a poll over more transactions costs more than it saves
 # A fetch returns after FETCH_WAIT_MS unless FETCH_MIN_BYTES arrived first (at this system's rates they
 # rarely do). With aiokafka's default of one byte every arriving record ends a fetch of all ~50 partitions
@@ -30,6 +32,15 @@ MIN_BATCH = 20  # messages: below this, splitting a poll over more transactions 
 # answers within FETCH_WAIT_MS, which is how often the read horizon (timers) moves on.
 FETCH_WAIT_MS = 25
 FETCH_MIN_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class _Poll:
+    """One poll's records on their way through Postgres: the saga keys among them and the handling task."""
+
+    batches: dict[TopicPartition, list[ConsumerRecord]]
+    keys: set[bytes | None]
+    task: asyncio.Task[None]
 
 
 def to_raw(record: ConsumerRecord) -> RawRecord:
@@ -94,26 +105,67 @@ class OrchestratorConsumer:
                 await consumer.stop()
 
     async def _poll(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            batches: dict[TopicPartition, list[ConsumerRecord]] = await consumer.getmany(
-                timeout_ms=100, max_records=self._max_records)
-            if not batches:
-                await self._advance_horizon(consumer, batches)
-                continue
-            await self._process_until_done(batches.values(), stop)
-            await self._advance_horizon(consumer, batches)
-            offsets = {tp: records[-1].offset + 1 for tp, records in batches.items()}
-            crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
-            try:
-                await consumer.commit(offsets)
-            except CommitFailedError as error:
-                # A rebalance took the partitions away; the new owner re-reads, the inbox dedupes.
-                log.warning("offset commit failed after rebalance", extra={"error": repr(error)})
+        """Fetch, hand each poll to Postgres, and commit offsets in poll order as the polls finish.
 
-    async def _advance_horizon(self, consumer: AIOKafkaConsumer,
-                               handled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        Up to ``POLLS_IN_FLIGHT`` polls are handled at once, so the next poll's transactions start while
+        the previous ones wait for Postgres; a saga's messages still go through in order (a poll's sagas
+        that an earlier poll still handles wait for it). Offsets are committed only for a poll that
+        finished after every earlier one did.
+        """
+        in_flight: deque[_Poll] = deque()
+        fetch: asyncio.Future[dict[TopicPartition, list[ConsumerRecord]]] | None = None
+        try:
+            while not stop.is_set():
+                if fetch is None and len(in_flight) < POLLS_IN_FLIGHT:
+                    fetch = asyncio.ensure_future(consumer.getmany(timeout_ms=100, max_records=self._max_records))
+                waiting = {task for task in (fetch, in_flight[0].task if in_flight else None) if task is not None}
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if fetch is not None and fetch.done():
+                    batches, fetch = fetch.result(), None
+                    if batches:
+                        in_flight.append(self._dispatch(batches, in_flight, stop))
+                    elif not in_flight:
+                        await self._advance_horizon(consumer, {}, in_flight)
+                while in_flight and in_flight[0].task.done():
+                    await self._finish(consumer, in_flight)
+        finally:
+            if fetch is not None:
+                fetch.cancel()
+            # Transactions already under way finish (or fail) on their own; their offsets stay uncommitted,
+            # so whoever owns the partitions next reads them again and the inbox skips what committed.
+            await asyncio.gather(*(poll.task for poll in in_flight), return_exceptions=True)
+
+    def _dispatch(self, batches: dict[TopicPartition, list[ConsumerRecord]], earlier: Iterable[_Poll],
+                  stop: asyncio.Event) -> _Poll:
+        keys = {record.key for records in batches.values() for record in records}
+        blockers = [poll.task for poll in earlier if poll.keys & keys]
+        return _Poll(batches, keys, asyncio.create_task(self._process_after(blockers, batches, stop)))
+
+    async def _process_after(self, blockers: list[asyncio.Task[None]],
+                             batches: dict[TopicPartition, list[ConsumerRecord]], stop: asyncio.Event) -> None:
+        # Waiting on whole earlier polls is coarser than per saga, but rare enough: a saga's messages seldom
+        # land in two polls that are both in flight.
+        await asyncio.gather(*blockers, return_exceptions=True)
+        await self._process_until_done(batches.values(), stop)
+
+    async def _finish(self, consumer: AIOKafkaConsumer, in_flight: deque[_Poll]) -> None:
+        """The oldest poll is done: move the read horizon past it and commit its offsets."""
+        poll = in_flight.popleft()
+        poll.task.result()  # re-raises when it failed (only while stopping: failed transactions are retried)
+        await self._advance_horizon(consumer, poll.batches, in_flight)
+        offsets = {tp: records[-1].offset + 1 for tp, records in poll.batches.items()}
+        crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
+        try:
+            await consumer.commit(offsets)
+        except CommitFailedError as error:
+            # A rebalance took the partitions away; the new owner re-reads, the inbox dedupes.
+            log.warning("offset commit failed after rebalance", extra={"error": repr(error)})
+
+    async def _advance_horizon(self, consumer: AIOKafkaConsumer, handled: dict[TopicPartition, list[ConsumerRecord]],
+                               in_flight: Iterable[_Poll]) -> None:
         """Recompute the read horizon after ``handled`` went through Postgres (at most every
-        ``HORIZON_EVERY_S``: it looks at every results partition, and timers are scanned no more often)."""
+        ``HORIZON_EVERY_S``: it looks at every results partition, and timers are scanned no more often).
+        Records fetched but still ``in_flight`` count as unread."""
         for tp, records in handled.items():
             if records:
                 self._last_record_ms[tp] = records[-1].timestamp
@@ -121,12 +173,16 @@ class OrchestratorConsumer:
         if now - self._horizon_at < HORIZON_EVERY_S:
             return
         self._horizon_at = now
+        unread_from: dict[TopicPartition, int] = {}
+        for poll in in_flight:
+            for tp, records in poll.batches.items():
+                unread_from.setdefault(tp, records[0].offset)
         progress = []
         for tp in consumer.assignment():
             if tp.topic in self._result_topics:
                 stable = consumer.last_stable_offset(tp)
                 progress.append(PartitionProgress(
-                    position=await consumer.position(tp),
+                    position=unread_from[tp] if tp in unread_from else await consumer.position(tp),
                     end_offset=consumer.highwater(tp) if stable is None else stable,
                     checked_ms=consumer.last_poll_timestamp(tp),
                     last_record_ms=self._last_record_ms.get(tp)))

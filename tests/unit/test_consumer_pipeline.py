@@ -1,0 +1,124 @@
+"""The orchestrator consumer's overlapping polls: a later poll's sagas start while an earlier poll is still
+in Postgres, a saga in both waits for the earlier one, and records in flight hold the read horizon.
+
+No Kafka or Postgres: the service and parser are recording stand-ins, the records are built by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from aiokafka import ConsumerRecord, TopicPartition
+
+from orchestrator.consumer import OrchestratorConsumer, _Poll
+from orchestrator.envelope import Envelope, RawRecord
+
+RESULTS = "flight.results"
+
+
+class SlowService:
+    """Handles a batch after ``delay_s[saga]`` and records when each batch started and ended."""
+
+    def __init__(self, delay_s: dict[str, float]) -> None:
+        self.delay_s = delay_s
+        self.timeline: list[tuple[str, frozenset[str]]] = []
+
+    async def handle_many(self, envelopes: list[Envelope]) -> None:
+        sagas = frozenset(envelope.message_id.split("/")[0] for envelope in envelopes)
+        self.timeline.append(("start", sagas))
+        await asyncio.sleep(max(self.delay_s.get(saga, 0.0) for saga in sagas))
+        self.timeline.append(("end", sagas))
+
+
+class EchoParser:
+    """Every record parses; the envelope's id is ``<saga>/<offset>``."""
+
+    def parse(self, raw: RawRecord) -> Envelope:
+        key = (raw.key or b"").decode()
+        message: Any = None  # the stand-in service never looks at it
+        return Envelope(message=message, message_id=f"{key}/{raw.offset}", raw=raw)
+
+    def topic_names(self) -> list[str]:
+        return [RESULTS]
+
+    def result_topic_names(self) -> frozenset[str]:
+        return frozenset({RESULTS})
+
+
+def record(saga: str, offset: int, timestamp: int = 0, partition: int = 0) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(topic=RESULTS, partition=partition, offset=offset, timestamp=timestamp,
+                          timestamp_type=0, key=saga.encode(), value=b"", checksum=None,
+                          serialized_key_size=len(saga), serialized_value_size=0, headers=[])
+
+
+def consumer_of(service: SlowService) -> OrchestratorConsumer:
+    parser: Any = EchoParser()
+    handler: Any = service
+    return OrchestratorConsumer(handler, parser, "unused:9092", "group")
+
+
+def poll_of(*records: ConsumerRecord[bytes, bytes]) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+    batches: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+    for item in records:
+        batches.setdefault(TopicPartition(item.topic, item.partition), []).append(item)
+    return batches
+
+
+async def two_polls(*second: ConsumerRecord[bytes, bytes]) -> list[tuple[str, frozenset[str]]]:
+    """Dispatch a poll of saga s1 (handled in 0.3 s), then, while it runs, a poll of ``second``; return
+    the service's timeline once both are done."""
+    service = SlowService({"s1": 0.3})
+    target = consumer_of(service)
+    stop = asyncio.Event()
+    first = target._dispatch(poll_of(record("s1", 0)), [], stop)
+    await asyncio.sleep(0.05)
+    later = target._dispatch(poll_of(*second), [first], stop)
+    await asyncio.gather(first.task, later.task)
+    return service.timeline
+
+
+async def test_a_later_poll_of_other_sagas_overlaps_the_earlier_one() -> None:
+    assert await two_polls(record("s2", 1)) == [("start", {"s1"}), ("start", {"s2"}), ("end", {"s2"}),
+                                                ("end", {"s1"})]
+
+
+async def test_a_saga_in_two_polls_is_handled_in_poll_order() -> None:
+    assert await two_polls(record("s1", 1), record("s2", 2)) == [("start", {"s1"}), ("end", {"s1"}),
+                                                                 ("start", {"s1", "s2"}), ("end", {"s1", "s2"})]
+
+
+class CaughtUpConsumer:
+    """One results partition whose fetch position is at its high watermark (10), checked at 5000 ms."""
+
+    tp = TopicPartition(RESULTS, 0)
+
+    def assignment(self) -> set[TopicPartition]:
+        return {self.tp}
+
+    async def position(self, tp: TopicPartition) -> int:
+        return 10
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        return None
+
+    def highwater(self, tp: TopicPartition) -> int:
+        return 10
+
+    def last_poll_timestamp(self, tp: TopicPartition) -> int:
+        return 5000
+
+
+async def test_records_in_flight_hold_the_read_horizon_at_the_last_record_handled() -> None:
+    target = consumer_of(SlowService({}))
+    kafka: Any = CaughtUpConsumer()
+    await target._advance_horizon(kafka, poll_of(record("s1", 7, timestamp=3000)), [])
+    assert target.read_horizon_ms == 5000  # everything fetched is handled: caught up as of the last check
+
+    target._horizon_at = 0.0  # no rate limit between the two looks
+    done: asyncio.Task[None] = asyncio.create_task(asyncio.sleep(0))
+    fetched = _Poll(poll_of(record("s2", 8, timestamp=4000), record("s3", 9, timestamp=4500)), {b"s2", b"s3"}, done)
+    await target._advance_horizon(kafka, {}, deque([fetched]))
+    assert target.read_horizon_ms == 3000  # offsets 8 and 9 are read from Kafka but not handled yet
+    await done
