@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -23,6 +26,35 @@ from orchestrator.domain.messages import CancelSaga
 from participants.effects import collect_effects
 
 DEMO_TIMEOUT_S = 120.0
+
+Services = Mapping[str, subprocess.Popen[bytes]]
+
+
+class ServicesExited(Exception):
+    """Services the demo started exited while its sagas were running: nothing more will end."""
+
+    def __init__(self, labels: list[str]) -> None:
+        super().__init__(", ".join(labels))
+        self.labels = labels
+
+
+def exited(services: Services) -> list[str]:
+    """Labels of the services that are no longer running."""
+    return [label for label, process in services.items() if process.poll() is not None]
+
+
+def log_tail(log_dir: str, label: str) -> str:
+    """Why a service stopped, from its log: what it printed after its last JSON log line (a CLI error),
+    else that last line."""
+    path = Path(log_dir) / f"{label}.log"
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except OSError:
+        return f"(no log at {path})"
+    lines = [line for line in lines if line]
+    structured = [index for index, line in enumerate(lines) if line.startswith("{")]
+    after = lines[structured[-1] + 1:] if structured else lines
+    return " ".join(after or lines[-1:]) or "(empty log)"
 
 
 async def publish_starts(current: Settings, planned: dict[str, str]) -> None:
@@ -43,8 +75,10 @@ async def cancel(current: Settings, saga_id: str, reason: str) -> None:
                                   headers=[("message_id", str(uuid.uuid4()).encode())])
 
 
-async def drive(current: Settings, planned: dict[str, str], timeout_s: float) -> dict[str, str]:
-    """Start the sagas, cancel those whose scenario says so, and wait for every terminal event."""
+async def drive(current: Settings, planned: dict[str, str], timeout_s: float,
+                services: Services | None = None) -> dict[str, str]:
+    """Start the sagas, cancel those whose scenario says so, and wait for every terminal event; raises
+    ``ServicesExited`` as soon as one of ``services`` stopped."""
     feed = EventFeed(current.kafka_servers(), topics(current).events)
     await feed.start()
     cancelled: set[str] = set()
@@ -66,6 +100,8 @@ async def drive(current: Settings, planned: dict[str, str], timeout_s: float) ->
                                 description=" ".join(f"{k}:{v}" for k, v in sorted(states.items())))
                 if len(done) == len(planned):
                     break
+                if services and (gone := exited(services)):
+                    raise ServicesExited(gone)
     finally:
         await feed.stop()
     return {saga_id: type(feed.terminal[saga_id]).__name__ for saga_id in planned if saga_id in feed.terminal}
@@ -86,12 +122,12 @@ async def check_effects(current: Settings, planned: dict[str, str], ended: dict[
     return rows
 
 
-async def demo_body(current: Settings) -> int:
+async def demo_body(current: Settings, services: Services | None = None) -> int:
     """Run the demo against already-running services; 0 when every saga ended as expected."""
     run_id = uuid.uuid4().hex[:6]
     planned = {f"demo-{run_id}-{name}-{i}": name for name, count in DEMO_MIX for i in range(1, count + 1)}
     started = time.monotonic()
-    ended = await drive(current, planned, DEMO_TIMEOUT_S)
+    ended = await drive(current, planned, DEMO_TIMEOUT_S, services)
     elapsed = time.monotonic() - started
     rows = await check_effects(current, planned, ended)
     by_state = Table("terminal state", "sagas")
@@ -118,7 +154,14 @@ def run_demo(keep_running: bool) -> int:
     processes = start_services(current, log_dir)
     console.print(f"services started (logs in {log_dir}): {', '.join(processes)}")
     try:
-        return asyncio.run(demo_body(current))
+        return asyncio.run(demo_body(current, processes))
+    except ServicesExited as stopped:
+        for label in stopped.labels:
+            console.print(f"[red]{label} exited with code {processes[label].returncode}:[/] "
+                          f"{log_tail(log_dir, label)}", markup=True, highlight=False)
+        console.print(f"the demo needs every service running; fix the above (full logs in {log_dir}) and run it "
+                      "again")
+        return 1
     finally:
         if keep_running:
             console.print("services left running; stop them with: kill " +
