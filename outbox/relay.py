@@ -19,9 +19,10 @@ with backoff and logged with its id and saga ids until an operator fixes or dele
 would break the order of its key.
 
 Wake-up: a writer in the same process calls ``wake`` after its commit; otherwise a short adaptive poll
-(``min_poll_ms`` while rows keep coming, doubling to ``max_poll_ms`` when idle, none at all while batches
-are full) finds the rows, instead of LISTEN/NOTIFY, whose NOTIFY in every writing
-transaction serialises commits on a global lock. ``bench/relay.py`` measures both.
+(``min_poll_ms`` while polls keep finding rows, doubling to ``max_poll_ms`` when idle, none at all while
+batches are full; rows a wake-up brought leave the interval as it was) finds the rows, instead of
+LISTEN/NOTIFY, whose NOTIFY in every writing transaction serialises commits on a global lock.
+``bench/relay.py`` measures both.
 """
 
 from __future__ import annotations
