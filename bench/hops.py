@@ -25,7 +25,7 @@ from participants.registry import get_participant
 from schemas.registry import default_registry
 from schemas.topics import PARTICIPANTS, Topics
 
-STEP_MESSAGES = "saga.v1.StepCommand", "saga.v1.StepResult"
+STEP_MESSAGES = wire.STEP_COMMAND, wire.STEP_RESULT
 HOPS = (
     "orchestrator: StartSaga on Kafka → SagaStarted",
     "relay: StepCommandSent → command on Kafka",

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import subprocess
 import uuid
 from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
@@ -41,7 +42,7 @@ from bench.probes import (
     sample_cpu,
 )
 from bench.watch import Observed, Watcher, publish, wait_for
-from cli.run_cmd import start_services, stop_services
+from cli.run_cmd import Services, start_services, stop_services
 from infra.launcher.kafka import KafkaLauncher
 from infra.launcher.postgres import PostgresLauncher
 from infra.settings import Settings
@@ -89,13 +90,13 @@ async def count(dsn: str, sql: str) -> int:
         await conn.close()
 
 
-def watched_processes(settings: Settings, services: dict[str, object], database: str) -> list[Watched]:
+def watched_processes(settings: Settings, services: Services, database: str) -> list[Watched]:
     """The service processes plus Kafka and Postgres (when run by the local launcher) and this process.
 
     Postgres is split into the backends serving the benchmark's database and everything else (WAL
     writer, checkpointer, other databases' backends); Kafka cannot be split by client.
     """
-    watched = [Watched(label, process.pid) for label, process in services.items()]  # type: ignore[attr-defined]
+    watched = [Watched(label, process.pid) for label, process in services.items()]
     if (kafka := KafkaLauncher(settings).pid()) is not None:
         watched.append(Watched("kafka (whole broker)", kafka))
     if (postgres := PostgresLauncher(settings).pid()) is not None:
@@ -193,7 +194,7 @@ async def run(args: argparse.Namespace) -> None:
     log_dir = os.path.join(settings.saga_home, "logs", database)
     os.makedirs(log_dir, exist_ok=True)
     console.print(f"database {database}, topic prefix {prefix!r}")
-    services: dict[str, object] = {}
+    services: dict[str, subprocess.Popen[bytes]] = {}
     watcher = Watcher(settings.kafka_servers(), topics.events)
     try:
         await prepare(settings)
@@ -252,7 +253,7 @@ async def run(args: argparse.Namespace) -> None:
         raise
     finally:
         await watcher.stop()
-        stop_services(services)  # type: ignore[arg-type]
+        stop_services(services)
         if args.keep:
             console.print(f"kept database {database}, topics {prefix}*, service logs in {log_dir}")
         else:

@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.progress import Progress
 
 from cli.feed import assign_from_beginning
+from cli.run_cmd import Services, exited_services
 from cli.scenarios import SCENARIOS
 from orchestrator import wire
 from orchestrator.domain.events import TERMINAL_EVENTS, SagaStarted
@@ -115,7 +116,7 @@ async def publish(bootstrap: str, topic: str, saga_ids: list[str], rate: float |
         await producer.stop()
 
 
-async def wait_for(watcher: Watcher, saga_ids: list[str], timeout_s: float, services: dict[str, object],
+async def wait_for(watcher: Watcher, saga_ids: list[str], timeout_s: float, services: Services,
                    progress: Progress | None = None) -> bool:
     """Poll the events topic until every saga ended (True) or the time is up (False); raises when a
     service died."""
@@ -135,7 +136,7 @@ async def wait_for(watcher: Watcher, saga_ids: list[str], timeout_s: float, serv
             progress.update(task, completed=done, description=f"{done / max(elapsed, 1e-9):7.1f} sagas/s")
         if done == len(saga_ids):
             return True
-        dead = [label for label, process in services.items() if process.poll() is not None]  # type: ignore[attr-defined]
+        dead = exited_services(services)
         if dead:
             raise RuntimeError(f"service(s) exited during the run: {', '.join(dead)}")
     return False

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,7 +14,7 @@ from rich.table import Table
 
 from cli.context import console, database, producer, settings, topics
 from cli.feed import EventFeed
-from cli.run_cmd import start_services, stop_services
+from cli.run_cmd import Services, exited_services, start_services, stop_services
 from cli.scenarios import DEMO_MIX, SCENARIOS, mismatches, observed
 from infra.settings import Settings
 from orchestrator import wire
@@ -27,20 +25,12 @@ from participants.effects import collect_effects
 
 DEMO_TIMEOUT_S = 120.0
 
-Services = Mapping[str, subprocess.Popen[bytes]]
-
-
 class ServicesExited(Exception):
     """Services the demo started exited while its sagas were running: nothing more will end."""
 
     def __init__(self, labels: list[str]) -> None:
         super().__init__(", ".join(labels))
         self.labels = labels
-
-
-def exited(services: Services) -> list[str]:
-    """Labels of the services that are no longer running."""
-    return [label for label, process in services.items() if process.poll() is not None]
 
 
 def log_tail(log_dir: str, label: str) -> str:
@@ -100,7 +90,7 @@ async def drive(current: Settings, planned: dict[str, str], timeout_s: float,
                                 description=" ".join(f"{k}:{v}" for k, v in sorted(states.items())))
                 if len(done) == len(planned):
                     break
-                if services and (gone := exited(services)):
+                if services and (gone := exited_services(services)):
                     raise ServicesExited(gone)
     finally:
         await feed.stop()

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import typer
@@ -16,6 +16,8 @@ import typer
 from cli.context import console, fail, settings
 from infra.logging import configure_logging
 from infra.settings import Settings
+
+Services = Mapping[str, subprocess.Popen[bytes]]  # started services by label
 
 run_app = typer.Typer(no_args_is_help=True, help="Run the services (each until Ctrl-C / SIGTERM).")
 
@@ -124,6 +126,11 @@ def start_services(current: Settings, log_dir: str | None = None) -> dict[str, s
     return {label: start_service(current, label, log_dir) for label in service_commands(current)}
 
 
+def exited_services(processes: Services) -> list[str]:
+    """Labels of the started services that are no longer running."""
+    return [label for label, process in processes.items() if process.poll() is not None]
+
+
 def stop_services(processes: dict[str, subprocess.Popen[bytes]], timeout_s: float = 15) -> None:
     """SIGTERM every service, then SIGKILL whatever is still running after ``timeout_s``."""
     for process in processes.values():
@@ -157,10 +164,9 @@ def run_all(log_dir: str | None = typer.Option(None, "--log-dir", help="Write ea
     signal.signal(signal.SIGTERM, on_signal)
     try:
         while not stopping:
-            for label, process in processes.items():
-                if process.poll() is not None:
-                    console.print(f"[red]{label} exited with {process.returncode}; stopping all[/]")
-                    stopping = True
+            for label in exited_services(processes):
+                console.print(f"[red]{label} exited with {processes[label].returncode}; stopping all[/]")
+                stopping = True
             time.sleep(0.5)
     finally:
         stop_services(processes)
