@@ -20,6 +20,7 @@ from schemas.registry import default_registry
 
 PUBLISH_TICK_S = 0.01
 POLL_EVERY_S = 0.02
+FETCH_WAIT_MS = 10
 
 
 @dataclass
@@ -37,7 +38,10 @@ class Watcher:
     """Reads saga.events and decodes only SagaStarted and terminal events (picked by writer fingerprint)."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+        # The watcher reads at most every POLL_EVERY_S anyway: a fetch that returned as soon as one event
+        # arrived (aiokafka's default) would cost the broker and this process a round trip per relay batch.
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                                          fetch_max_wait_ms=FETCH_WAIT_MS, fetch_min_bytes=1 << 20)
         self._topic = topic
         registry = default_registry()
         names = [SagaStarted.__name__, *(cls.__name__ for cls in TERMINAL_EVENTS)]

@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from cli.context import console, fail, settings
+from infra.heap import settle_service_heap
 from infra.logging import configure_logging
 from infra.settings import Settings
 
@@ -25,6 +26,7 @@ run_app = typer.Typer(no_args_is_help=True, help="Run the services (each until C
 def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]]) -> None:
     current = settings()
     configure_logging(current.saga_log_level, "kv" if current.saga_log_format == "kv" else "json")
+    settle_service_heap()
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -71,6 +73,7 @@ def participant(name: str = typer.Argument(..., help="flight, hotel, payment, no
         get_participant(name)
     except (ValueError, ImportError) as error:
         fail(str(error))
+    settle_service_heap()
     run_participant(name, settings())
 
 

@@ -272,11 +272,19 @@ class OutboxRelay:
         if conn is None:
             return
         try:
-            # The pool runs pg_advisory_unlock_all() on release; a dead connection lost the lock anyway.
-            await self._pool.release(conn, timeout=5)
+            # The pool does not reset released connections, so the lock is given back here.
+            await conn.execute("SELECT pg_advisory_unlock($1)", self._lock_key, timeout=5)
         except Exception as exc:
-            log.warning("relay connection release failed", extra={"table": self.table, "error": repr(exc)})
-            conn.terminate()
+            # Either the session is dead (and its lock gone with it) or its state is unknown: end it rather
+            # than pool a connection that may still hold the lock.
+            log.warning("relay connection dropped", extra={"table": self.table, "error": repr(exc)})
+            with contextlib.suppress(asyncpg.InterfaceError):  # a dead one is already back in the pool
+                conn.terminate()
+        else:
+            try:
+                await self._pool.release(conn, timeout=5)
+            except Exception as exc:  # the pool terminates a connection it could not take back
+                log.warning("relay connection release failed", extra={"table": self.table, "error": repr(exc)})
         log.info("outbox relay inactive", extra={"table": self.table})
 
 

@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from infra.db import create_pool
 from outbox.message import OutboxMessage
-from outbox.relay import OutboxRelay
+from outbox.relay import OutboxRelay, relay_lock_key
 from outbox.writer import outbox_table_sql, write_outbox
 
 pytestmark = pytest.mark.integration
@@ -107,6 +107,18 @@ def ids_by_key(received: Received) -> dict[str, list[str]]:
     for key, message_id, _, _ in received:
         by_key[key].append(message_id)
     return dict(by_key)
+
+
+def active_lock_key(relay: OutboxRelay) -> int:
+    """The relay's advisory-lock key as pg_locks shows it (unsigned)."""
+    return relay_lock_key(relay.table) & 0xFFFF_FFFF_FFFF_FFFF
+
+
+async def advisory_locks_held(pool: asyncpg.Pool) -> set[int]:
+    """Every session-level advisory lock on a bigint key held now, by any backend."""
+    rows = await pool.fetch("SELECT classid::bigint AS high, objid::bigint AS low FROM pg_locks"
+                            " WHERE locktype = 'advisory' AND objsubid = 1 AND granted")
+    return {row["high"] << 32 | row["low"] for row in rows}
 
 
 async def rows_left(pool: asyncpg.Pool, table: str) -> int:
@@ -201,6 +213,7 @@ async def test_only_one_relay_per_table_publishes(
         assert await standby.publish_once() == 0
         assert active.is_active and not standby.is_active
         await active.close()  # the active relay goes away: the standby takes over
+        assert active_lock_key(active) not in await advisory_locks_held(pool)  # the lock left with it
         assert await standby.publish_once() == 5
     finally:
         await active.close()
