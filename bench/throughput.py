@@ -3,13 +3,13 @@
     python -m bench.throughput --sagas 2000 [--rate 300] [--prefix P] [--keep]
 
 Each run gets a fresh topic prefix and a fresh database (``bench_<hex>``, created through ``--admin-dsn``,
-default the configured DSN), starts the orchestrator, the relay and every participant as child processes
-(as ``saga run all`` does), warms them up with a few sagas, then publishes N StartSagas (paced at
-``--rate`` per second, or as fast as possible) and reads ``saga.events`` until every saga has a terminal
-event. Reported: sagas/s (terminal count / time from first publish to last terminal), saga latency
-percentiles (publish → terminal observed; SagaStarted.occurred_at → terminal occurred_at), messages/s the
-relays published, messages/s the orchestrator handled, CPU per process, the latency of every hop a step takes
-(``bench/hops.py``), and an in-process fold benchmark.
+default the configured DSN), starts the orchestrator, the relay and every participant as child processes (as
+``saga run all`` does), warms them up (3 s of sagas at the measured rate, waited for), then publishes N
+StartSagas (paced at ``--rate`` per second, or as fast as possible) and reads ``saga.events`` until every saga
+has a terminal event. Reported: sagas/s (terminal count / time from first publish to last terminal), saga
+latency percentiles (publish → terminal observed; SagaStarted.occurred_at → terminal occurred_at), messages/s
+the relays published, messages/s the orchestrator handled, CPU per process, the latency of every hop a step
+takes (``bench/hops.py``), and an in-process fold benchmark.
 Everything is stopped, and the database and topics dropped, at the end (unless ``--keep``).
 """
 
@@ -52,6 +52,14 @@ from schemas.topics import PARTICIPANTS, Topics
 
 console = Console()
 WARMUP_SAGAS = 8
+WARMUP_S = 3.0
+
+
+def warmup_sagas(rate: float | None) -> int:
+    """Sagas run (and waited for) before the measured ones: ``WARMUP_S`` seconds at the measured rate, so
+    that the measurement starts on a warm stack (every pooled connection open, statements prepared, the
+    broker's code compiled) instead of including its cold start; a few when the rate is unpaced."""
+    return max(WARMUP_SAGAS, int((rate or 0) * WARMUP_S))
 
 
 def with_database(dsn: str, database: str) -> str:
@@ -200,9 +208,10 @@ async def run(args: argparse.Namespace) -> None:
         await prepare(settings)
         services.update(start_services(settings, log_dir))
         await watcher.start()
-        warmup = [f"warm-{run_id}-{n}" for n in range(WARMUP_SAGAS)]
-        with console.status("warming up (services start, consumer groups join)"):
-            await publish(settings.kafka_servers(), topics.start, warmup, None, watcher.seen.published_at)
+        warmup = [f"warm-{run_id}-{n}" for n in range(warmup_sagas(args.rate))]
+        with console.status(f"warming up with {len(warmup)} sagas (services start, consumer groups join, "
+                            "connection pools fill)"):
+            await publish(settings.kafka_servers(), topics.start, warmup, args.rate, watcher.seen.published_at)
             if not await wait_for(watcher, warmup, 180, services):
                 raise TimeoutError("the warm-up sagas did not end within 180 s: see the service logs")
         for saga_id in warmup:

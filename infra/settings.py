@@ -29,6 +29,19 @@ class Settings(BaseSettings):
     saga_kafka_controller_port: int = Field(default=19093, description="Local launcher: KRaft controller port.")
     saga_postgres_port: int = Field(default=15432, description="Local launcher: Postgres port.")
     saga_db_pool_size: int = Field(default=8, ge=1, description="Postgres connections per service.")
+    saga_relay_poll_ms: float = Field(
+        default=50, gt=0,
+        description="Orchestrator's outbox relay: wait between polls while they keep finding rows (when idle "
+                    "it grows to 50 ms, or this if longer). Higher: bigger batches, less CPU, more latency per step.",
+    )
+    saga_fetch_wait_ms: int = Field(
+        default=100, ge=1,
+        description="Orchestrator: how long a Kafka fetch waits for more records before it returns.",
+    )
+    saga_participant_batch_ms: float = Field(
+        default=25, gt=0,
+        description="Participant worker: how long it waits to fill a batch of commands (one transaction).",
+    )
     saga_log_level: str = Field(default="INFO", description="Log level of every service.")
     saga_log_format: str = Field(default="json", description="Log line format: json or kv (key=value).")
     saga_definitions: str = Field(

@@ -25,12 +25,12 @@ MAX_BACKOFF_S = 5.0
 HORIZON_EVERY_S = 0.05
 POLLS_IN_FLIGHT = 3  # polls handled at once (their transactions overlap); offsets still commit in poll order
 MIN_BATCH = 20  # messages: below this, splitting a poll over more transactions costs more than it saves
-# A fetch returns after FETCH_WAIT_MS unless FETCH_MIN_BYTES arrived first (at this system's rates they
-# rarely do). With aiokafka's default of one byte every arriving record ends a fetch of all ~50 partitions
-# the orchestrator reads, which at tens of messages per second cost the broker and this process more CPU
-# than handling the messages did; a record now waits at most FETCH_WAIT_MS to be read. An idle fetch also
-# answers within FETCH_WAIT_MS, which is how often the read horizon (timers) moves on.
-FETCH_WAIT_MS = 25
+# A fetch returns after FETCH_WAIT_MS (SAGA_FETCH_WAIT_MS sets it) unless FETCH_MIN_BYTES arrived first
+# (at this system's rates they rarely do). With aiokafka's default of one byte every arriving record ends a
+# fetch of all ~50 partitions the orchestrator reads, which at tens of messages per second cost the broker
+# and this process more CPU than handling the messages did; a record now waits at most FETCH_WAIT_MS to be
+# read. An idle fetch also answers within FETCH_WAIT_MS, which is how often the read horizon (timers) moves on.
+FETCH_WAIT_MS = 100
 FETCH_MIN_BYTES = 1 << 20
 
 
@@ -53,7 +53,8 @@ class OrchestratorConsumer:
     """Consumes start, control and result topics; offsets are committed only after Postgres commits."""
 
     def __init__(self, service: SagaService, parser: RecordParser, bootstrap_servers: str, group_id: str,
-                 concurrency: int = 8, max_records: int = 500, batch_size: int = 100) -> None:
+                 concurrency: int = 8, max_records: int = 500, batch_size: int = 100,
+                 fetch_wait_ms: int = FETCH_WAIT_MS) -> None:
         self._service = service
         self._parser = parser
         self._bootstrap = bootstrap_servers
@@ -62,6 +63,7 @@ class OrchestratorConsumer:
         self._slots = asyncio.Semaphore(concurrency)
         self._batch_size = batch_size
         self._max_records = max_records
+        self._fetch_wait_ms = fetch_wait_ms
         self.handled = 0
         # True while a consumer is in the group with its partitions; until then replies waiting on the
         # results topics are unread, so the timer scheduler holds step timeouts (see bootstrap).
@@ -79,7 +81,8 @@ class OrchestratorConsumer:
             consumer = AIOKafkaConsumer(
                 *self._parser.topic_names(), bootstrap_servers=self._bootstrap, group_id=self._group_id,
                 enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self._max_records,
-                isolation_level="read_committed", fetch_max_wait_ms=FETCH_WAIT_MS, fetch_min_bytes=FETCH_MIN_BYTES,
+                isolation_level="read_committed", fetch_max_wait_ms=self._fetch_wait_ms,
+                fetch_min_bytes=FETCH_MIN_BYTES,
             )
             try:
                 await consumer.start()  # returns once the group is joined and partitions are assigned

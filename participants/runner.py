@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 # Commands handled per transaction, and how long an idle actor waits to fill a batch (added latency).
 BATCH_SIZE = 100
-BATCH_WITHIN_S = 0.01
+BATCH_WITHIN_S = 0.025
 
 
 def app_id(name: str, settings: Settings) -> str:
@@ -169,7 +169,7 @@ def run_participant(name: str, settings: Settings | None = None) -> None:
     mode.loop.use("uvloop")
     # Kafka or Postgres restarting while this worker starts is waited out (SIGTERM still ends the wait).
     asyncio.run(retry_startup(lambda: prepare(name, settings), f"prepare participant {name}"))
-    app = build_app(name, settings)
+    app = build_app(name, settings, batch_within_s=settings.saga_participant_batch_ms / 1000)
     worker = faust.Worker(
         app,
         loglevel=settings.saga_log_level,
