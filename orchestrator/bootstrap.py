@@ -31,8 +31,9 @@ log = logging.getLogger("saga.bootstrap")
 OUTBOX_TABLE = "saga.outbox"
 IDLE_RELAY_POLL_MS = 50  # the relay's poll interval once polls stop finding rows (SAGA_RELAY_POLL_MS while busy)
 # Transactions the orchestrator runs at once (its polls, split into chunks). More overlap Postgres with the
-# decisions, but under load every poll was split into as many chunks: at 200 sagas/s on 2 cores, 6 at once
-# kept the stack at 190% CPU with p99 1.5-3.5 s, 2 at once at 151-158% with p99 1.0-1.3 s (bench/throughput).
+# decisions, but under load every poll was split into as many chunks, each paying a transaction's fixed cost:
+# at 200 sagas/s on 2 cores (bench/throughput, 3 runs each), 6 at once ran the stack at 145-175% CPU with p99
+# 1.1-1.9 s, 2 at once at 151-158% with p99 1.0-1.3 s.
 TRANSACTIONS_AT_ONCE = 2
 
 # Timers stay held while Kafka or Postgres is down and this long after both are back: a step timeout
