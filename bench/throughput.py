@@ -25,7 +25,6 @@ from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
-from aiokafka.admin import AIOKafkaAdminClient
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -43,6 +42,7 @@ from bench.probes import (
 )
 from bench.watch import Observed, Watcher, publish, wait_for
 from cli.run_cmd import Services, start_services, stop_services
+from infra.kafka_admin import delete_topics
 from infra.launcher.kafka import KafkaLauncher
 from infra.launcher.postgres import PostgresLauncher
 from infra.settings import Settings
@@ -267,7 +267,10 @@ async def run(args: argparse.Namespace) -> None:
             console.print(f"kept database {database}, topics {prefix}*, service logs in {log_dir}")
         else:
             await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            await delete_topics(settings.kafka_servers(), run_topics(settings))
+            try:
+                await delete_topics(settings.kafka_servers(), run_topics(settings))
+            except Exception as error:  # leftovers of a benchmark are not worth failing the report for
+                console.print(f"[yellow]could not delete topics: {error!r}")
             for participant in PARTICIPANTS:
                 shutil.rmtree(settings.saga_home / "faust" / app_id(participant, settings), ignore_errors=True)
             if getattr(args, "keep_logs", False):
@@ -281,18 +284,6 @@ def run_topics(settings: Settings) -> list[str]:
     """Every topic a run creates: the contract's, and the one faust creates per participant app."""
     internal = [f"{app_id(participant, settings)}-__assignor-__leader" for participant in PARTICIPANTS]
     return [*Topics(settings.saga_topic_prefix).all(), *internal]
-
-
-async def delete_topics(bootstrap: str, names: list[str]) -> None:
-    """Remove the run's topics."""
-    client = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await client.start()
-    try:
-        await client.delete_topics(names)
-    except Exception as error:  # leftovers of a benchmark are not worth failing the report for
-        console.print(f"[yellow]could not delete topics: {error!r}")
-    finally:
-        await client.close()
 
 
 def main() -> None:

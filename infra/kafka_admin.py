@@ -1,4 +1,4 @@
-"""Kafka administration used at start-up: wait for a broker, create the topics a service needs."""
+"""Kafka administration: wait for a broker, create the topics a service needs, delete topics."""
 
 from __future__ import annotations
 
@@ -75,6 +75,23 @@ async def ensure_topics(
                 if code not in (_NO_ERROR, TopicAlreadyExistsError.errno):
                     raise for_code(code)(f"creating topic {topic}")
         await _wait_for_leaders(admin, wanted, time.monotonic() + seconds)
+    finally:
+        await admin.close()
+
+
+async def delete_topics(bootstrap: str, names: list[str] | None = None, *, prefix: str | None = None) -> list[str]:
+    """Delete the topics ``names``, or every topic whose name starts with ``prefix`` (not empty); returns the
+    names it asked the broker to delete."""
+    if (names is None) == (prefix is None) or prefix == "":
+        raise ValueError("give the topic names or a non-empty prefix")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="saga-topics")
+    await admin.start()
+    try:
+        doomed = names if names is not None else [
+            name for name in await admin.list_topics() if prefix is not None and name.startswith(prefix)]
+        if doomed:
+            await admin.delete_topics(doomed)
+        return doomed
     finally:
         await admin.close()
 

@@ -22,14 +22,13 @@ from orchestrator.parsing import RecordParser
 from orchestrator.service import SagaService
 from orchestrator.store.postgres import PostgresStore
 from orchestrator.timers import TimerScheduler
-from outbox.relay import OutboxRelay
+from outbox.relay import MAX_POLL_MS, OutboxRelay
 from schemas.registry import default_registry
 from schemas.topics import Topics
 
 log = logging.getLogger("saga.bootstrap")
 
 OUTBOX_TABLE = "saga.outbox"
-IDLE_RELAY_POLL_MS = 50  # the relay's poll interval once polls stop finding rows (SAGA_RELAY_POLL_MS while busy)
 # Transactions the orchestrator runs at once (its polls, split into chunks). More overlap Postgres with the
 # decisions, but under load every poll was split into as many chunks, each paying a transaction's fixed cost:
 # at 200 sagas/s on 2 cores (bench/throughput, 3 runs each), 6 at once ran the stack at 145-175% CPU with p99
@@ -197,7 +196,7 @@ async def run_relay(settings: Settings, stop: asyncio.Event) -> None:
             await retry_startup(lambda: migrate(pool), "migrate", stop)
             poll_ms = settings.saga_relay_poll_ms
             await OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=poll_ms,
-                              max_poll_ms=max(poll_ms, IDLE_RELAY_POLL_MS)).run(stop)
+                              max_poll_ms=max(poll_ms, MAX_POLL_MS)).run(stop)
         except StartupStopped:
             return
         finally:

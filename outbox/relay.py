@@ -46,6 +46,8 @@ from infra.health import current as current_health
 log = logging.getLogger(__name__)
 
 ProducerFactory = Callable[[], Any]  # returns an unstarted AIOKafkaProducer (or a compatible object)
+MIN_POLL_MS = 5  # default wait between polls while they keep finding rows
+MAX_POLL_MS = 50  # default wait between polls once they stop finding rows
 
 
 def relay_lock_key(table: str) -> int:
@@ -90,8 +92,8 @@ class OutboxRelay:
         *,
         producer_factory: ProducerFactory | None = None,
         batch_size: int = 500,
-        min_poll_ms: float = 5,
-        max_poll_ms: float = 50,
+        min_poll_ms: float = MIN_POLL_MS,
+        max_poll_ms: float = MAX_POLL_MS,
         standby_retry_ms: float = 1000,
         max_backoff_ms: float = 5000,
     ) -> None:

@@ -29,11 +29,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from rich.console import Console
 
 from infra import launcher
-from infra.kafka_admin import wait_for_broker
+from infra.kafka_admin import delete_topics, wait_for_broker
 from infra.settings import Settings
 
 if TYPE_CHECKING:
@@ -237,17 +236,6 @@ def database_url(postgres_admin_dsn: str, request: pytest.FixtureRequest) -> Ite
         run_sync(_drop_database(postgres_admin_dsn, name))
 
 
-async def _delete_topics_with_prefix(bootstrap: str, prefix: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        names = [name for name in await admin.list_topics() if name.startswith(prefix)]
-        if names:
-            await admin.delete_topics(names)
-    finally:
-        await admin.close()
-
-
 @pytest.fixture(scope="module")
 def topic_prefix(kafka_bootstrap: str) -> Iterator[str]:
     """A topic-name prefix unique to this test module, e.g. `t3f9a0c1d2b.`; the module's topics are deleted
@@ -256,7 +244,7 @@ def topic_prefix(kafka_bootstrap: str) -> Iterator[str]:
     prefix = f"t{uuid.uuid4().hex[:10]}."
     yield prefix
     try:
-        run_sync(_delete_topics_with_prefix(kafka_bootstrap, prefix))
+        run_sync(delete_topics(kafka_bootstrap, prefix=prefix))
     except Exception as error:  # a leftover topic is untidy, not a failed test
         Console(stderr=True).print(f"[yellow]could not delete the topics of {prefix}*: {error!r}")
 

@@ -8,12 +8,13 @@ from pydantic import ValidationError
 
 from infra.settings import Settings
 from orchestrator.consumer import FETCH_WAIT_MS
+from participants.runner import BATCH_WITHIN_S
 
 
 def test_defaults() -> None:
     current = Settings()
     assert (current.saga_relay_poll_ms, current.saga_fetch_wait_ms, current.saga_participant_batch_ms) == (
-        50, FETCH_WAIT_MS, 25)
+        50, FETCH_WAIT_MS, 1000 * BATCH_WITHIN_S)
 
 
 def test_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
