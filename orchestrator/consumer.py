@@ -141,15 +141,26 @@ class OrchestratorConsumer:
     def _dispatch(self, batches: dict[TopicPartition, list[ConsumerRecord]], earlier: Iterable[_Poll],
                   stop: asyncio.Event) -> _Poll:
         keys = {record.key for records in batches.values() for record in records}
-        blockers = [poll.task for poll in earlier if poll.keys & keys]
+        blockers = [poll for poll in earlier if poll.keys & keys]
         return _Poll(batches, keys, asyncio.create_task(self._process_after(blockers, batches, stop)))
 
-    async def _process_after(self, blockers: list[asyncio.Task[None]],
-                             batches: dict[TopicPartition, list[ConsumerRecord]], stop: asyncio.Event) -> None:
-        # Waiting on whole earlier polls is coarser than per saga, but rare enough: a saga's messages seldom
-        # land in two polls that are both in flight.
-        await asyncio.gather(*blockers, return_exceptions=True)
-        await self._process_until_done(batches.values(), stop)
+    async def _process_after(self, blockers: list[_Poll], batches: dict[TopicPartition, list[ConsumerRecord]],
+                             stop: asyncio.Event) -> None:
+        """Handle the sagas no earlier poll in flight holds at once, and the others once those polls are done:
+        a saga's messages keep their order, and the rest of the poll does not wait for it."""
+        held = set().union(*(poll.keys for poll in blockers))
+        free = [[record for record in records if record.key not in held] for records in batches.values()]
+        waiting = [[record for record in records if record.key in held] for records in batches.values()]
+
+        async def after_blockers() -> None:
+            await asyncio.gather(*(poll.task for poll in blockers), return_exceptions=True)
+            await self._process_until_done(waiting, stop)
+
+        results = await asyncio.gather(self._process_until_done(free, stop), after_blockers(),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _finish(self, consumer: AIOKafkaConsumer, in_flight: deque[_Poll]) -> None:
         """The oldest poll is done: move the read horizon past it and commit its offsets."""
@@ -197,6 +208,8 @@ class OrchestratorConsumer:
         for records in batches:
             for record in records:
                 by_saga[record.key].append(to_raw(record))
+        if not by_saga:
+            return
         backoff = 0.1
         while True:
             try:
