@@ -1,6 +1,6 @@
 """End-to-end throughput of the whole system: N happy trip sagas through every service, on real infra.
 
-    python -m bench.throughput --sagas 2000 [--rate 300] [--prefix P] [--keep]
+    python -m bench.throughput --sagas 2000 [--rate 300] [--runs 5] [--prefix P] [--keep]
 
 Each run gets a fresh topic prefix and a fresh database (``bench_<hex>``, created through ``--admin-dsn``,
 default the configured DSN), starts the orchestrator, the relay and every participant as child processes (as
@@ -40,6 +40,7 @@ from bench.probes import (
     percentile,
     sample_cpu,
 )
+from bench.runs import RunSummary, runs_table
 from bench.watch import Observed, Watcher, publish, wait_for
 from cli.run_cmd import Services, start_services, stop_services
 from infra.kafka_admin import delete_topics
@@ -121,12 +122,12 @@ def ms(seconds: float) -> str:
 
 def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s: float,
            messages: dict[str, int], handled: int, timeouts: int, cpu: dict[str, float],
-           fold: tuple[float, int]) -> None:
-    """Print the results."""
+           fold: tuple[float, int]) -> RunSummary | None:
+    """Print the results; return the headline numbers (None when no saga ended)."""
     ended = [s for s in saga_ids if s in seen.terminal_at]
     if not ended:
         console.print("[red]no saga ended: nothing to report")
-        return
+        return None
     summary = Table("measure", "value", title=f"{len(saga_ids)} happy trip sagas, rate "
                     f"{args.rate or 'unlimited'}/s, {args.partitions} partitions")
     summary.add_row("sagas ended / wall time", f"{len(ended)} / {wall_s:.2f} s"
@@ -165,6 +166,9 @@ def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s
     row("total of the above", ours)
     row("rest of the machine", max(0.0, machine - ours))
     console.print(usage)
+    return RunSummary(sagas_per_s=len(ended) / wall_s, p50_ms=1000 * percentile(observed, 0.50),
+                      p95_ms=1000 * percentile(observed, 0.95), p99_ms=1000 * percentile(observed, 0.99),
+                      cpu_percent=100 * ours / wall_s, cpu_ms_per_saga=1000 * ours / len(ended))
 
 
 def latency_over_time(ended: list[str], seen: Observed, rows: int = 15) -> Table:
@@ -185,8 +189,8 @@ def latency_over_time(ended: list[str], seen: Observed, rows: int = 15) -> Table
     return table
 
 
-async def run(args: argparse.Namespace) -> None:
-    """Create, measure, tear down."""
+async def run(args: argparse.Namespace) -> RunSummary | None:
+    """Create, measure, tear down; the run's headline numbers (None when no saga ended)."""
     run_id = uuid.uuid4().hex[:8]
     base = Settings()
     admin_dsn = args.admin_dsn or base.dsn()
@@ -253,7 +257,7 @@ async def run(args: argparse.Namespace) -> None:
         first_publish = min(watcher.seen.published_at[s] for s in saga_ids)
         ends = [watcher.seen.terminal_at[s] for s in saga_ids if s in watcher.seen.terminal_at]
         wall_s = max(ends, default=first_publish) - first_publish
-        report(args, saga_ids, watcher.seen, wall_s, messages, handled, timeouts, cpu, fold)
+        summary = report(args, saga_ids, watcher.seen, wall_s, messages, handled, timeouts, cpu, fold)
         with console.status("reading every hop's timestamps"):
             hops = await hop_latencies(settings.kafka_servers(), settings.dsn(), topics, saga_ids)
         console.print(hop_table(hops))
@@ -278,6 +282,7 @@ async def run(args: argparse.Namespace) -> None:
             else:
                 shutil.rmtree(log_dir, ignore_errors=True)
         await admin.close()
+    return summary
 
 
 def run_topics(settings: Settings) -> list[str]:
@@ -296,7 +301,20 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for every saga to end")
     parser.add_argument("--admin-dsn", default=None, help="DSN allowed to CREATE DATABASE (default: DATABASE_URL)")
     parser.add_argument("--keep", action="store_true", help="keep the database and topics")
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--runs", type=int, default=1,
+                        help="repeat the run (fresh database, topics and services each time) and end with a "
+                             "table of every run, their median and range")
+    args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    summaries = []
+    for number in range(1, args.runs + 1):
+        if args.runs > 1:
+            console.rule(f"run {number} of {args.runs}")
+        if (summary := asyncio.run(run(args))) is not None:
+            summaries.append(summary)
+    if args.runs > 1:
+        console.print(runs_table(summaries))
 
 
 if __name__ == "__main__":
