@@ -207,6 +207,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
     os.makedirs(log_dir, exist_ok=True)
     console.print(f"database {database}, topic prefix {prefix!r}")
     services: dict[str, subprocess.Popen[bytes]] = {}
+    keep_logs = False  # set when something went wrong: what the services logged explains it
     watcher = Watcher(settings.kafka_servers(), topics.events)
     try:
         await prepare(settings)
@@ -241,7 +242,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
             if not await wait_for(watcher, saga_ids, args.timeout, services, progress):
                 console.print(f"[red]{len(saga_ids) - watcher.done(saga_ids)} of {len(saga_ids)} sagas did not "
                               f"end within {args.timeout:.0f} s; the numbers below are of those that did")
-                args.keep_logs = True
+                keep_logs = True
             await publisher
 
         cpu = cpu_delta(cpu_before, sample_cpu(watched))
@@ -262,7 +263,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
             hops = await hop_latencies(settings.kafka_servers(), settings.dsn(), topics, saga_ids)
         console.print(hop_table(hops))
     except BaseException:
-        args.keep_logs = True  # what the services logged is what explains the failure
+        keep_logs = True
         raise
     finally:
         await watcher.stop()
@@ -277,7 +278,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
                 console.print(f"[yellow]could not delete topics: {error!r}")
             for participant in PARTICIPANTS:
                 shutil.rmtree(settings.saga_home / "faust" / app_id(participant, settings), ignore_errors=True)
-            if getattr(args, "keep_logs", False):
+            if keep_logs:
                 console.print(f"service logs kept in {log_dir}")
             else:
                 shutil.rmtree(log_dir, ignore_errors=True)

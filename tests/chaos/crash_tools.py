@@ -44,19 +44,24 @@ def armed(point: str, nth: int) -> dict[str, str]:
     return {ENV_VAR: f"{point}={nth}"}
 
 
+async def logged_within(stack: Stack, label: str, text: str, within_s: float, since: int = 0) -> bool:
+    """Whether service ``label`` logs ``text`` (after log offset ``since``) within ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    while text not in stack.log(label)[since:]:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
+
+
 async def wait_until_ready(stack: Stack, labels: Iterable[str], timeout_s: float = 90,
                            since: Mapping[str, int] | None = None) -> None:
     """Wait until each service logged that it is ready (after log offset ``since[label]`` when given)."""
     deadline = time.monotonic() + timeout_s
-    waiting = set(labels)
     offsets = since or {}
-
-    def ready(label: str) -> bool:
-        return READY_LINES.get(label, PARTICIPANT_READY) in stack.log(label)[offsets.get(label, 0):]
-
-    while waiting and time.monotonic() < deadline:
-        waiting = {label for label in waiting if not ready(label)}
-        await asyncio.sleep(0.1)
+    waiting = [label for label in labels
+               if not await logged_within(stack, label, READY_LINES.get(label, PARTICIPANT_READY),
+                                          max(0.0, deadline - time.monotonic()), offsets.get(label, 0))]
     if waiting:
         tails = "\n".join(f"{label}: {stack.log(label)[-1500:]}" for label in sorted(waiting))
         raise RuntimeError(f"not ready after {timeout_s} s: {sorted(waiting)}\n{tails}")

@@ -48,6 +48,7 @@ from tests.chaos.crash_tools import (
     describe,
     ensure_running,
     killed_by_its_crash_point,
+    logged_within,
     plan,
     restart,
     started_and_warm,
@@ -106,18 +107,8 @@ async def test_kill_at_a_crash_point_then_restart(live: Stack, label: str, point
     if label == "notification":
         # The replies committed before the kill are relayed as soon as the new worker starts, and may end
         # the sagas before that worker reads the redelivered commands: give it the time to read them.
-        assert await _logged(live, label, "command duplicate", within_s=30), \
+        assert await logged_within(live, label, "command duplicate", within_s=30), \
             "the unacknowledged command must come again"
-
-
-async def _logged(stack: Stack, label: str, text: str, within_s: float) -> bool:
-    """Whether service ``label`` logs ``text`` within ``within_s`` seconds."""
-    deadline = time.monotonic() + within_s
-    while text not in stack.log(label):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.2)
-    return True
 
 
 async def _timers(settings: Settings, saga_id: str) -> list[tuple[str, str, int]]:
