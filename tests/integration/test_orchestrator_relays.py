@@ -1,4 +1,6 @@
-"""``saga run orchestrator --with-relay``: the orchestrator publishes its own outbox, woken by its commits."""
+"""The orchestrator's outbox reaches Kafka both ways it can be deployed: relayed inside the orchestrator
+(``saga run orchestrator --with-relay``, what ``saga run all`` runs: woken by each commit) or by a relay
+service of its own (``saga run relay``: polling)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from cli.feed import assign_from_beginning
 from cli.scenarios import SCENARIOS
 from infra.settings import Settings
 from orchestrator import wire
-from orchestrator.bootstrap import run_orchestrator
+from orchestrator.bootstrap import run_orchestrator, run_relay
 from schemas.topics import Topics
 
 pytestmark = pytest.mark.integration
@@ -53,11 +55,15 @@ async def outbox_drained(dsn: str, saga_id: str, seconds: float) -> bool:
         await conn.close()
 
 
-async def test_the_in_process_relay_publishes_the_commands(settings: Settings) -> None:
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "relay-service"])
+async def test_the_relay_publishes_the_commands(settings: Settings, in_process: bool) -> None:
     topics = Topics(settings.saga_topic_prefix)
-    saga_id = f"with-relay-{uuid.uuid4().hex[:8]}"
+    saga_id = f"relay-{uuid.uuid4().hex[:8]}"
     stop = asyncio.Event()
-    running = asyncio.create_task(run_orchestrator(settings, stop, with_relay=True))
+    services = [run_orchestrator(settings, stop, with_relay=in_process)]
+    if not in_process:
+        services.append(run_relay(settings, stop))
+    running = asyncio.ensure_future(asyncio.gather(*services))
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_servers(), acks="all")
     await producer.start()
     try:
@@ -70,7 +76,7 @@ async def test_the_in_process_relay_publishes_the_commands(settings: Settings) -
                 if running.done():
                     raise
                 await asyncio.sleep(0.2)
-        # No relay process runs: the command reaches Kafka only through the orchestrator's own relay.
+        # The command reaches Kafka only through the one relay of this deployment.
         assert await first_command_for(settings.kafka_servers(), topics.commands("flight"), saga_id, 60)
         assert await outbox_drained(settings.dsn(), saga_id, 15)  # published rows are deleted after the acks
     finally:
