@@ -44,7 +44,8 @@ def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]])
 
 
 @run_app.command("orchestrator")
-def orchestrator(with_relay: bool = typer.Option(False, "--with-relay", help="Also relay the outbox.")) -> None:
+def orchestrator(with_relay: bool = typer.Option(
+        False, "--with-relay", help="Also relay the outbox, woken by each commit (as saga run all does).")) -> None:
     """Consume saga.start, saga.control and the results topics; fire durable timers."""
     from orchestrator.bootstrap import DeploymentMismatch, run_orchestrator
 
@@ -155,7 +156,7 @@ def stop_services(processes: dict[str, subprocess.Popen[bytes]], timeout_s: floa
 
 @run_app.command("all")
 def run_all(log_dir: str | None = typer.Option(None, "--log-dir", help="Write each service's log here.")) -> None:
-    """Run the orchestrator, the relay and every participant as child processes until Ctrl-C."""
+    """Run the orchestrator (relaying its own outbox) and every participant as child processes until Ctrl-C."""
     current = settings()
     processes = start_services(current, log_dir)
     console.print(f"started: {', '.join(f'{k} (pid {p.pid})' for k, p in processes.items())}")
