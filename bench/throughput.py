@@ -3,8 +3,8 @@
     python -m bench.throughput --sagas 2000 [--rate 300] [--runs 5] [--prefix P] [--keep]
 
 Each run gets a fresh topic prefix and a fresh database (``bench_<hex>``, created through ``--admin-dsn``,
-default the configured DSN), starts the orchestrator, the relay and every participant as child processes (as
-``saga run all`` does), warms them up (3 s of sagas at the measured rate, waited for), then publishes N
+default the configured DSN), starts the orchestrator (relaying its own outbox) and every participant as child
+processes (as ``saga run all`` does), warms them up (3 s of sagas at the measured rate, waited for), then publishes N
 StartSagas (paced at ``--rate`` per second, or as fast as possible) and reads ``saga.events`` until every saga
 has a terminal event. Reported: sagas/s (terminal count / time from first publish to last terminal), saga
 latency percentiles (publish → terminal event on Kafka; SagaStarted.occurred_at → terminal occurred_at), messages/s
