@@ -29,12 +29,9 @@ DISARMED = {ENV_VAR: ""}  # a restarted service must not inherit a crash point f
 CRASH_MIX: Mapping[str, int] = {"happy": 4, "card_slow": 1, "card_flaky": 2, "atlantis": 1, "invalid_route": 1,
                                 "card_declined": 1, "email_bounce": 1, "uncancellable": 1}
 
-# What each service logs once it works: consumers joined their groups, a relay holds its table's lock (the
-# orchestrator of ``saga run all`` runs its relay in-process).
-READY_LINES: Mapping[str, tuple[str, ...]] = {
-    "orchestrator": ("orchestrator consumer started", "outbox relay active"),
-    "relay": ("outbox relay active",),
-}
+# What each service logs once it works: consumers joined their groups, and the orchestrator's in-process relay
+# (``saga run all``) holds its table's lock.
+READY_LINES: Mapping[str, tuple[str, ...]] = {"orchestrator": ("orchestrator consumer started", "outbox relay active")}
 PARTICIPANT_READY = ("participant started",)
 
 
@@ -63,13 +60,18 @@ async def wait_until_ready(stack: Stack, labels: Iterable[str], timeout_s: float
     """Wait until each service logged that it is ready (after log offset ``since[label]`` when given)."""
     deadline = time.monotonic() + timeout_s
     offsets = since or {}
-    waiting = [label for label in labels
-               if not all([await logged_within(stack, label, line, max(0.0, deadline - time.monotonic()),
-                                               offsets.get(label, 0))
-                           for line in READY_LINES.get(label, PARTICIPANT_READY)])]
+    waiting = [label for label in labels if not await _ready(stack, label, deadline, offsets.get(label, 0))]
     if waiting:
         tails = "\n".join(f"{label}: {stack.log(label)[-1500:]}" for label in sorted(waiting))
         raise RuntimeError(f"not ready after {timeout_s} s: {sorted(waiting)}\n{tails}")
+
+
+async def _ready(stack: Stack, label: str, deadline: float, since: int) -> bool:
+    """Whether service ``label`` logs each of its ready lines (after log offset ``since``) before ``deadline``."""
+    for line in READY_LINES.get(label, PARTICIPANT_READY):
+        if not await logged_within(stack, label, line, max(0.0, deadline - time.monotonic()), since):
+            return False
+    return True
 
 
 async def restart(stack: Stack, label: str, extra_env: dict[str, str] | None = None) -> None:
