@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
 import orjson
 
 from participants.flight.rules import book_flight_rule, cancel_flight_rule
+from participants.kit.bulk import record_each
 from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Participant
+from participants.kit.participant import Call, Participant
 
 SCHEMA = "flight"
 TRIP_REQUEST = "saga.v1.trip.TripRequest"
@@ -36,19 +37,20 @@ BUSINESS_DDL = (
 )
 
 
-async def book_flight(conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
-    """Book the trip's flight for this saga step."""
-    verdict = book_flight_rule(trip["origin"], trip["destination"])
-    if isinstance(verdict, Failed):
-        return verdict
-    booking_id = await conn.fetchval(
-        f"""INSERT INTO {SCHEMA}.bookings (saga_id, step, idempotency_key, customer_id, origin, destination,
-                                           depart_date, return_date, status)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'booked') RETURNING booking_id""",
-        command.saga_id, command.step, command.idempotency_key, trip["customer_id"], trip["origin"],
-        trip["destination"], trip["depart_date"], trip["return_date"],
-    )
-    return Succeeded(orjson.dumps({"booking_id": booking_id}), reply_delay_ms=verdict.reply_delay_ms)
+BOOKING_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "customer_id": "text",
+                   "origin": "text", "destination": "text", "depart_date": "text", "return_date": "text",
+                   "status": "text"}
+
+
+async def book_flights(conn: asyncpg.Connection, calls: Sequence[Call]) -> list[Outcome]:
+    """Book the trip's flight for each saga step (one INSERT for all of them)."""
+    verdicts = [book_flight_rule(trip["origin"], trip["destination"]) for _, trip in calls]
+    return await record_each(conn, calls, verdicts, f"{SCHEMA}.bookings", BOOKING_COLUMNS, _booking, "booking_id")
+
+
+def _booking(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[str, ...]:
+    return (command.saga_id, command.step, command.idempotency_key, trip["customer_id"], trip["origin"],
+            trip["destination"], trip["depart_date"], trip["return_date"], "booked")
 
 
 async def cancel_flight(
@@ -69,7 +71,8 @@ async def cancel_flight(
 PARTICIPANT = Participant(
     name="flight",
     schema=SCHEMA,
-    handlers={"book_flight": book_flight, "cancel_flight": cancel_flight},
+    handlers={"cancel_flight": cancel_flight},
+    batch_handlers={"book_flight": book_flights},
     business_ddl=BUSINESS_DDL,
     input_types=frozenset({TRIP_REQUEST}),
 )

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
 import orjson
 
 from participants.hotel.rules import book_hotel_rule
-from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Participant
+from participants.kit.bulk import record_each
+from participants.kit.outcome import Outcome, ReceivedCommand, Succeeded
+from participants.kit.participant import Call, Participant
 
 SCHEMA = "hotel"
 TRIP_REQUEST = "saga.v1.trip.TripRequest"
@@ -33,19 +34,19 @@ BUSINESS_DDL = (
 )
 
 
-async def book_hotel(conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
-    """Book a room at the destination for the trip's dates."""
-    verdict = book_hotel_rule(trip["destination"])
-    if isinstance(verdict, Failed):
-        return verdict
-    booking_id = await conn.fetchval(
-        f"""INSERT INTO {SCHEMA}.bookings (saga_id, step, idempotency_key, customer_id, destination,
-                                           check_in, check_out, status)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, 'booked') RETURNING booking_id""",
-        command.saga_id, command.step, command.idempotency_key, trip["customer_id"], trip["destination"],
-        trip["depart_date"], trip["return_date"],
-    )
-    return Succeeded(orjson.dumps({"booking_id": booking_id}), reply_delay_ms=verdict.reply_delay_ms)
+BOOKING_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "customer_id": "text",
+                   "destination": "text", "check_in": "text", "check_out": "text", "status": "text"}
+
+
+async def book_hotels(conn: asyncpg.Connection, calls: Sequence[Call]) -> list[Outcome]:
+    """Book a room at the destination for the trip's dates, for each saga step (one INSERT for all)."""
+    verdicts = [book_hotel_rule(trip["destination"]) for _, trip in calls]
+    return await record_each(conn, calls, verdicts, f"{SCHEMA}.bookings", BOOKING_COLUMNS, _booking, "booking_id")
+
+
+def _booking(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[str, ...]:
+    return (command.saga_id, command.step, command.idempotency_key, trip["customer_id"], trip["destination"],
+            trip["depart_date"], trip["return_date"], "booked")
 
 
 async def cancel_hotel(
@@ -63,7 +64,8 @@ async def cancel_hotel(
 PARTICIPANT = Participant(
     name="hotel",
     schema=SCHEMA,
-    handlers={"book_hotel": book_hotel, "cancel_hotel": cancel_hotel},
+    handlers={"cancel_hotel": cancel_hotel},
+    batch_handlers={"book_hotel": book_hotels},
     business_ddl=BUSINESS_DDL,
     input_types=frozenset({TRIP_REQUEST}),
 )

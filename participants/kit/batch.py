@@ -13,9 +13,10 @@ A batch in which one idempotency key appears twice (a redelivery next to its ori
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import groupby
+from typing import Any, TypeVar
 
 import asyncpg
 import orjson
@@ -35,7 +36,7 @@ from participants.kit.handle import (
     parse_delivery,
 )
 from participants.kit.outcome import Failed, Outcome, ReceivedCommand
-from participants.kit.participant import Participant
+from participants.kit.participant import Call, Participant
 from participants.kit.replies import Delivery, HeadersArg, RecordedReply, outcome_message, step_result_message
 from schemas.registry import SchemaRegistry, default_registry
 from schemas.topics import Topics
@@ -87,6 +88,9 @@ async def handle_commands(
     return [disposition for disposition, *_ in done]
 
 
+T = TypeVar("T")
+
+
 class _Careful(Exception):
     """A handler failed in the optimistic pass (no savepoints): the batch must be redone with them."""
 
@@ -108,7 +112,9 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     recorded = await _recorded(conn, table, [c.idempotency_key for c in commands if c.idempotency_key not in claimed])
     transient: list[str] = []
     final: list[tuple[str, RecordedReply]] = []
-    run = _run_in_savepoint if careful else _run_bare
+    calls = [(p.command, p.saga_input) for p in parsed
+             if p.command is not None and p.command.idempotency_key in claimed]
+    outcomes = await (_run_each_in_savepoint if careful else _run_bare)(conn, participant, calls)
     for item, check in zip(batch, parsed, strict=True):
         command = check.command
         if command is None:
@@ -119,7 +125,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
             replies.append(step_result_message(registry, command, results_topic, reply))
             done.append((Disposition.DUPLICATE, command, reply, reply.error_type))
         else:
-            outcome = await run(conn, participant, command, check.saga_input)
+            outcome = outcomes[command.idempotency_key]
             is_transient = isinstance(outcome, Failed) and outcome.retryable
             if is_transient:
                 transient.append(command.idempotency_key)  # not recorded: a later attempt does the work
@@ -132,21 +138,51 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     return done
 
 
-async def _run_bare(conn: asyncpg.Connection, participant: Participant, command: ReceivedCommand,
-                    saga_input: Mapping[str, Any]) -> Outcome:
-    """Run the handler without a savepoint (two round trips fewer); a failure raises ``_Careful``."""
-    handler = participant.handlers.get(command.action)
-    if handler is None or (participant.input_types and command.input_type not in participant.input_types):
+async def _run_each_in_savepoint(conn: asyncpg.Connection, participant: Participant,
+                                 calls: Sequence[Call]) -> dict[str, Outcome]:
+    """Each handler in its own savepoint, in order: a failed one leaves no trace, the others stay."""
+    return {command.idempotency_key: await _run_in_savepoint(conn, participant, command, saga_input)
+            for command, saga_input in calls}
+
+
+async def _run_bare(conn: asyncpg.Connection, participant: Participant, calls: Sequence[Call]) -> dict[str, Outcome]:
+    """Run the handlers without savepoints (two round trips fewer per command), consecutive commands of one
+    action through its batch handler when it has one; any failure raises ``_Careful``."""
+    outcomes: dict[str, Outcome] = {}
+    for action, group in groupby(calls, key=lambda call: call[0].action):
+        run = list(group)
+        many = participant.batch_handlers.get(action)
+        if many is not None and (len(run) > 1 or action not in participant.handlers) and all(
+                participant.reads(command) for command, _ in run):
+            results = await _guarded(many(conn, run))
+            if len(results) != len(run):
+                raise _Careful(f"batch handler {action} returned {len(results)} outcomes for {len(run)} commands")
+        else:
+            results = [await _run_one_bare(conn, participant, command, saga_input) for command, saga_input in run]
+        for (command, _), outcome in zip(run, results, strict=True):
+            if isinstance(outcome, Failed):
+                raise _Careful(outcome.error_type)
+            outcomes[command.idempotency_key] = outcome
+    return outcomes
+
+
+async def _run_one_bare(conn: asyncpg.Connection, participant: Participant, command: ReceivedCommand,
+                        saga_input: Mapping[str, Any]) -> Outcome:
+    handler = participant.handler(command.action)
+    if handler is None or not participant.reads(command):
         return await _run_in_savepoint(conn, participant, command, saga_input)  # refused before any change
+    return await _guarded(handler(conn, command, saga_input))
+
+
+async def _guarded(pending: Awaitable[T]) -> T:
+    """Await a handler: a lost database propagates (the batch is retried), any other error means the batch
+    is redone carefully."""
     try:
-        outcome = await handler(conn, command, saga_input)
+        return await pending
     except _DATABASE_GONE:
         raise
     except Exception as exc:
         raise _Careful(repr(exc)) from exc
-    if isinstance(outcome, Failed):
-        raise _Careful(outcome.error_type)
-    return outcome
 
 
 async def _claim(conn: asyncpg.Connection, table: str, commands: Sequence[ReceivedCommand]) -> set[str]:

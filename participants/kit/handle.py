@@ -234,10 +234,10 @@ async def _run_in_savepoint(
     saga_input: Mapping[str, Any],
 ) -> Outcome:
     """Run the handler in a savepoint; any failure rolls its business change back."""
-    handler = participant.handlers.get(command.action)
+    handler = participant.handler(command.action)
     if handler is None:
         return Failed("UnknownAction", f"{participant.name} has no action {command.action!r}")
-    if participant.input_types and command.input_type not in participant.input_types:
+    if not participant.reads(command):
         return Failed("UnsupportedInput", f"{participant.name} cannot read input {command.input_type}")
     try:
         async with conn.transaction():

@@ -11,11 +11,19 @@ import asyncpg
 from participants.kit.outcome import Outcome, ReceivedCommand
 
 Handler = Callable[[asyncpg.Connection, ReceivedCommand, Mapping[str, Any]], Awaitable[Outcome]]
+Call = tuple[ReceivedCommand, Mapping[str, Any]]  # a command and the saga input it carries
+BatchHandler = Callable[[asyncpg.Connection, Sequence[Call]], Awaitable[Sequence[Outcome]]]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Participant:
     """A participant service: its actions, its Postgres schema and its business tables.
+
+    ``handlers`` run one command each. ``batch_handlers`` run many commands of one action at once (e.g.
+    one multi-row INSERT instead of one per command): the worker's batches hand them consecutive commands
+    of their action, and a command on its own is handed over as a batch of one. A batch handler returns one
+    outcome per call, in order, and must have the effect of its calls run one after another. An action has
+    a handler, a batch handler, or both (then the batch handler serves batches of two or more).
 
     ``business_ddl`` holds idempotent statements (CREATE ... IF NOT EXISTS) run at start;
     ``input_types`` lists the saga input records the handlers understand (empty = any).
@@ -23,9 +31,28 @@ class Participant:
 
     name: str
     schema: str
-    handlers: Mapping[str, Handler]
+    handlers: Mapping[str, Handler] = field(default_factory=dict)
+    batch_handlers: Mapping[str, BatchHandler] = field(default_factory=dict)
     business_ddl: Sequence[str] = ()
     input_types: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if not self.handlers and not self.batch_handlers:
+            raise ValueError(f"participant {self.name!r} has no handlers")
+
+    def handler(self, action: str) -> Handler | None:
+        """The handler of one ``action`` command (a batch handler given a batch of one), or None."""
+        single = self.handlers.get(action)
+        if single is not None:
+            return single
+        many = self.batch_handlers.get(action)
+        if many is None:
+            return None
+        return _one_at_a_time(many)
+
+    def reads(self, command: ReceivedCommand) -> bool:
+        """Whether the handlers understand ``command``'s saga input."""
+        return not self.input_types or command.input_type in self.input_types
 
     @property
     def outbox_table(self) -> str:
@@ -39,3 +66,13 @@ class Participant:
     def consumer_name(self) -> str:
         """How this participant names itself in dead letters and logs."""
         return f"participant-{self.name}"
+
+
+def _one_at_a_time(many: BatchHandler) -> Handler:
+    async def handle(conn: asyncpg.Connection, command: ReceivedCommand, saga_input: Mapping[str, Any]) -> Outcome:
+        outcomes = await many(conn, [(command, saga_input)])
+        if len(outcomes) != 1:
+            raise RuntimeError(f"batch handler returned {len(outcomes)} outcomes for 1 command")
+        return outcomes[0]
+
+    return handle

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
-import orjson
 
-from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Participant
+from participants.kit.bulk import record_each
+from participants.kit.outcome import Outcome, ReceivedCommand
+from participants.kit.participant import Call, Participant
 from participants.notification.rules import send_itinerary_rule
 
 SCHEMA = "notification"
@@ -28,25 +28,24 @@ BUSINESS_DDL = (
 )
 
 
-async def send_itinerary(
-    conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]
-) -> Outcome:
-    """Send the itinerary to the customer's e-mail address (recorded as a row in notification.sent)."""
-    verdict = send_itinerary_rule(trip["email"], command.attempt)
-    if isinstance(verdict, Failed):
-        return verdict
-    sent_id = await conn.fetchval(
-        f"""INSERT INTO {SCHEMA}.sent (saga_id, step, idempotency_key, email)
-            VALUES ($1, $2, $3, $4) RETURNING sent_id""",
-        command.saga_id, command.step, command.idempotency_key, trip["email"],
-    )
-    return Succeeded(orjson.dumps({"sent_id": sent_id}), reply_delay_ms=verdict.reply_delay_ms)
+SENT_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "email": "text"}
+
+
+async def send_itineraries(conn: asyncpg.Connection, calls: Sequence[Call]) -> list[Outcome]:
+    """Send each itinerary to the customer's e-mail address (recorded as rows in notification.sent, one
+    INSERT for all of them)."""
+    verdicts = [send_itinerary_rule(trip["email"], command.attempt) for command, trip in calls]
+    return await record_each(conn, calls, verdicts, f"{SCHEMA}.sent", SENT_COLUMNS, _sent, "sent_id")
+
+
+def _sent(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[str, ...]:
+    return command.saga_id, command.step, command.idempotency_key, trip["email"]
 
 
 PARTICIPANT = Participant(
     name="notification",
     schema=SCHEMA,
-    handlers={"send_itinerary": send_itinerary},
+    batch_handlers={"send_itinerary": send_itineraries},
     business_ddl=BUSINESS_DDL,
     input_types=frozenset({TRIP_REQUEST}),
 )

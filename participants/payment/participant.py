@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
 import orjson
 
-from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Participant
+from participants.kit.bulk import record_each
+from participants.kit.outcome import Outcome, ReceivedCommand, Succeeded
+from participants.kit.participant import Call, Participant
 from participants.payment.rules import charge_card_rule
 
 SCHEMA = "payment"
@@ -32,19 +33,20 @@ BUSINESS_DDL = (
 )
 
 
-async def charge_card(conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
-    """Charge the trip's amount to the card (card tokens trigger decline / flaky / slow behaviours)."""
-    verdict = charge_card_rule(trip["card_token"], command.attempt)
-    if isinstance(verdict, Failed):
-        return verdict
-    charge_id = await conn.fetchval(
-        f"""INSERT INTO {SCHEMA}.charges (saga_id, step, idempotency_key, customer_id, amount_cents,
-                                          currency, status)
-            VALUES ($1, $2, $3, $4, $5, $6, 'charged') RETURNING charge_id""",
-        command.saga_id, command.step, command.idempotency_key, trip["customer_id"], trip["amount_cents"],
-        trip["currency"],
-    )
-    return Succeeded(orjson.dumps({"charge_id": charge_id}), reply_delay_ms=verdict.reply_delay_ms)
+CHARGE_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "customer_id": "text",
+                  "amount_cents": "bigint", "currency": "text", "status": "text"}
+
+
+async def charge_cards(conn: asyncpg.Connection, calls: Sequence[Call]) -> list[Outcome]:
+    """Charge each trip's amount to its card (card tokens trigger decline / flaky / slow behaviours), one
+    INSERT for all of them."""
+    verdicts = [charge_card_rule(trip["card_token"], command.attempt) for command, trip in calls]
+    return await record_each(conn, calls, verdicts, f"{SCHEMA}.charges", CHARGE_COLUMNS, _charge, "charge_id")
+
+
+def _charge(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (command.saga_id, command.step, command.idempotency_key, trip["customer_id"], trip["amount_cents"],
+            trip["currency"], "charged")
 
 
 async def refund_card(conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
@@ -60,7 +62,8 @@ async def refund_card(conn: asyncpg.Connection, command: ReceivedCommand, trip: 
 PARTICIPANT = Participant(
     name="payment",
     schema=SCHEMA,
-    handlers={"charge_card": charge_card, "refund_card": refund_card},
+    handlers={"refund_card": refund_card},
+    batch_handlers={"charge_card": charge_cards},
     business_ddl=BUSINESS_DDL,
     input_types=frozenset({TRIP_REQUEST}),
 )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
+import orjson
 import pytest
 
 from infra.db import create_pool
@@ -14,7 +15,7 @@ from participants.kit.batch import Incoming, handle_commands
 from participants.kit.ddl import ensure_participant_schema
 from participants.kit.handle import Disposition, handle_command
 from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Participant
+from participants.kit.participant import Call, Participant
 from participants.kit.replies import Delivery
 from participants.registry import REFERENCE_PARTICIPANTS
 from tests.integration.test_participants import FLIGHT, PAYMENT, TOPICS, command, processed, replies
@@ -147,3 +148,79 @@ async def test_only_the_failed_handlers_writes_are_undone(pool: asyncpg.Pool) ->
     statuses = [[(r["status"], r["error_type"]) for r in await processed(pool, "batchtest", sid(n))] for n in range(5)]
     assert statuses == [[("SUCCEEDED", None)], [("FAILED", "Refused")], [("SUCCEEDED", None)], [],
                         [("SUCCEEDED", None)]]
+
+
+def recording_participant(calls: list[list[str]], *, single: bool, miscount: bool = False) -> Participant:
+    """A participant whose ``charge_card`` batch handler writes one mark per command in one statement and
+    notes which sagas each of its calls got; ``single`` adds a one-command handler, ``miscount`` makes the
+    batch handler answer one outcome short."""
+
+    async def mark_many(conn: asyncpg.Connection, batch: Sequence[Call]) -> list[Outcome]:
+        calls.append([command.saga_id for command, _ in batch])
+        await conn.execute("INSERT INTO batchtest.marks (saga_id) SELECT unnest($1::text[])",
+                           [command.saga_id for command, _ in batch])
+        outcomes: list[Outcome] = [Succeeded() for _ in batch]
+        return outcomes[:-1] if miscount else outcomes
+
+    async def mark_one(conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
+        calls.append([f"single {command.saga_id}"])
+        await conn.execute("INSERT INTO batchtest.marks (saga_id) VALUES ($1)", command.saga_id)
+        return Succeeded()
+
+    return Participant(name="payment", schema="batchtest", batch_handlers={"charge_card": mark_many},
+                       handlers={"charge_card": mark_one, "refund_card": mark_one} if single else {},
+                       business_ddl=MARKER.business_ddl)
+
+
+async def test_consecutive_commands_of_an_action_go_to_its_batch_handler_together(pool: asyncpg.Pool) -> None:
+    calls: list[list[str]] = []
+    participant = recording_participant(calls, single=True)
+    await ensure_participant_schema(pool, participant)
+    sid = ids()
+    actions = ["charge_card", "charge_card", "refund_card", "charge_card", "charge_card", "charge_card"]
+    batch = [Incoming(*command(sid(n), "payment", action), Delivery(topic=TOPICS.commands("payment")))
+             for n, action in enumerate(actions)]
+    assert await handle_commands(pool, participant, TOPICS, batch) == [Disposition.RECORDED] * 6
+    # Delivery order is kept: the refund between them splits the charges into two batch calls.
+    assert calls == [[sid(0), sid(1)], [f"single {sid(2)}"], [sid(3), sid(4), sid(5)]]
+    marked = await pool.fetch("SELECT saga_id FROM batchtest.marks WHERE saga_id LIKE $1", sid(0)[:-2] + "%")
+    assert sorted(r["saga_id"] for r in marked) == [sid(n) for n in range(6)]
+
+
+async def test_a_lone_command_uses_the_batch_handler_when_it_is_the_only_one(pool: asyncpg.Pool) -> None:
+    calls: list[list[str]] = []
+    participant = recording_participant(calls, single=False)
+    await ensure_participant_schema(pool, participant)
+    sid = ids()
+    value, headers = command(sid(0), "payment", "charge_card")
+    assert await handle_command(pool, participant, TOPICS, value, headers) is Disposition.RECORDED
+    assert calls == [[sid(0)]]
+    assert [(r["status"], r["error_type"]) for r in await processed(pool, "batchtest", sid(0))] == [
+        ("SUCCEEDED", None)]
+
+
+async def test_a_batch_handler_with_too_few_outcomes_is_redone_one_command_at_a_time(pool: asyncpg.Pool) -> None:
+    calls: list[list[str]] = []
+    participant = recording_participant(calls, single=True, miscount=True)
+    await ensure_participant_schema(pool, participant)
+    sid = ids()
+    batch = [Incoming(*command(sid(n), "payment", "charge_card"), Delivery(topic=TOPICS.commands("payment")))
+             for n in range(3)]
+    assert await handle_commands(pool, participant, TOPICS, batch) == [Disposition.RECORDED] * 3
+    assert calls == [[sid(0), sid(1), sid(2)], *([f"single {sid(n)}"] for n in range(3))]
+    marked = await pool.fetch("SELECT saga_id FROM batchtest.marks WHERE saga_id LIKE $1", sid(0)[:-2] + "%")
+    assert sorted(r["saga_id"] for r in marked) == [sid(n) for n in range(3)]  # the first pass rolled back
+
+
+async def test_reference_batch_handlers_book_each_command_once(pool: asyncpg.Pool) -> None:
+    sid = ids()
+    batch = [Incoming(*command(sid(n), "flight", "book_flight"), Delivery(topic=TOPICS.commands("flight")))
+             for n in range(4)]
+    assert await handle_commands(pool, FLIGHT, TOPICS, batch) == [Disposition.RECORDED] * 4
+    rows = await pool.fetch("SELECT saga_id, booking_id FROM flight.bookings WHERE saga_id LIKE $1 ORDER BY saga_id",
+                            sid(0)[:-2] + "%")
+    assert [r["saga_id"] for r in rows] == [sid(n) for n in range(4)]
+    for n, row in enumerate(rows):  # each reply names its own booking
+        (reply,) = await replies(pool, "flight", sid(n))
+        assert reply["result"]["status"] == "SUCCEEDED"
+        assert orjson.loads(reply["result"]["output"]) == {"booking_id": row["booking_id"]}

@@ -1,14 +1,19 @@
-"""The participant kit's wire helpers: command decoding, StepResult replies and dead letters."""
+"""The participant kit's wire helpers (command decoding, StepResult replies, dead letters) and its
+Participant definition."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from orchestrator.domain.messages import CommandKind
+from participants.kit.bulk import insert_rows
 from participants.kit.handle import decode_command
-from participants.kit.outcome import Failed, ReceivedCommand, Succeeded
+from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
+from participants.kit.participant import Call, Participant
 from participants.kit.replies import (
     Delivery,
     dead_letter_message,
@@ -127,3 +132,55 @@ def test_dead_letter_without_an_offset_gets_a_content_based_id() -> None:
     assert first.message_id == second.message_id
     assert first.message_id.startswith("dlq:flight.commands:")
     assert first.key == ""
+
+
+async def _two_outcomes(conn: Any, calls: Sequence[Call]) -> Sequence[Outcome]:
+    return [Succeeded(f"{command.saga_id}:{trip['origin']}".encode()) for command, trip in calls] * 2
+
+
+async def _no_change(conn: Any, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
+    return Succeeded(b"single")
+
+
+async def _echo(conn: Any, calls: Sequence[Call]) -> Sequence[Outcome]:
+    return [Succeeded(f"{command.saga_id}:{trip['origin']}".encode()) for command, trip in calls]
+
+
+async def test_an_action_with_only_a_batch_handler_runs_a_single_command_as_a_batch_of_one() -> None:
+    participant = Participant(name="p", schema="p", batch_handlers={"book_flight": _echo})
+    handler = participant.handler("book_flight")
+    assert handler is not None
+    assert await handler(None, _command(), TRIP) == Succeeded(b"s1:LHR")
+    assert participant.handler("cancel_flight") is None
+
+
+async def test_a_single_handler_is_preferred_for_one_command() -> None:
+    participant = Participant(name="p", schema="p", handlers={"book_flight": _no_change},
+                              batch_handlers={"book_flight": _echo})
+    handler = participant.handler("book_flight")
+    assert handler is not None
+    assert await handler(None, _command(), TRIP) == Succeeded(b"single")
+
+
+async def test_a_batch_of_one_answered_with_two_outcomes_is_an_error() -> None:
+    handler = Participant(name="p", schema="p", batch_handlers={"book_flight": _two_outcomes}).handler("book_flight")
+    assert handler is not None
+    with pytest.raises(RuntimeError, match="2 outcomes for 1 command"):
+        await handler(None, _command(), TRIP)
+
+
+def test_a_participant_needs_a_handler() -> None:
+    with pytest.raises(ValueError, match="'p' has no handlers"):
+        Participant(name="p", schema="p")
+
+
+def test_reads_checks_the_input_type() -> None:
+    participant = Participant(name="p", schema="p", handlers={"book_flight": _no_change},
+                              input_types=frozenset({"saga.v1.trip.TripRequest"}))
+    assert participant.reads(_command())
+    assert not participant.reads(replace(_command(), input_type="shop.v1.Order"))
+
+
+async def test_insert_rows_needs_the_idempotency_key_to_match_rows() -> None:
+    with pytest.raises(ValueError, match="idempotency_key"):
+        await insert_rows(None, "t.rows", {"saga_id": "text"}, [("s1",)], "row_id")
