@@ -169,7 +169,8 @@ def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s
     console.print(usage)
     return RunSummary(sagas_per_s=len(ended) / wall_s, p50_ms=1000 * percentile(observed, 0.50),
                       p95_ms=1000 * percentile(observed, 0.95), p99_ms=1000 * percentile(observed, 0.99),
-                      cpu_percent=100 * ours / wall_s, cpu_ms_per_saga=1000 * ours / len(ended))
+                      cpu_percent=100 * ours / wall_s, cpu_ms_per_saga=1000 * ours / len(ended),
+                      fold_events_per_s=folds)
 
 
 def latency_over_time(ended: list[str], seen: Observed, rows: int = 15) -> Table:
