@@ -42,10 +42,12 @@ from aiokafka.errors import KafkaError
 from infra.db import check_table
 from infra.faults import crash_point
 from infra.health import current as current_health
+from outbox.batches import queue_batches
 
 log = logging.getLogger(__name__)
 
-ProducerFactory = Callable[[], Any]  # returns an unstarted AIOKafkaProducer (or a compatible object)
+ProducerFactory = Callable[[], Any]  # an unstarted AIOKafkaProducer (or an object with its start, stop,
+# partitions_for, create_batch and send_batch)
 MIN_POLL_MS = 5  # default wait between polls while they keep finding rows
 MAX_POLL_MS = 50  # default wait between polls once they stop finding rows
 
@@ -221,18 +223,11 @@ class OutboxRelay:
         rows = await self._conn.fetch(self._select_sql, self._batch_size)
         if not rows:
             return 0
-        # Send everything first so the producer batches per partition, then wait for all acks.
-        futures = []
+        # Queue everything first, one record batch per partition, then wait for all acks.
+        futures: list[asyncio.Future[Any]] = []
         try:
-            for row in rows:
-                futures.append(
-                    await producer.send(
-                        row["topic"],
-                        value=row["value"],
-                        key=row["message_key"].encode(),
-                        headers=_headers(row),
-                    )
-                )
+            await queue_batches(producer, [(row["topic"], row["message_key"].encode(), row["value"], _headers(row))
+                                           for row in rows], futures)
         except Exception as exc:  # e.g. unknown topic (metadata timeout), record too large
             await asyncio.gather(*futures, return_exceptions=True)
             raise _BatchFailed(rows, exc) from exc

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.partitioner import DefaultPartitioner
 
 from infra.db import create_pool
 from outbox.message import OutboxMessage
@@ -144,6 +145,52 @@ async def test_publishes_in_id_order_per_key_with_headers_and_deletes(
     key, message_id, headers, value = received[0]
     assert headers["saga_id"] == key.encode() and headers["message_id"] == message_id.encode()
     assert value == f"{key}#{message_id.rsplit(':', 1)[1]}".encode()
+
+
+async def test_each_key_lands_on_the_partition_of_the_default_partitioner(
+    pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str
+) -> None:
+    keys = [f"saga-{n}" for n in range(40)]
+    await write(pool, table, messages(topic, keys, 2))
+    publisher = relay(pool, table, kafka_bootstrap)
+    try:
+        assert await drain(publisher) == 80
+    finally:
+        await publisher.close()
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
+                                group_id=None)
+    await consumer.start()
+    placed: dict[str, set[int]] = defaultdict(set)
+    try:
+        while sum(len(parts) for parts in placed.values()) < 40 or len(placed) < 40:
+            for records in (await consumer.getmany(timeout_ms=1000)).values():
+                for record in records:
+                    placed[record.key.decode()].add(record.partition)
+    finally:
+        await consumer.stop()
+    # Where any Kafka client's send() would put the key (murmur2 over the topic's 3 partitions).
+    expected = {key: {DefaultPartitioner()(key.encode(), [0, 1, 2], [0, 1, 2])} for key in keys}
+    assert placed == expected
+    assert len({partition for (partition,) in placed.values()}) == 3
+
+
+async def test_rows_that_overflow_a_record_batch_keep_their_order(
+    pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str
+) -> None:
+    def small_batches() -> AIOKafkaProducer:  # about four of these rows fill a batch
+        return AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=True,
+                                max_batch_size=1024)
+
+    await write(pool, table, [OutboxMessage(topic, "one-key", bytes(200) + str(n).encode(), {"saga_id": "one-key"},
+                                            f"one-key:event:{n}") for n in range(30)])
+    publisher = OutboxRelay(pool, table, producer_factory=small_batches)
+    try:
+        assert await drain(publisher) == 30
+    finally:
+        await publisher.close()
+    received = await consume(kafka_bootstrap, topic, 30)
+    assert [message_id for _, message_id, _, _ in received] == [f"one-key:event:{n}" for n in range(30)]
+    assert [value[200:] for _, _, _, value in received] == [str(n).encode() for n in range(30)]
 
 
 async def test_a_row_is_not_published_before_its_available_at(
