@@ -36,7 +36,7 @@ _COLUMNS: tuple[tuple[str, Callable[[RunSummary], float], str], ...] = (
     ("p99 ms", lambda run: run.p99_ms, "{:,.0f}"),
     ("CPU % of one core", lambda run: run.cpu_percent, "{:.0f}%"),
     ("CPU ms per saga", lambda run: run.cpu_ms_per_saga, "{:.1f}"),
-    ("fold events/s before", lambda run: run.fold_events_per_s, "{:,.0f}"),
+    ("fold ev/s", lambda run: run.fold_events_per_s, "{:,.0f}"),
 )
 
 
