@@ -35,7 +35,7 @@ class Settings(BaseSettings):
                     "it grows to 50 ms, or this if longer). Higher: bigger batches, less CPU, more latency per step.",
     )
     saga_fetch_wait_ms: int = Field(
-        default=100, ge=1,
+        default=75, ge=1,
         description="Orchestrator: how long a Kafka fetch waits for more records before it returns.",
     )
     saga_participant_batch_ms: float = Field(
