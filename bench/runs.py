@@ -1,10 +1,11 @@
 """Repeated runs of the throughput benchmark, side by side.
 
 On a small machine one run says little: on the 2-core reference machine, one commit at 210 sagas/s gave p99
-from 0.55 to 2.8 s within an hour, and the CPU each saga took from 5.9 to 9.3 ms. The machine itself changes
-speed: the in-process fold probe each run starts with (one core, nothing else running) read from 91,000 to
-175,000 events/s over that hour. ``--runs N`` repeats the run and ends with this table: every run's headline
-numbers, the probe's reading beside them, their median, and their range.
+from 0.55 to 2.8 s within an hour, and the CPU each saga took from 5.9 to 9.3 ms: the same work, so the
+machine itself changed speed. The in-process fold probe each run starts with (one core, nothing else
+running) read from 91,000 to 175,000 events/s over that hour, but it does not foresee a slow run; the CPU per
+saga is the better gauge. ``--runs N`` repeats the run and ends with this table: every run's headline
+numbers and the probe's reading, their median, and their range.
 """
 
 from __future__ import annotations
