@@ -152,8 +152,7 @@ async def _run_bare(conn: asyncpg.Connection, participant: Participant, calls: S
     for action, group in groupby(calls, key=lambda call: call[0].action):
         run = list(group)
         many = participant.batch_handlers.get(action)
-        if many is not None and (len(run) > 1 or action not in participant.handlers) and all(
-                participant.reads(command) for command, _ in run):
+        if many is not None and len(run) > 1 and all(participant.reads(command) for command, _ in run):
             results = await _guarded(many(conn, run))
             if len(results) != len(run):
                 raise _Careful(f"batch handler {action} returned {len(results)} outcomes for {len(run)} commands")
@@ -168,6 +167,7 @@ async def _run_bare(conn: asyncpg.Connection, participant: Participant, calls: S
 
 async def _run_one_bare(conn: asyncpg.Connection, participant: Participant, command: ReceivedCommand,
                         saga_input: Mapping[str, Any]) -> Outcome:
+    # participant.handler: the single handler, or the batch handler given a batch of one.
     handler = participant.handler(command.action)
     if handler is None or not participant.reads(command):
         return await _run_in_savepoint(conn, participant, command, saga_input)  # refused before any change
