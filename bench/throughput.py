@@ -43,13 +43,14 @@ from bench.probes import (
 )
 from bench.runs import RunSummary, runs_table
 from bench.watch import Observed, Watcher, publish, wait_for
-from cli.run_cmd import Services, start_services, stop_services
+from cli.run_cmd import Services, participant_workers, start_services, stop_services
 from infra.kafka_admin import delete_topics
 from infra.launcher.kafka import KafkaLauncher
 from infra.launcher.postgres import PostgresLauncher
 from infra.settings import Settings
 from orchestrator.bootstrap import prepare
-from participants.runner import app_id
+from participants.registry import get_participant
+from participants.runner import worker_id
 from schemas.topics import PARTICIPANTS, Topics
 
 console = Console()
@@ -207,7 +208,8 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
     await admin.execute(f'CREATE DATABASE "{database}"')
     log_dir = os.path.join(settings.saga_home, "logs", database)
     os.makedirs(log_dir, exist_ok=True)
-    console.print(f"database {database}, topic prefix {prefix!r}")
+    console.print(f"database {database}, topic prefix {prefix!r}, participant workers: "
+                  f"{' '.join('+'.join(worker) for worker in participant_workers(settings))}")
     services: dict[str, subprocess.Popen[bytes]] = {}
     keep_logs = False  # set when something went wrong: what the services logged explains it
     watcher = Watcher(settings.kafka_servers(), topics.events)
@@ -278,8 +280,8 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
                 await delete_topics(settings.kafka_servers(), run_topics(settings))
             except Exception as error:  # leftovers of a benchmark are not worth failing the report for
                 console.print(f"[yellow]could not delete topics: {error!r}")
-            for participant in PARTICIPANTS:
-                shutil.rmtree(settings.saga_home / "faust" / app_id(participant, settings), ignore_errors=True)
+            for ident in worker_ids(settings):
+                shutil.rmtree(settings.saga_home / "faust" / ident, ignore_errors=True)
             if keep_logs:
                 console.print(f"service logs kept in {log_dir}")
             else:
@@ -290,8 +292,14 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
 
 def run_topics(settings: Settings) -> list[str]:
     """Every topic a run creates: the contract's, and the one faust creates per participant app."""
-    internal = [f"{app_id(participant, settings)}-__assignor-__leader" for participant in PARTICIPANTS]
+    internal = [f"{ident}-__assignor-__leader" for ident in worker_ids(settings)]
     return [*Topics(settings.saga_topic_prefix).all(), *internal]
+
+
+def worker_ids(settings: Settings) -> list[str]:
+    """The consumer-group id of every participant worker ``saga run all`` starts."""
+    return [worker_id([get_participant(path).name for path in worker], settings)
+            for worker in participant_workers(settings)]
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -64,22 +64,27 @@ def relay() -> None:
 
 
 @run_app.command("participant")
-def participant(name: str = typer.Argument(..., help="flight, hotel, payment, notification, "
-                                                      "or module:attribute of your own Participant")) -> None:
-    """Run one participant worker (faust) with its own outbox relay."""
+def participant(names: Annotated[list[str], typer.Argument(
+        help="flight, hotel, payment, notification, or module:attribute of your own Participant; several names: "
+             "one worker hosting them all")]) -> None:
+    """Run a participant worker (faust), each hosted participant with its own outbox relay."""
     from participants.registry import get_participant
     from participants.runner import run_participant
 
     try:
-        get_participant(name)
+        hosted = [get_participant(name).name for name in names]
     except (ValueError, ImportError) as error:
         fail(str(error))
+    if len(set(hosted)) != len(hosted):
+        fail(f"name each participant once: {' '.join(names)}")
     settle_service_heap()
-    run_participant(name, settings())
+    run_participant(names, settings())
 
 
 def service_commands(current: Settings) -> dict[str, list[str]]:
-    """The command line of every service ``saga run all`` starts: the orchestrator and the participants.
+    """The command line of every service ``saga run all`` starts: the orchestrator and the participant workers
+    (``SAGA_PARTICIPANTS``: a worker per comma-separated entry, hosting the ``+``-joined participants of it;
+    labelled by their names, e.g. ``flight`` or ``flight+hotel``).
 
     The orchestrator relays its own outbox (``--with-relay``), woken by each of its commits: a separate relay
     process only learns of new rows by polling, which put 50-60 ms at p50 on each of a trip's four relay hops
@@ -87,11 +92,17 @@ def service_commands(current: Settings) -> dict[str, list[str]]:
     that want the relay apart, or a standby next to it (one relay per table is active at a time)."""
     base = [sys.executable, "-m", "cli", "run"]
     commands = {"orchestrator": [*base, "orchestrator", "--with-relay"]}
-    for path in current.saga_participants.split(","):
-        if path.strip():
-            label = path.strip().rpartition(":")[2].lower()
-            commands[label] = [*base, "participant", path.strip()]
+    for worker in participant_workers(current):
+        label = "+".join(path.rpartition(":")[2].lower() for path in worker)
+        commands[label] = [*base, "participant", *worker]
     return commands
+
+
+def participant_workers(current: Settings) -> list[list[str]]:
+    """The participant workers of ``SAGA_PARTICIPANTS``: each one's participant names or paths."""
+    workers = [[path.strip() for path in entry.split("+") if path.strip()]
+               for entry in current.saga_participants.split(",")]
+    return [worker for worker in workers if worker]
 
 
 def service_environment(current: Settings) -> dict[str, str]:

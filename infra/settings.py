@@ -59,7 +59,9 @@ class Settings(BaseSettings):
     saga_health_host: str = Field(default="127.0.0.1", description="Address the health endpoint listens on.")
     saga_participants: str = Field(
         default="flight,hotel,payment,notification",
-        description="Participants `saga run all` starts: comma-separated names or module:attribute paths.",
+        description="Participant workers `saga run all` starts, comma-separated; each a name or module:attribute "
+                    "path, or several joined by `+` for one worker hosting them all "
+                    "(`flight+hotel+payment+notification`: one process).",
     )
 
     def kafka_servers(self) -> str:

@@ -1,12 +1,13 @@
-"""Run one participant as a faust-streaming worker: consume ``<name>.commands``, reply via the outbox.
+"""Run participants as a faust-streaming worker: consume ``<name>.commands``, reply via the outbox.
 
     python -m participants.runner flight        # or hotel / payment / notification
+    python -m participants.runner flight hotel  # one worker hosting both
 
-One process holds: a faust app whose agent hands the commands that arrived together to the kit (one
-Postgres transaction per batch, ``participants.kit.batch``; every command of the batch is acknowledged
-only after that commit, and faust commits acknowledged offsets every ``broker_commit_interval``), and the
-participant's own outbox relay publishing ``<schema>.outbox`` rows (replies to ``<name>.results``, dead
-letters to ``saga.dlq``), woken right after each commit.
+One process holds: a faust app with an agent per hosted participant, which hands the commands that arrived
+together to the kit (one Postgres transaction per batch, ``participants.kit.batch``; every command of the
+batch is acknowledged only after that commit, and faust commits acknowledged offsets every
+``broker_commit_interval``), and each participant's own outbox relay publishing ``<schema>.outbox`` rows
+(replies to ``<name>.results``, dead letters to ``saga.dlq``), woken right after each commit.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import faust
@@ -42,8 +43,14 @@ BATCH_WITHIN_S = 0.025
 
 
 def app_id(name: str, settings: Settings) -> str:
-    """Consumer-group id of a participant's workers (the topic prefix keeps deployments apart)."""
+    """Consumer-group id of the workers of participant ``name`` (the topic prefix keeps deployments apart)."""
     return f"{settings.saga_topic_prefix}saga-participant-{name}"
+
+
+def worker_id(names: Sequence[str], settings: Settings) -> str:
+    """Consumer-group id of the workers hosting participants ``names``: a lone participant's own
+    (``app_id``), else the names joined by ``_`` (faust names a topic after it: no ``+`` there)."""
+    return app_id("_".join(names), settings)
 
 
 def participant_topics(name: str, settings: Settings) -> list[str]:
@@ -56,9 +63,13 @@ def _delivery(message: Any) -> Delivery:
     return Delivery(topic=message.topic, partition=message.partition, offset=message.offset, key=message.key)
 
 
-def build_app(name: str, settings: Settings, *, per_partition: bool = False, batch_size: int = BATCH_SIZE,
-              batch_within_s: float = BATCH_WITHIN_S) -> faust.App:
-    """The faust app of participant ``name`` (not started).
+def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool = False,
+              batch_size: int = BATCH_SIZE, batch_within_s: float = BATCH_WITHIN_S) -> faust.App:
+    """The faust app of a worker hosting participants ``names`` (not started).
+
+    Each participant gets its own agent on its ``<name>.commands`` topic, its own pool and its own outbox
+    relay (``ParticipantRuntime``); the participants of one worker share its Kafka consumer, event loop and
+    health endpoint, which costs less CPU than a process each (``saga run all`` and SAGA_PARTICIPANTS).
 
     An actor takes up to ``batch_size`` commands (those that arrived within ``batch_within_s``) and handles
     them in one transaction (``participants.kit.batch``), in their order; 1 handles each on its own.
@@ -69,9 +80,11 @@ def build_app(name: str, settings: Settings, *, per_partition: bool = False, bat
     all partitions: that costs less CPU per command than many small per-partition batches, and an idle
     actor wakes up every ``batch_within_s``, so one actor instead of one per partition.
     """
-    participant = get_participant(name)
-    name = participant.name
-    ident = app_id(name, settings)
+    participants = [get_participant(name) for name in ([names] if isinstance(names, str) else names)]
+    hosted = [participant.name for participant in participants]
+    if len(set(hosted)) != len(hosted):
+        raise ValueError(f"a worker hosts each participant once, got {', '.join(hosted)}")
+    ident = worker_id(hosted, settings)
     datadir = settings.saga_home / "faust" / ident
     datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level itself
     app = faust.App(
@@ -88,14 +101,49 @@ def build_app(name: str, settings: Settings, *, per_partition: bool = False, bat
         # A killed worker's partitions move to the others after this (faust's default is 60 s).
         broker_session_timeout=10.0,
     )
-    runtime = ParticipantRuntime(participant, settings, should_stop=lambda: bool(app.should_stop))
-    health = configure_health(name)
+    runtimes = [ParticipantRuntime(participant, settings, should_stop=lambda: bool(app.should_stop))
+                for participant in participants]
+    for runtime in runtimes:
+        _add_agent(app, runtime, ident, per_partition=per_partition, batch_size=batch_size,
+                   batch_within_s=batch_within_s)
+    label = "+".join(hosted)
+    health = configure_health(label)
     health_stop = asyncio.Event()
+
+    async def start_runtimes() -> None:
+        # The relays run even when no command arrives (they flush replies left behind); Postgres being away
+        # at start is waited out, never a crash of the worker.
+        for runtime in runtimes:
+            await retry_startup(runtime.start, f"start participant {runtime.participant.name}")
+
+    async def watch_health() -> None:
+        await run_health(health, settings.kafka_servers(), settings.dsn(), settings.saga_health_host,
+                         settings.saga_health_port, health_stop)
+
+    app.task(start_runtimes)
+    app.task(watch_health)
+
+    async def on_before_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+        health_stop.set()
+        await asyncio.gather(*(runtime.stop() for runtime in runtimes))
+
+    # weak=False: the signal holds receivers weakly by default and this closure has no other owner.
+    # mode's NamedArg("BaseSignalT") alias does not resolve for mypy, hence the ignore.
+    app.on_before_shutdown.connect(on_before_shutdown, weak=False)  # type: ignore[arg-type]
+    # handy for in-process tests
+    app.participant_runtimes = {r.participant.name: r for r in runtimes}  # type: ignore[attr-defined]
+    return app
+
+
+def _add_agent(app: faust.App, runtime: ParticipantRuntime, ident: str, *, per_partition: bool,
+               batch_size: int, batch_within_s: float) -> None:
+    """The agent that hands ``runtime``'s participant the batches of commands from its topic."""
+    name = runtime.participant.name
     commands = app.topic(
         runtime.topics.commands(name),
         key_type=bytes,
         value_type=bytes,
-        partitions=settings.saga_topic_partitions,
+        partitions=runtime.settings.saga_topic_partitions,
     )
 
     def abandoned(message: Any, delivery: Delivery, error: DeliveryAbandoned) -> None:
@@ -123,29 +171,9 @@ def build_app(name: str, settings: Settings, *, per_partition: bool = False, bat
             for event in events:
                 event.ack()
 
-    app.agent(commands, name=f"{ident}-commands", isolated_partitions=per_partition)(consume_batches)
-
-    async def start_runtime() -> None:
-        # The relay runs even when no command arrives (it flushes replies left behind); Postgres being away
-        # at start is waited out, never a crash of the worker.
-        await retry_startup(runtime.start, f"start participant {name}")
-
-    async def watch_health() -> None:
-        await run_health(health, settings.kafka_servers(), settings.dsn(), settings.saga_health_host,
-                         settings.saga_health_port, health_stop)
-
-    app.task(start_runtime)
-    app.task(watch_health)
-
-    async def on_before_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-        health_stop.set()
-        await runtime.stop()
-
-    # weak=False: the signal holds receivers weakly by default and this closure has no other owner.
-    # mode's NamedArg("BaseSignalT") alias does not resolve for mypy, hence the ignore.
-    app.on_before_shutdown.connect(on_before_shutdown, weak=False)  # type: ignore[arg-type]
-    app.participant_runtime = runtime  # type: ignore[attr-defined]  # handy for in-process tests
-    return app
+    # The single-participant agent keeps its name (faust names the agent's internal state after it).
+    agent_name = f"{ident}-commands" if ident == app_id(name, runtime.settings) else f"{ident}-{name}-commands"
+    app.agent(commands, name=agent_name, isolated_partitions=per_partition)(consume_batches)
 
 
 async def prepare(name: str, settings: Settings) -> None:
@@ -160,16 +188,19 @@ async def prepare(name: str, settings: Settings) -> None:
         await pool.close()
 
 
-def run_participant(name: str, settings: Settings | None = None) -> None:
-    """Run participant ``name`` (a reference name or ``module:attribute``) until SIGINT/SIGTERM (blocking)."""
+def run_participant(names: Sequence[str], settings: Settings | None = None) -> None:
+    """Run one worker hosting participants ``names`` (reference names or ``module:attribute`` paths) until
+    SIGINT/SIGTERM (blocking)."""
+    names = [names] if isinstance(names, str) else list(names)
     settings = settings or Settings()
     configure_logging(settings.saga_log_level)
     # uvloop for the worker (and faust's consumer thread): asyncio's own bookkeeping is otherwise the
     # largest single cost of a participant.
     mode.loop.use("uvloop")
+    label = "+".join(names)
     # Kafka or Postgres restarting while this worker starts is waited out (SIGTERM still ends the wait).
-    asyncio.run(retry_startup(lambda: prepare(name, settings), f"prepare participant {name}"))
-    app = build_app(name, settings, batch_within_s=settings.saga_participant_batch_ms / 1000)
+    asyncio.run(retry_startup(lambda: _prepare_all(names, settings), f"prepare participant {label}"))
+    app = build_app(names, settings, batch_within_s=settings.saga_participant_batch_ms / 1000)
     worker = faust.Worker(
         app,
         loglevel=settings.saga_log_level,
@@ -185,8 +216,13 @@ def run_participant(name: str, settings: Settings | None = None) -> None:
         # Faust's own start (producer and consumer bootstrap) has no retry: Kafka going away between
         # prepare() and that start makes the worker exit. Start over instead (a few times).
         if exit_.code and not started_up():
-            start_over(f"participant {name}")
+            start_over(f"participant {label}")
         raise
+
+
+async def _prepare_all(names: Sequence[str], settings: Settings) -> None:
+    for name in names:
+        await prepare(name, settings)
 
 
 def _watch_startup(app: faust.App) -> Callable[[], bool]:
@@ -205,11 +241,11 @@ def _watch_startup(app: faust.App) -> Callable[[], bool]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command-line entry: ``python -m participants.runner <name>``."""
+    """Command-line entry: ``python -m participants.runner NAME [NAME ...]`` (several: one worker)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        raise SystemExit("usage: python -m participants.runner {flight|hotel|payment|notification}")
-    run_participant(args[0])
+    if not args:
+        raise SystemExit("usage: python -m participants.runner {flight|hotel|payment|notification} [...]")
+    run_participant(args)
 
 
 if __name__ == "__main__":

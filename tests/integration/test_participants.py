@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -332,61 +333,79 @@ async def _read_until(
     return records
 
 
-async def test_the_faust_worker_answers_commands_over_kafka(
-    kafka_bootstrap: str, database_url: str, topic_prefix: str, pool: asyncpg.Pool, tmp_path: Path
-) -> None:
-    prefix = f"{topic_prefix}worker."
-    topics = Topics(prefix)
-    env = {
+def _worker_env(kafka_bootstrap: str, database_url: str, prefix: str, home: Path) -> dict[str, str]:
+    return {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "DATABASE_URL": database_url,
         "SAGA_TOPIC_PREFIX": prefix,
         "SAGA_TOPIC_PARTITIONS": "2",
-        "SAGA_HOME": str(tmp_path),
+        "SAGA_HOME": str(home),
         "SAGA_DB_POOL_SIZE": "2",
     }
+
+
+@contextlib.asynccontextmanager
+async def _running_worker(names: list[str], env: dict[str, str],
+                          log_path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m participants.runner NAMES``, stopped with SIGTERM at the end (its returncode is then set)."""
+    with log_path.open("wb") as log_file:
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "participants.runner", *names,
+            cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        )
+    try:
+        yield worker
+    finally:
+        if worker.returncode is None:
+            worker.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(worker.wait(), 60)
+        except TimeoutError:
+            worker.kill()
+            raise
+
+
+async def _send_and_read(kafka_bootstrap: str, worker: asyncio.subprocess.Process,
+                         sends: list[tuple[str, str, tuple[bytes, dict[str, bytes]]]], read_topics: list[str],
+                         count: int) -> list[Any]:
+    """Produce each (topic, key, (value, headers)) of ``sends``, then read ``count`` records of ``read_topics``."""
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    consumer = AIOKafkaConsumer(*read_topics, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    try:
+        await producer.start()
+        for topic, key, (value, headers) in sends:
+            # The worker creates the topics at start; producing may briefly see them missing.
+            await producer.send_and_wait(topic, value, key=key.encode(), headers=list(headers.items()))
+        await consumer.start()
+        return await _read_until(consumer, count, within_s=90, worker=worker)
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+async def test_the_faust_worker_answers_commands_over_kafka(
+    kafka_bootstrap: str, database_url: str, topic_prefix: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    prefix = f"{topic_prefix}worker."
+    topics = Topics(prefix)
     # The worker's relay publishes every row of the flight outbox: the rows the direct-call tests left there
     # (topics "it-...") would reach the broker under names no fixture deletes.
     await pool.execute("DELETE FROM flight.outbox WHERE topic NOT LIKE $1 || '%'", prefix)
     log_path = tmp_path / "worker.log"
-    with log_path.open("wb") as log_file:
-        worker = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "participants.runner", "flight",
-            cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-        )
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
-    consumer = AIOKafkaConsumer(
-        topics.results("flight"), topics.dlq, bootstrap_servers=kafka_bootstrap,
-        auto_offset_reset="earliest", enable_auto_commit=False, group_id=None,
-    )
-    try:
-        await producer.start()
-        saga_id, failing = new_saga_id(), new_saga_id()
-        for message_saga, message in [
-            (saga_id, command(saga_id, "flight", "book_flight")),
-            (saga_id, command(saga_id, "flight", "book_flight")),  # duplicate delivery
-            (failing, command(failing, "flight", "book_flight", destination="LHR")),
-            (failing, (b"garbage", {"saga_id": failing.encode()})),
-        ]:
-            value, headers = message
-            # The worker creates the topics at start; producing may briefly see them missing.
-            await producer.send_and_wait(
-                topics.commands("flight"), value, key=message_saga.encode(), headers=list(headers.items())
-            )
-        await consumer.start()
-        records = await _read_until(consumer, 4, within_s=90, worker=worker)
+    saga_id, failing = new_saga_id(), new_saga_id()
+    sends = [
+        (topics.commands("flight"), saga_id, command(saga_id, "flight", "book_flight")),
+        (topics.commands("flight"), saga_id, command(saga_id, "flight", "book_flight")),  # duplicate delivery
+        (topics.commands("flight"), failing, command(failing, "flight", "book_flight", destination="LHR")),
+        (topics.commands("flight"), failing, (b"garbage", {"saga_id": failing.encode()})),
+    ]
+    async with _running_worker(["flight"], _worker_env(kafka_bootstrap, database_url, prefix, tmp_path),
+                               log_path) as worker:
+        records = await _send_and_read(kafka_bootstrap, worker, sends, [topics.results("flight"), topics.dlq], 4)
         assert worker.returncode is None, log_path.read_text()
-    finally:
-        await producer.stop()
-        await consumer.stop()
-        if worker.returncode is None:
-            worker.send_signal(signal.SIGTERM)
-        try:
-            exit_code = await asyncio.wait_for(worker.wait(), 60)
-        except TimeoutError:
-            worker.kill()
-            raise
+    exit_code = worker.returncode
 
     log_text = log_path.read_text()
     by_topic: dict[str, list[Any]] = {}
@@ -404,3 +423,34 @@ async def test_the_faust_worker_answers_commands_over_kafka(
     assert default_registry().decode_as(dead.value, "saga.v1.DeadLetter")[1]["original_value"] == b"garbage"
     assert await pool.fetchval("SELECT count(*) FROM flight.bookings WHERE saga_id = $1", saga_id) == 1
     assert exit_code == 0, log_text
+
+
+async def test_one_worker_hosts_several_participants(
+    kafka_bootstrap: str, database_url: str, topic_prefix: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    prefix = f"{topic_prefix}shared."
+    topics = Topics(prefix)
+    for schema in ("flight", "hotel"):  # see test_the_faust_worker_answers_commands_over_kafka
+        await pool.execute(f"DELETE FROM {schema}.outbox WHERE topic NOT LIKE $1 || '%'", prefix)
+    log_path = tmp_path / "worker.log"
+    saga_id = new_saga_id()
+    sends = [(topics.commands(step), saga_id, command(saga_id, step, action))
+             for step, action in (("flight", "book_flight"), ("hotel", "book_hotel"))]
+    async with _running_worker(["flight", "hotel"], _worker_env(kafka_bootstrap, database_url, prefix, tmp_path),
+                               log_path) as worker:
+        records = await _send_and_read(kafka_bootstrap, worker, sends,
+                                       [topics.results("flight"), topics.results("hotel")], 2)
+        assert worker.returncode is None, log_path.read_text()
+
+    log_text = log_path.read_text()
+    results = {record.topic: default_registry().decode_as(record.value, "saga.v1.StepResult")[1]
+               for record in records}
+    assert {topic: (r["saga_id"], r["step"], r["status"]) for topic, r in results.items()} == {
+        topics.results("flight"): (saga_id, "flight", "SUCCEEDED"),
+        topics.results("hotel"): (saga_id, "hotel", "SUCCEEDED"),
+    }, log_text
+    for schema in ("flight", "hotel"):
+        assert await pool.fetchval(f"SELECT count(*) FROM {schema}.bookings WHERE saga_id = $1", saga_id) == 1
+    # One consumer group for the worker, named after both participants.
+    assert f"{prefix}saga-participant-flight_hotel" in log_text, log_text
+    assert worker.returncode == 0, log_text

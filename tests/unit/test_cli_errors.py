@@ -43,3 +43,9 @@ def test_unknown_participant_is_refused() -> None:
     code, output = _run("run", "participant", "ferry")
     assert code == 2
     assert "unknown participant 'ferry'" in output
+
+
+def test_a_worker_refuses_to_host_a_participant_twice() -> None:
+    code, output = _run("run", "participant", "flight", "hotel", "flight")
+    assert code == 2
+    assert "name each participant once: flight hotel flight" in output

@@ -144,3 +144,13 @@ def test_saga_run_all_gives_each_service_its_own_health_port() -> None:
     ports = [health_port(settings, label) for label in service_commands(settings)]
     assert ports == list(range(9100, 9100 + len(ports)))
     assert health_port(Settings(), "orchestrator") == 0
+
+
+def test_saga_participants_joined_by_plus_share_one_worker() -> None:
+    settings = Settings(saga_participants="flight+hotel, payment ,tests.e2e.checkout:BILLING+notification")
+    commands = service_commands(settings)
+    assert list(commands) == ["orchestrator", "flight+hotel", "payment", "billing+notification"]
+    assert commands["flight+hotel"][-3:] == ["participant", "flight", "hotel"]
+    assert commands["billing+notification"][-3:] == ["participant", "tests.e2e.checkout:BILLING", "notification"]
+    assert [health_port(Settings(saga_participants="flight+hotel+payment+notification", saga_health_port=9000),
+                        label) for label in ("orchestrator", "flight+hotel+payment+notification")] == [9000, 9001]
