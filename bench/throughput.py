@@ -1,15 +1,16 @@
 """End-to-end throughput of the whole system: N happy trip sagas through every service, on real infra.
 
-    python -m bench.throughput --sagas 2000 [--rate 300] [--runs 5] [--prefix P] [--keep]
+    python -m bench.throughput --sagas 2000 [--rate 300] [--runs 5] [--participants SPEC] [--prefix P] [--keep]
 
 Each run gets a fresh topic prefix and a fresh database (``bench_<hex>``, created through ``--admin-dsn``,
-default the configured DSN), starts the orchestrator (relaying its own outbox) and every participant as child
-processes (as ``saga run all`` does), warms them up (3 s of sagas at the measured rate, waited for), then publishes N
-StartSagas (paced at ``--rate`` per second, or as fast as possible) and reads ``saga.events`` until every saga
-has a terminal event. Reported: sagas/s (terminal count / time from first publish to last terminal), saga
-latency percentiles (publish → terminal event on Kafka; SagaStarted.occurred_at → terminal occurred_at), messages/s
-the relays published, messages/s the orchestrator handled, CPU per process, the latency of every hop a step
-takes (``bench/hops.py``), and an in-process fold benchmark.
+default the configured DSN), starts the orchestrator (relaying its own outbox) and the participant workers as
+child processes (as ``saga run all`` does; ``--participants`` groups them as ``SAGA_PARTICIPANTS`` does),
+warms them up (3 s of sagas at the measured rate, waited for), then publishes N StartSagas (paced at
+``--rate`` per second, or as fast as possible) and reads ``saga.events`` until every saga has a terminal event.
+Reported: sagas/s (terminal count / time from first publish to last terminal), saga latency percentiles
+(publish → terminal event on Kafka; SagaStarted.occurred_at → terminal occurred_at), messages/s the relays
+published, messages/s the orchestrator handled, CPU per process, the latency of every hop a step takes
+(``bench/hops.py``), and an in-process fold benchmark.
 Everything is stopped, and the database and topics dropped, at the end (unless ``--keep``).
 """
 
@@ -201,7 +202,8 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
     prefix = args.prefix or f"bench-{run_id}."
     settings = base.model_copy(update={"database_url": with_database(admin_dsn, database),
                                        "saga_topic_prefix": prefix,
-                                       "saga_topic_partitions": args.partitions})
+                                       "saga_topic_partitions": args.partitions,
+                                       "saga_participants": args.participants or base.saga_participants})
     topics = Topics(prefix)
     fold = fold_events_per_s()  # before the services start: on an otherwise idle process
     admin = await asyncpg.connect(admin_dsn)
@@ -309,6 +311,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=None, help="StartSagas per second (default: all at once)")
     parser.add_argument("--prefix", default=None, help="topic prefix (default: a fresh bench-<hex>.)")
     parser.add_argument("--partitions", type=int, default=Settings().saga_topic_partitions)
+    parser.add_argument("--participants", default=None,
+                        help="participant workers, as SAGA_PARTICIPANTS (default: its value); "
+                             "flight+hotel+payment+notification runs one worker hosting all four")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for every saga to end")
     parser.add_argument("--admin-dsn", default=None, help="DSN allowed to CREATE DATABASE (default: DATABASE_URL)")
     parser.add_argument("--keep", action="store_true", help="keep the database and topics")
