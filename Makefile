@@ -32,4 +32,4 @@ status: venv
 
 lint: venv
 	$(BIN)/ruff check .
-	$(BIN)/mypy --strict $(PACKAGES)
+	$(BIN)/mypy --strict $(PACKAGES) bench tests

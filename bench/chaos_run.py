@@ -275,7 +275,9 @@ class ChaosRun:
                 self.result.duplicates_injected += injector.injected
 
     def _duplicator(self) -> Duplicator:
-        participants = [label for label in self.stack.labels if label not in ("orchestrator", "relay")]
+        # A worker hosting several participants is labelled with their names joined by "+".
+        participants = [name for label in self.stack.labels if label not in ("orchestrator", "relay")
+                        for name in label.split("+")]
         topics = [self.topics.start, self.topics.control]
         topics += [name for p in participants for name in (self.topics.commands(p), self.topics.results(p))]
         return Duplicator(self.settings, topics, copies=self.plan.duplicate_copies, shuffle_window=50,

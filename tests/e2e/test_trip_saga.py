@@ -17,7 +17,7 @@ from cli.feed import EventFeed
 from cli.scenarios import COMPLETED_EFFECTS, SCENARIOS, mismatches, observed
 from infra.settings import Settings
 from orchestrator import wire
-from orchestrator.domain.events import SagaCancelRefused, SagaRejected
+from orchestrator.domain.events import SagaCancelRefused, SagaRejected, SagaStarted, StepCommandSent
 from participants.effects import collect_effects
 from schemas.topics import Topics
 from tests.chaos.crash_tools import started_and_warm
@@ -73,7 +73,7 @@ async def test_slow_charge_is_retried_with_the_same_key_and_charged_once(
     finally:
         await feed.stop()
     history = feed.history(saga_id)
-    charge_commands = [e for e in history if type(e).__name__ == "StepCommandSent" and e.step == "charge_card"]
+    charge_commands = [e for e in history if isinstance(e, StepCommandSent) and e.step == "charge_card"]
     assert len(charge_commands) >= 2, "the timed-out charge must be sent again"
     assert {e.idempotency_key for e in charge_commands} == {f"{saga_id}:charge_card"}
     assert any(type(e).__name__ == "StepTimedOut" for e in history)
@@ -157,6 +157,7 @@ async def test_audit_agrees_with_the_store_and_detects_a_tampered_event(
     try:
         original = wire.decode_event(
             await conn.fetchval("SELECT body FROM saga.events WHERE saga_id = $1 AND seq = 1", victim))
+        assert isinstance(original, SagaStarted)
         forged = wire.encode_event(dataclasses.replace(original, tenant_id="forged"))
         await conn.execute("UPDATE saga.events SET body = $2 WHERE saga_id = $1 AND seq = 1", victim, forged)
     finally:

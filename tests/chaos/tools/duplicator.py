@@ -76,9 +76,10 @@ class Duplicator:
                                     max_partition_fetch_bytes=LARGE_REQUEST)
         producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_servers(), acks="all", linger_ms=2,
                                     max_request_size=LARGE_REQUEST)
-        await consumer.start()
-        await producer.start()
         try:
+            # Inside the try: a broker restarting under the start must not leave the other client open.
+            await consumer.start()
+            await producer.start()
             partitions = await self._assign_at_end(consumer)
             self.ready.set()
             while not stop.is_set():
