@@ -24,6 +24,7 @@ from typing import Any
 
 from bench.chaos_support import Publisher, poll_until, schedule, sleep_or_over
 from cli.feed import EventFeed
+from cli.run_cmd import participant_workers
 from cli.scenarios import SCENARIOS
 from cli.verify_cmd import VerifyReport, verify_system
 from infra import launcher
@@ -31,6 +32,7 @@ from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.domain.events import SagaStarted
 from orchestrator.domain.messages import CancelSaga
+from participants.runner import hosted_participants
 from schemas.topics import Topics
 from tests.chaos.tools.duplicator import Duplicator
 from tests.e2e.harness import Stack
@@ -275,9 +277,8 @@ class ChaosRun:
                 self.result.duplicates_injected += injector.injected
 
     def _duplicator(self) -> Duplicator:
-        # A worker hosting several participants is labelled with their names joined by "+".
-        participants = [name for label in self.stack.labels if label not in ("orchestrator", "relay")
-                        for name in label.split("+")]
+        participants = [participant.name for worker in participant_workers(self.settings)
+                        for participant in hosted_participants(worker)]
         topics = [self.topics.start, self.topics.control]
         topics += [name for p in participants for name in (self.topics.commands(p), self.topics.results(p))]
         return Duplicator(self.settings, topics, copies=self.plan.duplicate_copies, shuffle_window=50,

@@ -50,8 +50,7 @@ from infra.launcher.kafka import KafkaLauncher
 from infra.launcher.postgres import PostgresLauncher
 from infra.settings import Settings
 from orchestrator.bootstrap import prepare
-from participants.registry import get_participant
-from participants.runner import worker_id
+from participants.runner import hosted_participants, worker_id
 from schemas.topics import PARTICIPANTS, Topics
 
 console = Console()
@@ -300,7 +299,7 @@ def run_topics(settings: Settings) -> list[str]:
 
 def worker_ids(settings: Settings) -> list[str]:
     """The consumer-group id of every participant worker ``saga run all`` starts."""
-    return [worker_id([get_participant(path).name for path in worker], settings)
+    return [worker_id([participant.name for participant in hosted_participants(worker)], settings)
             for worker in participant_workers(settings)]
 
 

@@ -68,15 +68,12 @@ def participant(names: Annotated[list[str], typer.Argument(
         help="flight, hotel, payment, notification, or module:attribute of your own Participant; several names: "
              "one worker hosting them all")]) -> None:
     """Run a participant worker (faust), each hosted participant with its own outbox relay."""
-    from participants.registry import get_participant
-    from participants.runner import run_participant
+    from participants.runner import hosted_participants, run_participant
 
     try:
-        hosted = [get_participant(name).name for name in names]
+        hosted_participants(names)
     except (ValueError, ImportError) as error:
         fail(str(error))
-    if len(set(hosted)) != len(hosted):
-        fail(f"name each participant once: {' '.join(names)}")
     settle_service_heap()
     run_participant(names, settings())
 

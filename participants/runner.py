@@ -30,6 +30,7 @@ from infra.settings import Settings
 from infra.startup import retry_startup, start_over
 from participants.kit.batch import Incoming
 from participants.kit.ddl import ensure_participant_schema
+from participants.kit.participant import Participant
 from participants.kit.replies import Delivery
 from participants.registry import get_participant
 from participants.runtime import DeliveryAbandoned, ParticipantRuntime
@@ -51,6 +52,15 @@ def worker_id(names: Sequence[str], settings: Settings) -> str:
     """Consumer-group id of the workers hosting participants ``names``: a lone participant's own
     (``app_id``), else the names joined by ``_`` (faust names a topic after it: no ``+`` there)."""
     return app_id("_".join(names), settings)
+
+
+def hosted_participants(names: Sequence[str]) -> list[Participant]:
+    """The participants one worker hosts, by reference name or ``module:attribute``; ValueError says what is
+    wrong (an unknown one, or one named twice)."""
+    participants = [get_participant(name) for name in names]
+    if len({participant.name for participant in participants}) != len(participants):
+        raise ValueError(f"name each participant once: {' '.join(names)}")
+    return participants
 
 
 def participant_topics(name: str, settings: Settings) -> list[str]:
@@ -80,10 +90,8 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     all partitions: that costs less CPU per command than many small per-partition batches, and an idle
     actor wakes up every ``batch_within_s``, so one actor instead of one per partition.
     """
-    participants = [get_participant(name) for name in ([names] if isinstance(names, str) else names)]
+    participants = hosted_participants(names)
     hosted = [participant.name for participant in participants]
-    if len(set(hosted)) != len(hosted):
-        raise ValueError(f"a worker hosts each participant once, got {', '.join(hosted)}")
     ident = worker_id(hosted, settings)
     datadir = settings.saga_home / "faust" / ident
     datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level itself
@@ -104,7 +112,9 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     runtimes = [ParticipantRuntime(participant, settings, should_stop=lambda: bool(app.should_stop))
                 for participant in participants]
     for runtime in runtimes:
-        _add_agent(app, runtime, ident, per_partition=per_partition, batch_size=batch_size,
+        # A lone participant's agent keeps its name (faust names the agent's internal state after it).
+        agent_name = f"{ident}-commands" if len(runtimes) == 1 else f"{ident}-{runtime.participant.name}-commands"
+        _add_agent(app, runtime, agent_name, per_partition=per_partition, batch_size=batch_size,
                    batch_within_s=batch_within_s)
     label = "+".join(hosted)
     health = configure_health(label)
@@ -135,7 +145,7 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     return app
 
 
-def _add_agent(app: faust.App, runtime: ParticipantRuntime, ident: str, *, per_partition: bool,
+def _add_agent(app: faust.App, runtime: ParticipantRuntime, agent_name: str, *, per_partition: bool,
                batch_size: int, batch_within_s: float) -> None:
     """The agent that hands ``runtime``'s participant the batches of commands from its topic."""
     name = runtime.participant.name
@@ -171,8 +181,6 @@ def _add_agent(app: faust.App, runtime: ParticipantRuntime, ident: str, *, per_p
             for event in events:
                 event.ack()
 
-    # The single-participant agent keeps its name (faust names the agent's internal state after it).
-    agent_name = f"{ident}-commands" if ident == app_id(name, runtime.settings) else f"{ident}-{name}-commands"
     app.agent(commands, name=agent_name, isolated_partitions=per_partition)(consume_batches)
 
 
@@ -191,7 +199,6 @@ async def prepare(name: str, settings: Settings) -> None:
 def run_participant(names: Sequence[str], settings: Settings | None = None) -> None:
     """Run one worker hosting participants ``names`` (reference names or ``module:attribute`` paths) until
     SIGINT/SIGTERM (blocking)."""
-    names = [names] if isinstance(names, str) else list(names)
     settings = settings or Settings()
     configure_logging(settings.saga_log_level)
     # uvloop for the worker (and faust's consumer thread): asyncio's own bookkeeping is otherwise the
