@@ -22,15 +22,16 @@ _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(text: str) -> int:
-    """``90s``, ``15m``, ``2h``, ``7d`` → milliseconds; a clear error otherwise."""
+def parse_duration(text: str, option: str = "--older-than") -> int:
+    """``90s``, ``15m``, ``2h``, ``7d`` → milliseconds; a clear error naming ``option`` otherwise."""
     match = _DURATION.match(text.strip())
     if not match:
-        fail(f"--older-than {text!r} is not a duration; use a number and a unit: 90s, 15m, 2h or 7d")
+        fail(f"{option} {text!r} is not a duration; use a number and a unit: 90s, 15m, 2h or 7d")
     return int(match.group(1)) * _SECONDS[match.group(2)] * 1000
 
 
-def _when(epoch_ms: int) -> str:
+def when(epoch_ms: int) -> str:
+    """Epoch milliseconds as a UTC time to the millisecond."""
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
@@ -52,6 +53,10 @@ def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
     if state.status is SagaStatus.COMPENSATION_FAILED:
         console.print(f"[red]needs a human:[/] step {state.compensation_failed_step}; fix the cause, then "
                       f"`saga resume {saga_id}`")
+    if state.status is SagaStatus.REJECTED:
+        console.print(f"nothing started; `saga dlq list --saga {saga_id}` shows the rejected message, "
+                      f"`saga dlq replay --saga {saga_id}` sends it again once its cause is fixed")
+        return
     table = Table("step", "status", "attempt", "compensation attempt", "last error")
     for step in state.steps.values():
         error = f"{step.last_error_type}: {step.last_error_message or ''}" if step.last_error_type else ""
@@ -70,7 +75,7 @@ def _row(event: Event) -> list[str]:
         fields["due_in"] = f"{(fields.pop('due_at') - event.occurred_at) / 1000:.1f}s"
     error = fields.pop("error_type", None)
     detail = ", ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, b"", ()))
-    return [str(event.seq), _when(event.occurred_at), type(event).__name__, str(getattr(event, "step", "")),
+    return [str(event.seq), when(event.occurred_at), type(event).__name__, str(getattr(event, "step", "")),
             str(getattr(event, "attempt", "")), str(error or ""), detail]
 
 
@@ -114,7 +119,7 @@ def list_sagas(
     rows, counts = run(query())
     table = Table("saga", "type", "state", "started (UTC)", "updated (UTC)", "events", "step", "reason")
     for row in rows:
-        table.add_row(row.saga_id, row.saga_type, row.status, _when(row.started_at_ms), _when(row.updated_at_ms),
+        table.add_row(row.saga_id, row.saga_type, row.status, when(row.started_at_ms), when(row.updated_at_ms),
                       str(row.last_seq), row.failed_step or "", (row.reason or "")[:60])
     console.print(table)
     console.print("  ".join(f"{name}: {count}" for name, count in sorted(counts.items())) or "no sagas")

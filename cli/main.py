@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from cli import audit_cmd, commands, inspect_cmd, verify_cmd
+from cli.dlq_cmd import dlq_app
 from cli.infra_cmd import infra_app
 from cli.run_cmd import run_app
 
@@ -12,6 +13,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Event-sourced saga orchestrator on Kafka and Postgres.")
 app.add_typer(infra_app, name="infra", help="Local Kafka and Postgres: up, down, status.")
 app.add_typer(run_app, name="run")
+app.add_typer(dlq_app, name="dlq")
 app.command("start")(commands.start)
 app.command("cancel")(commands.cancel)
 app.command("resume")(commands.resume)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,16 +13,19 @@ import asyncpg
 import pytest
 
 from cli.demo_cmd import DEMO_TIMEOUT_S
+from cli.dlq_cmd import read_parked
 from cli.feed import EventFeed
+from cli.run_cmd import service_environment
 from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.domain.messages import StartSaga
 from schemas.registry import SchemaRegistry, load_tree
 from schemas.topics import Topics
-from tests.chaos.crash_tools import wait_until_ready
+from tests.chaos.crash_tools import restart, wait_until_ready
+from tests.chaos.tools.kafka_tools import wait_caught_up
 from tests.conftest import module_stack
 from tests.e2e.checkout import CHECKOUT_REQUEST, SCHEMA_DIR
-from tests.e2e.harness import Stack, publish, start_stack
+from tests.e2e.harness import Stack, publish, start_stack, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -84,3 +90,64 @@ async def test_checkout_runs_through_the_same_services(stack: Stack, sku: str, a
         await feed.stop()
     assert type(ended[saga_id]).__name__ == terminal
     assert await _ledger(stack.settings, saga_id) == ledger
+
+
+def _saga_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cli", *args], env=service_environment(settings),
+                          capture_output=True, text=True, timeout=60)
+
+
+async def _event_types(settings: Settings, saga_id: str) -> list[str]:
+    conn = await asyncpg.connect(settings.dsn())
+    try:
+        rows = await conn.fetch("SELECT event_type FROM saga.events WHERE saga_id = $1 ORDER BY seq", saga_id)
+        return [row["event_type"] for row in rows]
+    finally:
+        await conn.close()
+
+
+async def test_a_start_rejected_before_its_type_was_deployed_runs_when_its_dead_letter_is_replayed(
+        stack: Stack) -> None:
+    settings, topics = stack.settings, Topics(stack.settings.saga_topic_prefix)
+    saga_id = f"order-{uuid.uuid4().hex[:8]}"
+    order = {"order_id": saga_id, "sku": "SKU-1", "quantity": 1, "amount_cents": 999, "address": "1 Main St"}
+    start = StartSaga(saga_id=saga_id, saga_type="checkout", tenant_id=None, input=_encode_order(order))
+
+    async def dead_lettered() -> bool:
+        return any(p.letter and p.letter.saga_id == saga_id for p in await read_parked(settings))
+
+    await restart(stack, "orchestrator", extra_env={"SAGA_DEFINITIONS": "orchestrator.sagas.trip:TRIP"})
+    try:
+        await publish(settings, topics.start, saga_id.encode(), wire.encode_start(start))
+        assert await wait_for(dead_lettered, 30), "the start of an unknown saga type was not dead-lettered"
+    finally:
+        await restart(stack, "orchestrator")  # checkout is deployed again
+    assert await _event_types(settings, saga_id) == ["SagaRejected"]
+
+    listed = _saga_cli(settings, "dlq", "list", "--saga", saga_id, "--json")
+    assert listed.returncode == 0, listed.stderr
+    letter = json.loads(listed.stdout)
+    assert (letter["source_topic"], letter["consumer"]) == (topics.start, "orchestrator")
+    assert "unknown saga_type 'checkout'" in letter["reason"]
+
+    replayed = _saga_cli(settings, "dlq", "replay", letter["position"])
+    assert replayed.returncode == 0, replayed.stderr
+    assert f"{letter['position']} published to {topics.start} (saga {saga_id})" in replayed.stdout
+    feed = EventFeed(settings.kafka_servers(), topics.events)
+    await feed.start()
+    try:
+        ended = await feed.wait_terminal([saga_id], DEMO_TIMEOUT_S)
+    finally:
+        await feed.stop()
+    assert type(ended[saga_id]).__name__ == "SagaCompleted"
+    assert await _ledger(settings, saga_id) == {"inventory": ["reserved"], "billing": ["authorized"],
+                                                "shipping": ["shipped"]}
+
+    # The same letter replayed again is the same message: the orchestrator's inbox drops it.
+    history = await _event_types(settings, saga_id)
+    again = _saga_cli(settings, "dlq", "replay", "--saga", saga_id)
+    assert again.returncode == 0, again.stderr
+    lagging = await wait_caught_up(settings, {f"{topics.prefix}saga-orchestrator": [topics.start]}, 60)
+    assert not lagging, f"the orchestrator did not read the second replay: {lagging}"
+    assert await _event_types(settings, saga_id) == history
+    assert history[:2] == ["SagaRejected", "SagaStarted"]

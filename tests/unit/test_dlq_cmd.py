@@ -1,0 +1,97 @@
+"""``saga dlq``: which letters a filter or a replay picks, and the record a replay publishes."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+import typer
+
+from cli.dlq_cmd import REPLAYED_FROM, NotReplayable, Parked, letter_record, matches, replay_of, select
+from orchestrator import wire
+
+DLQ = "saga.dlq"
+
+
+def _parked(partition: int = 0, offset: int = 0, *, saga_id: str | None = "trip-1", source: str = "saga.start",
+            reason: str = "unknown saga_type 'cruise' (known: trip)", failed_at: int = 1_000,
+            value: bytes | None = b"\xc3\x01original", key: bytes | None = b"trip-1",
+            headers: tuple[tuple[str, bytes | None], ...] = (("message_id", b"m-1"), ("trace", b"t-1"))) -> Parked:
+    letter = wire.DeadLetter(source_topic=source, source_partition=4, source_offset=17, consumer="orchestrator",
+                             reason=reason, failed_at=failed_at, saga_id=saga_id, original_key=key,
+                             original_value=value, original_headers=headers)
+    return Parked(partition, offset, failed_at + 5, letter)
+
+
+def test_a_replay_is_the_original_record_with_a_message_id_of_its_letter() -> None:
+    replay = replay_of(_parked(2, 9), DLQ)
+    assert (replay.topic, replay.key, replay.value) == ("saga.start", b"trip-1", b"\xc3\x01original")
+    assert replay.headers == [("trace", b"t-1"), ("message_id", b"dlq-replay:saga.dlq:2:9"),
+                              (REPLAYED_FROM, b"saga.dlq:2:9")]
+
+
+def test_replaying_the_same_letter_twice_gives_the_same_message_id_and_another_letter_another() -> None:
+    first, again, other = replay_of(_parked(2, 9), DLQ), replay_of(_parked(2, 9), DLQ), replay_of(_parked(2, 10), DLQ)
+    assert dict(first.headers)["message_id"] == dict(again.headers)["message_id"]
+    assert dict(first.headers)["message_id"] != dict(other.headers)["message_id"]
+
+
+def test_a_replayed_letter_replayed_again_names_only_its_newest_origin() -> None:
+    parked = _parked(1, 3, headers=(("message_id", b"dlq-replay:saga.dlq:2:9"), (REPLAYED_FROM, b"saga.dlq:2:9"),
+                                    ("empty", None)))
+    assert replay_of(parked, DLQ).headers == [("message_id", b"dlq-replay:saga.dlq:1:3"),
+                                              (REPLAYED_FROM, b"saga.dlq:1:3")]
+
+
+@pytest.mark.parametrize(("parked", "why"), [
+    (_parked(value=None), "does not hold the original value"),
+    (Parked(0, 5, 1_000, None), "not a readable dead letter"),
+])
+def test_a_letter_without_its_record_is_not_replayable(parked: Parked, why: str) -> None:
+    with pytest.raises(NotReplayable, match=why):
+        replay_of(parked, DLQ)
+
+
+@pytest.mark.parametrize(("filters", "expected"), [
+    ({}, True),
+    ({"saga_id": "trip-1"}, True),
+    ({"saga_id": "trip-2"}, False),
+    ({"source": "saga.start"}, True),
+    ({"source": "flight.commands"}, False),
+    ({"reason": "UNKNOWN SAGA_TYPE"}, True),
+    ({"reason": "undecodable"}, False),
+    ({"since_ms": 1_000}, True),
+    ({"since_ms": 1_001}, False),
+])
+def test_filters(filters: dict[str, object], expected: bool) -> None:
+    assert matches(_parked(), **filters) is expected  # type: ignore[arg-type]
+
+
+def test_an_unreadable_record_passes_only_the_time_filter() -> None:
+    unreadable = Parked(0, 1, 2_000, None)
+    assert matches(unreadable, since_ms=2_000)
+    assert not matches(unreadable, since_ms=2_001)
+    assert not matches(unreadable, saga_id="trip-1")
+
+
+def test_select_takes_positions_and_a_sagas_letters_once_each_oldest_first() -> None:
+    parked = [_parked(0, 0, saga_id="a", failed_at=300), _parked(0, 1, saga_id="b", failed_at=100),
+              _parked(1, 0, saga_id="a", failed_at=200), _parked(1, 1, saga_id="c", failed_at=50)]
+    chosen = select(parked, [(0, 0), (1, 1)], "a", DLQ)
+    assert [p.position for p in chosen] == ["1:1", "1:0", "0:0"]
+
+
+def test_select_names_every_position_without_a_letter(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(typer.Exit) as stopped:
+        select([_parked(0, 0)], [(0, 0), (3, 7), (9, 9)], None, DLQ)
+    assert stopped.value.exit_code == 2
+    assert "no dead letter at 3:7, 9:9 on saga.dlq" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_letter_as_json_carries_the_original_bytes() -> None:
+    record = letter_record(_parked(2, 9))
+    assert record["position"] == "2:9"
+    assert base64.b64decode(str(record["original_value_base64"])) == b"\xc3\x01original"
+    assert record["original_headers"] == [{"key": "message_id", "value_base64": base64.b64encode(b"m-1").decode()},
+                                          {"key": "trace", "value_base64": base64.b64encode(b"t-1").decode()}]
+    assert letter_record(Parked(0, 1, 5, None)) == {"position": "0:1", "timestamp": 5, "readable": False}
