@@ -38,6 +38,12 @@ class Settings(BaseSettings):
         default=75, ge=1,
         description="Orchestrator: how long a Kafka fetch waits for more records before it returns.",
     )
+    saga_inbox_retention_hours: float = Field(
+        default=168, ge=0,
+        description="Orchestrator: ids of handled messages (the inbox, which skips a redelivered message) are "
+                    "deleted after this long; 0 keeps them. Keep it at least as long as the retention of the "
+                    "topics the orchestrator reads.",
+    )
     saga_participant_batch_ms: float = Field(
         default=25, gt=0,
         description="Participant worker: how long it waits to fill a batch of commands (one transaction).",

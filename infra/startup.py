@@ -35,6 +35,14 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less when ``stop`` is set meanwhile (at once when it already is)."""
+    if stop.is_set() or seconds <= 0:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
 class StartupStopped(Exception):
     """The service was asked to stop while it waited for a dependency."""
 

@@ -18,6 +18,7 @@ from infra.settings import Settings
 from infra.startup import StartupStopped, retry_startup
 from orchestrator.consumer import OrchestratorConsumer
 from orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
+from orchestrator.housekeeping import InboxPruner
 from orchestrator.parsing import RecordParser
 from orchestrator.service import SagaService
 from orchestrator.store.postgres import PostgresStore
@@ -163,6 +164,8 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
                                     horizon=lambda: consumer.read_horizon_ms)
             health.before_scrape.append(lambda: count_sagas(pool, health))
             tasks = [consumer.run(stop), timers.run(stop)]
+            if settings.saga_inbox_retention_hours:
+                tasks.append(InboxPruner(pool, settings.saga_inbox_retention_hours * 3600).run(stop))
             if relay is not None:
                 tasks.append(relay.run(stop))
             log.info("orchestrator running", extra={"definitions": list(registry.types()),

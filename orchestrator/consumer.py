@@ -14,6 +14,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from infra.faults import crash_point
 from infra.health import current as current_health
+from infra.startup import sleep_or_stop
 from orchestrator.envelope import Envelope, RawRecord, Rejection
 from orchestrator.horizon import HOLD_ALL, PartitionProgress, read_horizon
 from orchestrator.parsing import RecordParser
@@ -95,13 +96,13 @@ class OrchestratorConsumer:
                 await self._poll(consumer, stop)
             except KafkaError as error:
                 log.warning("kafka unavailable, retrying", extra={"error": repr(error), "backoff_s": backoff})
-                await _sleep_or_stop(stop, backoff)
+                await sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
             except Exception as error:  # a supervisor loop: start over with a new consumer, never exit
                 if stop.is_set():
                     raise
                 log.error("consumer failed, restarting it", extra={"error": repr(error), "backoff_s": backoff})
-                await _sleep_or_stop(stop, backoff)
+                await sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
             finally:
                 self.consuming = False
@@ -219,7 +220,7 @@ class OrchestratorConsumer:
                 if stop.is_set():
                     raise
                 log.error("batch failed, retrying", extra={"error": repr(error), "backoff_s": backoff})
-                await _sleep_or_stop(stop, backoff)
+                await sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _chunks(self, sagas: list[list[RawRecord]]) -> list[list[list[RawRecord]]]:
@@ -267,10 +268,3 @@ class OrchestratorConsumer:
     def _count(self, messages: int) -> None:
         self.handled += messages
         current_health().handled(messages)
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except TimeoutError:
-        pass

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 
 from infra.health import current as current_health
+from infra.startup import sleep_or_stop
 from orchestrator.service import SagaService
 
 log = logging.getLogger("saga.orchestrator.timers")
@@ -36,7 +37,7 @@ class TimerScheduler:
         backoff = 0.1
         while not stop.is_set():
             if self._held():
-                await _sleep_or_stop(stop, 0.2)
+                await sleep_or_stop(stop, 0.2)
                 continue
             try:
                 fired = await self._service.fire_due_timers(self._batch, due_by_ms=self._due_by())
@@ -47,10 +48,10 @@ class TimerScheduler:
             except Exception as error:
                 log.error("timer scan failed, retrying", extra={"error": repr(error), "backoff_s": backoff})
                 fired = 0
-                await _sleep_or_stop(stop, backoff)
+                await sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, 5.0)
             if fired < self._batch:
-                await _sleep_or_stop(stop, self._poll_interval_s)
+                await sleep_or_stop(stop, self._poll_interval_s)
 
     def _due_by(self) -> int | None:
         return None if self._horizon is None else self._horizon()
@@ -61,10 +62,3 @@ class TimerScheduler:
             self._holding = held
             log.info("timers held: a dependency is or just was unavailable" if held else "timers released")
         return held
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except TimeoutError:
-        pass

@@ -42,6 +42,7 @@ from aiokafka.errors import KafkaError
 from infra.db import check_table
 from infra.faults import crash_point
 from infra.health import current as current_health
+from infra.startup import sleep_or_stop
 from outbox.batches import queue_batches
 
 log = logging.getLogger(__name__)
@@ -73,14 +74,6 @@ def default_producer_factory(bootstrap_servers: str) -> ProducerFactory:
 
     return factory
 
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    if stop.is_set() or seconds <= 0:
-        return
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        pass
 
 
 class OutboxRelay:
@@ -143,12 +136,12 @@ class OutboxRelay:
             while not stop.is_set():
                 try:
                     if not await self._ensure_active():
-                        await _sleep_or_stop(stop, self._standby_retry_s)
+                        await sleep_or_stop(stop, self._standby_retry_s)
                         continue
                     published = await self._publish_batch(await self._ensure_producer())
                 except Exception as exc:  # a supervisor loop: log, back off, retry; never crash the service
                     await self._after_error(exc, backoff_s)
-                    await _sleep_or_stop(stop, backoff_s)
+                    await sleep_or_stop(stop, backoff_s)
                     backoff_s = min(max(backoff_s * 2, 0.1), self._max_backoff_s)
                     continue
                 backoff_s = self._min_poll_s
