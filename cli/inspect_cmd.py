@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,12 +16,13 @@ from rich.table import Table
 from cli.context import console, database, fail, run, settings
 from orchestrator import wire
 from orchestrator.bootstrap import definitions
-from orchestrator.domain.events import Event
+from orchestrator.domain.events import TERMINAL_EVENTS, Event
 from orchestrator.domain.state import SagaStatus, fold
 from orchestrator.store.postgres import PostgresStore
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+FOLLOW_POLL_S = 0.25
 
 
 def parse_duration(text: str, option: str = "--older-than") -> int:
@@ -79,14 +82,68 @@ def _row(event: Event) -> list[str]:
             str(getattr(event, "attempt", "")), str(error or ""), detail]
 
 
+def _line(event: Event) -> str:
+    """One event on one line, for following: the timeline's columns, named where they may be empty."""
+    seq, at, name, step, attempt, error, detail = _row(event)
+    named = [f"{label}={value}" for label, value in (("step", step), ("attempt", attempt), ("error", error)) if value]
+    return "  ".join([f"{seq:>3}", at, name, *named, *([detail] if detail else [])])
+
+
+def _json(event: Event) -> str:
+    record = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in vars(event).items()}
+    return json.dumps({"event": type(event).__name__, **record}, default=list)
+
+
+async def follow_events(load_after: Callable[[int], Awaitable[list[Event]]], show: Callable[[Event], None],
+                        poll_s: float = FOLLOW_POLL_S) -> Event:
+    """Show a saga's events as they are recorded, from its first, until a terminal one (returned).
+
+    ``load_after(seq)`` returns the events after ``seq``; a saga not started yet is waited for.
+    """
+    last_seq = 0
+    while True:
+        for event in await load_after(last_seq):
+            show(event)
+            last_seq = event.seq
+            if isinstance(event, TERMINAL_EVENTS):
+                return event
+        await asyncio.sleep(poll_s)
+
+
+async def _follow(saga_id: str, as_json: bool) -> Event:
+    async with database(settings()) as pool:
+        store = PostgresStore(pool)
+
+        async def load_after(seq: int) -> list[Event]:
+            return [wire.decode_event(row.body) for row in await store.load_events(saga_id, after_seq=seq)]
+
+        def show(event: Event) -> None:
+            if as_json:
+                console.print(_json(event), highlight=False, soft_wrap=True)
+            else:
+                console.print(_line(event), highlight=False, soft_wrap=True)
+
+        if not await store.load_events(saga_id):
+            console.print(f"waiting for saga {saga_id} to start (Ctrl-C to stop)", style="dim")
+        return await follow_events(load_after, show)
+
+
 def history(saga_id: str = typer.Argument(..., help="The saga id."),
-            as_json: bool = typer.Option(False, "--json", help="One JSON object per event.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="One JSON object per event."),
+            follow: bool = typer.Option(False, "--follow", "-f",
+                                        help="Keep printing events as they are recorded, until the saga ends.")
+            ) -> None:
     """The saga's timeline: time, event, step, attempt, error."""
+    if follow:
+        try:
+            run(_follow(saga_id, as_json))
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        return
     events = run(load_history(saga_id))
     if as_json:
         for event in events:
-            record = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in vars(event).items()}
-            console.print_json(json.dumps({"event": type(event).__name__, **record}, default=list))
+            console.print_json(_json(event))
         return
     table = Table("seq", "time (UTC)", "event", "step", "attempt", "error", "detail", expand=True)
     for event in events:

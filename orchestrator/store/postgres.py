@@ -235,12 +235,13 @@ class PostgresStore:
         )
         return {row["status"]: row["n"] for row in rows}
 
-    async def load_events(self, saga_id: str) -> list[StoredEvent]:
-        """All events of one saga in seq order."""
+    async def load_events(self, saga_id: str, after_seq: int = 0) -> list[StoredEvent]:
+        """The events of one saga after ``after_seq`` (all by default) in seq order."""
         rows = await self._pool.fetch(
             f"SELECT saga_id, seq, event_type, body, recorded_at FROM {self._s}.events"
-            " WHERE saga_id = $1 ORDER BY seq",
+            " WHERE saga_id = $1 AND seq > $2 ORDER BY seq",
             saga_id,
+            after_seq,
         )
         return [_event(row) for row in rows]
 

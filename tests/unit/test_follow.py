@@ -1,0 +1,59 @@
+"""``saga history --follow``: events are shown once each, in order, as they come, up to the terminal one."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cli.inspect_cmd import _line, follow_events
+from orchestrator.domain.events import Event, SagaCompleted
+from orchestrator.sagas.trip import TRIP
+from tests.unit.saga_driver import SagaRun
+
+
+def _happy_trip() -> list[Event]:
+    run = SagaRun(TRIP, saga_id="t-follow")
+    run.start()
+    for step in ("book_flight", "book_hotel", "charge_card", "send_itinerary"):
+        run.ok(step)
+    return run.events
+
+
+def test_follow_shows_each_event_once_as_recorded_and_stops_at_the_terminal_one() -> None:
+    history = _happy_trip()
+    assert isinstance(history[-1], SagaCompleted)
+    recorded: list[Event] = []
+    arrivals = [[], history[:1], [], history[1:4], history[4:]]  # what is in the store at each poll
+    asked: list[int] = []
+
+    async def load_after(seq: int) -> list[Event]:
+        asked.append(seq)
+        if arrivals:
+            recorded.extend(arrivals.pop(0))
+        return [event for event in recorded if event.seq > seq]
+
+    shown: list[Event] = []
+    ended = asyncio.run(follow_events(load_after, shown.append, poll_s=0))
+    assert ended == history[-1]
+    assert shown == history
+    assert asked == [0, 0, 1, 1, 4]
+
+
+def test_follow_does_not_show_what_follows_a_terminal_event() -> None:
+    history = _happy_trip()
+    late = history[-1].__class__(**{**vars(history[-1]), "seq": history[-1].seq + 1})
+
+    async def load_after(seq: int) -> list[Event]:
+        return [event for event in [*history, late] if event.seq > seq]
+
+    shown: list[Event] = []
+    asyncio.run(follow_events(load_after, shown.append, poll_s=0))
+    assert shown == history
+
+
+def test_a_followed_event_is_one_line_naming_the_columns_that_may_be_empty() -> None:
+    run = SagaRun(TRIP, saga_id="t-line")
+    run.start()
+    run.fail("book_hotel", error="SoldOut")
+    failed = next(event for event in run.events if type(event).__name__ == "StepFailed")
+    assert _line(failed) == (f"{failed.seq:>3}  1970-01-01 00:16:40.000  StepFailed  step=book_hotel  attempt=1  "
+                             "error=SoldOut  error_message=book_hotel said SoldOut, retryable=False")
