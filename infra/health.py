@@ -10,9 +10,10 @@ probes in ``infra/health_server.py`` report each dependency's state; components 
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -62,6 +63,13 @@ class ServiceHealth:
         self.relay_rows_published = Counter(
             "saga_relay_rows_published", "Outbox rows the relay published to Kafka.", ["table"],
             registry=self.registry)
+        self.messages_dead_lettered = Counter(
+            "saga_messages_dead_lettered", "Messages this service could not process and parked on saga.dlq.",
+            registry=self.registry)
+        self.commands = Counter(
+            "saga_participant_commands", "Commands a participant handled, by what became of them: recorded, "
+            "transient (failure replied, nothing recorded), duplicate (recorded reply sent again), dead_lettered.",
+            ["participant", "disposition"], registry=self.registry)
         self.sagas = Gauge("saga_sagas", "Sagas by status in the read model (orchestrator only).", ["status"],
                            registry=self.registry)
         self.dependency_up = Gauge("saga_dependency_up", "1 when the dependency answers, else 0.",
@@ -115,6 +123,16 @@ class ServiceHealth:
         self.handled_total += count
         self.messages_handled.inc(count)
         self.progress()
+
+    def dead_lettered(self, count: int) -> None:
+        """``count`` messages were parked on saga.dlq (committed)."""
+        if count > 0:
+            self.messages_dead_lettered.inc(count)
+
+    def commands_handled(self, participant: str, dispositions: Iterable[str]) -> None:
+        """A participant committed a batch of commands with these dispositions."""
+        for disposition, count in collections.Counter(dispositions).items():
+            self.commands.labels(participant=participant, disposition=disposition).inc(count)
 
     def published(self, table: str, rows: int) -> None:
         """The relay of ``table`` published ``rows`` rows."""

@@ -19,6 +19,7 @@ from infra.startup import StartupStopped, retry_startup
 from orchestrator.consumer import OrchestratorConsumer
 from orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from orchestrator.housekeeping import InboxPruner
+from orchestrator.metrics import SagaMetrics
 from orchestrator.parsing import RecordParser
 from orchestrator.service import SagaService
 from orchestrator.store.postgres import PostgresStore
@@ -151,7 +152,8 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
             relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=25, max_poll_ms=200)
                      if with_relay else None)
             service = SagaService(PostgresStore(pool), registry, topics, clock_ms,
-                                  on_commit=relay.wake if relay is not None else None)
+                                  on_commit=relay.wake if relay is not None else None,
+                                  on_settled=SagaMetrics(health).observe)
             parser = RecordParser(topics, registry, default_registry(), participants)
             consumer = OrchestratorConsumer(service, parser, settings.kafka_servers(),
                                             group_id=f"{settings.saga_topic_prefix}saga-orchestrator",

@@ -22,7 +22,7 @@ from orchestrator.domain.state import SagaState, SagaStatus, apply_event
 from orchestrator.envelope import Envelope, Rejection, timer_envelope
 from orchestrator.outbound import dead_letter_message
 from orchestrator.ports import ConcurrencyConflict, StoredEvent, UnitOfWork, UnitOfWorkFactory
-from orchestrator.writes import PendingWrites
+from orchestrator.writes import PendingWrites, Settled
 from schemas.topics import Topics
 
 log = logging.getLogger("saga.orchestrator")
@@ -50,7 +50,8 @@ class SagaService:
 
     def __init__(self, units: UnitOfWorkFactory, definitions: DefinitionRegistry, topics: Topics,
                  clock_ms: Callable[[], int], consumer_name: str = CONSUMER_NAME,
-                 on_commit: Callable[[], None] | None = None) -> None:
+                 on_commit: Callable[[], None] | None = None,
+                 on_settled: Callable[[Settled], None] | None = None) -> None:
         self._units = units
         self._definitions = definitions
         self._topics = topics
@@ -58,6 +59,7 @@ class SagaService:
         self._consumer = consumer_name
         self._cache: OrderedDict[str, SagaState] = OrderedDict()
         self._on_commit = on_commit  # e.g. an in-process outbox relay's wake()
+        self._on_settled = on_settled  # e.g. metrics of what the committed decisions did
 
     async def handle(self, envelope: Envelope) -> Outcome:
         """Apply one message exactly once in effect; retried on an optimistic-concurrency conflict."""
@@ -96,7 +98,7 @@ class SagaService:
             f"saga {envelopes[0].message.saga_id}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
 
     async def _apply_in_one_unit(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
-        settled: dict[str, SagaState] = {}
+        settled = Settled()
         try:
             async with self._units.begin() as uow:
                 outcomes = await self._apply(uow, envelopes, settled)
@@ -104,14 +106,14 @@ class SagaService:
             for envelope in envelopes:  # the cache may be ahead of what is stored now
                 self._cache.pop(envelope.message.saga_id, None)
             raise
-        self._committed(settled.values())
+        self._committed(settled)
         return outcomes
 
     async def fire_due_timers(self, limit: int, due_by_ms: int | None = None) -> int:
         """Claim due timers and handle them in the same transaction (a crash puts them back); with
         ``due_by_ms``, only those due by then as well as by now."""
         for _ in range(MAX_CONFLICT_RETRIES):
-            settled: dict[str, SagaState] = {}
+            settled = Settled()
             now = self._clock_ms()
             try:
                 async with self._units.begin() as uow:
@@ -123,14 +125,14 @@ class SagaService:
             except BaseException:
                 self._cache.clear()
                 raise
-            self._committed(settled.values())
+            self._committed(settled)
             return len(rows)
         raise ConcurrencyConflict("timers: gave up after repeated conflicts")
 
     async def reject(self, rejection: Rejection) -> Outcome:
         """Dead-letter a record; when its saga id is readable, record SagaRejected in that saga's stream."""
         for _ in range(MAX_CONFLICT_RETRIES):
-            settled: dict[str, SagaState] = {}
+            settled = Settled()
             try:
                 async with self._units.begin() as uow:
                     outcome = await self._reject(uow, rejection, settled)
@@ -140,7 +142,7 @@ class SagaService:
             except BaseException:
                 self._cache.pop(rejection.saga_id or "", None)
                 raise
-            self._committed(settled.values())
+            self._committed(settled)
             return outcome
         raise ConcurrencyConflict(f"saga {rejection.saga_id}: gave up recording a rejection")
 
@@ -148,7 +150,7 @@ class SagaService:
         """``reject`` for many records in one transaction: a flood of bad input costs what a batch of good
         input does, rather than a transaction per record. After a conflict each is retried on its own."""
         if len(rejections) > 1:
-            settled: dict[str, SagaState] = {}
+            settled = Settled()
             try:
                 async with self._units.begin() as uow:
                     outcomes = await self._reject_batch(uow, rejections, settled)
@@ -160,14 +162,14 @@ class SagaService:
                     self._cache.pop(rejection.saga_id or "", None)
                 raise
             else:
-                self._committed(settled.values())
+                self._committed(settled)
                 return outcomes
             for rejection in rejections:
                 self._cache.pop(rejection.saga_id or "", None)
         return [await self.reject(rejection) for rejection in rejections]
 
     async def _apply(self, uow: UnitOfWork, envelopes: Sequence[Envelope],
-                     settled: dict[str, SagaState]) -> list[Outcome]:
+                     settled: Settled) -> list[Outcome]:
         """Claim, load, decide and write a batch: a fixed number of statements whatever its size."""
         if not envelopes:
             return []
@@ -181,7 +183,7 @@ class SagaService:
         outcomes = [self._decide(envelope, states, writes) if new else Outcome.DUPLICATE
                     for envelope, new in zip(envelopes, fresh, strict=True)]
         await writes.flush(uow)
-        settled.update((saga_id, state) for saga_id, state in states.items() if state is not None)
+        settled.add(states, writes, outcomes.count(Outcome.DEAD_LETTERED))
         return outcomes
 
     def _decide(self, envelope: Envelope, states: dict[str, SagaState | None], writes: PendingWrites) -> Outcome:
@@ -207,11 +209,11 @@ class SagaService:
         _log_decision(decision.events)
         return Outcome.APPLIED
 
-    async def _reject(self, uow: UnitOfWork, rejection: Rejection, settled: dict[str, SagaState]) -> Outcome:
+    async def _reject(self, uow: UnitOfWork, rejection: Rejection, settled: Settled) -> Outcome:
         return (await self._reject_batch(uow, [rejection], settled))[0]
 
     async def _reject_batch(self, uow: UnitOfWork, rejections: Sequence[Rejection],
-                            settled: dict[str, SagaState]) -> list[Outcome]:
+                            settled: Settled) -> list[Outcome]:
         """Claim, dead-letter and record SagaRejected for a batch, in a fixed number of statements."""
         message_ids = [rejection.message_id or rejection.raw.position_id for rejection in rejections]
         claimed = await uow.claim_messages(self._consumer, message_ids)
@@ -243,7 +245,7 @@ class SagaService:
             states[rejection.saga_id] = writes.record(Decision(events=(rejected,), state=after), message_id)
             _log_decision((rejected,))
         await writes.flush(uow)
-        settled.update((saga_id, state) for saga_id, state in states.items() if state is not None)
+        settled.add(states, writes, outcomes.count(Outcome.DEAD_LETTERED))
         return outcomes
 
     def _definition_of(self, state: SagaState | None):  # type: ignore[no-untyped-def]
@@ -272,16 +274,19 @@ class SagaService:
                 definition = self._definition_of(state)
         return state
 
-    def _committed(self, states: Iterable[SagaState]) -> None:
-        """A unit of work committed: cache the states it settled and tell ``on_commit`` (new outbox rows)."""
+    def _committed(self, settled: Settled) -> None:
+        """A unit of work committed: cache the states it settled, tell ``on_commit`` (new outbox rows) and
+        ``on_settled`` (what it decided)."""
         # Only states whose transaction committed: a cached state must be a prefix of the stored history.
-        for state in states:
+        for state in settled.states.values():
             self._cache[state.saga_id] = state
             self._cache.move_to_end(state.saga_id)
         while len(self._cache) > STATE_CACHE_SIZE:
             self._cache.popitem(last=False)
         if self._on_commit is not None:
             self._on_commit()
+        if self._on_settled is not None:
+            self._on_settled(settled)
 
 
 def _first_claims(message_ids: Sequence[str], claimed: set[str]) -> list[bool]:

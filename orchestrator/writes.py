@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from orchestrator import wire
 from orchestrator.domain.decide import Decision
 from orchestrator.domain.messages import Timer
@@ -9,6 +11,22 @@ from orchestrator.domain.state import SagaState
 from orchestrator.outbound import command_message, event_message
 from orchestrator.ports import OutboxMessage, SagaSummaryRow, StoredEvent, TimerRow, UnitOfWork, Writes
 from schemas.topics import Topics
+
+
+@dataclass
+class Settled:
+    """What a unit of work settled, known once it committed: each saga's state after it, the decisions
+    taken (in order) and how many messages it dead-lettered."""
+
+    states: dict[str, SagaState] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+    dead_lettered: int = 0
+
+    def add(self, states: dict[str, SagaState | None], writes: PendingWrites, dead_lettered: int) -> None:
+        """Take what one batch decided."""
+        self.states.update((saga_id, state) for saga_id, state in states.items() if state is not None)
+        self.decisions += writes.decisions
+        self.dead_lettered += dead_lettered
 
 
 class PendingWrites:
@@ -24,6 +42,7 @@ class PendingWrites:
         self.outbox: list[OutboxMessage] = []
         self.timers: dict[tuple[str, str], TimerRow | None] = {}
         self.summaries: dict[str, SagaSummaryRow] = {}
+        self.decisions: list[Decision] = []
 
     def delete_timer(self, saga_id: str, timer_id: str) -> None:
         """Cancel a timer (an obsolete one: deleting it is an optimisation, firing it is harmless)."""
@@ -33,6 +52,7 @@ class PendingWrites:
         """Add the events, outbox rows, timers and summary of one non-empty decision; its new state."""
         state = decision.state
         assert state is not None
+        self.decisions.append(decision)
         saga_type = state.saga_type or None
         for event in decision.events:
             body = wire.encode_event(event)

@@ -109,7 +109,10 @@ class ParticipantRuntime:
             try:
                 pool = await self.start()  # inside the try: Postgres may be away when the pool opens
                 dispositions = await handle_commands(pool, self.participant, self.topics, batch)
-                current_health().handled(len(batch))
+                health = current_health()
+                health.handled(len(batch))
+                health.commands_handled(self.participant.name, dispositions)
+                health.dead_lettered(dispositions.count(Disposition.DEAD_LETTERED))
                 self._replies_committed()
                 return dispositions
             except Exception as exc:

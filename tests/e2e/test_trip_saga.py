@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import random
+import socket
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
 from cli.audit_cmd import audit_all
 from cli.demo_cmd import cancel, drive
 from cli.feed import EventFeed
+from cli.run_cmd import health_port, service_commands
 from cli.scenarios import COMPLETED_EFFECTS, SCENARIOS, mismatches, observed
+from infra.health_server import fetch_health
 from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.domain.events import SagaCancelRefused, SagaRejected, SagaStarted, StepCommandSent
@@ -22,17 +29,36 @@ from participants.effects import collect_effects
 from schemas.topics import Topics
 from tests.chaos.crash_tools import started_and_warm
 from tests.conftest import module_stack
-from tests.e2e.harness import Stack, publish, read_topic
+from tests.e2e.harness import Stack, publish, read_topic, wait_for
 
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 60.0
+TERMINAL_STATUS_OF = {"SagaCompleted": "COMPLETED", "SagaCompensated": "COMPENSATED", "SagaFailed": "FAILED",
+                      "SagaCompensationFailed": "COMPENSATION_FAILED", "SagaCancelled": "CANCELLED",
+                      "SagaCompletedWithFailures": "COMPLETED_WITH_FAILURES"}
 
 
 @pytest.fixture(scope="module")
 def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    yield from module_stack(started_and_warm(settings, log_dir), log_dir)
+    # Health endpoints on: GET /metrics is part of what is checked.
+    observed = settings.model_copy(update={"saga_health_port": _free_ports(len(service_commands(settings)))})
+    yield from module_stack(started_and_warm(observed, log_dir), log_dir)
+
+
+def _free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports (``saga run all`` counts up from it, one per service)."""
+    for _ in range(100):
+        base = random.randrange(20_000, 60_000)
+        with contextlib.ExitStack() as probes:
+            try:
+                for port in range(base, base + count):
+                    probes.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return base
+    raise RuntimeError(f"no {count} consecutive free ports found")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -143,6 +169,43 @@ async def test_bad_input_goes_to_the_dead_letter_topic_and_the_consumer_keeps_go
     assert cruise in by_value and "unknown saga_type 'cruise'" in by_value[cruise].reason
     assert by_value[cruise].saga_id == unknown_id
     assert not stack.exited(), f"services exited: {stack.exited()}"
+
+
+async def _metrics(settings: Settings, label: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    body = await fetch_health(settings.saga_health_host, health_port(settings, label), "/metrics")
+    assert body is not None, f"{label} serves no /metrics"
+    return {(sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(body.decode()) for sample in family.samples}
+
+
+def _sample(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
+    return metrics.get((name, frozenset(labels.items())), 0.0)
+
+
+async def test_metrics_count_sagas_by_end_state_step_outcomes_commands_and_dead_letters(
+        trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
+    settings = stack.settings
+    _, ended = trip_run
+    orchestrator = await _metrics(settings, "orchestrator")
+    assert _sample(orchestrator, "saga_sagas_started_total", saga_type="trip") >= len(ended)
+    for terminal, count in Counter(ended.values()).items():
+        status = TERMINAL_STATUS_OF[terminal]
+        assert _sample(orchestrator, "saga_sagas_ended_total", saga_type="trip", status=status) >= count, terminal
+        assert _sample(orchestrator, "saga_duration_seconds_count", saga_type="trip", status=status) >= count
+    # Atlantis: the hotel is sold out and the flight compensated.
+    assert _sample(orchestrator, "saga_step_events_total", saga_type="trip", step="book_hotel", outcome="failed") >= 1
+    assert _sample(orchestrator, "saga_step_events_total", saga_type="trip", step="book_flight",
+                   outcome="compensated") >= 1
+    hotel = await _metrics(settings, "hotel")
+    assert _sample(hotel, "saga_participant_commands_total", participant="hotel", disposition="recorded") >= len(ended)
+
+    before = _sample(orchestrator, "saga_messages_dead_lettered_total")
+    await publish(settings, Topics(settings.saga_topic_prefix).start, b"e2e-metrics-garbage", b"not avro")
+
+    async def counted() -> bool:
+        return _sample(await _metrics(settings, "orchestrator"), "saga_messages_dead_lettered_total") > before
+
+    assert await wait_for(counted, 30), "the dead letter was not counted"
 
 
 async def test_audit_agrees_with_the_store_and_detects_a_tampered_event(

@@ -1,0 +1,49 @@
+"""The orchestrator's Prometheus metrics count what committed decisions recorded."""
+
+from __future__ import annotations
+
+from infra.health import ServiceHealth
+from orchestrator.domain.decide import Decision
+from orchestrator.domain.messages import TimerKind
+from orchestrator.metrics import SagaMetrics
+from orchestrator.sagas.trip import TRIP
+from orchestrator.writes import Settled
+from tests.unit.saga_driver import SagaRun
+
+
+def _value(health: ServiceHealth, name: str, **labels: str) -> float:
+    return health.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_a_compensated_trip_counts_its_start_end_duration_and_step_outcomes() -> None:
+    run = SagaRun(TRIP, saga_id="t-m1")
+    decisions: list[Decision] = [run.start(), run.ok("book_flight"),
+                                 run.fail("book_hotel", error="SoldOut"), run.comp_ok("book_flight")]
+    health = ServiceHealth("orchestrator")
+    SagaMetrics(health).observe(Settled(decisions=decisions, dead_lettered=2))
+
+    assert _value(health, "saga_sagas_started_total", saga_type="trip") == 1
+    assert _value(health, "saga_sagas_ended_total", saga_type="trip", status="COMPENSATED") == 1
+    assert _value(health, "saga_sagas_ended_total", saga_type="trip", status="COMPLETED") == 0
+    assert _value(health, "saga_duration_seconds_count", saga_type="trip", status="COMPENSATED") == 1
+    ended_at, started_at = run.events[-1].occurred_at, run.saga.started_at
+    assert _value(health, "saga_duration_seconds_sum", saga_type="trip",
+                  status="COMPENSATED") == (ended_at - started_at) / 1000
+    for step, outcome in (("book_flight", "succeeded"), ("book_hotel", "failed"), ("book_flight", "compensated")):
+        assert _value(health, "saga_step_events_total", saga_type="trip", step=step, outcome=outcome) == 1
+    assert _value(health, "saga_step_events_total", saga_type="trip", step="book_hotel", outcome="succeeded") == 0
+    assert _value(health, "saga_messages_dead_lettered_total") == 2
+
+
+def test_timeouts_retries_and_rejections_are_counted() -> None:
+    run = SagaRun(TRIP, saga_id="t-m2")
+    decisions = [run.start(), run.fire(TimerKind.STEP_TIMEOUT, "book_flight")]
+    again = SagaRun(TRIP, saga_id="t-m2", _state=run.state, events=list(run.events))
+    decisions.append(again.start())  # a second start of a known saga: refused and recorded
+    health = ServiceHealth("orchestrator")
+    SagaMetrics(health).observe(Settled(decisions=decisions))
+    assert _value(health, "saga_step_events_total", saga_type="trip", step="book_flight", outcome="timed_out") == 1
+    assert _value(health, "saga_step_events_total", saga_type="trip", step="book_flight",
+                  outcome="retry_scheduled") == 1
+    assert _value(health, "saga_sagas_rejected_total") == 1
+    assert _value(health, "saga_sagas_started_total", saga_type="trip") == 1
