@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from orchestrator.domain import events as ev
 from orchestrator.domain.decision import (
+    DEADLINE_TIMER_ID,
     Decision,
     DecisionBuilder,
+    live_timer_ids,
     needs_resolution,
+    pivot_blocks_cancel,
     send_compensation,
     send_step,
 )
@@ -23,6 +26,7 @@ from orchestrator.domain.messages import (
     ResumeCompensation,
     StartSaga,
     StepResult,
+    TimerKind,
 )
 from orchestrator.domain.model import RESUME_COMPENSATION, SagaState
 from orchestrator.domain.progress import advance, unwind
@@ -79,6 +83,8 @@ def decide(
         _resume(b, message)
     elif isinstance(message, StepResult):
         handle_step_result(b, message)
+    elif message.timer.kind is TimerKind.SAGA_DEADLINE:
+        _deadline(b, definition, message.timer.timer_id)
     else:
         handle_timer_fired(b, message)
     return b.build()
@@ -123,6 +129,15 @@ def _cancel(b: DecisionBuilder, message: CancelSaga) -> None:
     advance(b)
 
 
+def _deadline(b: DecisionBuilder, definition: SagaDefinition, timer_id: str) -> None:
+    """The deadline came while the saga had not passed its pivot: it is cancelled, as by a CancelSaga (which
+    a pivot in flight still refuses)."""
+    if timer_id != DEADLINE_TIMER_ID or timer_id not in live_timer_ids(definition, b.state):
+        return  # passed the pivot (or has it in flight), unwinding, cancelled or ended meanwhile
+    assert definition.deadline_ms is not None
+    _cancel(b, CancelSaga(saga_id=b.saga_id, reason=f"deadline of {definition.deadline_ms / 1000:g} s passed"))
+
+
 def _cancel_refusal(b: DecisionBuilder) -> str | None:
     state = b.saga
     if state.is_terminal:
@@ -136,12 +151,7 @@ def _cancel_refusal(b: DecisionBuilder) -> str | None:
         return None
     if state.pivot_passed:
         return f"pivot step {pivot.name} already succeeded; the saga only moves forward"
-    pivot_state = state.steps[pivot.name]
-    in_flight = pivot_state.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or (
-        pivot_state.status is StepStatus.RETRY_SCHEDULED and pivot_state.outcome_unknown
-    )
-    if pivot.compensation is None and in_flight:
-        # It may succeed any moment and nothing could undo it: the saga must be allowed to go forward.
+    if pivot_blocks_cancel(b.defn, state):
         return f"pivot step {pivot.name} is in flight and has no compensation; the saga only moves forward"
     return None
 

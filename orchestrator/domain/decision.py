@@ -96,14 +96,24 @@ class DecisionBuilder:
         """The finished Decision."""
         if not self._events:
             return Decision(state=self.state)
-        obsolete = self._initial_timers - live_timer_ids(self.definition, self.state)
+        live = live_timer_ids(self.definition, self.state)
+        obsolete = self._initial_timers - live
+        timers = self._timers
+        if DEADLINE_TIMER_ID in live - self._initial_timers:
+            timers = [*timers, self._deadline_timer()]
         return Decision(
             events=tuple(self._events),
             commands=tuple(self._commands),
-            timers=tuple(self._timers),
+            timers=tuple(timers),
             obsolete_timers=tuple(sorted(obsolete)),
             state=self.state,
         )
+
+
+    def _deadline_timer(self) -> Timer:
+        deadline_ms = self.defn.deadline_ms
+        assert deadline_ms is not None
+        return _timer(self.saga, TimerKind.SAGA_DEADLINE, "", 0, self.saga.started_at + deadline_ms)
 
 
 def effects_of(
@@ -174,6 +184,9 @@ def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -
         return frozenset()  # terminal, or waiting for an operator: timers are re-armed on resume
     unwinding = state.status is SagaStatus.COMPENSATING
     live: set[str] = set()
+    if definition.deadline_ms is not None and not (unwinding or state.pivot_passed or state.cancel_requested
+                                                   or pivot_blocks_cancel(definition, state)):
+        live.add(DEADLINE_TIMER_ID)
     for step in state.steps.values():
         forward_open = not unwinding or needs_resolution(definition, step)
         if step.status is StepStatus.RUNNING and forward_open:
@@ -185,6 +198,23 @@ def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -
         elif step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
             live.add(f"{TimerKind.COMPENSATION_RETRY}:{step.name}:{step.compensation_attempt}")
     return frozenset(live)
+
+
+DEADLINE_TIMER_ID = f"{TimerKind.SAGA_DEADLINE}::0"
+"""The id of a saga's deadline timer (``Timer.timer_id`` of kind SAGA_DEADLINE, no step, attempt 0): armed
+whenever it becomes live (``live_timer_ids``), due ``deadline_ms`` after the start."""
+
+
+def pivot_blocks_cancel(definition: SagaDefinition, state: SagaState) -> bool:
+    """True while a pivot step without compensation is in flight: it may succeed any moment and nothing
+    could undo it, so the saga must be allowed to go forward (a cancel is refused, a deadline waits)."""
+    pivot = definition.pivot
+    if pivot is None or pivot.compensation is not None or state.pivot_passed:
+        return False
+    step = state.steps[pivot.name]
+    return step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or (
+        step.status is StepStatus.RETRY_SCHEDULED and step.outcome_unknown
+    )
 
 
 def send_step(b: DecisionBuilder, name: str, attempt: int) -> None:

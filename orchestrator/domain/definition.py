@@ -125,6 +125,9 @@ class SagaDefinition:
     input_schema: str  # Avro full name of the input record, e.g. "saga.v1.trip.TripRequest"
     failure_mode: FailureMode = FailureMode.FAIL_FAST
     compensate_on_continue: bool = False
+    # Time from the start within which the saga must pass its pivot (or end, without one); when it runs out
+    # the saga is cancelled as if a CancelSaga had come. None: no deadline.
+    deadline_ms: int | None = None
 
     order: tuple[str, ...] = field(init=False, repr=False, compare=False)  # topological, stable
     _by_name: Mapping[str, Step] = field(init=False, repr=False, compare=False)
@@ -140,6 +143,8 @@ class SagaDefinition:
             raise DefinitionError(f"{where}: version must be >= 1")
         if not self.steps:
             raise DefinitionError(f"{where}: a saga needs at least one step")
+        if self.deadline_ms is not None and self.deadline_ms <= 0:
+            raise DefinitionError(f"{where}: deadline_ms must be positive (or None for no deadline)")
         by_name: dict[str, Step] = {}
         for step in self.steps:
             if step.name in by_name:

@@ -24,6 +24,7 @@ class TimerKind(StrEnum):
     STEP_RETRY = "STEP_RETRY"
     COMPENSATION_TIMEOUT = "COMPENSATION_TIMEOUT"
     COMPENSATION_RETRY = "COMPENSATION_RETRY"
+    SAGA_DEADLINE = "SAGA_DEADLINE"
 
 
 @dataclass(frozen=True, kw_only=True)

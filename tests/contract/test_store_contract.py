@@ -7,6 +7,7 @@ forward-only summary projection.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -16,7 +17,12 @@ import asyncpg
 import orjson
 import pytest
 
+from cli.scenarios import SCENARIOS
 from infra.db import create_pool, migrate
+from orchestrator import wire
+from orchestrator.domain.definition import DefinitionRegistry
+from orchestrator.domain.events import SagaCancelRequested
+from orchestrator.envelope import Envelope
 from orchestrator.ports import (
     ConcurrencyConflict,
     EventReader,
@@ -26,8 +32,11 @@ from orchestrator.ports import (
     TimerRow,
     UnitOfWorkFactory,
 )
+from orchestrator.sagas.trip import TRIP
+from orchestrator.service import SagaService
 from orchestrator.store.memory import MemoryStore
 from orchestrator.store.postgres import PostgresStore
+from schemas.topics import Topics
 
 T0 = 1_700_000_000_000  # a fixed epoch-ms origin: timer and summary times are data, not the clock
 
@@ -306,3 +315,24 @@ async def test_iter_events_visits_every_event_by_saga_then_seq(h: Harness) -> No
             await uow.append_events([ev(sid, n) for n in (3, 1, 2)])
     seen = [(e.saga_id, e.seq) async for e in h.store.iter_events(batch_size=2)]
     assert seen == [(sid, n) for sid in sorted(sagas) for n in (1, 2, 3)]
+
+
+# --- a saga's deadline, through the service ---------------------------------------------------------------
+
+async def test_a_saga_deadline_is_kept_as_a_timer_and_cancels_the_saga_when_it_fires(h: Harness) -> None:
+    now = [T0]
+    registry = DefinitionRegistry([dataclasses.replace(TRIP, deadline_ms=60_000)])
+    service = SagaService(h.store, registry, Topics("t."), lambda: now[0])
+    sid = saga_id()
+    await service.handle(Envelope(SCENARIOS["happy"].start(sid), f"start:{sid}"))
+    now[0] = T0 + 59_999
+    fired_before = await service.fire_due_timers(100)  # the steps' timeouts and retries, not the deadline
+    now[0] = T0 + 60_000
+    while await service.fire_due_timers(100):
+        pass
+    async with h.store.begin() as uow:
+        events = [wire.decode_event(e.body) for e in await uow.load_events(sid)]
+    requested = [e for e in events if isinstance(e, SagaCancelRequested)]
+    assert fired_before > 0
+    assert [e.reason for e in requested] == ["deadline of 60 s passed"]
+    assert requested[0].occurred_at == T0 + 60_000

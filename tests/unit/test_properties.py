@@ -106,6 +106,7 @@ def rich_dags(draw: st.DrawFn) -> SagaDefinition:
     return SagaDefinition(
         saga_type="g", version=1, steps=tuple(steps), input_schema="x",
         failure_mode=mode, compensate_on_continue=undo_on_continue,
+        deadline_ms=draw(st.sampled_from([None, None, 1, 400, 5_000])),
     )
 
 
