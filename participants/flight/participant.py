@@ -34,6 +34,13 @@ BUSINESS_DDL = (
         cancelled_at timestamptz
     )""",
     f"CREATE INDEX IF NOT EXISTS bookings_saga_step_idx ON {SCHEMA}.bookings (saga_id, step)",
+    # An operator's way out of CancellationRefused: the airline agreed to cancel this saga's fare anyway.
+    # Grant one, then `saga resume SAGA_ID`: the cancellation is tried again and goes through.
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cancellation_waivers (
+        saga_id text PRIMARY KEY,
+        granted_by text,
+        granted_at timestamptz NOT NULL DEFAULT now()
+    )""",
 )
 
 
@@ -56,9 +63,11 @@ def _booking(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[str, ..
 async def cancel_flight(
     conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]
 ) -> Outcome:
-    """Cancel the step's booking; a booking that never happened is already 'cancelled' (no-op)."""
+    """Cancel the step's booking; a booking that never happened is already 'cancelled' (no-op). A fare that
+    cannot be cancelled is refused for good, unless the saga has a cancellation waiver."""
     verdict = cancel_flight_rule(trip["customer_id"])
-    if isinstance(verdict, Failed):
+    if isinstance(verdict, Failed) and not await conn.fetchval(
+            f"SELECT true FROM {SCHEMA}.cancellation_waivers WHERE saga_id = $1", command.saga_id):
         return verdict
     cancelled = await conn.fetch(
         f"""UPDATE {SCHEMA}.bookings SET status = 'cancelled', cancelled_at = now()

@@ -26,6 +26,7 @@ from infra.faults import crash_point
 from outbox.message import OutboxMessage
 from participants.kit.handle import (
     _DATABASE_GONE,
+    REOPEN_FAILED_ON_A_LATER_ATTEMPT,
     Disposition,
     ParsedDelivery,
     _log_outcome,
@@ -186,18 +187,19 @@ async def _guarded(pending: Awaitable[T]) -> T:
 
 
 async def _claim(conn: asyncpg.Connection, table: str, commands: Sequence[ReceivedCommand]) -> set[str]:
-    """Insert a PENDING row per key; returns the keys inserted now. A key held by a concurrent transaction
-    makes the insert wait for that one's commit, after which the key counts as recorded."""
+    """Insert a PENDING row per key; returns the keys inserted now (or taken up again: a recorded failure and
+    a later attempt). A key held by a concurrent transaction makes the insert wait for that one's commit,
+    after which the key counts as recorded."""
     if not commands:
         return set()
     # Sorted by key: concurrent batches of two workers lock the keys in one order (no deadlock).
     rows = sorted(commands, key=lambda c: c.idempotency_key)
     claimed = await conn.fetch(
-        f"""INSERT INTO {table} (idempotency_key, saga_id, step, kind, action, attempt, status)
+        f"""INSERT INTO {table} AS p (idempotency_key, saga_id, step, kind, action, attempt, status)
             SELECT k, s, st, kd, a, at, 'PENDING'
             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
                  AS c(k, s, st, kd, a, at)
-            ON CONFLICT (idempotency_key) DO NOTHING
+            {REOPEN_FAILED_ON_A_LATER_ATTEMPT}
             RETURNING idempotency_key""",
         [c.idempotency_key for c in rows], [c.saga_id for c in rows], [c.step for c in rows],
         [c.kind.value for c in rows], [c.action for c in rows], [c.attempt for c in rows],

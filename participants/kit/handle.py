@@ -127,10 +127,10 @@ async def handle_command(
     results_topic = topics.results(participant.name)
     async with pool.acquire() as conn, conn.transaction():
         claimed = await conn.fetchval(
-            f"""INSERT INTO {participant.processed_table}
+            f"""INSERT INTO {participant.processed_table} AS p
                     (idempotency_key, saga_id, step, kind, action, attempt, status)
                 VALUES ($1, $2, $3, $4, $5, $6, 'PENDING')
-                ON CONFLICT (idempotency_key) DO NOTHING
+                {REOPEN_FAILED_ON_A_LATER_ATTEMPT}
                 RETURNING true""",
             command.idempotency_key, command.saga_id, command.step, command.kind.value,
             command.action, command.attempt,
@@ -175,6 +175,16 @@ async def handle_command(
     error_type = outcome.error_type if isinstance(outcome, Failed) else None
     _log_outcome(participant, command, disposition, RecordedReply.of(outcome).status, error_type)
     return disposition
+
+
+# A key's recorded outcome answers every redelivery of its attempt. A definitive failure is taken up again by
+# a later attempt of the key (a retry after a timeout, or `saga resume` after a human fixed the cause): a
+# failure left no business change (its savepoint was rolled back), so running the handler again cannot apply
+# anything twice. A recorded success answers every attempt, forever. (The INSERT names its table ``p``.)
+REOPEN_FAILED_ON_A_LATER_ATTEMPT = """ON CONFLICT (idempotency_key) DO UPDATE
+                SET attempt = EXCLUDED.attempt, status = 'PENDING', error_type = NULL, error_message = NULL,
+                    output = NULL, processed_at = now()
+                WHERE p.status = 'FAILED' AND p.attempt < EXCLUDED.attempt"""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
 from cli.feed import assign_from_beginning
-from cli.run_cmd import service_commands, start_service, stop_services
+from cli.run_cmd import service_commands, service_environment, start_service, stop_services
 from infra.settings import Settings
 from orchestrator.bootstrap import prepare
 
@@ -104,3 +105,10 @@ async def wait_for(predicate_coro: object, timeout_s: float, interval_s: float =
             return True
         await asyncio.sleep(interval_s)
     return False
+
+
+async def saga_cli(settings: Settings, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``saga ARGS...`` (the real CLI, a child process) with ``settings``; its exit code and output."""
+    return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "cli", *args],
+                                   env=service_environment(settings), capture_output=True, text=True,
+                                   timeout=timeout_s)

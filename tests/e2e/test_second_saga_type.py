@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,6 @@ import pytest
 from cli.demo_cmd import DEMO_TIMEOUT_S
 from cli.dlq_cmd import read_parked
 from cli.feed import EventFeed
-from cli.run_cmd import service_environment
 from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.domain.messages import StartSaga
@@ -25,7 +22,7 @@ from tests.chaos.crash_tools import restart, wait_until_ready
 from tests.chaos.tools.kafka_tools import wait_caught_up
 from tests.conftest import module_stack
 from tests.e2e.checkout import CHECKOUT_REQUEST, SCHEMA_DIR
-from tests.e2e.harness import Stack, publish, start_stack, wait_for
+from tests.e2e.harness import Stack, publish, saga_cli, start_stack, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -92,11 +89,6 @@ async def test_checkout_runs_through_the_same_services(stack: Stack, sku: str, a
     assert await _ledger(stack.settings, saga_id) == ledger
 
 
-def _saga_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli", *args], env=service_environment(settings),
-                          capture_output=True, text=True, timeout=60)
-
-
 async def _event_types(settings: Settings, saga_id: str) -> list[str]:
     conn = await asyncpg.connect(settings.dsn())
     try:
@@ -124,13 +116,13 @@ async def test_a_start_rejected_before_its_type_was_deployed_runs_when_its_dead_
         await restart(stack, "orchestrator")  # checkout is deployed again
     assert await _event_types(settings, saga_id) == ["SagaRejected"]
 
-    listed = _saga_cli(settings, "dlq", "list", "--saga", saga_id, "--json")
+    listed = await saga_cli(settings, "dlq", "list", "--saga", saga_id, "--json")
     assert listed.returncode == 0, listed.stderr
     letter = json.loads(listed.stdout)
     assert (letter["source_topic"], letter["consumer"]) == (topics.start, "orchestrator")
     assert "unknown saga_type 'checkout'" in letter["reason"]
 
-    replayed = _saga_cli(settings, "dlq", "replay", letter["position"])
+    replayed = await saga_cli(settings, "dlq", "replay", letter["position"])
     assert replayed.returncode == 0, replayed.stderr
     assert f"{letter['position']} published to {topics.start} (saga {saga_id})" in replayed.stdout
     feed = EventFeed(settings.kafka_servers(), topics.events)
@@ -145,7 +137,7 @@ async def test_a_start_rejected_before_its_type_was_deployed_runs_when_its_dead_
 
     # The same letter replayed again is the same message: the orchestrator's inbox drops it.
     history = await _event_types(settings, saga_id)
-    again = _saga_cli(settings, "dlq", "replay", "--saga", saga_id)
+    again = await saga_cli(settings, "dlq", "replay", "--saga", saga_id)
     assert again.returncode == 0, again.stderr
     lagging = await wait_caught_up(settings, {f"{topics.prefix}saga-orchestrator": [topics.start]}, 60)
     assert not lagging, f"the orchestrator did not read the second replay: {lagging}"

@@ -20,7 +20,7 @@ from cli.audit_cmd import audit_all
 from cli.demo_cmd import cancel, drive
 from cli.feed import EventFeed
 from cli.run_cmd import health_port, service_commands
-from cli.scenarios import COMPLETED_EFFECTS, SCENARIOS, mismatches, observed
+from cli.scenarios import COMPLETED_EFFECTS, SCENARIOS, effects, mismatches, observed
 from infra.health_server import fetch_health
 from infra.settings import Settings
 from orchestrator import wire
@@ -29,7 +29,7 @@ from participants.effects import collect_effects
 from schemas.topics import Topics
 from tests.chaos.crash_tools import started_and_warm
 from tests.conftest import module_stack
-from tests.e2e.harness import Stack, publish, read_topic, wait_for
+from tests.e2e.harness import Stack, publish, read_topic, saga_cli, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -227,3 +227,30 @@ async def test_audit_agrees_with_the_store_and_detects_a_tampered_event(
         await conn.close()
     differences, _, _ = await audit_all(stack.settings)
     assert [(d.saga_id, d.seq) for d in differences] == [(victim, 1)]
+
+
+async def test_a_compensation_failed_trip_resumed_after_a_waiver_ends_compensated_with_its_flight_cancelled(
+        trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
+    planned, ended = trip_run
+    saga_id = next(saga for saga, name in planned.items() if name == "uncancellable")
+    assert ended[saga_id] == "SagaCompensationFailed"
+    conn = await asyncpg.connect(stack.settings.dsn())
+    try:
+        await conn.execute("INSERT INTO flight.cancellation_waivers (saga_id, granted_by) VALUES ($1, 'ana')",
+                           saga_id)
+
+        async def status() -> str:
+            return str(await conn.fetchval("SELECT status FROM saga.saga_summary WHERE saga_id = $1", saga_id))
+
+        resumed = await saga_cli(stack.settings, "resume", saga_id, "--operator", "ana")
+        assert resumed.returncode == 0, resumed.stderr
+
+        async def compensated() -> bool:
+            return await status() == "COMPENSATED"
+
+        assert await wait_for(compensated, TIMEOUT_S), f"still {await status()}"
+    finally:
+        await conn.close()
+    assert await _effects(stack.settings, saga_id) == effects(flight=(1, 1))
+    verified = await saga_cli(stack.settings, "verify", saga_id)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
