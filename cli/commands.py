@@ -9,8 +9,10 @@ from typing import Any
 import typer
 
 from cli.context import console, fail, producer, run, settings, topics
+from cli.inspect_cmd import follow, load_events_of
 from orchestrator import wire
 from orchestrator.bootstrap import definitions
+from orchestrator.domain.events import SagaCompleted, SagaStarted
 from orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
 from schemas.codec import WireError, default_registry
 from schemas.validation import input_problems
@@ -31,6 +33,8 @@ def start(
     saga_id: str = typer.Option(..., "--id", help="The saga id (business key); also the Kafka key."),
     input_json: str = typer.Option(..., "--input", help="The saga input as a JSON object."),
     tenant: str | None = typer.Option(None, "--tenant", help="Optional tenant id."),
+    wait: bool = typer.Option(False, "--wait", help="Print the saga's events until it ends; exit 0 when it "
+                                                    "COMPLETED, 1 when it ended otherwise."),
 ) -> None:
     """Validate, encode and publish a StartSaga on saga.start."""
     registry = definitions()
@@ -49,8 +53,18 @@ def start(
         fail(f"--input does not fit {definition.input_schema}: {error}")
     message = StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant, input=encoded_input)
     current = settings()
+    if wait and any(isinstance(event, SagaStarted) for event in run(load_events_of(saga_id))):
+        fail(f"saga {saga_id!r} already exists, so this start would be refused; choose another --id, or "
+             f"follow that saga with `saga history {saga_id} --follow`")
     run(_publish(current, topics(current).start, saga_id, wire.encode_start(message), saga_type))
     console.print(f"published StartSaga [bold]{saga_id}[/] ({saga_type}) on {topics(current).start}")
+    if wait:
+        try:
+            ended = run(follow(saga_id))
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        console.print(f"saga [bold]{saga_id}[/] ended: {type(ended).__name__}")
+        raise typer.Exit(0 if isinstance(ended, SagaCompleted) else 1)
 
 
 def cancel(

@@ -16,7 +16,7 @@ from rich.table import Table
 from cli.context import console, database, fail, run, settings
 from orchestrator import wire
 from orchestrator.bootstrap import definitions
-from orchestrator.domain.events import TERMINAL_EVENTS, Event
+from orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted
 from orchestrator.domain.state import SagaStatus, fold
 from orchestrator.store.postgres import PostgresStore
 
@@ -38,13 +38,19 @@ def when(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-async def load_history(saga_id: str) -> list[Event]:
-    """The saga's events from the store, decoded; exits with a message when there are none."""
+async def load_events_of(saga_id: str) -> list[Event]:
+    """The saga's events from the store, decoded (none for an unknown saga)."""
     async with database(settings()) as pool:
         stored = await PostgresStore(pool).load_events(saga_id)
-    if not stored:
-        fail(f"no saga {saga_id!r} in the event store (check the id, or `saga list`)")
     return [wire.decode_event(row.body) for row in stored]
+
+
+async def load_history(saga_id: str) -> list[Event]:
+    """The saga's events from the store, decoded; exits with a message when there are none."""
+    events = await load_events_of(saga_id)
+    if not events:
+        fail(f"no saga {saga_id!r} in the event store (check the id, or `saga list`)")
+    return events
 
 
 def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
@@ -96,21 +102,25 @@ def _json(event: Event) -> str:
 
 async def follow_events(load_after: Callable[[int], Awaitable[list[Event]]], show: Callable[[Event], None],
                         poll_s: float = FOLLOW_POLL_S) -> Event:
-    """Show a saga's events as they are recorded, from its first, until a terminal one (returned).
+    """Show a saga's events as they are recorded, from its first, until a terminal one (returned), or a
+    refusal of its start while nothing started (returned: the saga is REJECTED).
 
     ``load_after(seq)`` returns the events after ``seq``; a saga not started yet is waited for.
     """
     last_seq = 0
+    started = False
     while True:
         for event in await load_after(last_seq):
             show(event)
             last_seq = event.seq
-            if isinstance(event, TERMINAL_EVENTS):
+            started = started or isinstance(event, SagaStarted)
+            if isinstance(event, TERMINAL_EVENTS) or (isinstance(event, SagaRejected) and not started):
                 return event
         await asyncio.sleep(poll_s)
 
 
-async def _follow(saga_id: str, as_json: bool) -> Event:
+async def follow(saga_id: str, as_json: bool = False) -> Event:
+    """Print the saga's events as they are recorded until it ends (``follow_events`` on the store)."""
     async with database(settings()) as pool:
         store = PostgresStore(pool)
 
@@ -130,13 +140,13 @@ async def _follow(saga_id: str, as_json: bool) -> Event:
 
 def history(saga_id: str = typer.Argument(..., help="The saga id."),
             as_json: bool = typer.Option(False, "--json", help="One JSON object per event."),
-            follow: bool = typer.Option(False, "--follow", "-f",
-                                        help="Keep printing events as they are recorded, until the saga ends.")
+            live: bool = typer.Option(False, "--follow", "-f",
+                                      help="Keep printing events as they are recorded, until the saga ends.")
             ) -> None:
     """The saga's timeline: time, event, step, attempt, error."""
-    if follow:
+    if live:
         try:
-            run(_follow(saga_id, as_json))
+            run(follow(saga_id, as_json))
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import random
 import socket
 import uuid
@@ -254,3 +255,25 @@ async def test_a_compensation_failed_trip_resumed_after_a_waiver_ends_compensate
     assert await _effects(stack.settings, saga_id) == effects(flight=(1, 1))
     verified = await saga_cli(stack.settings, "verify", saga_id)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+async def test_start_wait_prints_the_saga_until_it_ends_and_exits_by_how_it_ended(stack: Stack) -> None:
+    run_id = uuid.uuid4().hex[:6]
+    outcomes = {}
+    for scenario in ("happy", "atlantis"):
+        saga_id = f"e2e-wait-{run_id}-{scenario}"
+        trip = json.dumps(SCENARIOS[scenario].trip(saga_id))
+        outcomes[scenario] = await saga_cli(stack.settings, "start", "trip", "--id", saga_id, "--input", trip,
+                                            "--wait", timeout_s=TIMEOUT_S)
+    happy, atlantis = outcomes["happy"], outcomes["atlantis"]
+    assert happy.returncode == 0, happy.stdout + happy.stderr
+    assert "StepSucceeded  step=charge_card" in happy.stdout
+    assert happy.stdout.rstrip().endswith("ended: SagaCompleted")
+    assert atlantis.returncode == 1, atlantis.stdout + atlantis.stderr
+    assert "StepFailed  step=book_hotel  attempt=1  error=SoldOut" in atlantis.stdout
+    assert atlantis.stdout.rstrip().endswith("ended: SagaCompensated")
+
+    again = await saga_cli(stack.settings, "start", "trip", "--id", f"e2e-wait-{run_id}-happy", "--input",
+                           json.dumps(SCENARIOS["happy"].trip("x")), "--wait")
+    assert again.returncode == 2
+    assert "already exists, so this start would be refused" in " ".join(again.stderr.split())

@@ -57,3 +57,23 @@ def test_a_followed_event_is_one_line_naming_the_columns_that_may_be_empty() -> 
     failed = next(event for event in run.events if type(event).__name__ == "StepFailed")
     assert _line(failed) == (f"{failed.seq:>3}  1970-01-01 00:16:40.000  StepFailed  step=book_hotel  attempt=1  "
                              "error=SoldOut  error_message=book_hotel said SoldOut, retryable=False")
+
+
+def test_a_start_refused_while_nothing_started_ends_the_follow_and_a_later_refusal_does_not() -> None:
+    refused = SagaRun(None, saga_id="t-refused")
+    refused.start(saga_type="cruise")  # no such type: SagaRejected, nothing started
+    run = SagaRun(TRIP, saga_id="t-follow")
+    run.start()
+    run.start()  # a second start of a running saga: refused and recorded, the saga goes on
+    for step in ("book_flight", "book_hotel", "charge_card", "send_itinerary"):
+        run.ok(step)
+    for history, last in ((refused.events, "SagaRejected"), (run.events, "SagaCompleted")):
+        shown: list[Event] = []
+
+        async def load_after(seq: int, history: list[Event] = history) -> list[Event]:
+            return [event for event in history if event.seq > seq]
+
+        ended = asyncio.run(follow_events(load_after, shown.append, poll_s=0))
+        assert type(ended).__name__ == last
+        assert shown == history
+    assert "SagaRejected" in [type(event).__name__ for event in run.events]
