@@ -63,7 +63,7 @@ class PendingWrites:
         for timer in decision.timers:
             row = _timer_row(timer)
             self.timers[(row.saga_id, row.timer_id)] = row
-        self.summaries[state.saga_id] = _summary(state)
+        self.summaries[state.saga_id] = summary_of(state)
         return state
 
     async def flush(self, uow: UnitOfWork) -> None:
@@ -89,7 +89,8 @@ def _timer_row(timer: Timer) -> TimerRow:
                     attempt=timer.attempt, due_at_ms=timer.due_at)
 
 
-def _summary(state: SagaState) -> SagaSummaryRow:
+def summary_of(state: SagaState) -> SagaSummaryRow:
+    """The saga_summary row (read model) of a saga in ``state``."""
     return SagaSummaryRow(
         saga_id=state.saga_id, saga_type=state.saga_type, tenant_id=state.tenant_id, status=state.status.value,
         started_at_ms=state.started_at, updated_at_ms=state.updated_at, last_seq=state.last_seq,

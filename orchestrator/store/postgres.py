@@ -245,6 +245,21 @@ class PostgresStore:
         )
         return [_event(row) for row in rows]
 
+    async def summaries_of(self, saga_ids: Sequence[str]) -> dict[str, SagaSummaryRow]:
+        """The read model's rows of these sagas (those that have one)."""
+        rows = await self._pool.fetch(f"SELECT * FROM {self._s}.saga_summary WHERE saga_id = ANY($1::text[])",
+                                      list(saga_ids))
+        return {row["saga_id"]: _summary(row) for row in rows}
+
+    async def remove_orphan_summaries(self, dry_run: bool = False) -> int:
+        """Delete (or with ``dry_run`` count) read-model rows of sagas without events; how many."""
+        orphans = f"FROM {self._s}.saga_summary s WHERE NOT EXISTS (SELECT 1 FROM {self._s}.events e" \
+                  " WHERE e.saga_id = s.saga_id)"
+        if dry_run:
+            return int(await self._pool.fetchval(f"SELECT count(*) {orphans}"))
+        status: str = await self._pool.execute(f"DELETE {orphans}")
+        return int(status.split()[-1])
+
     async def iter_events(self, batch_size: int = 1000) -> AsyncIterator[StoredEvent]:
         """Every event by (saga_id, seq), with keyset paging: no long transaction, no server cursor."""
         last: tuple[str, int] | None = None
