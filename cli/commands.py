@@ -14,6 +14,7 @@ from orchestrator import wire
 from orchestrator.bootstrap import definitions
 from orchestrator.domain.events import SagaCompleted, SagaStarted
 from orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
+from orchestrator.domain.state import SagaStatus, fold
 from schemas.codec import WireError, default_registry
 from schemas.validation import input_problems
 
@@ -67,13 +68,27 @@ def start(
         raise typer.Exit(0 if isinstance(ended, SagaCompleted) else 1)
 
 
+FORCE_HELP = "Publish without first checking the saga's state in the event store."
+
+
+def _status_of(saga_id: str) -> SagaStatus:
+    """The saga's status folded from the store; exits with what to do when there is no such saga."""
+    events = run(load_events_of(saga_id))
+    if not events:
+        fail(f"no saga {saga_id!r} in the event store (check the id, or `saga list`); --force publishes anyway")
+    return fold(definitions().for_history(events), events).status
+
+
 def cancel(
     saga_id: str = typer.Argument(..., help="The saga to cancel."),
     reason: str = typer.Option(..., "--reason", help="Why; recorded in the saga's history."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Publish a CancelSaga on saga.control (refused and recorded once the pivot step succeeded)."""
     if not reason.strip():
         fail("--reason must not be empty")
+    if not force and (status := _status_of(saga_id)).is_terminal:
+        fail(f"saga {saga_id!r} already ended {status.value}: there is nothing to cancel")
     current = settings()
     body = wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason))
     run(_publish(current, topics(current).control, saga_id, body, None))
@@ -84,8 +99,11 @@ def resume(
     saga_id: str = typer.Argument(..., help="A COMPENSATION_FAILED saga."),
     operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
     detail: str | None = typer.Option(None, "--detail", help="What was fixed; recorded."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Ask a COMPENSATION_FAILED saga to retry its failed compensation (after a human fixed the cause)."""
+    if not force and (status := _status_of(saga_id)) is not SagaStatus.COMPENSATION_FAILED:
+        fail(f"saga {saga_id!r} is {status.value}: only a COMPENSATION_FAILED saga can be resumed")
     current = settings()
     body = wire.encode_resume(ResumeCompensation(saga_id=saga_id, operator=operator, detail=detail))
     run(_publish(current, topics(current).control, saga_id, body, None))

@@ -165,6 +165,7 @@ def list_sagas(
     state: str | None = typer.Option(None, "--state", help="Only sagas in this state, e.g. RUNNING."),
     older_than: str | None = typer.Option(None, "--older-than", help="Not updated for this long: 90s, 15m, 2h."),
     saga_type: str | None = typer.Option(None, "--type", help="Only this saga type."),
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's sagas."),
     limit: int = typer.Option(100, "--limit", min=1, help="At most this many rows."),
 ) -> None:
     """List sagas from the read model, least recently updated first."""
@@ -179,8 +180,8 @@ def list_sagas(
     async def query() -> tuple[list[Any], dict[str, int]]:
         async with database(settings()) as pool:
             store = PostgresStore(pool)
-            rows = await store.list_summaries(status=wanted, saga_type=saga_type, updated_before_ms=before,
-                                              limit=limit)
+            rows = await store.list_summaries(status=wanted, saga_type=saga_type, tenant_id=tenant,
+                                              updated_before_ms=before, limit=limit)
             return rows, await store.count_by_status()
 
     rows, counts = run(query())

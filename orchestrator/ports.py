@@ -210,6 +210,7 @@ class EventReader(Protocol):
         *,
         status: str | None = None,
         saga_type: str | None = None,
+        tenant_id: str | None = None,
         updated_before_ms: int | None = None,
         limit: int = 100,
     ) -> list[SagaSummaryRow]:

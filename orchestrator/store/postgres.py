@@ -205,6 +205,7 @@ class PostgresStore:
         *,
         status: str | None = None,
         saga_type: str | None = None,
+        tenant_id: str | None = None,
         updated_before_ms: int | None = None,
         limit: int = 100,
     ) -> list[SagaSummaryRow]:
@@ -214,6 +215,7 @@ class PostgresStore:
         for column, op, value in (
             ("status", "=", status),
             ("saga_type", "=", saga_type),
+            ("tenant_id", "=", tenant_id),
             ("updated_at", "<", None if updated_before_ms is None else ms_to_datetime(updated_before_ms)),
         ):
             if value is not None:

@@ -290,7 +290,7 @@ async def test_summary_upsert_moves_forward_only_and_lists_by_status_and_age(h: 
     async with h.store.begin() as uow:
         await uow.upsert_summary(summary(a, "RUNNING", T0 + 10, 1))
         await uow.upsert_summary(summary(b, "RUNNING", T0 + 5, 1, saga_type="refund"))
-        await uow.upsert_summary(summary(c, "COMPLETED", T0 + 20, 9))
+        await uow.upsert_summary(dataclasses.replace(summary(c, "COMPLETED", T0 + 20, 9), tenant_id="tenant-2"))
     done = SagaSummaryRow(
         a, "trip", "tenant-1", "FAILED", T0, T0 + 30, 5, failed_step="pay", reason="declined"
     )
@@ -305,6 +305,8 @@ async def test_summary_upsert_moves_forward_only_and_lists_by_status_and_age(h: 
     assert [s.saga_id for s in await h.store.list_summaries(saga_type="trip")] == [c, a]
     assert [s.saga_id for s in await h.store.list_summaries(updated_before_ms=T0 + 30)] == [b, c]
     assert [s.saga_id for s in await h.store.list_summaries(limit=2)] == [b, c]
+    assert [s.saga_id for s in await h.store.list_summaries(tenant_id="tenant-2")] == [c]
+    assert [s.saga_id for s in await h.store.list_summaries(tenant_id="tenant-1", saga_type="trip")] == [a]
     assert await h.store.count_by_status() == {"COMPLETED": 1, "FAILED": 1, "RUNNING": 1}
 
 

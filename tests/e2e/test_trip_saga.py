@@ -277,3 +277,30 @@ async def test_start_wait_prints_the_saga_until_it_ends_and_exits_by_how_it_ende
                            json.dumps(SCENARIOS["happy"].trip("x")), "--wait")
     assert again.returncode == 2
     assert "already exists, so this start would be refused" in " ".join(again.stderr.split())
+
+
+async def test_cancel_and_resume_refuse_what_the_event_store_says_cannot_apply(
+        trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
+    planned, _ = trip_run
+    happy = next(saga for saga, name in planned.items() if name == "happy")
+    refusals = {
+        ("resume", happy): f"saga '{happy}' is COMPLETED: only a COMPENSATION_FAILED saga can be resumed",
+        ("cancel", happy, "--reason", "late"): f"saga '{happy}' already ended COMPLETED: there is nothing to cancel",
+        ("cancel", "e2e-no-such-saga", "--reason", "x"): "no saga 'e2e-no-such-saga' in the event store",
+    }
+    for args, message in refusals.items():
+        refused = await saga_cli(stack.settings, *args)
+        assert refused.returncode == 2, refused.stdout
+        assert message in " ".join(refused.stderr.split())
+    forced = await saga_cli(stack.settings, "cancel", happy, "--reason", "late", "--force")
+    assert forced.returncode == 0, forced.stderr  # published; the orchestrator refuses and records it
+
+    async def refusal_recorded() -> bool:
+        conn = await asyncpg.connect(stack.settings.dsn())
+        try:
+            return bool(await conn.fetchval("SELECT count(*) FROM saga.events WHERE saga_id = $1"
+                                            " AND event_type = 'SagaCancelRefused'", happy))
+        finally:
+            await conn.close()
+
+    assert await wait_for(refusal_recorded, TIMEOUT_S)
