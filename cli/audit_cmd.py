@@ -15,7 +15,8 @@ from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.bootstrap import definitions
 from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.events import Event
+from orchestrator.domain.events import Event, SagaPurged
+from orchestrator.domain.purge import purged_digest
 from orchestrator.domain.state import fold
 from orchestrator.store.postgres import PostgresStore
 
@@ -82,13 +83,38 @@ async def audit_all(current: Settings) -> tuple[list[Difference], Counter[str], 
             store_events.setdefault(row.saga_id, []).append(wire.decode_event(row.body))
         backlog = await pool.fetchval("SELECT count(*) FROM saga.outbox")
     topic_events = {saga_id: feed.history(saga_id) for saga_id in feed.events}
-    differences = compare_streams(stored, feed.bodies)
+    purged = {saga_id: events[0] for saga_id, events in store_events.items() if isinstance(events[0], SagaPurged)}
+    published, purge_differences, unverifiable = set_purged_aside(purged, feed.bodies)
+    for saga_id, event in purged.items():  # from the topic too, only what the store still has is compared
+        topic_events[saga_id] = [e for e in topic_events.get(saga_id, []) if e.seq >= event.seq]
+    differences = compare_streams(stored, published)
     state_differences, statuses = compare_states(definitions(current), store_events, topic_events)
     figures = {"sagas in the store": len(store_events), "sagas on the topic": len(topic_events),
                "events in the store": len(stored), "events on the topic": sum(map(len, feed.events.values())),
                "duplicate publications": feed.duplicates, "undecodable on the topic": feed.undecodable,
-               "rows waiting in the outbox": int(backlog)}
-    return differences + state_differences, statuses, figures
+               "rows waiting in the outbox": int(backlog), "purged sagas": len(purged),
+               "purged sagas whose earlier events the topic no longer holds": unverifiable}
+    return purge_differences + differences + state_differences, statuses, figures
+
+
+def set_purged_aside(purged: Mapping[str, SagaPurged], published: Mapping[EventKey, set[bytes]]
+                     ) -> tuple[dict[EventKey, set[bytes]], list[Difference], int]:
+    """The topic's events without those a purge deleted from the store; a difference for each purged saga
+    whose earlier events on the topic do not match its SagaPurged digest; how many purged sagas the topic
+    no longer holds every earlier event of (retention: nothing to check)."""
+    kept = {key: bodies for key, bodies in published.items()
+            if key[0] not in purged or key[1] >= purged[key[0]].seq}
+    differences: list[Difference] = []
+    unverifiable = 0
+    for saga_id, event in purged.items():
+        copies = [published.get((saga_id, seq), set()) for seq in range(1, event.seq)]
+        if not all(copies):
+            unverifiable += 1
+        elif any(len(bodies) > 1 for bodies in copies) or purged_digest(
+                next(iter(bodies)) for bodies in copies) != event.purged_digest:
+            differences.append(Difference(saga_id, event.seq, "the topic's events before the purge do not "
+                                                              "match SagaPurged.purged_digest"))
+    return kept, differences, unverifiable
 
 
 def audit() -> None:

@@ -16,7 +16,7 @@ from rich.table import Table
 from cli.context import console, database, fail, run, settings
 from orchestrator import wire
 from orchestrator.bootstrap import definitions
-from orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted
+from orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaPurged, SagaRejected, SagaStarted
 from orchestrator.domain.state import SagaStatus, fold
 from orchestrator.store.postgres import PostgresStore
 
@@ -59,6 +59,12 @@ def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
     state = fold(definitions().for_history(events), events)
     console.print(f"saga [bold]{saga_id}[/] ({state.saga_type} v{state.definition_version}): "
                   f"[bold]{state.status.value}[/]" + (f" — {state.reason}" if state.reason else ""))
+    if state.status is SagaStatus.PURGED:
+        purged = next(event for event in events if isinstance(event, SagaPurged))
+        console.print(f"ended {purged.final_status} at {when(purged.ended_at)}; events 1-{purged.purged_through_seq}"
+                      f" purged at {when(purged.occurred_at)}" + (f" by {purged.operator}" if purged.operator else "")
+                      + f" (SHA-256 {purged.purged_digest})")
+        return
     if state.status is SagaStatus.COMPENSATION_FAILED:
         console.print(f"[red]needs a human:[/] step {state.compensation_failed_step}; fix the cause, then "
                       f"`saga resume {saga_id}`")
@@ -114,7 +120,7 @@ async def follow_events(load_after: Callable[[int], Awaitable[list[Event]]], sho
             show(event)
             last_seq = event.seq
             started = started or isinstance(event, SagaStarted)
-            if isinstance(event, TERMINAL_EVENTS) or (isinstance(event, SagaRejected) and not started):
+            if isinstance(event, (*TERMINAL_EVENTS, SagaPurged)) or (isinstance(event, SagaRejected) and not started):
                 return event
         await asyncio.sleep(poll_s)
 

@@ -137,8 +137,8 @@ async def _effect_violations(pool: asyncpg.Pool, states: dict[str, SagaState]) -
     slots = asyncio.Semaphore(3)
 
     async def one(saga_id: str, state: SagaState) -> list[Violation]:
-        if state.status is SagaStatus.REJECTED or state.saga_type not in RULES:
-            return []  # nothing started, or a saga type with the generic checks only
+        if state.status in (SagaStatus.REJECTED, SagaStatus.PURGED) or state.saga_type not in RULES:
+            return []  # nothing started, its steps were purged, or a saga type with the generic checks only
         async with slots:
             counts = await EFFECT_READERS.get(state.saga_type, reference_effects)(pool, saga_id)
         return [Violation(saga_id, p) for p in effect_problems(state, counts)]

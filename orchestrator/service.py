@@ -249,7 +249,7 @@ class SagaService:
         return outcomes
 
     def _definition_of(self, state: SagaState | None):  # type: ignore[no-untyped-def]
-        if state is None or state.definition_version == 0:
+        if state is None or state.definition_version == 0 or state.status is SagaStatus.PURGED:
             return None
         return self._definitions.get(state.saga_type, state.definition_version)
 

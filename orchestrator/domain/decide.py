@@ -61,8 +61,9 @@ def decide(
         raise UnknownSaga(f"no saga {message.saga_id!r}: {type(message).__name__} has nothing to act on")
     if message.saga_id != state.saga_id:
         raise InvalidMessage(f"message for saga {message.saga_id!r} given the state of {state.saga_id!r}")
-    if state.status is SagaStatus.REJECTED:
-        b = DecisionBuilder(definition, state, now, state.saga_id)
+    if state.status in (SagaStatus.REJECTED, SagaStatus.PURGED):
+        # Nothing runs: a cancel is refused and recorded, everything else changes nothing.
+        b = DecisionBuilder(None, state, now, state.saga_id)
         if isinstance(message, CancelSaga):
             _cancel(b, message)
         return b.build()

@@ -169,6 +169,18 @@ class SagaCompletedWithFailures(Event):
     failed_steps: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True, kw_only=True)
+class SagaPurged(Event):
+    """Events 1..purged_through_seq of an ended saga were deleted (retention); this stands in for them."""
+
+    saga_type: str
+    final_status: str
+    ended_at: int
+    purged_through_seq: int
+    purged_digest: str
+    operator: str | None = None
+
+
 TERMINAL_EVENTS: tuple[type[Event], ...] = (
     SagaCompleted,
     SagaFailed,
@@ -199,5 +211,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SagaCancelRefused,
         OperatorAction,
         *TERMINAL_EVENTS,
+        SagaPurged,
     )
 }

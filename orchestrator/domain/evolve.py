@@ -28,6 +28,9 @@ _Def = SagaDefinition | None
 def apply_event(definition: SagaDefinition | None, state: SagaState | None, event: ev.Event) -> SagaState:
     """The state after one more event; checks seq, saga id, version, step names and transitions."""
     if state is None:
+        if isinstance(event, ev.SagaPurged):  # a purged history starts here, at any seq
+            _check_saga_transition(event, None, SagaStatus.PURGED)
+            return _purged_stream(event)
         if event.seq != 1:
             raise HistoryMismatch(f"saga {event.saga_id!r}: history starts at seq {event.seq}, not 1")
         if isinstance(event, ev.SagaStarted):
@@ -66,7 +69,7 @@ def apply_event(definition: SagaDefinition | None, state: SagaState | None, even
         raise HistoryMismatch(f"saga {state.saga_id!r}: unexpected {type(event).__name__} seq {event.seq}")
     # A refused StartSaga / cancel changes nothing, so it needs no definition (the StartSaga may even name
     # an unknown type); everything else of a started saga does.
-    needs_definition = not isinstance(event, ev.SagaRejected | ev.SagaCancelRefused)
+    needs_definition = not isinstance(event, ev.SagaRejected | ev.SagaCancelRefused | ev.SagaPurged)
     if needs_definition and state.status is not SagaStatus.REJECTED and definition is None:
         raise HistoryMismatch(f"saga {state.saga_id!r}: {type(event).__name__} needs the saga's definition")
     moved = evolved(state, last_seq=event.seq, updated_at=event.occurred_at)
@@ -136,6 +139,24 @@ def _step(state: SagaState, event: ev.Event, name: str, new: StepStatus, **chang
 
 def _on_saga_rejected(d: _Def, s: SagaState, e: ev.SagaRejected) -> SagaState:
     return s  # a duplicate StartSaga was refused: the saga itself is unchanged
+
+
+def _on_saga_purged(d: _Def, s: SagaState, e: ev.SagaPurged) -> SagaState:
+    if s.status.value != e.final_status:
+        raise HistoryMismatch(f"saga {s.saga_id!r}: SagaPurged says it ended {e.final_status}, the history says "
+                              f"{s.status}")
+    _check_saga_transition(e, s.status, SagaStatus.PURGED)
+    return _purged_stream(e)  # the same state whether the earlier events are still there or not
+
+
+def _purged_stream(e: ev.SagaPurged) -> SagaState:
+    """The state a purged history starts in: how it ended is all that is left."""
+    if e.purged_through_seq != e.seq - 1:
+        raise HistoryMismatch(f"saga {e.saga_id!r}: SagaPurged seq {e.seq} purged through {e.purged_through_seq}")
+    return SagaState(saga_id=e.saga_id, saga_type=e.saga_type, definition_version=e.definition_version,
+                     tenant_id=None, input=b"", status=SagaStatus.PURGED, steps={}, last_seq=e.seq,
+                     started_at=e.ended_at, updated_at=e.occurred_at,
+                     failure_reason=f"ended {e.final_status}; events 1-{e.purged_through_seq} purged")
 
 
 def _on_step_command_sent(d: _Def, s: SagaState, e: ev.StepCommandSent) -> SagaState:
@@ -282,4 +303,5 @@ _HANDLERS: Mapping[type[ev.Event], _Handler] = {
     ev.SagaCompensationFailed: _on_saga_compensation_failed,
     ev.SagaCancelled: _on_saga_cancelled,
     ev.SagaCompletedWithFailures: _on_saga_completed_with_failures,
+    ev.SagaPurged: _on_saga_purged,
 }

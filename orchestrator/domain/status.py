@@ -23,6 +23,7 @@ class SagaStatus(StrEnum):
     CANCELLED = "CANCELLED"
     COMPLETED_WITH_FAILURES = "COMPLETED_WITH_FAILURES"
     REJECTED = "REJECTED"  # the saga id's history is only SagaRejected: nothing started (yet)
+    PURGED = "PURGED"  # ended, and its events were deleted (retention): SagaPurged stands in for them
 
     @property
     def is_terminal(self) -> bool:
@@ -39,12 +40,27 @@ TERMINAL_STATUSES: frozenset[SagaStatus] = frozenset(
         SagaStatus.CANCELLED,
         SagaStatus.COMPLETED_WITH_FAILURES,
         SagaStatus.REJECTED,
+        SagaStatus.PURGED,
     }
 )
 
-# None is "no saga yet": the first event moves it to RUNNING (SagaStarted) or REJECTED (SagaRejected).
+# The ends a saga can be purged from (COMPENSATION_FAILED still waits for an operator).
+PURGEABLE_STATUSES: frozenset[SagaStatus] = frozenset(
+    {
+        SagaStatus.COMPLETED,
+        SagaStatus.FAILED,
+        SagaStatus.COMPENSATED,
+        SagaStatus.CANCELLED,
+        SagaStatus.COMPLETED_WITH_FAILURES,
+        SagaStatus.REJECTED,
+    }
+)
+
+# None is "no saga yet": the first event moves it to RUNNING (SagaStarted) or REJECTED (SagaRejected); a
+# purged history starts with SagaPurged (PURGED).
+_PURGE = frozenset({SagaStatus.PURGED})
 SAGA_TRANSITIONS: Mapping[SagaStatus | None, frozenset[SagaStatus]] = {
-    None: frozenset({SagaStatus.RUNNING, SagaStatus.REJECTED}),
+    None: frozenset({SagaStatus.RUNNING, SagaStatus.REJECTED, SagaStatus.PURGED}),
     SagaStatus.RUNNING: frozenset(
         {
             SagaStatus.COMPENSATING,
@@ -63,13 +79,14 @@ SAGA_TRANSITIONS: Mapping[SagaStatus | None, frozenset[SagaStatus]] = {
         }
     ),
     SagaStatus.COMPENSATION_FAILED: frozenset({SagaStatus.COMPENSATING}),  # an operator resumed it
-    SagaStatus.COMPLETED: frozenset(),
-    SagaStatus.FAILED: frozenset(),
-    SagaStatus.COMPENSATED: frozenset(),
-    SagaStatus.CANCELLED: frozenset(),
-    SagaStatus.COMPLETED_WITH_FAILURES: frozenset(),
+    SagaStatus.COMPLETED: _PURGE,
+    SagaStatus.FAILED: _PURGE,
+    SagaStatus.COMPENSATED: _PURGE,
+    SagaStatus.CANCELLED: _PURGE,
+    SagaStatus.COMPLETED_WITH_FAILURES: _PURGE,
     # Refusals start nothing: a valid StartSaga may still start a saga id whose messages were all refused.
-    SagaStatus.REJECTED: frozenset({SagaStatus.RUNNING}),
+    SagaStatus.REJECTED: frozenset({SagaStatus.RUNNING, SagaStatus.PURGED}),
+    SagaStatus.PURGED: frozenset(),  # for good: a later StartSaga of the id is refused and recorded
 }
 
 

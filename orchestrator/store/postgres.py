@@ -183,6 +183,11 @@ class PostgresStore:
         self._pool = pool
         self._s = check_identifier(schema)
 
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The connection pool the store uses."""
+        return self._pool
+
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[PostgresUnitOfWork]:
         """One pooled connection, one transaction: commit on normal exit, rollback on exception."""
@@ -246,6 +251,12 @@ class PostgresStore:
             after_seq,
         )
         return [_event(row) for row in rows]
+
+    async def count_ended(self, statuses: Sequence[str], ended_before_ms: int) -> int:
+        """Sagas in ``statuses`` whose read-model row was last updated before the cutoff."""
+        return int(await self._pool.fetchval(
+            f"SELECT count(*) FROM {self._s}.saga_summary WHERE status = ANY($1::text[]) AND updated_at < $2",
+            list(statuses), ms_to_datetime(ended_before_ms)))
 
     async def summaries_of(self, saga_ids: Sequence[str]) -> dict[str, SagaSummaryRow]:
         """The read model's rows of these sagas (those that have one)."""

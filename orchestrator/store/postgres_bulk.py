@@ -25,6 +25,26 @@ class BulkStatements:
     conn: asyncpg.Connection
     _s: str
 
+    async def claim_ended(self, statuses: Sequence[str], ended_before_ms: int, limit: int,
+                          skip: Sequence[str] = ()) -> list[str]:
+        """Lock the read-model rows of up to ``limit`` sagas in ``statuses`` last updated before the cutoff,
+        oldest first, passing over rows other transactions hold and the ids in ``skip``; their saga ids."""
+        rows = await self.conn.fetch(
+            f"SELECT saga_id FROM {self._s}.saga_summary WHERE status = ANY($1::text[]) AND updated_at < $2"
+            " AND NOT saga_id = ANY($4::text[]) ORDER BY updated_at, saga_id LIMIT $3 FOR UPDATE SKIP LOCKED",
+            list(statuses), ms_to_datetime(ended_before_ms), limit, list(skip))
+        return [row["saga_id"] for row in rows]
+
+    async def delete_events_through(self, through: Mapping[str, int]) -> None:
+        """Delete each saga's events up to the mapped seq (retention), and the saga's timers."""
+        if not through:
+            return
+        ids = list(through)
+        await self.conn.execute(
+            f"DELETE FROM {self._s}.events AS e USING unnest($1::text[], $2::bigint[]) AS p(saga_id, seq)"
+            " WHERE e.saga_id = p.saga_id AND e.seq <= p.seq", ids, [through[saga_id] for saga_id in ids])
+        await self.conn.execute(f"DELETE FROM {self._s}.timers WHERE saga_id = ANY($1::text[])", ids)
+
     async def claim_messages(self, consumer: str, message_ids: Sequence[str]) -> set[str]:
         """One inbox insert for every id; returns the ids inserted now."""
         # Sorted: concurrent claimers then take the inbox's index locks in one order (no deadlock).

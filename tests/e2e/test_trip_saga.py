@@ -228,6 +228,12 @@ async def test_audit_agrees_with_the_store_and_detects_a_tampered_event(
         await conn.close()
     differences, _, _ = await audit_all(stack.settings)
     assert [(d.saga_id, d.seq) for d in differences] == [(victim, 1)]
+    conn = await asyncpg.connect(stack.settings.dsn())
+    try:  # put it back: later tests audit the same store
+        await conn.execute("UPDATE saga.events SET body = $2 WHERE saga_id = $1 AND seq = 1", victim,
+                           wire.encode_event(original))
+    finally:
+        await conn.close()
 
 
 async def test_a_compensation_failed_trip_resumed_after_a_waiver_ends_compensated_with_its_flight_cancelled(
@@ -304,3 +310,40 @@ async def test_cancel_and_resume_refuse_what_the_event_store_says_cannot_apply(
             await conn.close()
 
     assert await wait_for(refusal_recorded, TIMEOUT_S)
+
+
+async def test_purged_sagas_still_agree_with_the_topic_and_still_refuse_a_second_start(
+        trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
+    planned, _ = trip_run
+    purged = await saga_cli(stack.settings, "purge", "--ended-before", "0s", "--operator", "e2e")
+    assert purged.returncode == 0, purged.stdout + purged.stderr
+    count = int(purged.stdout.split("purged ")[1].split()[0])
+    assert count >= len(planned)
+    conn = await asyncpg.connect(stack.settings.dsn())
+    try:
+        async def relayed() -> bool:
+            return not await conn.fetchval("SELECT count(*) FROM saga.outbox")
+
+        assert await wait_for(relayed, TIMEOUT_S)
+        differences, statuses, figures = await audit_all(stack.settings)
+        assert differences == [], differences[:5]
+        assert figures["purged sagas"] == count and statuses["PURGED"] == count
+        assert figures["purged sagas whose earlier events the topic no longer holds"] == 0
+
+        happy = next(saga for saga, name in planned.items() if name == "happy")
+        await publish(stack.settings, Topics(stack.settings.saga_topic_prefix).start, happy.encode(),
+                      wire.encode_start(SCENARIOS["happy"].start(happy)))
+
+        async def refused() -> bool:
+            last = await conn.fetchval("SELECT event_type FROM saga.events WHERE saga_id = $1"
+                                       " ORDER BY seq DESC LIMIT 1", happy)
+            return bool(last == "SagaRejected")
+
+        assert await wait_for(refused, TIMEOUT_S)
+        kinds = [row["event_type"] for row in await conn.fetch(
+            "SELECT event_type FROM saga.events WHERE saga_id = $1 ORDER BY seq", happy)]
+        assert kinds == ["SagaPurged", "SagaRejected"]
+    finally:
+        await conn.close()
+    verified = await saga_cli(stack.settings, "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -3,50 +3,20 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 
 from cli.reproject_cmd import reproject
-from infra.db import create_pool, migrate
 from infra.settings import Settings
 from orchestrator import wire
-from orchestrator.domain.events import Event
-from orchestrator.sagas.trip import TRIP, default_registry
+from orchestrator.sagas.trip import default_registry
 from orchestrator.store.postgres import PostgresStore
-from orchestrator.writes import summary_of
 from tests.e2e.harness import saga_cli
-from tests.unit.saga_driver import SagaRun
+from tests.integration.recorded import record
+from tests.unit.saga_driver import trip_run
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[PostgresStore]:
-    pool = await create_pool(database_url, 2)
-    await migrate(pool)
-    await pool.execute("TRUNCATE saga.events, saga.saga_summary")
-    yield PostgresStore(pool)
-    await pool.close()
-
-
-async def _recorded(store: PostgresStore, run: SagaRun) -> None:
-    """The saga's events and its (correct) summary row, as the orchestrator would have left them."""
-    events: list[Event] = run.events
-    async with store.begin() as uow:
-        await uow.conn.executemany(
-            "INSERT INTO saga.events (saga_id, seq, event_type, body) VALUES ($1, $2, $3, $4)",
-            [(e.saga_id, e.seq, type(e).__name__, wire.encode_event(e)) for e in events])
-        await uow.upsert_summaries([summary_of(run.saga)])
-
-
-def _completed(saga_id: str) -> SagaRun:
-    run = SagaRun(TRIP, saga_id=saga_id)
-    run.start()
-    for step in ("book_flight", "book_hotel", "charge_card", "send_itinerary"):
-        run.ok(step)
-    return run
 
 
 async def _rows(pool: asyncpg.Pool) -> dict[str, tuple[str, int]]:
@@ -56,10 +26,11 @@ async def _rows(pool: asyncpg.Pool) -> dict[str, tuple[str, int]]:
 
 async def test_reproject_repairs_missing_and_wrong_rows_removes_orphans_and_keeps_newer_rows(
         store: PostgresStore, database_url: str) -> None:
-    pool = store._pool
-    runs = {name: _completed(f"{name}-{uuid.uuid4().hex[:6]}") for name in ("lost", "wrong", "newer", "fine")}
+    pool = store.pool
+    runs = {name: trip_run("completed", f"{name}-{uuid.uuid4().hex[:6]}")
+            for name in ("lost", "wrong", "newer", "fine")}
     for run in runs.values():
-        await _recorded(store, run)
+        await record(store, run)
     ids = {name: run.saga_id for name, run in runs.items()}
     await pool.execute("DELETE FROM saga.saga_summary WHERE saga_id = $1", ids["lost"])
     await pool.execute("UPDATE saga.saga_summary SET status = 'RUNNING' WHERE saga_id = $1", ids["wrong"])
@@ -87,10 +58,9 @@ async def test_reproject_repairs_missing_and_wrong_rows_removes_orphans_and_keep
 
 async def test_a_saga_that_cannot_be_folded_is_reported_and_left_alone(store: PostgresStore,
                                                                        database_url: str) -> None:
-    cruise = SagaRun(TRIP, saga_id=f"cruise-{uuid.uuid4().hex[:6]}")
-    cruise.start()
-    await _recorded(store, cruise)
-    await store._pool.execute("UPDATE saga.events SET body = $2 WHERE saga_id = $1 AND seq = 2", cruise.saga_id,
+    cruise = trip_run("running", f"cruise-{uuid.uuid4().hex[:6]}")
+    await record(store, cruise)
+    await store.pool.execute("UPDATE saga.events SET body = $2 WHERE saga_id = $1 AND seq = 2", cruise.saga_id,
                               wire.encode_event(cruise.events[0]))  # seq 2 now says seq 1: a broken history
     done = await saga_cli(Settings(database_url=database_url), "reproject")
     assert done.returncode == 1

@@ -29,6 +29,7 @@ from orchestrator.domain.state import (
     fold,
     is_transition_valid,
 )
+from orchestrator.domain.status import PURGEABLE_STATUSES
 from orchestrator.sagas.trip import TRIP
 from tests.unit.saga_driver import SagaRun, event_names
 
@@ -52,11 +53,14 @@ def _history_through(n: int) -> list[ev.Event]:
 
 def test_saga_table_terminal_states_have_no_way_out_but_the_documented_ones() -> None:
     assert set(SAGA_TRANSITIONS) == {None, *SagaStatus}
-    exits = {s: SAGA_TRANSITIONS[s] for s in TERMINAL_STATUSES if SAGA_TRANSITIONS[s]}
-    assert exits == {
+    exits = {s: SAGA_TRANSITIONS[s] - {SagaStatus.PURGED} for s in TERMINAL_STATUSES}
+    assert {s: out for s, out in exits.items() if out} == {
         SagaStatus.COMPENSATION_FAILED: {SagaStatus.COMPENSATING},  # operator resume
         SagaStatus.REJECTED: {SagaStatus.RUNNING},  # a valid start after refusals
     }
+    # Purging (retention) is the one way on from an end, and a saga waiting for an operator cannot be purged.
+    assert {s for s in TERMINAL_STATUSES if SagaStatus.PURGED in SAGA_TRANSITIONS[s]} == set(PURGEABLE_STATUSES)
+    assert SagaStatus.COMPENSATION_FAILED not in PURGEABLE_STATUSES and not SAGA_TRANSITIONS[SagaStatus.PURGED]
     assert set(TERMINAL_STATUSES) == set(SagaStatus) - {SagaStatus.RUNNING, SagaStatus.COMPENSATING}
 
 

@@ -1,0 +1,80 @@
+"""Retention: sagas that ended before a cutoff give up their events for one SagaPurged each.
+
+A batch is one transaction: it locks the read-model rows of up to ``limit`` ended sagas (skipping rows another
+transaction holds), folds each saga from its events, appends its SagaPurged (published on saga.events through
+the outbox like every event), deletes the events it replaces and their timers, and moves the read model to
+PURGED. The orchestrator can be running: if it records an event for one of these sagas meanwhile, the two
+appends of the same seq conflict, and the batch is retried without that saga (it no longer qualifies).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from orchestrator import wire
+from orchestrator.domain.decide import Decision
+from orchestrator.domain.definition import DefinitionRegistry
+from orchestrator.domain.purge import may_purge, purged_event
+from orchestrator.domain.state import apply_event, fold
+from orchestrator.domain.status import PURGEABLE_STATUSES
+from orchestrator.ports import ConcurrencyConflict
+from orchestrator.store.postgres import PostgresStore
+from orchestrator.writes import PendingWrites
+from schemas.topics import Topics
+
+log = logging.getLogger("saga.orchestrator.purge")
+
+PURGE_BATCH = 200
+_PURGEABLE = sorted(status.value for status in PURGEABLE_STATUSES)
+_RETRIES = 5
+
+
+async def count_purgeable(store: PostgresStore, ended_before_ms: int) -> int:
+    """Sagas whose read-model row says they ended before the cutoff (what a purge would take)."""
+    return await store.count_ended(_PURGEABLE, ended_before_ms)
+
+
+async def purge_batch(store: PostgresStore, registry: DefinitionRegistry, topics: Topics, *, ended_before_ms: int,
+                      now_ms: int, operator: str | None = None, limit: int = PURGE_BATCH,
+                      skip: set[str] | None = None) -> tuple[list[str], int]:
+    """Purge up to ``limit`` sagas that ended before ``ended_before_ms``; (their ids, how many candidates were
+    looked at). Fewer candidates than ``limit``: nothing is left to purge. Sagas found not to qualify (their
+    read-model row was behind, or they cannot be folded) are added to ``skip`` and passed over from then on."""
+    skip = set() if skip is None else skip
+    for _ in range(_RETRIES):
+        try:
+            return await _purge_once(store, registry, topics, ended_before_ms, now_ms, operator, limit, skip)
+        except ConcurrencyConflict as error:
+            log.info("purge batch met a concurrent write, retrying", extra={"error": repr(error)})
+    raise ConcurrencyConflict(f"purge: gave up after {_RETRIES} conflicts")
+
+
+async def _purge_once(store: PostgresStore, registry: DefinitionRegistry, topics: Topics, ended_before_ms: int,
+                      now_ms: int, operator: str | None, limit: int, skip: set[str]) -> tuple[list[str], int]:
+    async with store.begin() as uow:
+        candidates = await uow.claim_ended(_PURGEABLE, ended_before_ms, limit, sorted(skip))
+        stored = await uow.load_events_after({saga_id: 0 for saga_id in candidates})
+        writes = PendingWrites(topics)
+        through: dict[str, int] = {}
+        for saga_id in candidates:
+            rows = stored.get(saga_id, [])
+            try:
+                events = [wire.decode_event(row.body) for row in rows]
+                state = fold(registry.for_history(events), events)
+            except Exception as error:  # an unknown definition or a broken history: never purged blind
+                log.warning("saga not purged: cannot fold it", extra={"saga_id": saga_id, "error": repr(error)})
+                skip.add(saga_id)
+                continue
+            if not may_purge(state, ended_before_ms):
+                skip.add(saga_id)  # the read model was behind its events
+                continue
+            event = purged_event(state, [row.body for row in rows], now_ms, operator)
+            writes.record(Decision(events=(event,), state=apply_event(None, state, event)),
+                          f"purge:{saga_id}:{event.seq}")
+            through[saga_id] = state.last_seq
+        await uow.delete_events_through(through)
+        await writes.flush(uow)
+    for saga_id in through:
+        log.info("saga purged", extra={"saga_id": saga_id, "through_seq": through[saga_id]})
+    return list(through), len(candidates)
+

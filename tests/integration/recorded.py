@@ -1,0 +1,18 @@
+"""Histories written into a real event store as the orchestrator would have left them (for the tests of the
+operations that read it: reprojection, purge)."""
+
+from __future__ import annotations
+
+from orchestrator import wire
+from orchestrator.store.postgres import PostgresStore
+from orchestrator.writes import summary_of
+from tests.unit.saga_driver import SagaRun
+
+
+async def record(store: PostgresStore, run: SagaRun) -> None:
+    """The run's events and its (correct) summary row, in one transaction."""
+    async with store.begin() as uow:
+        await uow.conn.executemany(
+            "INSERT INTO saga.events (saga_id, seq, event_type, body) VALUES ($1, $2, $3, $4)",
+            [(e.saga_id, e.seq, type(e).__name__, wire.encode_event(e)) for e in run.events])
+        await uow.upsert_summaries([summary_of(run.saga)])
