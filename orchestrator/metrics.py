@@ -7,11 +7,19 @@ dead-lettered. A saga that ends COMPENSATION_FAILED and is resumed ends again la
 
 from __future__ import annotations
 
+import logging
+
 from prometheus_client import Counter, Histogram
 
 from infra.health import ServiceHealth
 from orchestrator.domain import events as ev
 from orchestrator.writes import Settled
+
+log = logging.getLogger("saga.orchestrator.alerts")
+
+FIRST_ALERT_ATTEMPT = 5
+"""A compensation that failed this many times is logged as a WARNING, then again each time the count doubles
+(5, 10, 20, 40...): compensations retry without limit, and one that never succeeds needs a human."""
 
 DURATION_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, 86400.0)
 
@@ -64,4 +72,19 @@ class SagaMetrics:
                 elif (outcome := STEP_OUTCOMES.get(kind)) is not None:
                     self.steps.labels(saga_type=state.saga_type, step=getattr(event, "step", ""),
                                       outcome=outcome).inc()
+                    if isinstance(event, ev.CompensationRetryScheduled) and alert_due(event.attempt - 1):
+                        _warn_stuck(decision.events, event)
         self._health.dead_lettered(settled.dead_lettered)
+
+
+def alert_due(failed_attempts: int) -> bool:
+    """True after 5, 10, 20, 40... failed attempts: ``FIRST_ALERT_ATTEMPT`` times a power of two."""
+    ratio, remainder = divmod(failed_attempts, FIRST_ALERT_ATTEMPT)
+    return remainder == 0 and ratio > 0 and ratio & (ratio - 1) == 0
+
+
+def _warn_stuck(events: tuple[ev.Event, ...], retry: ev.CompensationRetryScheduled) -> None:
+    failed = next((e for e in events if isinstance(e, ev.CompensationFailed) and e.step == retry.step), None)
+    log.warning("compensation keeps failing, retrying without limit", extra={
+        "saga_id": retry.saga_id, "step": retry.step, "failed_attempts": retry.attempt - 1,
+        "error": f"{failed.error_type}: {failed.error_message}" if failed else "no reply (timed out)"})

@@ -14,8 +14,8 @@ from orchestrator.domain.definition import (
 )
 
 BOOKING_RETRY = RetryPolicy(max_attempts=3, initial_backoff_ms=100, multiplier=2.0, max_backoff_ms=2_000)
-# Undoing retries forever by default (an alert watches it); a refusal to cancel cannot get better by
-# retrying, so it stops the unwinding and waits for a human.
+# Undoing retries forever by default (orchestrator/metrics.py logs a WARNING at attempts 5, 10, 20...); a
+# refusal to cancel cannot get better by retrying, so it stops the unwinding and waits for a human.
 CANCEL_FLIGHT_RETRY = RetryPolicy(
     max_attempts=None,
     initial_backoff_ms=100,

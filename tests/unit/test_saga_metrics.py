@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from infra.health import ServiceHealth
 from orchestrator.domain.decide import Decision
 from orchestrator.domain.messages import TimerKind
-from orchestrator.metrics import SagaMetrics
+from orchestrator.metrics import SagaMetrics, alert_due
 from orchestrator.sagas.trip import TRIP
 from orchestrator.writes import Settled
 from tests.unit.saga_driver import SagaRun
@@ -47,3 +51,18 @@ def test_timeouts_retries_and_rejections_are_counted() -> None:
                   outcome="retry_scheduled") == 1
     assert _value(health, "saga_sagas_rejected_total") == 1
     assert _value(health, "saga_sagas_started_total", saga_type="trip") == 1
+
+
+def test_a_compensation_that_keeps_failing_is_logged_at_5_10_20_failures(caplog: pytest.LogCaptureFixture) -> None:
+    assert [n for n in range(1, 90) if alert_due(n)] == [5, 10, 20, 40, 80]
+    run = SagaRun(TRIP, saga_id="t-stuck")
+    run.start()
+    run.ok("book_flight")
+    decisions = [run.fail("book_hotel", error="SoldOut")]
+    for attempt in range(1, 11):
+        decisions.append(run.comp_fail("book_flight", error="AirlineDown", retryable=True, attempt=attempt))
+        run.fire(TimerKind.COMPENSATION_RETRY, "book_flight")
+    with caplog.at_level(logging.WARNING, logger="saga.orchestrator.alerts"):
+        SagaMetrics(ServiceHealth("orchestrator")).observe(Settled(decisions=decisions))
+    warned = [(r.saga_id, r.step, r.failed_attempts, r.error) for r in caplog.records]  # type: ignore[attr-defined]
+    assert warned == [("t-stuck", "book_flight", n, "AirlineDown: book_flight said AirlineDown") for n in (5, 10)]
