@@ -12,8 +12,10 @@ from schemas.topics import Topics
 
 
 def _headers(message_id: str, causation_id: str | None, saga_id: str | None,
-             saga_type: str | None) -> dict[str, str]:
+             saga_type: str | None, traceparent: str | None = None) -> dict[str, str]:
     headers = {"message_id": message_id}
+    if traceparent:
+        headers["traceparent"] = traceparent
     if causation_id:
         headers["causation_id"] = causation_id
     if saga_id is not None:
@@ -24,19 +26,21 @@ def _headers(message_id: str, causation_id: str | None, saga_id: str | None,
 
 
 def event_message(topics: Topics, event: Event, body: bytes, saga_type: str | None,
-                  causation_id: str) -> OutboxMessage:
+                  causation_id: str, traceparent: str | None = None) -> OutboxMessage:
     """The outbox row that publishes ``event`` on saga.events (message id frozen: ``{saga}:event:{seq}``)."""
     message_id = f"{event.saga_id}:event:{event.seq}"
     return OutboxMessage(topic=topics.events, key=event.saga_id, value=body,
-                         headers=_headers(message_id, causation_id, event.saga_id, saga_type),
+                         headers=_headers(message_id, causation_id, event.saga_id, saga_type, traceparent),
                          message_id=message_id)
 
 
-def command_message(topics: Topics, command: StepCommand, causation_id: str) -> OutboxMessage:
+def command_message(topics: Topics, command: StepCommand, causation_id: str,
+                    traceparent: str | None = None) -> OutboxMessage:
     """The outbox row that sends ``command`` to its participant's commands topic."""
     return OutboxMessage(topic=topics.commands(command.participant), key=command.saga_id,
                          value=wire.encode_command(command),
-                         headers=_headers(command.message_id, causation_id, command.saga_id, command.saga_type),
+                         headers=_headers(command.message_id, causation_id, command.saga_id, command.saga_type,
+                                          traceparent),
                          message_id=command.message_id)
 
 

@@ -6,7 +6,7 @@ import dataclasses
 
 from orchestrator import wire
 from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field
+from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field, valid_traceparent
 from orchestrator.domain.messages import (
     CancelSaga,
     IncomingMessage,
@@ -81,6 +81,7 @@ class RecordParser:
         if field:
             return Rejection(raw=raw, reason=f"{field} contains a NUL character", saga_id=message.saga_id)
         if isinstance(message, StartSaga):
+            message = dataclasses.replace(message, traceparent=valid_traceparent(raw.header("traceparent")))
             problem = _start_size_problem(len(raw.value)) or self._check_start(message)
             if problem:
                 saga_type = message.saga_type if id_problem(message.saga_type, "saga_type") is None else None

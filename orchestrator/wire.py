@@ -131,7 +131,7 @@ def decode_event(data: bytes) -> Event:
 
 def encode_start(message: StartSaga) -> bytes:
     """Encode a StartSaga command for topic saga.start."""
-    return default_registry().encode(START_SAGA, _record(message))
+    return default_registry().encode(START_SAGA, _record(message, exclude=("traceparent",)))
 
 
 def _start_from(record: dict[str, Any]) -> StartSaga:

@@ -58,8 +58,9 @@ class PendingWrites:
             body = wire.encode_event(event)
             self.events.append(StoredEvent(saga_id=event.saga_id, seq=event.seq, event_type=type(event).__name__,
                                            body=body, recorded_at_ms=event.occurred_at))
-            self.outbox.append(event_message(self._topics, event, body, saga_type, causation_id))
-        self.outbox += [command_message(self._topics, command, causation_id) for command in decision.commands]
+            self.outbox.append(event_message(self._topics, event, body, saga_type, causation_id, state.traceparent))
+        self.outbox += [command_message(self._topics, command, causation_id, state.traceparent)
+                        for command in decision.commands]
         for timer in decision.timers:
             row = _timer_row(timer)
             self.timers[(row.saga_id, row.timer_id)] = row

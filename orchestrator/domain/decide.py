@@ -114,6 +114,7 @@ def _start(
             saga_type=message.saga_type,
             tenant_id=message.tenant_id,
             input=message.input,
+            traceparent=message.traceparent,
         )
     )
     advance(b)

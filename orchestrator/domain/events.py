@@ -24,6 +24,7 @@ class SagaStarted(Event):
     saga_type: str
     tenant_id: str | None
     input: bytes
+    traceparent: str | None = None  # W3C trace context of the StartSaga: every message of the saga carries it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -99,6 +99,7 @@ def _started(definition: SagaDefinition | None, state: SagaState | None, event: 
         definition_version=event.definition_version,
         tenant_id=event.tenant_id,
         input=event.input,
+        traceparent=event.traceparent,
         status=SagaStatus.RUNNING,
         steps=steps,
         last_seq=event.seq,

@@ -7,6 +7,7 @@ a reason; handled any later, its transaction would fail on every redelivery and 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,15 @@ def id_problem(value: str, what: str, limit: int = MAX_SAGA_ID_BYTES) -> str | N
     if "\x00" in value:
         return f"{what} contains a NUL character"
     return None
+
+
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+def valid_traceparent(value: str | None) -> str | None:
+    """A W3C ``traceparent`` header value when it is one (version, trace id, parent id, flags), else None:
+    trace context is passed along when usable and dropped otherwise, never a reason to refuse a message."""
+    return value if value is not None and _TRACEPARENT.match(value) and not value.startswith("ff") else None
 
 
 def nul_field(value: Any, path: str = "") -> str | None:

@@ -35,6 +35,7 @@ class StartSaga:
     saga_type: str
     tenant_id: str | None
     input: bytes
+    traceparent: str | None = None  # the W3C trace context of its record (a header, not in the Avro body)
 
 
 @dataclass(frozen=True, kw_only=True)

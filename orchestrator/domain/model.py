@@ -51,6 +51,7 @@ class SagaState:
     failed_step: str | None = None  # the forward step whose failure ended or unwound the saga
     compensation_failed_step: str | None = None
     compensation_failure_reason: str | None = None
+    traceparent: str | None = None  # from SagaStarted: the trace context every message of the saga carries
 
     @property
     def is_terminal(self) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from infra.faults import crash_point
-from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field
+from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field, valid_traceparent
 from orchestrator.domain.messages import CommandKind
 from outbox.message import OutboxMessage
 from outbox.writer import write_outbox
@@ -71,7 +71,7 @@ class _Undo(Exception):
 
 
 def decode_command(
-    registry: SchemaRegistry, value: bytes | None, message_id: str
+    registry: SchemaRegistry, value: bytes | None, message_id: str, traceparent: str | None = None
 ) -> tuple[ReceivedCommand, dict[str, Any]]:
     """Decode a StepCommand and its embedded saga input; raises on anything malformed, including ids no
     store can key on and texts Postgres cannot hold (they would fail every redelivery's transaction)."""
@@ -95,6 +95,7 @@ def decode_command(
         attempt=int(record["attempt"]),
         input_type=input_type,
         message_id=message_id,
+        traceparent=valid_traceparent(traceparent),
     )
     return command, saga_input
 
@@ -206,7 +207,7 @@ def parse_delivery(registry: SchemaRegistry, value: bytes | None, headers: Heade
     message_id = header_text(pairs, "message_id") or fallback_id
     try:
         reason = id_problem(message_id, "message_id header", MAX_MESSAGE_ID_BYTES)
-        command, saga_input = decode_command(registry, value, message_id)
+        command, saga_input = decode_command(registry, value, message_id, header_text(pairs, "traceparent"))
     except Exception as exc:  # anything undecodable is a poison message: park it, never crash
         return ParsedDelivery(message_id, pairs, reason=f"undecodable StepCommand: {type(exc).__name__}: {exc}")
     reason = reason or _key_problem(delivery, command.saga_id)

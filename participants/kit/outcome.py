@@ -20,6 +20,7 @@ class ReceivedCommand:
     attempt: int
     input_type: str  # full Avro name of the saga input record, e.g. saga.v1.trip.TripRequest
     message_id: str  # the command's message_id header: the causation id of the reply
+    traceparent: str | None = None  # the command's W3C trace context header, passed on to the reply
 
 
 @dataclass(frozen=True)

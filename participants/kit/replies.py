@@ -98,6 +98,7 @@ def step_result_message(
             "causation_id": command.message_id,
             "saga_id": command.saga_id,
             "saga_type": command.saga_type,
+            **({"traceparent": command.traceparent} if command.traceparent else {}),
         },
         message_id=message_id,
         available_at=available_at,

@@ -27,7 +27,7 @@ from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.domain.events import SagaCancelRefused, SagaRejected, SagaStarted, StepCommandSent
 from participants.effects import collect_effects
-from schemas.topics import Topics
+from schemas.topics import PARTICIPANTS, Topics
 from tests.chaos.crash_tools import started_and_warm
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack, publish, read_topic, saga_cli, wait_for
@@ -310,6 +310,30 @@ async def test_cancel_and_resume_refuse_what_the_event_store_says_cannot_apply(
             await conn.close()
 
     assert await wait_for(refusal_recorded, TIMEOUT_S)
+
+
+async def test_a_starts_trace_context_travels_on_every_message_of_its_saga(stack: Stack) -> None:
+    topics = Topics(stack.settings.saga_topic_prefix)
+    saga_id = f"e2e-trace-{uuid.uuid4().hex[:6]}"
+    trace = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
+    await publish(stack.settings, topics.start, saga_id.encode(), wire.encode_start(SCENARIOS["happy"].start(saga_id)),
+                  headers=[("message_id", f"{saga_id}:start".encode()), ("traceparent", trace.encode())])
+    feed = EventFeed(stack.settings.kafka_servers(), topics.events)
+    await feed.start()
+    try:
+        ended = await feed.wait_terminal([saga_id], TIMEOUT_S)
+    finally:
+        await feed.stop()
+    assert type(ended[saga_id]).__name__ == "SagaCompleted"
+    saga_topics = {topics.events, *(topics.commands(p) for p in PARTICIPANTS),
+                   *(topics.results(p) for p in PARTICIPANTS)}
+    seen: dict[str, set[bytes | None]] = {}
+    for topic in saga_topics:
+        for record in await read_topic(stack.settings, topic):
+            if record.key == saga_id.encode():
+                seen.setdefault(topic, set()).add(dict(record.headers).get("traceparent"))
+    assert set(seen) == saga_topics
+    assert set.union(*seen.values()) == {trace.encode()}
 
 
 async def test_purged_sagas_still_agree_with_the_topic_and_still_refuse_a_second_start(
