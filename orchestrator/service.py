@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 
 from orchestrator import wire
+from orchestrator.decision_log import log_decision
 from orchestrator.domain.decide import Decision, decide
 from orchestrator.domain.definition import DefinitionRegistry
 from orchestrator.domain.errors import UnknownSaga
-from orchestrator.domain.events import Event, SagaRejected, StepCommandSent, StepSucceeded
+from orchestrator.domain.events import SagaRejected
 from orchestrator.domain.messages import StartSaga, TimerFired
 from orchestrator.domain.state import SagaState, SagaStatus, apply_event
 from orchestrator.envelope import Envelope, Rejection, timer_envelope
@@ -206,7 +207,7 @@ class SagaService:
         if decision.is_empty:
             return Outcome.NOTHING_TO_DO
         states[message.saga_id] = writes.record(decision, envelope.message_id)
-        _log_decision(decision.events)
+        log_decision(decision.events)
         return Outcome.APPLIED
 
     async def _reject(self, uow: UnitOfWork, rejection: Rejection, settled: Settled) -> Outcome:
@@ -243,7 +244,7 @@ class SagaService:
             )
             after = apply_event(self._definition_of(state), state, rejected)
             states[rejection.saga_id] = writes.record(Decision(events=(rejected,), state=after), message_id)
-            _log_decision((rejected,))
+            log_decision((rejected,))
         await writes.flush(uow)
         settled.add(states, writes, outcomes.count(Outcome.DEAD_LETTERED))
         return outcomes
@@ -298,18 +299,3 @@ def _first_claims(message_ids: Sequence[str], claimed: set[str]) -> list[bool]:
         claimed.discard(message_id)
     return fresh
 
-
-def _log_decision(events: Sequence[Event]) -> None:
-    """One line per decision, e.g. ``saga advanced saga_id=t-1 seq=4 events="StepSucceeded:book_flight
-    StepCommandSent:charge_card"``: at INFO when it holds more than a step moving forward (a start, an end,
-    a failure, a timeout, a retry, a compensation, a cancel), else at DEBUG. Logging every routine step at
-    INFO cost a fifth of the orchestrator's CPU; ``saga history`` has every event."""
-    level = logging.INFO if any(type(event) not in _ROUTINE for event in events) else logging.DEBUG
-    if not log.isEnabledFor(level):
-        return
-    labels = " ".join(f"{type(event).__name__}:{step}" if (step := getattr(event, "step", None))
-                      else type(event).__name__ for event in events)
-    log.log(level, "saga advanced", extra={"saga_id": events[0].saga_id, "seq": events[0].seq, "events": labels})
-
-
-_ROUTINE = frozenset({StepCommandSent, StepSucceeded})
