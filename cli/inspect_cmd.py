@@ -107,16 +107,21 @@ def _json(event: Event) -> str:
 
 
 async def follow_events(load_after: Callable[[int], Awaitable[list[Event]]], show: Callable[[Event], None],
-                        poll_s: float = FOLLOW_POLL_S) -> Event:
+                        poll_s: float = FOLLOW_POLL_S, waiting: Callable[[], None] | None = None) -> Event:
     """Show a saga's events as they are recorded, from its first, until a terminal one (returned), or a
     refusal of its start while nothing started (returned: the saga is REJECTED).
 
-    ``load_after(seq)`` returns the events after ``seq``; a saga not started yet is waited for.
+    ``load_after(seq)`` returns the events after ``seq``; a saga not started yet is waited for (``waiting`` is
+    called once when the first read finds nothing).
     """
     last_seq = 0
     started = False
     while True:
-        for event in await load_after(last_seq):
+        events = await load_after(last_seq)
+        if not events and last_seq == 0 and waiting is not None:
+            waiting()
+            waiting = None
+        for event in events:
             show(event)
             last_seq = event.seq
             started = started or isinstance(event, SagaStarted)
@@ -139,9 +144,10 @@ async def follow(saga_id: str, as_json: bool = False) -> Event:
             else:
                 console.print(_line(event), highlight=False, soft_wrap=True)
 
-        if not await store.load_events(saga_id):
+        def waiting() -> None:
             console.print(f"waiting for saga {saga_id} to start (Ctrl-C to stop)", style="dim")
-        return await follow_events(load_after, show)
+
+        return await follow_events(load_after, show, waiting=waiting)
 
 
 def history(saga_id: str = typer.Argument(..., help="The saga id."),

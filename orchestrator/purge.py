@@ -77,4 +77,3 @@ async def _purge_once(store: PostgresStore, registry: DefinitionRegistry, topics
     for saga_id in through:
         log.info("saga purged", extra={"saga_id": saga_id, "through_seq": through[saga_id]})
     return list(through), len(candidates)
-

@@ -109,7 +109,6 @@ class DecisionBuilder:
             state=self.state,
         )
 
-
     def _deadline_timer(self) -> Timer:
         deadline_ms = self.defn.deadline_ms
         assert deadline_ms is not None

@@ -44,18 +44,6 @@ TERMINAL_STATUSES: frozenset[SagaStatus] = frozenset(
     }
 )
 
-# The ends a saga can be purged from (COMPENSATION_FAILED still waits for an operator).
-PURGEABLE_STATUSES: frozenset[SagaStatus] = frozenset(
-    {
-        SagaStatus.COMPLETED,
-        SagaStatus.FAILED,
-        SagaStatus.COMPENSATED,
-        SagaStatus.CANCELLED,
-        SagaStatus.COMPLETED_WITH_FAILURES,
-        SagaStatus.REJECTED,
-    }
-)
-
 # None is "no saga yet": the first event moves it to RUNNING (SagaStarted) or REJECTED (SagaRejected); a
 # purged history starts with SagaPurged (PURGED).
 _PURGE = frozenset({SagaStatus.PURGED})
@@ -88,6 +76,11 @@ SAGA_TRANSITIONS: Mapping[SagaStatus | None, frozenset[SagaStatus]] = {
     SagaStatus.REJECTED: frozenset({SagaStatus.RUNNING, SagaStatus.PURGED}),
     SagaStatus.PURGED: frozenset(),  # for good: a later StartSaga of the id is refused and recorded
 }
+
+# The ends a saga can be purged from (not COMPENSATION_FAILED: it still waits for an operator).
+PURGEABLE_STATUSES: frozenset[SagaStatus] = frozenset(
+    status for status, moves in SAGA_TRANSITIONS.items() if status is not None and SagaStatus.PURGED in moves
+)
 
 
 def is_transition_valid(current: SagaStatus | None, new: SagaStatus) -> bool:

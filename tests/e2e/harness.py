@@ -9,14 +9,17 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
-from cli.feed import assign_from_beginning
+from cli.feed import EventFeed, assign_from_beginning
 from cli.run_cmd import service_commands, service_environment, start_service, stop_services
 from infra.settings import Settings
 from orchestrator.bootstrap import prepare
+from orchestrator.domain.events import Event
+from schemas.topics import Topics
 
 
 class Stack:
@@ -95,6 +98,16 @@ async def read_topic(settings: Settings, topic: str, timeout_s: float = 5.0) -> 
         return records
     finally:
         await consumer.stop()
+
+
+async def terminal_events(settings: Settings, saga_ids: Iterable[str], timeout_s: float) -> dict[str, Event]:
+    """The terminal event of each saga, read from saga.events, waiting up to ``timeout_s`` for them."""
+    feed = EventFeed(settings.kafka_servers(), Topics(settings.saga_topic_prefix).events)
+    await feed.start()
+    try:
+        return await feed.wait_terminal(saga_ids, timeout_s)
+    finally:
+        await feed.stop()
 
 
 async def wait_for(predicate_coro: object, timeout_s: float, interval_s: float = 0.2) -> bool:

@@ -12,7 +12,6 @@ import pytest
 
 from cli.demo_cmd import DEMO_TIMEOUT_S
 from cli.dlq_cmd import read_parked
-from cli.feed import EventFeed
 from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.domain.messages import StartSaga
@@ -22,7 +21,7 @@ from tests.chaos.crash_tools import restart, wait_until_ready
 from tests.chaos.tools.kafka_tools import wait_caught_up
 from tests.conftest import module_stack
 from tests.e2e.checkout import CHECKOUT_REQUEST, SCHEMA_DIR
-from tests.e2e.harness import Stack, publish, saga_cli, start_stack, wait_for
+from tests.e2e.harness import Stack, publish, saga_cli, start_stack, terminal_events, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -79,12 +78,7 @@ async def test_checkout_runs_through_the_same_services(stack: Stack, sku: str, a
     order = {"order_id": saga_id, "sku": sku, "quantity": 1, "amount_cents": 999, "address": address}
     start = StartSaga(saga_id=saga_id, saga_type="checkout", tenant_id="shop-1", input=_encode_order(order))
     await publish(stack.settings, topics.start, saga_id.encode(), wire.encode_start(start))
-    feed = EventFeed(stack.settings.kafka_servers(), topics.events)
-    await feed.start()
-    try:
-        ended = await feed.wait_terminal([saga_id], DEMO_TIMEOUT_S)
-    finally:
-        await feed.stop()
+    ended = await terminal_events(stack.settings, [saga_id], DEMO_TIMEOUT_S)
     assert type(ended[saga_id]).__name__ == terminal
     assert await _ledger(stack.settings, saga_id) == ledger
 
@@ -125,12 +119,7 @@ async def test_a_start_rejected_before_its_type_was_deployed_runs_when_its_dead_
     replayed = await saga_cli(settings, "dlq", "replay", letter["position"])
     assert replayed.returncode == 0, replayed.stderr
     assert f"{letter['position']} published to {topics.start} (saga {saga_id})" in replayed.stdout
-    feed = EventFeed(settings.kafka_servers(), topics.events)
-    await feed.start()
-    try:
-        ended = await feed.wait_terminal([saga_id], DEMO_TIMEOUT_S)
-    finally:
-        await feed.stop()
+    ended = await terminal_events(settings, [saga_id], DEMO_TIMEOUT_S)
     assert type(ended[saga_id]).__name__ == "SagaCompleted"
     assert await _ledger(settings, saga_id) == {"inventory": ["reserved"], "billing": ["authorized"],
                                                 "shipping": ["shipped"]}

@@ -30,7 +30,7 @@ from participants.effects import collect_effects
 from schemas.topics import PARTICIPANTS, Topics
 from tests.chaos.crash_tools import started_and_warm
 from tests.conftest import module_stack
-from tests.e2e.harness import Stack, publish, read_topic, saga_cli, wait_for
+from tests.e2e.harness import Stack, publish, read_topic, saga_cli, terminal_events, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -318,12 +318,7 @@ async def test_a_starts_trace_context_travels_on_every_message_of_its_saga(stack
     trace = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
     await publish(stack.settings, topics.start, saga_id.encode(), wire.encode_start(SCENARIOS["happy"].start(saga_id)),
                   headers=[("message_id", f"{saga_id}:start".encode()), ("traceparent", trace.encode())])
-    feed = EventFeed(stack.settings.kafka_servers(), topics.events)
-    await feed.start()
-    try:
-        ended = await feed.wait_terminal([saga_id], TIMEOUT_S)
-    finally:
-        await feed.stop()
+    ended = await terminal_events(stack.settings, [saga_id], TIMEOUT_S)
     assert type(ended[saga_id]).__name__ == "SagaCompleted"
     saga_topics = {topics.events, *(topics.commands(p) for p in PARTICIPANTS),
                    *(topics.results(p) for p in PARTICIPANTS)}

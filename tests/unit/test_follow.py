@@ -32,7 +32,9 @@ def test_follow_shows_each_event_once_as_recorded_and_stops_at_the_terminal_one(
         return [event for event in recorded if event.seq > seq]
 
     shown: list[Event] = []
-    ended = asyncio.run(follow_events(load_after, shown.append, poll_s=0))
+    waited: list[None] = []
+    ended = asyncio.run(follow_events(load_after, shown.append, poll_s=0, waiting=lambda: waited.append(None)))
+    assert len(waited) == 1  # once, at the empty first read
     assert ended == history[-1]
     assert shown == history
     assert asked == [0, 0, 1, 1, 4]
