@@ -10,7 +10,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from cli.context import console, database, fail, run, settings, topics
 from cli.inspect_cmd import parse_duration
 from orchestrator.bootstrap import definitions
-from orchestrator.purge import PURGE_BATCH, count_purgeable, purge_batch
+from orchestrator.purge import PURGE_BATCH, count_purgeable, purge_ended
 from orchestrator.store.postgres import PostgresStore
 
 
@@ -32,18 +32,13 @@ def purge(
             eligible = await count_purgeable(store, cutoff_ms)
             if dry_run:
                 return eligible, 0
-            registry, skipped, purged = definitions(current), set[str](), 0
             with Progress(SpinnerColumn(), TextColumn("purging: {task.completed} of about {task.total} sagas"),
                           TimeElapsedColumn(), console=console, transient=True) as progress:
                 task = progress.add_task("purge", total=eligible)
-                while True:
-                    done, looked_at = await purge_batch(store, registry, topics(current), ended_before_ms=cutoff_ms,
-                                                        now_ms=now_ms, operator=operator, limit=batch,
-                                                        skip=skipped)
-                    purged += len(done)
-                    progress.update(task, completed=purged)
-                    if looked_at < batch:
-                        return eligible, purged
+                purged = await purge_ended(store, definitions(current), topics(current), ended_before_ms=cutoff_ms,
+                                           now_ms=now_ms, operator=operator, batch=batch,
+                                           progress=lambda done: progress.update(task, completed=done))
+                return eligible, purged
 
     eligible, purged = run(body())
     if dry_run:

@@ -44,6 +44,18 @@ class Settings(BaseSettings):
                     "deleted after this long; 0 keeps them. Keep it at least as long as the retention of the "
                     "topics the orchestrator reads.",
     )
+    saga_retention_days: float = Field(
+        default=0, ge=0,
+        description="Orchestrator: sagas that ended this many days ago give up their events for one SagaPurged "
+                    "(as `saga purge --ended-before`; checked every 10 minutes, never COMPENSATION_FAILED ones); "
+                    "0 keeps every event.",
+    )
+    saga_participant_retention_hours: float = Field(
+        default=168, ge=0,
+        description="Participant: idempotency records (processed_commands) are deleted this long after their "
+                    "command was handled; 0 keeps them. Keep it at least as long as the retention of the "
+                    "<p>.commands topics.",
+    )
     saga_participant_batch_ms: float = Field(
         default=25, gt=0,
         description="Participant worker: how long it waits to fill a batch of commands (one transaction).",

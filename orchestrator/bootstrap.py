@@ -18,7 +18,7 @@ from infra.settings import Settings
 from infra.startup import StartupStopped, retry_startup
 from orchestrator.consumer import OrchestratorConsumer
 from orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
-from orchestrator.housekeeping import InboxPruner
+from orchestrator.housekeeping import inbox_pruner, retention_policy
 from orchestrator.metrics import SagaMetrics
 from orchestrator.parsing import RecordParser
 from orchestrator.service import SagaService
@@ -167,7 +167,10 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
             health.before_scrape.append(lambda: count_sagas(pool, health))
             tasks = [consumer.run(stop), timers.run(stop)]
             if settings.saga_inbox_retention_hours:
-                tasks.append(InboxPruner(pool, settings.saga_inbox_retention_hours * 3600).run(stop))
+                tasks.append(inbox_pruner(pool, settings.saga_inbox_retention_hours * 3600).run(stop))
+            if settings.saga_retention_days:
+                tasks.append(retention_policy(PostgresStore(pool), registry, topics,
+                                              settings.saga_retention_days * 86_400).run(stop))
             if relay is not None:
                 tasks.append(relay.run(stop))
             log.info("orchestrator running", extra={"definitions": list(registry.types()),

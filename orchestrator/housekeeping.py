@@ -1,4 +1,5 @@
-"""Housekeeping: the inbox forgets messages old enough that no redelivery can bring them back.
+"""Housekeeping: the inbox forgets messages old enough that no redelivery can bring them back, and (when a
+retention is set) ended sagas give up their events.
 
 The inbox holds one row per handled message (its id) so that a redelivered message is skipped; it would
 otherwise grow by about five rows per saga, forever. A message comes again after a consumer crash or a
@@ -10,17 +11,17 @@ domain stays safe even then: a late reply changes nothing, a second start of a k
 
 from __future__ import annotations
 
-import asyncio
-import logging
+import time
 
 import asyncpg
 
-from infra.startup import sleep_or_stop
+from infra.chores import CHORE_EVERY_S, DELETE_BATCH, Chore, delete_in_batches
+from orchestrator.domain.definition import DefinitionRegistry
+from orchestrator.purge import purge_ended
+from orchestrator.store.postgres import PostgresStore
+from schemas.topics import Topics
 
-log = logging.getLogger("saga.orchestrator.housekeeping")
-
-PRUNE_EVERY_S = 600.0
-PRUNE_BATCH = 5_000
+RETENTION_OPERATOR = "retention policy"
 
 # Oldest first, a batch at a time (short transactions, short locks); SKIP LOCKED so that two orchestrators
 # pruning at once do not wait on each other.
@@ -40,37 +41,24 @@ SELECT count(*) FROM gone
 """
 
 
-async def prune_inbox(pool: asyncpg.Pool, retention_s: float, batch: int = PRUNE_BATCH) -> int:
+async def prune_inbox(pool: asyncpg.Pool, retention_s: float, batch: int = DELETE_BATCH) -> int:
     """Delete the inbox rows received more than ``retention_s`` ago, a batch per transaction; how many."""
-    pruned = 0
-    while True:
-        deleted = int(await pool.fetchval(_PRUNE_SQL, retention_s, batch))
-        pruned += deleted
-        if deleted < batch:
-            return pruned
-        await asyncio.sleep(0)  # let the service's own work in between batches
+    return await delete_in_batches(pool, _PRUNE_SQL, retention_s, batch=batch)
 
 
-class InboxPruner:
-    """Prunes the inbox every ``every_s`` (the first time at start) until stopped; errors are logged and
-    retried at the next round, never fatal."""
+def inbox_pruner(pool: asyncpg.Pool, retention_s: float, every_s: float = CHORE_EVERY_S) -> Chore:
+    """The chore pruning the inbox every ``every_s``."""
+    return Chore("inbox pruning", lambda: prune_inbox(pool, retention_s), every_s, retention_s=retention_s)
 
-    def __init__(self, pool: asyncpg.Pool, retention_s: float, every_s: float = PRUNE_EVERY_S) -> None:
-        self._pool = pool
-        self._retention_s = retention_s
-        self._every_s = every_s
-        self.pruned = 0
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Prune, sleep, repeat, until ``stop`` is set."""
-        while not stop.is_set():
-            try:
-                pruned = await prune_inbox(self._pool, self._retention_s)
-            except Exception as error:  # a database outage: the next round tries again
-                log.warning("inbox pruning failed, retrying later",
-                            extra={"error": repr(error), "retry_in_s": self._every_s})
-            else:
-                self.pruned += pruned
-                if pruned:
-                    log.info("inbox pruned", extra={"rows": pruned, "older_than_h": self._retention_s / 3600})
-            await sleep_or_stop(stop, self._every_s)
+def retention_policy(store: PostgresStore, registry: DefinitionRegistry, topics: Topics, retention_s: float,
+                     every_s: float = CHORE_EVERY_S) -> Chore:
+    """The chore purging, every ``every_s``, the sagas that ended more than ``retention_s`` ago (as ``saga purge
+    --ended-before`` would, recorded with the operator ``retention policy``)."""
+
+    async def purge() -> int:
+        now_ms = int(time.time() * 1000)
+        return await purge_ended(store, registry, topics, ended_before_ms=now_ms - int(retention_s * 1000),
+                                 now_ms=now_ms, operator=RETENTION_OPERATOR)
+
+    return Chore("retention policy", purge, every_s, retention_s=retention_s)

@@ -10,6 +10,7 @@ appends of the same seq conflict, and the batch is retried without that saga (it
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from orchestrator import wire
 from orchestrator.domain.decide import Decision
@@ -47,6 +48,23 @@ async def purge_batch(store: PostgresStore, registry: DefinitionRegistry, topics
         except ConcurrencyConflict as error:
             log.info("purge batch met a concurrent write, retrying", extra={"error": repr(error)})
     raise ConcurrencyConflict(f"purge: gave up after {_RETRIES} conflicts")
+
+
+async def purge_ended(store: PostgresStore, registry: DefinitionRegistry, topics: Topics, *, ended_before_ms: int,
+                      now_ms: int, operator: str | None = None, batch: int = PURGE_BATCH,
+                      progress: Callable[[int], None] | None = None) -> int:
+    """Purge every saga that ended before ``ended_before_ms``, ``batch`` per transaction; how many were purged.
+    ``progress`` is told the running total after each batch."""
+    skip: set[str] = set()
+    purged = 0
+    while True:
+        done, looked_at = await purge_batch(store, registry, topics, ended_before_ms=ended_before_ms, now_ms=now_ms,
+                                            operator=operator, limit=batch, skip=skip)
+        purged += len(done)
+        if progress is not None:
+            progress(purged)
+        if looked_at < batch:
+            return purged
 
 
 async def _purge_once(store: PostgresStore, registry: DefinitionRegistry, topics: Topics, ended_before_ms: int,

@@ -17,6 +17,7 @@ from participants.kit.batch import Incoming, handle_commands
 from participants.kit.ddl import ensure_participant_schema
 from participants.kit.handle import Disposition
 from participants.kit.participant import Participant
+from participants.kit.retention import record_pruner
 from schemas.topics import Topics
 
 log = logging.getLogger("participants.runner")
@@ -50,8 +51,8 @@ class ParticipantRuntime:
         self._should_stop = should_stop or (lambda: False)
         self._pool: asyncpg.Pool | None = None
         self._start_lock: asyncio.Lock | None = None
-        self._relay_stop: asyncio.Event | None = None
-        self._relay_task: asyncio.Task[None] | None = None
+        self._tasks_stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []  # the outbox relay and the housekeeping
         self._relay: OutboxRelay | None = None
 
     async def start(self) -> asyncpg.Pool:
@@ -75,22 +76,22 @@ class ParticipantRuntime:
                 relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka_servers(),
                                     min_poll_ms=RELAY_MIN_POLL_MS, max_poll_ms=RELAY_MAX_POLL_MS)
                 self._relay = relay
-                self._relay_stop = asyncio.Event()
-                self._relay_task = asyncio.create_task(
-                    relay.run(self._relay_stop), name=f"outbox-relay-{self.participant.name}"
-                )
+                name = self.participant.name
+                self._tasks.append(asyncio.create_task(relay.run(self._tasks_stop), name=f"outbox-relay-{name}"))
+                if retention_h := self.settings.saga_participant_retention_hours:
+                    pruner = record_pruner(pool, self.participant.schema, retention_h * 3600)
+                    self._tasks.append(asyncio.create_task(pruner.run(self._tasks_stop), name=f"pruner-{name}"))
                 self._pool = pool
                 log.info("participant started", extra={"participant": self.participant.name})
         return self._pool
 
     async def stop(self) -> None:
-        """Stop the relay (it flushes nothing more) and close the pool; safe to call twice."""
+        """Stop the relay (it flushes nothing more) and the housekeeping, and close the pool; safe to call
+        twice."""
         self.stopping = True
-        if self._relay_stop is not None:
-            self._relay_stop.set()
-        if self._relay_task is not None:
-            await asyncio.gather(self._relay_task, return_exceptions=True)
-            self._relay_task = None
+        self._tasks_stop.set()
+        tasks, self._tasks = self._tasks, []
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()

@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS {schema}.processed_commands (
     processed_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS processed_commands_saga_id_idx ON {schema}.processed_commands (saga_id);
+CREATE INDEX IF NOT EXISTS processed_commands_processed_at_idx ON {schema}.processed_commands (processed_at);
 """
 
 

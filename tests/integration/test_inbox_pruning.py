@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from infra.db import create_pool, migrate
-from orchestrator.housekeeping import InboxPruner, prune_inbox
+from orchestrator.housekeeping import inbox_pruner, prune_inbox
 
 pytestmark = pytest.mark.integration
 
@@ -49,26 +49,26 @@ async def test_rows_older_than_the_retention_are_deleted_in_batches_and_newer_on
 
 async def test_the_pruner_prunes_at_start_and_stops_when_asked(pool: asyncpg.Pool) -> None:
     await _received(pool, {"old": 200, "fresh": 0})
-    pruner = InboxPruner(pool, 168 * HOUR_S, every_s=3600)
+    pruner = inbox_pruner(pool, 168 * HOUR_S, every_s=3600)
     stop = asyncio.Event()
     running = asyncio.create_task(pruner.run(stop))
     for _ in range(100):
-        if pruner.pruned:
+        if pruner.done:
             break
         await asyncio.sleep(0.05)
     stop.set()
     await asyncio.wait_for(running, 5)  # asleep for an hour, it still stops at once
-    assert pruner.pruned == 1
+    assert pruner.done == 1
     assert await _left(pool) == ["fresh"]
 
 
 async def test_a_pruner_whose_database_calls_fail_keeps_running(pool: asyncpg.Pool) -> None:
     await pool.close()
-    pruner = InboxPruner(pool, HOUR_S, every_s=0.05)
+    pruner = inbox_pruner(pool, HOUR_S, every_s=0.05)
     stop = asyncio.Event()
     running = asyncio.create_task(pruner.run(stop))
     await asyncio.sleep(0.3)
     assert not running.done()
     stop.set()
     await asyncio.wait_for(running, 5)
-    assert pruner.pruned == 0
+    assert pruner.done == 0

@@ -1,0 +1,56 @@
+"""Housekeeping chores a service runs beside its work: prune a table, apply a retention policy."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+
+from infra.startup import sleep_or_stop
+
+log = logging.getLogger("saga.housekeeping")
+
+CHORE_EVERY_S = 600.0
+DELETE_BATCH = 5_000
+
+
+async def delete_in_batches(pool: asyncpg.Pool, sql: str, *args: object, batch: int = DELETE_BATCH) -> int:
+    """Run ``sql`` (a statement deleting at most ``$N`` rows, ``$N`` the parameter after ``args``, and returning
+    how many it deleted) until it deletes fewer than ``batch``: one short transaction per batch; the total."""
+    deleted = 0
+    while True:
+        count = int(await pool.fetchval(sql, *args, batch))
+        deleted += count
+        if count < batch:
+            return deleted
+        await asyncio.sleep(0)  # let the service's own work in between batches
+
+
+class Chore:
+    """Runs ``work`` (which returns how many things it did) every ``every_s``, the first time at start, until
+    stopped. A failure (a database outage) is logged and tried again at the next round, never fatal."""
+
+    def __init__(self, name: str, work: Callable[[], Awaitable[int]], every_s: float = CHORE_EVERY_S,
+                 **log_fields: object) -> None:
+        self.name = name
+        self.done = 0
+        self._work = work
+        self._every_s = every_s
+        self._log_fields = log_fields
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work, sleep, repeat, until ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                done = await self._work()
+            except Exception as error:
+                log.warning("housekeeping failed, retrying later",
+                            extra={"chore": self.name, "error": repr(error), "retry_in_s": self._every_s,
+                                   **self._log_fields})
+            else:
+                self.done += done
+                if done:
+                    log.info("housekeeping done", extra={"chore": self.name, "count": done, **self._log_fields})
+            await sleep_or_stop(stop, self._every_s)
