@@ -4,7 +4,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-PACKAGES := orchestrator outbox participants schemas infra cli
+PACKAGES := orchestrator outbox participants schemas infra cli client
 
 .PHONY: venv up test demo down status lint
 

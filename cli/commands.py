@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import typer
 
 from cli.context import console, fail, producer, run, settings, topics
 from cli.inspect_cmd import follow, load_events_of
+from client.saga_client import SagaClient, SagaInputError, message_headers
 from orchestrator import wire
 from orchestrator.bootstrap import definitions
 from orchestrator.domain.events import SagaCompleted, SagaStarted
-from orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
+from orchestrator.domain.messages import CancelSaga, ResumeCompensation
 from orchestrator.domain.state import SagaStatus, fold
-from schemas.codec import WireError, default_registry
-from schemas.validation import input_problems
 
 
 def _parse_json_object(text: str) -> dict[str, Any]:
@@ -29,6 +27,9 @@ def _parse_json_object(text: str) -> dict[str, Any]:
     return value
 
 
+_OPTION_OF = {"saga_id": "--id", "saga_input": "--input"}
+
+
 def start(
     saga_type: str = typer.Argument(..., help="Saga type, e.g. trip."),
     saga_id: str = typer.Option(..., "--id", help="The saga id (business key); also the Kafka key."),
@@ -38,26 +39,16 @@ def start(
                                                     "COMPLETED, 1 when it ended otherwise."),
 ) -> None:
     """Validate, encode and publish a StartSaga on saga.start."""
-    registry = definitions()
-    definition = registry.latest(saga_type)
-    if definition is None:
-        fail(f"unknown saga type {saga_type!r}; known types: {', '.join(sorted(registry.types()))}")
-    if not saga_id.strip():
-        fail("--id must not be empty")
-    record = _parse_json_object(input_json)
-    problems = input_problems(default_registry(), definition.input_schema, record)
-    if problems:
-        fail(f"--input does not fit {definition.input_schema}: " + "; ".join(problems))
-    try:
-        encoded_input = default_registry().encode(definition.input_schema, record)
-    except WireError as error:
-        fail(f"--input does not fit {definition.input_schema}: {error}")
-    message = StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant, input=encoded_input)
     current = settings()
+    client = SagaClient.from_settings(current)
+    try:
+        value = client.encode_start(saga_type, saga_id, _parse_json_object(input_json), tenant)
+    except SagaInputError as error:
+        fail(f"{_OPTION_OF[error.field]} {error.problem}" if error.field in _OPTION_OF else error.problem)
     if wait and any(isinstance(event, SagaStarted) for event in run(load_events_of(saga_id))):
         fail(f"saga {saga_id!r} already exists, so this start would be refused; choose another --id, or "
              f"follow that saga with `saga history {saga_id} --follow`")
-    run(_publish(current, topics(current).start, saga_id, wire.encode_start(message), saga_type))
+    run(_publish(current, topics(current).start, saga_id, value, saga_type))
     console.print(f"published StartSaga [bold]{saga_id}[/] ({saga_type}) on {topics(current).start}")
     if wait:
         try:
@@ -111,8 +102,5 @@ def resume(
 
 
 async def _publish(current: Any, topic: str, saga_id: str, value: bytes, saga_type: str | None) -> None:
-    headers = [("message_id", str(uuid.uuid4()).encode()), ("saga_id", saga_id.encode())]
-    if saga_type:
-        headers.append(("saga_type", saga_type.encode()))
     async with producer(current) as kafka:
-        await kafka.send_and_wait(topic, value=value, key=saga_id.encode(), headers=headers)
+        await kafka.send_and_wait(topic, value=value, key=saga_id.encode(), headers=message_headers(saga_id, saga_type))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from client.saga_client import topic_partitions
 from orchestrator import wire
 from orchestrator.domain.events import TERMINAL_EVENTS, Event
 from schemas.codec import WireError
@@ -15,15 +15,7 @@ from schemas.codec import WireError
 
 async def assign_from_beginning(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
     """Assign every partition of ``topic`` to a started consumer, positioned at the beginning."""
-    partitions: set[int] | None = None
-    for _ in range(50):
-        partitions = consumer.partitions_for_topic(topic)
-        if partitions:
-            break
-        await consumer._client.force_metadata_update()  # a new topic is not in the cached metadata yet
-        await asyncio.sleep(0.1)
-    if not partitions:
-        raise RuntimeError(f"topic {topic} does not exist")
+    partitions = await topic_partitions(consumer, topic)
     assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
     consumer.assign(assigned)
     await consumer.seek_to_beginning(*assigned)

@@ -12,8 +12,10 @@ import pytest
 
 from cli.demo_cmd import DEMO_TIMEOUT_S
 from cli.dlq_cmd import read_parked
+from client import SagaClient, SagaInputError, StartRefused
 from infra.settings import Settings
 from orchestrator import wire
+from orchestrator.bootstrap import definitions
 from orchestrator.domain.messages import StartSaga
 from schemas.registry import SchemaRegistry, load_tree
 from schemas.topics import Topics
@@ -47,10 +49,13 @@ async def _started(settings: Settings, log_dir: Path) -> Stack:
     return stack
 
 
-def _encode_order(order: dict[str, object]) -> bytes:
+def _schemas() -> SchemaRegistry:
     base = SchemaRegistry.from_directory()
-    registry = SchemaRegistry([*base.current_schemas(), *load_tree(SCHEMA_DIR).values()])
-    return registry.encode(CHECKOUT_REQUEST, order)
+    return SchemaRegistry([*base.current_schemas(), *load_tree(SCHEMA_DIR).values()])
+
+
+def _encode_order(order: dict[str, object]) -> bytes:
+    return _schemas().encode(CHECKOUT_REQUEST, order)
 
 
 async def _ledger(settings: Settings, saga_id: str) -> dict[str, list[str]]:
@@ -81,6 +86,33 @@ async def test_checkout_runs_through_the_same_services(stack: Stack, sku: str, a
     ended = await terminal_events(stack.settings, [saga_id], DEMO_TIMEOUT_S)
     assert type(ended[saga_id]).__name__ == terminal
     assert await _ledger(stack.settings, saga_id) == ledger
+
+
+async def test_the_python_client_starts_a_saga_follows_it_to_its_end_and_hears_of_a_refused_start(
+        stack: Stack) -> None:
+    settings = stack.settings
+    client = SagaClient(settings.kafka_servers(), definitions(settings), topic_prefix=settings.saga_topic_prefix,
+                        schemas=_schemas())
+    async with client:
+        outcomes = {}
+        for sku in ("SKU-1", "SKU-GONE"):
+            saga_id = f"client-{uuid.uuid4().hex[:8]}"
+            order = {"order_id": saga_id, "sku": sku, "quantity": 1, "amount_cents": 999, "address": "1 Main St"}
+            handle = await client.start("checkout", saga_id, order, tenant_id="shop-1")
+            events = [event async for event in handle.events(timeout_s=DEMO_TIMEOUT_S)]
+            assert [event.seq for event in events] == list(range(1, len(events) + 1))  # each once, in order
+            assert await _event_types(settings, saga_id) == [type(event).__name__ for event in events]
+            outcomes[sku] = type(events[-1]).__name__
+            # Followed later, from the beginning of its partition: the same end.
+            assert await client.handle(saga_id).result(timeout_s=30) == events[-1]
+        assert outcomes == {"SKU-1": "SagaCompleted", "SKU-GONE": "SagaCompensated"}
+
+        again = await client.start("checkout", saga_id, order)
+        with pytest.raises(StartRefused, match="duplicate StartSaga"):
+            await again.result(timeout_s=30)
+        with pytest.raises(SagaInputError) as bad:
+            await client.start("checkout", "client-bad", {**order, "quantity": "one"})
+        assert bad.value.field == "saga_input" and "quantity" in bad.value.problem
 
 
 async def _event_types(settings: Settings, saga_id: str) -> list[str]:

@@ -15,6 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
+from client.saga_client import topic_partitions
 from infra.settings import Settings
 from orchestrator import wire
 from schemas.topics import PARTICIPANTS, Topics
@@ -103,7 +104,7 @@ async def read_all(settings: Settings, topic: str, timeout_s: float = 30.0) -> l
                                 max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)
     await consumer.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in sorted(await _partitions(consumer, topic))]
+        partitions = [TopicPartition(topic, p) for p in await topic_partitions(consumer, topic)]
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
@@ -121,16 +122,6 @@ async def read_all(settings: Settings, topic: str, timeout_s: float = 30.0) -> l
         await consumer.stop()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    for _ in range(50):
-        found = consumer.partitions_for_topic(topic)
-        if found:
-            return set(found)
-        await consumer._client.force_metadata_update()  # the first lookup of a topic may come back empty
-        await asyncio.sleep(0.1)
-    raise LookupError(f"topic {topic} has no partitions")
-
-
 class LagWatch:
     """Consumer-group lag (end offset minus committed offset) of several groups, with one admin client and
     one consumer kept open between looks. A partition a group never committed lags by its whole end."""
@@ -146,7 +137,7 @@ class LagWatch:
         await self._consumer.start()
         for group, topics in self.groups.items():
             self._partitions[group] = [TopicPartition(t, p) for t in topics
-                                       for p in sorted(await _partitions(self._consumer, t))]
+                                       for p in await topic_partitions(self._consumer, t)]
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1,0 +1,277 @@
+"""Start, cancel, resume and await sagas from Python, over Kafka alone (the wire contract in ``schemas/``).
+
+    async with SagaClient.from_settings() as client:
+        handle = await client.start("trip", "trip-42", {"customer_id": "c-7", ...})
+        ended = await handle.result(timeout_s=60)       # SagaCompleted, SagaCompensated, ...
+
+A handle reads the saga's events from ``saga.events``: only the partition its saga id (the Kafka key) maps to,
+from where that partition ended just before the start was published, so it misses nothing and reads little.
+Events come at least once; a handle yields each seq once, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from infra.settings import Settings
+from orchestrator import wire
+from orchestrator.domain.definition import DefinitionRegistry
+from orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted
+from orchestrator.domain.limits import valid_traceparent
+from orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
+from outbox.batches import partition_for
+from schemas.codec import WireError
+from schemas.registry import SchemaRegistry, default_registry
+from schemas.topics import Topics
+from schemas.validation import input_problems
+
+CONNECT_TIMEOUT_S = 15.0
+
+
+class SagaInputError(ValueError):
+    """A saga start that could not be valid: an unknown saga type, an empty id or an input that does not fit
+    the type's input record. Nothing was published. ``field`` names the argument (saga_type, saga_id or
+    saga_input), ``problem`` says what is wrong with it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(problem if field == "saga_type" else f"{field} {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class StartRefused(Exception):
+    """The orchestrator refused a start this client published (the saga id was already taken): it recorded
+    ``event`` (a SagaRejected) in that saga's stream instead of starting anything."""
+
+    def __init__(self, event: SagaRejected) -> None:
+        super().__init__(f"saga {event.saga_id}: start refused ({event.reason})")
+        self.event = event
+
+
+class SagaClient:
+    """A connection to one deployment (bootstrap servers and topic prefix) that starts and follows sagas."""
+
+    def __init__(self, bootstrap_servers: str, definitions: DefinitionRegistry, *, topic_prefix: str = "",
+                 schemas: SchemaRegistry | None = None) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = Topics(topic_prefix)
+        self._definitions = definitions
+        self._schemas = schemas or default_registry()
+        self._producer: AIOKafkaProducer | None = None
+        self._lookup: AIOKafkaConsumer | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> SagaClient:
+        """A client for the deployment the environment describes (KAFKA_BOOTSTRAP_SERVERS, SAGA_TOPIC_PREFIX,
+        SAGA_DEFINITIONS for the saga types and their input records)."""
+        from orchestrator.bootstrap import definitions  # the definitions' modules load only when asked
+
+        current = settings or Settings()
+        return cls(current.kafka_servers(), definitions(current), topic_prefix=current.saga_topic_prefix)
+
+    async def __aenter__(self) -> SagaClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Connect to Kafka; ConnectionError says where it could not."""
+        if self._producer is not None:
+            return
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True)
+        lookup = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False)
+        try:
+            await asyncio.wait_for(producer.start(), CONNECT_TIMEOUT_S)
+            await asyncio.wait_for(lookup.start(), CONNECT_TIMEOUT_S)
+        except Exception as error:
+            await producer.stop()
+            await lookup.stop()
+            raise ConnectionError(f"cannot reach Kafka at {self.bootstrap_servers} ({error!r})") from error
+        self._producer, self._lookup = producer, lookup
+
+    async def close(self) -> None:
+        """Disconnect (safe to call twice)."""
+        producer, lookup, self._producer, self._lookup = self._producer, self._lookup, None, None
+        if producer is not None:
+            await producer.stop()
+        if lookup is not None:
+            await lookup.stop()
+
+    def encode_start(self, saga_type: str, saga_id: str, saga_input: Mapping[str, Any],
+                     tenant_id: str | None = None) -> bytes:
+        """The StartSaga record for these arguments; SagaInputError says what to fix."""
+        definition = self._definitions.latest(saga_type)
+        if definition is None:
+            known = ", ".join(sorted(self._definitions.types()))
+            raise SagaInputError("saga_type", f"unknown saga type {saga_type!r}; known types: {known}")
+        if not saga_id.strip():
+            raise SagaInputError("saga_id", "must not be empty")
+        problems = input_problems(self._schemas, definition.input_schema, saga_input)
+        try:
+            if problems:
+                raise WireError("; ".join(problems))
+            encoded_input = self._schemas.encode(definition.input_schema, dict(saga_input))
+        except WireError as error:
+            raise SagaInputError("saga_input", f"does not fit {definition.input_schema}: {error}") from error
+        return wire.encode_start(StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
+                                           input=encoded_input))
+
+    async def start(self, saga_type: str, saga_id: str, saga_input: Mapping[str, Any], *,
+                    tenant_id: str | None = None, traceparent: str | None = None) -> SagaHandle:
+        """Validate, encode and publish a StartSaga; the handle of the saga. A saga id already taken is refused by
+        the orchestrator: the handle's ``events`` and ``result`` then raise StartRefused."""
+        value = self.encode_start(saga_type, saga_id, saga_input, tenant_id)
+        if traceparent is not None and valid_traceparent(traceparent) is None:
+            raise SagaInputError("traceparent", f"is not a W3C trace context: {traceparent!r}")
+        handle = SagaHandle(self, saga_id, await self._partition_end(saga_id))
+        await self.publish(self.topics.start, saga_id, value, saga_type=saga_type, traceparent=traceparent)
+        return handle
+
+    async def cancel(self, saga_id: str, reason: str) -> None:
+        """Publish a CancelSaga (the orchestrator refuses, and records, a cancel after the pivot)."""
+        await self.publish(self.topics.control, saga_id, wire.encode_cancel(CancelSaga(saga_id=saga_id,
+                                                                                      reason=reason)))
+
+    async def resume(self, saga_id: str, operator: str | None = None, detail: str | None = None) -> None:
+        """Publish a ResumeCompensation: a COMPENSATION_FAILED saga retries its failed compensation."""
+        message = ResumeCompensation(saga_id=saga_id, operator=operator, detail=detail)
+        await self.publish(self.topics.control, saga_id, wire.encode_resume(message))
+
+    def handle(self, saga_id: str, since_ms: int | None = None) -> SagaHandle:
+        """The handle of a saga started earlier: its events from ``since_ms`` (epoch ms; default the
+        beginning of its partition, which may be long)."""
+        return SagaHandle(self, saga_id, None, since_ms)
+
+    async def publish(self, topic: str, saga_id: str, value: bytes, *, saga_type: str | None = None,
+                      traceparent: str | None = None) -> None:
+        """Publish one encoded record keyed by ``saga_id`` with a fresh ``message_id`` header."""
+        await self._connected_producer().send_and_wait(topic, value=value, key=saga_id.encode(),
+                                                       headers=message_headers(saga_id, saga_type, traceparent))
+
+    async def events_partition(self, saga_id: str) -> TopicPartition:
+        """The partition of ``saga.events`` that holds ``saga_id``'s events."""
+        lookup = self._connected_lookup()
+        partitions = await topic_partitions(lookup, self.topics.events)
+        return TopicPartition(self.topics.events, partition_for(saga_id.encode(), tuple(partitions)))
+
+    async def offset_at(self, partition: TopicPartition, since_ms: int | None) -> int:
+        """The first offset of ``partition`` at or after ``since_ms`` (its end when none; its beginning when
+        ``since_ms`` is None)."""
+        lookup = self._connected_lookup()
+        if since_ms is None:
+            return int((await lookup.beginning_offsets([partition]))[partition])
+        found = (await lookup.offsets_for_times({partition: since_ms}))[partition]
+        return int(found.offset) if found is not None else int((await lookup.end_offsets([partition]))[partition])
+
+    async def _partition_end(self, saga_id: str) -> tuple[TopicPartition, int]:
+        partition = await self.events_partition(saga_id)
+        return partition, int((await self._connected_lookup().end_offsets([partition]))[partition])
+
+    def _connected_producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("the client is not connected: use `async with SagaClient...` or connect()")
+        return self._producer
+
+    def _connected_lookup(self) -> AIOKafkaConsumer:
+        self._connected_producer()
+        assert self._lookup is not None
+        return self._lookup
+
+
+class SagaHandle:
+    """One saga's events as ``saga.events`` carries them."""
+
+    def __init__(self, client: SagaClient, saga_id: str, position: tuple[TopicPartition, int] | None,
+                 since_ms: int | None = None) -> None:
+        self.saga_id = saga_id
+        self._client = client
+        self._position = position
+        self._since_ms = since_ms
+
+    async def events(self, timeout_s: float | None = None) -> AsyncIterator[Event]:
+        """Each event of the saga once, in seq order, as it is published, until its terminal event (included);
+        TimeoutError when ``timeout_s`` passes first; StartRefused when the start this handle published was
+        refused."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        partition, offset = self._position or await self._first_position()
+        key = self.saga_id.encode()
+        consumer = AIOKafkaConsumer(bootstrap_servers=self._client.bootstrap_servers, enable_auto_commit=False,
+                                    isolation_level="read_committed")
+        await consumer.start()
+        try:
+            consumer.assign([partition])
+            consumer.seek(partition, offset)
+            last_seq = 0
+            started = self._position is None  # a handle of our own start waits to see its SagaStarted
+            while True:
+                left_ms = 500 if deadline is None else int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    raise TimeoutError(f"saga {self.saga_id} did not end within {timeout_s} s")
+                records = (await consumer.getmany(partition, timeout_ms=min(left_ms, 500))).get(partition, [])
+                for record in records:
+                    event = _event_of(record.key, record.value, key, self.saga_id)
+                    if event is None or event.seq <= last_seq:
+                        continue  # another saga's, or a copy of one already seen (at-least-once)
+                    last_seq = event.seq
+                    if isinstance(event, SagaRejected) and not started:
+                        raise StartRefused(event)
+                    started = started or isinstance(event, SagaStarted)
+                    yield event
+                    if isinstance(event, TERMINAL_EVENTS):
+                        return
+        finally:
+            await consumer.stop()
+
+    async def result(self, timeout_s: float | None = None) -> Event:
+        """The saga's terminal event (SagaCompleted, SagaCompensated, ...); TimeoutError when ``timeout_s``
+        passes first."""
+        async for event in self.events(timeout_s):
+            if isinstance(event, TERMINAL_EVENTS):
+                return event
+        raise AssertionError("unreachable: events() ends only at a terminal event")
+
+    async def _first_position(self) -> tuple[TopicPartition, int]:
+        partition = await self._client.events_partition(self.saga_id)
+        return partition, await self._client.offset_at(partition, self._since_ms)
+
+
+def message_headers(saga_id: str, saga_type: str | None = None,
+                    traceparent: str | None = None) -> list[tuple[str, bytes]]:
+    """The headers of a record a client publishes: a fresh ``message_id`` (the orchestrator dedupes on it),
+    the saga id and type, and the trace context when there is one."""
+    headers = [("message_id", str(uuid.uuid4()).encode()), ("saga_id", saga_id.encode())]
+    if saga_type:
+        headers.append(("saga_type", saga_type.encode()))
+    if traceparent:
+        headers.append(("traceparent", traceparent.encode()))
+    return headers
+
+
+def _event_of(key: bytes | None, value: bytes | None, wanted_key: bytes, saga_id: str) -> Event | None:
+    if key != wanted_key or value is None:
+        return None
+    try:
+        event = wire.decode_event(value)
+    except WireError:
+        return None  # not ours to judge: audit and the consumers report undecodable records
+    return event if event.saga_id == saga_id else None
+
+
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+    """The partitions of ``topic`` (sorted), waiting a little for the metadata of a topic just created;
+    RuntimeError when it does not exist."""
+    for _ in range(50):
+        partitions = consumer.partitions_for_topic(topic)
+        if partitions:
+            return sorted(partitions)
+        await consumer._client.force_metadata_update()  # a new topic is not in the cached metadata yet
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"topic {topic} does not exist")
