@@ -200,6 +200,7 @@ def encode_command(command: StepCommand) -> bytes:
     """
     record = _record(command, exclude=("participant", "message_id"))
     record["kind"] = command.kind.value
+    record["step_outputs"] = dict(command.step_outputs)
     return default_registry().encode(STEP_COMMAND, record)
 
 
@@ -207,6 +208,7 @@ def decode_command(data: bytes, *, participant: str, message_id: str) -> StepCom
     """Decode a StepCommand; the caller supplies what travels outside the body (topic, header)."""
     record = default_registry().decode_as(data, STEP_COMMAND)[1]
     record["kind"] = _symbol(CommandKind, record["kind"], STEP_COMMAND)
+    record["step_outputs"] = tuple(sorted(record.get("step_outputs", {}).items()))
     return _build(StepCommand, STEP_COMMAND, {**record, "participant": participant, "message_id": message_id})
 
 

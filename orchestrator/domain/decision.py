@@ -135,6 +135,7 @@ def effects_of(
             attempt=event.attempt,
             input=state.input,
             message_id=event.message_id,
+            step_outputs=outputs_for(definition, state, step.name, forward),
         )
         kind = TimerKind.STEP_TIMEOUT if forward else TimerKind.COMPENSATION_TIMEOUT
         return (command,), (_timer(state, kind, event.step, event.attempt, event.timeout_at),)
@@ -143,6 +144,15 @@ def effects_of(
     if isinstance(event, ev.CompensationRetryScheduled):
         return (), (_timer(state, TimerKind.COMPENSATION_RETRY, event.step, event.attempt, event.due_at),)
     return (), ()
+
+
+def outputs_for(definition: SagaDefinition, state: SagaState, name: str,
+                forward: bool) -> tuple[tuple[str, bytes], ...]:
+    """What a command of step ``name`` carries of earlier steps' outputs: those of every step it depends on,
+    directly or not, and for a compensation its own forward output too (what there is to undo)."""
+    sources = definition.upstream(name) if forward else definition.upstream(name) | {name}
+    found = ((source, state.steps[source].output) for source in sorted(sources))
+    return tuple((source, output) for source, output in found if output is not None)
 
 
 def _timer(state: SagaState, kind: TimerKind, step: str, attempt: int, due_at: int) -> Timer:

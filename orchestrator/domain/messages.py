@@ -117,3 +117,4 @@ class StepCommand:
     attempt: int
     input: bytes
     message_id: str
+    step_outputs: tuple[tuple[str, bytes], ...] = ()  # (step, output) of its upstream steps, sorted

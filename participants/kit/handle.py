@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 import asyncpg
@@ -96,6 +97,7 @@ def decode_command(
         input_type=input_type,
         message_id=message_id,
         traceparent=valid_traceparent(traceparent),
+        step_outputs=MappingProxyType(dict(record.get("step_outputs", {}))),
     )
     return command, saga_input
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from orchestrator.domain.messages import CommandKind
 
@@ -21,6 +22,8 @@ class ReceivedCommand:
     input_type: str  # full Avro name of the saga input record, e.g. saga.v1.trip.TripRequest
     message_id: str  # the command's message_id header: the causation id of the reply
     traceparent: str | None = None  # the command's W3C trace context header, passed on to the reply
+    # Outputs of the steps it depends on (and, for a compensation, of its own forward step), by step name.
+    step_outputs: Mapping[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

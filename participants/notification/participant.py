@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
+import orjson
 
 from participants.kit.bulk import record_each
 from participants.kit.outcome import Outcome, ReceivedCommand
@@ -25,10 +26,12 @@ BUSINESS_DDL = (
         sent_at timestamptz NOT NULL DEFAULT now()
     )""",
     f"CREATE INDEX IF NOT EXISTS sent_saga_step_idx ON {SCHEMA}.sent (saga_id, step)",
+    # What the itinerary said: the outputs of the steps before it (flight and hotel bookings, the charge).
+    f"ALTER TABLE {SCHEMA}.sent ADD COLUMN IF NOT EXISTS itinerary jsonb NOT NULL DEFAULT '{{}}'",
 )
 
 
-SENT_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "email": "text"}
+SENT_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "email": "text", "itinerary": "jsonb"}
 
 
 async def send_itineraries(conn: asyncpg.Connection, calls: Sequence[Call]) -> list[Outcome]:
@@ -39,7 +42,20 @@ async def send_itineraries(conn: asyncpg.Connection, calls: Sequence[Call]) -> l
 
 
 def _sent(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[str, ...]:
-    return command.saga_id, command.step, command.idempotency_key, trip["email"]
+    return command.saga_id, command.step, command.idempotency_key, trip["email"], itinerary(command)
+
+
+def itinerary(command: ReceivedCommand) -> str:
+    """The itinerary a send_itinerary command describes, as JSON text: each earlier step's output by step name
+    (the reference participants answer with JSON; anything else is kept as hex)."""
+    return orjson.dumps({step: _readable(output) for step, output in command.step_outputs.items()}).decode()
+
+
+def _readable(output: bytes) -> Any:
+    try:
+        return orjson.loads(output)
+    except orjson.JSONDecodeError:
+        return output.hex()
 
 
 PARTICIPANT = Participant(

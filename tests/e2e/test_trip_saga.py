@@ -89,6 +89,24 @@ async def test_each_trigger_ends_as_documented(scenario: str, trip_run: tuple[di
     assert mismatches(expected.expected, await _effects(stack.settings, saga_id)) == []
 
 
+async def test_the_itinerary_names_the_bookings_and_the_charge_the_earlier_steps_made(
+        trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
+    planned, _ = trip_run
+    saga_id = next(saga for saga, name in planned.items() if name == "happy")
+    conn = await asyncpg.connect(stack.settings.dsn())
+    try:
+        sent = json.loads(await conn.fetchval("SELECT itinerary FROM notification.sent WHERE saga_id = $1", saga_id))
+        made = {step: await conn.fetchval(f"SELECT {column} FROM {table} WHERE saga_id = $1", saga_id)
+                for step, table, column in (("book_flight", "flight.bookings", "booking_id"),
+                                            ("book_hotel", "hotel.bookings", "booking_id"),
+                                            ("charge_card", "payment.charges", "charge_id"))}
+    finally:
+        await conn.close()
+    assert sent == {"book_flight": {"booking_id": made["book_flight"]},
+                    "book_hotel": {"booking_id": made["book_hotel"]},
+                    "charge_card": {"charge_id": made["charge_card"]}}
+
+
 async def test_slow_charge_is_retried_with_the_same_key_and_charged_once(
         trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
     planned, _ = trip_run

@@ -32,6 +32,7 @@ _SAMPLES: dict[Any, Any] = {
     str | None: "maybe",
     bytes | None: b"out",
     tuple[str, ...]: ("flight", "hotel"),
+    tuple[tuple[str, bytes], ...]: (("book_flight", b'{"booking_id": 1}'), ("book_hotel", b"\x00")),
     CommandKind: CommandKind.FORWARD,
     ResultStatus: ResultStatus.SUCCEEDED,
 }
