@@ -24,6 +24,7 @@ import orjson
 from infra.db import ms_to_datetime
 from infra.faults import crash_point
 from outbox.message import OutboxMessage
+from participants.kit.deferred import await_answers
 from participants.kit.handle import (
     _DATABASE_GONE,
     REOPEN_FAILED_ON_A_LATER_ATTEMPT,
@@ -36,7 +37,7 @@ from participants.kit.handle import (
     park,
     parse_delivery,
 )
-from participants.kit.outcome import Failed, Outcome, ReceivedCommand
+from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand
 from participants.kit.participant import Call, Participant
 from participants.kit.replies import Delivery, HeadersArg, RecordedReply, outcome_message, step_result_message
 from schemas.registry import SchemaRegistry, default_registry
@@ -113,6 +114,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     recorded = await _recorded(conn, table, [c.idempotency_key for c in commands if c.idempotency_key not in claimed])
     transient: list[str] = []
     final: list[tuple[str, RecordedReply]] = []
+    awaited: list[ReceivedCommand] = []
     calls = [(p.command, p.saga_input) for p in parsed
              if p.command is not None and p.command.idempotency_key in claimed]
     outcomes = await (_run_each_in_savepoint if careful else _run_bare)(conn, participant, calls)
@@ -123,20 +125,34 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
             done.append((Disposition.DEAD_LETTERED, None, None, None))
         elif command.idempotency_key not in claimed:
             reply = recorded[command.idempotency_key]
+            if reply.awaiting:  # still outstanding: the answer will carry this attempt
+                awaited.append(command)
+                done.append((Disposition.AWAITING, command, reply, None))
+                continue
             replies.append(step_result_message(registry, command, results_topic, reply))
             done.append((Disposition.DUPLICATE, command, reply, reply.error_type))
         else:
             outcome = outcomes[command.idempotency_key]
-            is_transient = isinstance(outcome, Failed) and outcome.retryable
-            if is_transient:
-                transient.append(command.idempotency_key)  # not recorded: a later attempt does the work
-            else:
-                final.append((command.idempotency_key, RecordedReply.of(outcome)))
-            replies.append(outcome_message(registry, command, results_topic, outcome, clock()))
-            done.append((Disposition.TRANSIENT if is_transient else Disposition.RECORDED, command,
-                         RecordedReply.of(outcome), outcome.error_type if isinstance(outcome, Failed) else None))
+            done.append(_settled(outcome, command, transient, final, awaited))
+            if not isinstance(outcome, Deferred):
+                replies.append(outcome_message(registry, command, results_topic, outcome, clock()))
     await _settle(conn, participant, transient, final, replies)
+    await await_answers(conn, participant, awaited)
     return done
+
+
+def _settled(outcome: Outcome, command: ReceivedCommand, transient: list[str],
+             final: list[tuple[str, RecordedReply]], awaited: list[ReceivedCommand]) -> Done:
+    """Sort a freshly handled command's outcome into what ``_settle`` and ``await_answers`` write."""
+    recorded = RecordedReply.of(outcome)
+    if isinstance(outcome, Failed) and outcome.retryable:
+        transient.append(command.idempotency_key)  # not recorded: a later attempt does the work
+        return Disposition.TRANSIENT, command, recorded, outcome.error_type
+    final.append((command.idempotency_key, recorded))
+    if isinstance(outcome, Deferred):
+        awaited.append(command)
+        return Disposition.AWAITING, command, recorded, None
+    return Disposition.RECORDED, command, recorded, outcome.error_type if isinstance(outcome, Failed) else None
 
 
 async def _run_each_in_savepoint(conn: asyncpg.Connection, participant: Participant,

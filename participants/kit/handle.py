@@ -22,7 +22,8 @@ from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_fie
 from orchestrator.domain.messages import CommandKind
 from outbox.message import OutboxMessage
 from outbox.writer import write_outbox
-from participants.kit.outcome import Failed, Outcome, ReceivedCommand
+from participants.kit.deferred import await_answers
+from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand
 from participants.kit.participant import Participant
 from participants.kit.replies import (
     STEP_COMMAND,
@@ -57,6 +58,7 @@ class Disposition(StrEnum):
     TRANSIENT = "transient"  # retryable failure replied; nothing recorded, business change rolled back
     DUPLICATE = "duplicate"  # key already recorded: the recorded reply was sent again
     DEAD_LETTERED = "dead_lettered"  # undecodable: a DeadLetter went to the DLQ topic
+    AWAITING = "awaiting"  # the handler deferred its answer (or it is still outstanding): nothing replied
 
 
 def _now_ms() -> int:
@@ -148,6 +150,10 @@ async def handle_command(
             if row is None:  # the other holder rolled back its claim between our two statements
                 raise RuntimeError(f"idempotency key {command.idempotency_key} vanished; retry delivery")
             recorded = RecordedReply(row["status"], row["error_type"], row["error_message"], row["output"])
+            if recorded.awaiting:  # still outstanding: the answer will carry this attempt
+                await await_answers(conn, participant, [command])
+                _log_outcome(participant, command, Disposition.AWAITING, recorded.status, None)
+                return Disposition.AWAITING
             reply = step_result_message(registry, command, results_topic, recorded)
             await write_outbox(conn, participant.outbox_table, [reply])
             _log_outcome(participant, command, Disposition.DUPLICATE, recorded.status, recorded.error_type)
@@ -170,11 +176,15 @@ async def handle_command(
                 command.idempotency_key, recorded.status, recorded.error_type,
                 recorded.error_message, recorded.output,
             )
-        reply = outcome_message(registry, command, results_topic, outcome, clock())
-        await write_outbox(conn, participant.outbox_table, [reply])
+        if isinstance(outcome, Deferred):
+            await await_answers(conn, participant, [command])
+        else:
+            reply = outcome_message(registry, command, results_topic, outcome, clock())
+            await write_outbox(conn, participant.outbox_table, [reply])
     # Committed: the business change and the reply row exist, nothing is published or acknowledged yet.
     crash_point("participant.after_commit")
-    disposition = Disposition.TRANSIENT if transient else Disposition.RECORDED
+    disposition = (Disposition.TRANSIENT if transient else
+                   Disposition.AWAITING if isinstance(outcome, Deferred) else Disposition.RECORDED)
     error_type = outcome.error_type if isinstance(outcome, Failed) else None
     _log_outcome(participant, command, disposition, RecordedReply.of(outcome).status, error_type)
     return disposition

@@ -44,7 +44,13 @@ class Failed:
     reply_delay_ms: int = 0
 
 
-Outcome = Succeeded | Failed
+@dataclass(frozen=True)
+class Deferred:
+    """The handler made its change (e.g. recorded a request for a human) and the answer comes later, through
+    ``participants.kit.deferred.complete``. No reply is sent now; a redelivery of the command waits too."""
+
+
+Outcome = Succeeded | Failed | Deferred
 
 
 @dataclass(frozen=True)

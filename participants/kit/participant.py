@@ -63,6 +63,11 @@ class Participant:
         return f"{self.schema}.processed_commands"
 
     @property
+    def awaiting_table(self) -> str:
+        """Commands whose handler deferred its answer (``Deferred``), until ``complete`` answers them."""
+        return f"{self.schema}.awaiting_commands"
+
+    @property
     def consumer_name(self) -> str:
         """How this participant names itself in dead letters and logs."""
         return f"participant-{self.name}"

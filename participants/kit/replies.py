@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from orchestrator import wire
 from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem
 from outbox.message import OutboxMessage
-from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
+from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
 from schemas.registry import SchemaRegistry
 
 STEP_COMMAND = "saga.v1.StepCommand"
@@ -42,6 +42,9 @@ def header_text(pairs: Sequence[tuple[str, bytes | None]], name: str) -> str | N
     return None
 
 
+AWAITING = "AWAITING"
+
+
 def reply_message_id(idempotency_key: str, attempt: int) -> str:
     """Frozen format of a participant reply's message id: one per (key, attempt) delivery."""
     return f"{idempotency_key}:reply:{attempt}"
@@ -51,7 +54,7 @@ def reply_message_id(idempotency_key: str, attempt: int) -> str:
 class RecordedReply:
     """The final outcome stored with an idempotency key, replayed on redelivery."""
 
-    status: str  # SUCCEEDED | FAILED
+    status: str  # SUCCEEDED | FAILED, or AWAITING while a deferred answer is outstanding
     error_type: str | None
     error_message: str | None
     output: bytes | None
@@ -60,7 +63,14 @@ class RecordedReply:
     def of(cls, outcome: Outcome) -> RecordedReply:
         if isinstance(outcome, Succeeded):
             return cls("SUCCEEDED", None, None, outcome.output)
-        return cls("FAILED", outcome.error_type, outcome.message, None)
+        if isinstance(outcome, Failed):
+            return cls("FAILED", outcome.error_type, outcome.message, None)
+        return cls(AWAITING, None, None, None)
+
+    @property
+    def awaiting(self) -> bool:
+        """The handler deferred its answer: there is nothing to reply yet."""
+        return self.status == AWAITING
 
 
 def step_result_message(
@@ -108,7 +118,9 @@ def step_result_message(
 def outcome_message(
     registry: SchemaRegistry, command: ReceivedCommand, results_topic: str, outcome: Outcome, now_ms: int
 ) -> OutboxMessage:
-    """Reply for a freshly handled command, honouring the outcome's reply delay."""
+    """Reply for a freshly handled command, honouring the outcome's reply delay (never for ``Deferred``)."""
+    if isinstance(outcome, Deferred):
+        raise ValueError("a deferred command is answered later, by participants.kit.deferred.complete")
     delay = outcome.reply_delay_ms
     return step_result_message(
         registry,

@@ -5,6 +5,7 @@ A record answers a redelivered command with its recorded reply. A command comes 
 a rebalance (seconds later), when the orchestrator retries a step whose reply it has not seen (within that
 step's retry schedule), or when a consumer group whose offsets expired reads ``<p>.commands`` from the
 beginning: never once the topic has dropped it. Compensations look the business record up, not this one.
+A key still awaiting its deferred answer is kept, however old.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def _prune_sql(schema: str) -> str:
     return f"""
 WITH old AS (
     SELECT idempotency_key FROM {schema}.processed_commands
-    WHERE processed_at < now() - make_interval(secs => $1)
+    WHERE processed_at < now() - make_interval(secs => $1) AND status <> 'AWAITING'
     ORDER BY processed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED

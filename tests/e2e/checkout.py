@@ -1,7 +1,8 @@
 """A second saga type written only with the public building blocks: a definition and kit participants.
 
 checkout: reserve inventory ∥ authorize payment → ship. Triggers: sku "SKU-GONE" → OutOfStock (definitive);
-address "nowhere" → Undeliverable (definitive) after both earlier steps, so both are compensated.
+address "nowhere" → Undeliverable (definitive) after both earlier steps, so both are compensated; address
+"hold" → shipping asks a human and defers its answer (``saga answer`` gives it; the ship step waits 30 s).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from orchestrator.domain.definition import RetryPolicy, SagaDefinition, Step
-from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
+from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
 from participants.kit.participant import Participant
 
 SCHEMA_DIR = Path(__file__).parent / "checkout_schemas"
@@ -30,7 +31,7 @@ CHECKOUT = SagaDefinition(
         Step(name="authorize_payment", participant="billing", command="authorize",
              compensation="void_authorization", retry=FAST_RETRY, timeout_ms=2_000),
         Step(name="ship", participant="shipping", command="ship_order",
-             depends_on=("reserve_inventory", "authorize_payment"), retry=FAST_RETRY, timeout_ms=2_000),
+             depends_on=("reserve_inventory", "authorize_payment"), retry=FAST_RETRY, timeout_ms=30_000),
     ),
 )
 
@@ -65,6 +66,9 @@ async def _reserve(conn: asyncpg.Connection, command: ReceivedCommand, order: Ma
 async def _ship(conn: asyncpg.Connection, command: ReceivedCommand, order: Mapping[str, Any]) -> Outcome:
     if order["address"] == "nowhere":
         return Failed("Undeliverable", "no such address")
+    if order["address"] == "hold":
+        await _record("shipping", "held")(conn, command, order)
+        return Deferred()
     return await _record("shipping", "shipped")(conn, command, order)  # type: ignore[no-any-return]
 
 

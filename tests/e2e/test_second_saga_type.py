@@ -115,6 +115,41 @@ async def test_the_python_client_starts_a_saga_follows_it_to_its_end_and_hears_o
         assert bad.value.field == "saga_input" and "quantity" in bad.value.problem
 
 
+async def test_a_deferred_answer_given_later_with_saga_answer_decides_the_step(stack: Stack) -> None:
+    settings, topics = stack.settings, Topics(stack.settings.saga_topic_prefix)
+    shipping = "tests.e2e.checkout:SHIPPING"
+    sagas = {verdict: f"held-{uuid.uuid4().hex[:8]}" for verdict in ("shipped", "refused")}
+    for saga_id in sagas.values():
+        order = {"order_id": saga_id, "sku": "SKU-1", "quantity": 1, "amount_cents": 999, "address": "hold"}
+        start = StartSaga(saga_id=saga_id, saga_type="checkout", tenant_id=None, input=_encode_order(order))
+        await publish(settings, topics.start, saga_id.encode(), wire.encode_start(start))
+
+    async def held() -> list[dict[str, object]]:
+        listed = await saga_cli(settings, "awaiting", shipping, "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows = [json.loads(line) for line in listed.stdout.splitlines()]
+        return [row for row in rows if row["saga_id"] in sagas.values()]
+
+    async def all_held() -> bool:
+        return len(await held()) == len(sagas)
+
+    assert await wait_for(all_held, DEMO_TIMEOUT_S), "shipping did not defer"
+    assert {row["idempotency_key"] for row in await held()} == {f"{s}:ship" for s in sagas.values()}
+    answered = await saga_cli(settings, "answer", shipping, f"{sagas['shipped']}:ship", "--output",
+                              '{"tracking": "Z1"}')
+    assert answered.returncode == 0, answered.stdout + answered.stderr
+    refused = await saga_cli(settings, "answer", shipping, f"{sagas['refused']}:ship", "--fail", "NotApproved")
+    assert refused.returncode == 0, refused.stdout + refused.stderr
+    again = await saga_cli(settings, "answer", shipping, f"{sagas['refused']}:ship", "--output", "{}")
+    assert again.returncode == 2 and "no command" in again.stderr
+
+    ended = await terminal_events(settings, list(sagas.values()), DEMO_TIMEOUT_S)
+    assert {verdict: type(ended[saga_id]).__name__ for verdict, saga_id in sagas.items()} == {
+        "shipped": "SagaCompleted", "refused": "SagaCompensated"}
+    assert await _ledger(settings, sagas["refused"]) == {"inventory": ["released"], "billing": ["released"],
+                                                        "shipping": ["held"]}
+
+
 async def _event_types(settings: Settings, saga_id: str) -> list[str]:
     conn = await asyncpg.connect(settings.dsn())
     try:

@@ -1,0 +1,114 @@
+"""Deferred answers on a real Postgres: a handler that asks a human replies nothing, redeliveries wait and move
+the awaited attempt on, and the answer given later is recorded and replied once, one by one and in batches."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+import pytest
+
+from infra.db import create_pool
+from participants.kit.batch import Incoming, handle_commands
+from participants.kit.ddl import ensure_participant_schema
+from participants.kit.deferred import awaiting, complete
+from participants.kit.handle import Disposition, handle_command
+from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
+from participants.kit.participant import Participant
+from participants.kit.replies import Delivery
+from participants.kit.retention import prune_processed_commands
+from tests.integration.test_participants import TOPICS, command, new_saga_id, processed, replies
+
+pytestmark = pytest.mark.integration
+
+
+async def ask_a_human(conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
+    await conn.execute("INSERT INTO deferredtest.requests (idempotency_key, saga_id) VALUES ($1, $2)",
+                       command.idempotency_key, command.saga_id)
+    return Deferred()
+
+
+async def book_at_once(conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
+    return Succeeded(b"booked")
+
+
+DESK = Participant(
+    name="flight", schema="deferredtest", handlers={"book_flight": ask_a_human, "cancel_flight": book_at_once},
+    business_ddl=("CREATE TABLE IF NOT EXISTS deferredtest.requests (idempotency_key text PRIMARY KEY,"
+                  " saga_id text NOT NULL)",))
+
+
+@pytest.fixture(scope="module")
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(database_url, 4)
+    await ensure_participant_schema(pool, DESK)
+    yield pool
+    await pool.close()
+
+
+Message = tuple[bytes, dict[str, bytes]]
+
+
+async def _one_by_one(pool: asyncpg.Pool, messages: Sequence[Message]) -> list[Disposition]:
+    return [await handle_command(pool, DESK, TOPICS, value, headers) for value, headers in messages]
+
+
+async def _batched(pool: asyncpg.Pool, messages: Sequence[Message]) -> list[Disposition]:
+    return await handle_commands(pool, DESK, TOPICS, [Incoming(value, headers, Delivery(topic=TOPICS.commands(
+        "flight"))) for value, headers in messages])
+
+
+async def _answer(pool: asyncpg.Pool, key: str, outcome: Succeeded | Failed) -> bool:
+    async with pool.acquire() as conn, conn.transaction():
+        return await complete(conn, DESK, TOPICS, key, outcome)
+
+
+@pytest.mark.parametrize("deliver", [_one_by_one, _batched], ids=["one by one", "in a batch"])
+async def test_a_deferred_command_waits_for_its_answer_then_answers_every_redelivery(
+        pool: asyncpg.Pool, deliver: Any) -> None:
+    saga_id, other = new_saga_id(), new_saga_id()
+    key = f"{saga_id}:flight"
+
+    def attempt(n: int, saga: str = saga_id, action: str = "book_flight") -> Message:
+        return command(saga, "flight", action, attempt=n)
+
+    assert await deliver(pool, [attempt(1), attempt(1, other, "cancel_flight")]) == [
+        Disposition.AWAITING, Disposition.RECORDED]
+    assert await deliver(pool, [attempt(2)]) == [Disposition.AWAITING]  # the step's retry: still waiting
+    assert await replies(pool, "deferredtest", saga_id) == []
+    [waiting] = await awaiting(pool, DESK, saga_id)
+    assert (waiting.idempotency_key, waiting.step, waiting.attempt) == (key, "flight", 2)
+    [record] = await processed(pool, "deferredtest", saga_id)
+    assert record["status"] == "AWAITING"
+
+    assert await _answer(pool, key, Succeeded(b'{"seat": "12A"}'))
+    assert not await _answer(pool, key, Failed("Late", "answered twice"))  # answered already
+    assert await awaiting(pool, DESK, saga_id) == []
+    assert await deliver(pool, [attempt(3)]) == [Disposition.DUPLICATE]  # the answer, recorded, answers again
+    answers = [(r["result"]["attempt"], r["result"]["status"], r["result"]["output"])
+               for r in await replies(pool, "deferredtest", saga_id)]
+    assert answers == [(2, "SUCCEEDED", b'{"seat": "12A"}'), (3, "SUCCEEDED", b'{"seat": "12A"}')]
+    assert await pool.fetchval("SELECT count(*) FROM deferredtest.requests WHERE saga_id = $1", saga_id) == 1
+
+
+async def test_a_definitive_refusal_is_a_failed_reply_and_a_transient_one_is_not_an_answer(pool: asyncpg.Pool) -> None:
+    saga_id = new_saga_id()
+    key = f"{saga_id}:flight"
+    assert await _one_by_one(pool, [command(saga_id, "flight", "book_flight")]) == [Disposition.AWAITING]
+    with pytest.raises(ValueError, match="definitive"):
+        await _answer(pool, key, Failed("Busy", "ask later", retryable=True))
+    assert await _answer(pool, key, Failed("Rejected", "manager said no"))
+    [reply] = await replies(pool, "deferredtest", saga_id)
+    assert (reply["result"]["status"], reply["result"]["error_type"]) == ("FAILED", "Rejected")
+    assert reply["headers"]["causation_id"] == f"{saga_id}:command:1"
+
+
+async def test_retention_keeps_a_key_still_awaiting_its_answer(pool: asyncpg.Pool) -> None:
+    saga_id = new_saga_id()
+    assert await _one_by_one(pool, [command(saga_id, "flight", "book_flight")]) == [Disposition.AWAITING]
+    await pool.execute("UPDATE deferredtest.processed_commands SET processed_at = now() - interval '30 days'"
+                       " WHERE saga_id = $1", saga_id)
+    await prune_processed_commands(pool, DESK.schema, 3600)
+    [record] = await processed(pool, "deferredtest", saga_id)
+    assert record["status"] == "AWAITING"
