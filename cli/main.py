@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from cli import audit_cmd, commands, deferred_cmd, inspect_cmd, purge_cmd, reproject_cmd, verify_cmd
+from cli import (
+    audit_cmd,
+    commands,
+    deferred_cmd,
+    definitions_cmd,
+    inspect_cmd,
+    purge_cmd,
+    reproject_cmd,
+    verify_cmd,
+)
 from cli.dlq_cmd import dlq_app
 from cli.infra_cmd import infra_app
 from cli.run_cmd import run_app
@@ -25,6 +34,7 @@ app.command("audit")(audit_cmd.audit)
 app.command("verify")(verify_cmd.verify)
 app.command("reproject")(reproject_cmd.reproject_command)
 app.command("purge")(purge_cmd.purge)
+app.command("definitions")(definitions_cmd.definitions_command)
 app.command("awaiting")(deferred_cmd.awaiting_command)
 app.command("answer")(deferred_cmd.answer_command)
 
