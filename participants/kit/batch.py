@@ -24,7 +24,7 @@ import orjson
 from infra.db import ms_to_datetime
 from infra.faults import crash_point
 from outbox.message import OutboxMessage
-from participants.kit.deferred import await_answers
+from participants.kit.deferred import await_answers, withdraw
 from participants.kit.handle import (
     _DATABASE_GONE,
     REOPEN_FAILED_ON_A_LATER_ATTEMPT,
@@ -117,6 +117,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     awaited: list[ReceivedCommand] = []
     calls = [(p.command, p.saga_input) for p in parsed
              if p.command is not None and p.command.idempotency_key in claimed]
+    await withdraw(conn, participant, [command for command, _ in calls])
     outcomes = await (_run_each_in_savepoint if careful else _run_bare)(conn, participant, calls)
     for item, check in zip(batch, parsed, strict=True):
         command = check.command

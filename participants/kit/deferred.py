@@ -5,7 +5,8 @@ While a command waits, its idempotency key is recorded as AWAITING and the comma
 ``<schema>.awaiting_commands``; a redelivery (a retry after the step's timeout) sends nothing and only moves
 the awaited attempt on, so the answer carries the attempt the orchestrator waits for. ``complete`` records the
 final outcome under the key and writes the reply into the participant's outbox, where its relay finds it.
-The step's ``timeout_ms`` and retries bound how long the saga waits.
+The step's ``timeout_ms`` and retries bound how long the saga waits. When the saga compensates the step
+before it was answered, the wait is withdrawn (recorded as a ``Withdrawn`` failure): a later answer is refused.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from orchestrator.domain.keys import forward_key
 from orchestrator.domain.messages import CommandKind
 from outbox.writer import write_outbox
 from participants.kit.outcome import Failed, ReceivedCommand, Succeeded
@@ -55,6 +57,27 @@ async def await_answers(conn: asyncpg.Connection, participant: Participant,
         [c.idempotency_key for c in commands], [c.saga_id for c in commands], [c.saga_type for c in commands],
         [c.step for c in commands], [c.kind.value for c in commands], [c.action for c in commands],
         [c.attempt for c in commands], [c.message_id for c in commands], [c.traceparent for c in commands],
+    )
+
+
+WITHDRAWN = "Withdrawn"
+
+
+async def withdraw(conn: asyncpg.Connection, participant: Participant,
+                   compensations: Sequence[ReceivedCommand]) -> None:
+    """The saga is undoing these steps: their forward commands no longer await an answer (nothing is replied;
+    the orchestrator stopped waiting)."""
+    keys = [forward_key(c.saga_id, c.step) for c in compensations if c.kind is CommandKind.COMPENSATE]
+    if not keys:
+        return
+    await conn.execute(
+        f"""WITH gone AS (DELETE FROM {participant.awaiting_table} WHERE idempotency_key = ANY($1::text[])
+                          RETURNING idempotency_key)
+            UPDATE {participant.processed_table} AS p
+            SET status = 'FAILED', error_type = '{WITHDRAWN}', processed_at = now(),
+                error_message = 'the saga compensated this step before it was answered'
+            FROM gone WHERE p.idempotency_key = gone.idempotency_key""",
+        keys,
     )
 
 

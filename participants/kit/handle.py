@@ -22,7 +22,7 @@ from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_fie
 from orchestrator.domain.messages import CommandKind
 from outbox.message import OutboxMessage
 from outbox.writer import write_outbox
-from participants.kit.deferred import await_answers
+from participants.kit.deferred import await_answers, withdraw
 from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand
 from participants.kit.participant import Participant
 from participants.kit.replies import (
@@ -159,6 +159,7 @@ async def handle_command(
             _log_outcome(participant, command, Disposition.DUPLICATE, recorded.status, recorded.error_type)
             return Disposition.DUPLICATE
 
+        await withdraw(conn, participant, [command])
         outcome = await _run_in_savepoint(conn, participant, command, saga_input)
         transient = isinstance(outcome, Failed) and outcome.retryable
         if transient:

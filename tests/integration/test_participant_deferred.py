@@ -112,3 +112,17 @@ async def test_retention_keeps_a_key_still_awaiting_its_answer(pool: asyncpg.Poo
     await prune_processed_commands(pool, DESK.schema, 3600)
     [record] = await processed(pool, "deferredtest", saga_id)
     assert record["status"] == "AWAITING"
+
+
+@pytest.mark.parametrize("deliver", [_one_by_one, _batched], ids=["one by one", "in a batch"])
+async def test_a_compensation_withdraws_the_wait_and_a_later_answer_is_refused(
+        pool: asyncpg.Pool, deliver: Any) -> None:
+    saga_id = new_saga_id()
+    assert await deliver(pool, [command(saga_id, "flight", "book_flight")]) == [Disposition.AWAITING]
+    undo = command(saga_id, "flight", "cancel_flight", compensate=True)
+    assert await deliver(pool, [undo]) == [Disposition.RECORDED]
+    assert await awaiting(pool, DESK, saga_id) == []
+    assert not await _answer(pool, f"{saga_id}:flight", Succeeded(b"too late"))
+    forward = [r for r in await processed(pool, "deferredtest", saga_id) if r["kind"] == "FORWARD"]
+    assert [(r["status"], r["error_type"]) for r in forward] == [("FAILED", "Withdrawn")]
+    assert [r["result"]["kind"] for r in await replies(pool, "deferredtest", saga_id)] == ["COMPENSATE"]
