@@ -127,9 +127,15 @@ def awaited(run: SagaRun) -> list[StepCommand]:
 def answer(
     run: SagaRun, command: StepCommand, status: ResultStatus, error: str = "", retryable: bool = False
 ) -> None:
-    run.reply(
-        command.step, command.kind, status, command.attempt, error_type=error or None, retryable=retryable
-    )
+    output = output_of(command.step) if status is ResultStatus.SUCCEEDED and command.kind is CommandKind.FORWARD \
+        else None
+    run.reply(command.step, command.kind, status, command.attempt, error_type=error or None, retryable=retryable,
+              output=output)
+
+
+def output_of(step: str) -> bytes:
+    """What a participant answers for ``step`` in these runs (so a command's step_outputs can be checked)."""
+    return f"out:{step}".encode()
 
 
 def seq_of(run: SagaRun, event_type: type[ev.Event], step: str) -> int | None:
@@ -303,6 +309,10 @@ def _check_invariants(run: SagaRun, definition: SagaDefinition, tracker: Tracker
         if isinstance(event, ev.StepFailed) and event.error_type == TIMED_OUT_ERROR:
             # given up after timeouts: it may have taken effect, so it counts as done for undoing
             first.setdefault((ev.StepSucceeded, event.step), event.seq)
+    for command in run.sent:  # a command carries outputs of its upstream steps only (and its own, to undo)
+        allowed = definition.upstream(command.step) | (
+            {command.step} if command.kind is CommandKind.COMPENSATE else set())
+        assert all(step in allowed and output == output_of(step) for step, output in command.step_outputs)
     compensation_sent = [e for e in run.events if isinstance(e, ev.CompensationSent)]
     if state.pivot_passed:  # after the pivot the saga only moves forward (and it never unwound before)
         assert not compensation_sent
