@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted
+from orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted, StepSucceeded
 from orchestrator.domain.limits import valid_traceparent
 from orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
 from outbox.batches import partition_for
@@ -187,7 +187,8 @@ class SagaClient:
 
 
 class SagaHandle:
-    """One saga's events as ``saga.events`` carries them."""
+    """One saga's events as ``saga.events`` carries them. ``outputs`` collects, as the events are read, what
+    each step that succeeded answered (``StepSucceeded.output``, by step name): the saga's results."""
 
     def __init__(self, client: SagaClient, saga_id: str, position: tuple[TopicPartition, int] | None,
                  since_ms: int | None = None) -> None:
@@ -195,6 +196,7 @@ class SagaHandle:
         self._client = client
         self._position = position
         self._since_ms = since_ms
+        self.outputs: dict[str, bytes] = {}
 
     async def events(self, timeout_s: float | None = None) -> AsyncIterator[Event]:
         """Each event of the saga once, in seq order, as it is published, until its terminal event (included);
@@ -224,6 +226,8 @@ class SagaHandle:
                     if isinstance(event, SagaRejected) and not started:
                         raise StartRefused(event)
                     started = started or isinstance(event, SagaStarted)
+                    if isinstance(event, StepSucceeded) and event.output is not None:
+                        self.outputs[event.step] = event.output
                     yield event
                     if isinstance(event, TERMINAL_EVENTS):
                         return

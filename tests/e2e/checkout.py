@@ -45,7 +45,7 @@ def _record(schema: str, status: str) -> Any:
     async def handler(conn: asyncpg.Connection, command: ReceivedCommand, order: Mapping[str, Any]) -> Outcome:
         await conn.execute(f"INSERT INTO {schema}.ledger VALUES ($1, $2, $3)",
                            command.idempotency_key, command.saga_id, status)
-        return Succeeded()
+        return Succeeded(f"{schema}:{status}".encode())
     return handler
 
 

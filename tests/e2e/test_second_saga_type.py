@@ -16,6 +16,7 @@ from client import SagaClient, SagaInputError, StartRefused
 from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.bootstrap import definitions
+from orchestrator.domain.events import StepSucceeded
 from orchestrator.domain.messages import StartSaga
 from schemas.registry import SchemaRegistry, load_tree
 from schemas.topics import Topics
@@ -94,7 +95,7 @@ async def test_the_python_client_starts_a_saga_follows_it_to_its_end_and_hears_o
     client = SagaClient(settings.kafka_servers(), definitions(settings), topic_prefix=settings.saga_topic_prefix,
                         schemas=_schemas())
     async with client:
-        outcomes = {}
+        outcomes, results = {}, {}
         for sku in ("SKU-1", "SKU-GONE"):
             saga_id = f"client-{uuid.uuid4().hex[:8]}"
             order = {"order_id": saga_id, "sku": sku, "quantity": 1, "amount_cents": 999, "address": "1 Main St"}
@@ -103,9 +104,13 @@ async def test_the_python_client_starts_a_saga_follows_it_to_its_end_and_hears_o
             assert [event.seq for event in events] == list(range(1, len(events) + 1))  # each once, in order
             assert await _event_types(settings, saga_id) == [type(event).__name__ for event in events]
             outcomes[sku] = type(events[-1]).__name__
+            assert handle.outputs == {e.step: e.output for e in events if isinstance(e, StepSucceeded) and e.output}
+            results[sku] = handle.outputs
             # Followed later, from the beginning of its partition: the same end.
             assert await client.handle(saga_id).result(timeout_s=30) == events[-1]
         assert outcomes == {"SKU-1": "SagaCompleted", "SKU-GONE": "SagaCompensated"}
+        assert results["SKU-1"] == {"reserve_inventory": b"inventory:reserved", "authorize_payment":
+                                    b"billing:authorized", "ship": b"shipping:shipped"}
 
         again = await client.start("checkout", saga_id, order)
         with pytest.raises(StartRefused, match="duplicate StartSaga"):
