@@ -23,7 +23,7 @@ from infra.settings import Settings
 from orchestrator import wire
 from orchestrator.domain.definition import DefinitionRegistry
 from orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted, StepSucceeded
-from orchestrator.domain.limits import valid_traceparent
+from orchestrator.domain.limits import id_problem, valid_traceparent
 from orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
 from outbox.batches import partition_for
 from schemas.codec import WireError
@@ -114,13 +114,15 @@ class SagaClient:
             raise SagaInputError("saga_type", f"unknown saga type {saga_type!r}; known types: {known}")
         if not saga_id.strip():
             raise SagaInputError("saga_id", "must not be empty")
-        problems = input_problems(self._schemas, definition.input_schema, saga_input)
+        if problem := id_problem(saga_id, "the id"):
+            raise SagaInputError("saga_id", problem.removeprefix("the id "))
+        misfit = f"does not fit {definition.input_schema}"
+        if problems := input_problems(self._schemas, definition.input_schema, saga_input):
+            raise SagaInputError("saga_input", f"{misfit}: {'; '.join(problems)}")
         try:
-            if problems:
-                raise WireError("; ".join(problems))
             encoded_input = self._schemas.encode(definition.input_schema, dict(saga_input))
         except WireError as error:
-            raise SagaInputError("saga_input", f"does not fit {definition.input_schema}: {error}") from error
+            raise SagaInputError("saga_input", f"{misfit}: {error}") from error
         return wire.encode_start(StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
                                            input=encoded_input))
 

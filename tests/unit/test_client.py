@@ -30,6 +30,8 @@ def test_a_valid_start_encodes_the_input_record_of_its_type() -> None:
 @pytest.mark.parametrize(("saga_type", "saga_id", "saga_input", "field", "problem"), [
     ("cruise", "x", TRIP, "saga_type", "unknown saga type 'cruise'; known types: trip"),
     ("trip", "  ", TRIP, "saga_id", "must not be empty"),
+    ("trip", "x" * 513, TRIP, "saga_id", "of 513 bytes is longer than the 512 allowed"),
+    ("trip", "a\x00b", TRIP, "saga_id", "contains a NUL character"),
     ("trip", "x", {**TRIP, "amount_cents": "12"}, "saga_input", "amount_cents"),
     ("trip", "x", {k: v for k, v in TRIP.items() if k != "email"}, "saga_input", "email"),
 ])
