@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
 
@@ -16,12 +16,31 @@ CHORE_EVERY_S = 600.0
 DELETE_BATCH = 5_000
 
 
-async def delete_in_batches(pool: asyncpg.Pool, sql: str, *args: object, batch: int = DELETE_BATCH) -> int:
-    """Run ``sql`` (a statement deleting at most ``$N`` rows, ``$N`` the parameter after ``args``, and returning
-    how many it deleted) until it deletes fewer than ``batch``: one short transaction per batch; the total."""
+def delete_older_sql(table: str, keys: Sequence[str], stamped: str, also: str = "") -> str:
+    """A statement for ``delete_older_than``: deletes up to ``$2`` rows of ``table`` whose ``stamped`` column is
+    more than ``$1`` seconds old (and for which the SQL condition ``also`` holds), oldest first, and returns how
+    many. ``keys`` identify a row. SKIP LOCKED: two services pruning at once do not wait on each other."""
+    matched = " AND ".join(f"t.{key} = old.{key}" for key in keys)
+    return f"""
+WITH old AS (
+    SELECT {", ".join(keys)} FROM {table}
+    WHERE {stamped} < now() - make_interval(secs => $1){f" AND {also}" if also else ""}
+    ORDER BY {stamped}
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {table} AS t USING old WHERE {matched} RETURNING 1
+)
+SELECT count(*) FROM gone
+"""
+
+
+async def delete_older_than(pool: asyncpg.Pool, sql: str, age_s: float, batch: int = DELETE_BATCH) -> int:
+    """Run a ``delete_older_sql`` statement until it deletes fewer than ``batch`` rows: one short transaction
+    per batch (short locks); the total."""
     deleted = 0
     while True:
-        count = int(await pool.fetchval(sql, *args, batch))
+        count = int(await pool.fetchval(sql, age_s, batch))
         deleted += count
         if count < batch:
             return deleted

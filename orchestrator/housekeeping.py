@@ -15,7 +15,7 @@ import time
 
 import asyncpg
 
-from infra.chores import CHORE_EVERY_S, DELETE_BATCH, Chore, delete_in_batches
+from infra.chores import CHORE_EVERY_S, DELETE_BATCH, Chore, delete_older_sql, delete_older_than
 from orchestrator.domain.definition import DefinitionRegistry
 from orchestrator.purge import purge_ended
 from orchestrator.store.postgres import PostgresStore
@@ -23,27 +23,12 @@ from schemas.topics import Topics
 
 RETENTION_OPERATOR = "retention policy"
 
-# Oldest first, a batch at a time (short transactions, short locks); SKIP LOCKED so that two orchestrators
-# pruning at once do not wait on each other.
-_PRUNE_SQL = """
-WITH old AS (
-    SELECT consumer, message_id FROM saga.inbox
-    WHERE received_at < now() - make_interval(secs => $1)
-    ORDER BY received_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM saga.inbox AS inbox USING old
-    WHERE inbox.consumer = old.consumer AND inbox.message_id = old.message_id
-    RETURNING 1
-)
-SELECT count(*) FROM gone
-"""
+_PRUNE_SQL = delete_older_sql("saga.inbox", ("consumer", "message_id"), "received_at")
 
 
 async def prune_inbox(pool: asyncpg.Pool, retention_s: float, batch: int = DELETE_BATCH) -> int:
     """Delete the inbox rows received more than ``retention_s`` ago, a batch per transaction; how many."""
-    return await delete_in_batches(pool, _PRUNE_SQL, retention_s, batch=batch)
+    return await delete_older_than(pool, _PRUNE_SQL, retention_s, batch)
 
 
 def inbox_pruner(pool: asyncpg.Pool, retention_s: float, every_s: float = CHORE_EVERY_S) -> Chore:

@@ -12,31 +12,19 @@ from __future__ import annotations
 
 import asyncpg
 
-from infra.chores import CHORE_EVERY_S, DELETE_BATCH, Chore, delete_in_batches
+from infra.chores import CHORE_EVERY_S, DELETE_BATCH, Chore, delete_older_sql, delete_older_than
+from participants.kit.replies import AWAITING
 
 
 def _prune_sql(schema: str) -> str:
-    # Oldest first, a batch per transaction; SKIP LOCKED: two workers pruning at once do not wait on each other.
-    return f"""
-WITH old AS (
-    SELECT idempotency_key FROM {schema}.processed_commands
-    WHERE processed_at < now() - make_interval(secs => $1) AND status <> 'AWAITING'
-    ORDER BY processed_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM {schema}.processed_commands AS processed USING old
-    WHERE processed.idempotency_key = old.idempotency_key
-    RETURNING 1
-)
-SELECT count(*) FROM gone
-"""
+    return delete_older_sql(f"{schema}.processed_commands", ("idempotency_key",), "processed_at",
+                            also=f"status <> '{AWAITING}'")
 
 
 async def prune_processed_commands(pool: asyncpg.Pool, schema: str, retention_s: float,
                                    batch: int = DELETE_BATCH) -> int:
     """Delete ``<schema>.processed_commands`` rows handled more than ``retention_s`` ago; how many."""
-    return await delete_in_batches(pool, _prune_sql(schema), retention_s, batch=batch)
+    return await delete_older_than(pool, _prune_sql(schema), retention_s, batch)
 
 
 def record_pruner(pool: asyncpg.Pool, schema: str, retention_s: float, every_s: float = CHORE_EVERY_S) -> Chore:
