@@ -4,15 +4,18 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-PACKAGES := orchestrator outbox participants schemas infra cli client
+PARTS := orchestrator outbox participants schemas infra cli client
+# mypy and import-linter do not follow the editable install's import hook, so they read the package through a
+# tree of links: build/typecheck/saga_orchestrator/<part> -> <part>.
+TYPECHECK := build/typecheck
 
 .PHONY: venv up test demo down status lint
 
-# Reinstall only when pyproject.toml changed since the last install.
+# Reinstall only when pyproject.toml or constraints.txt changed since the last install.
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
 	@touch $@
 
 up: venv
@@ -32,4 +35,7 @@ status: venv
 
 lint: venv
 	$(BIN)/ruff check .
-	$(BIN)/mypy --strict $(PACKAGES) bench tests
+	@mkdir -p $(TYPECHECK)/saga_orchestrator
+	@for part in $(PARTS); do ln -sfn ../../../$$part $(TYPECHECK)/saga_orchestrator/$$part; done
+	MYPYPATH=$(TYPECHECK) $(BIN)/mypy --strict -p saga_orchestrator -p bench -p tests
+	PYTHONPATH=$(TYPECHECK) $(BIN)/lint-imports

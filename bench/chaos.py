@@ -31,10 +31,10 @@ from rich.table import Table
 
 from bench.chaos_run import ChaosPlan, ChaosResult, ChaosRun
 from bench.chaos_support import started_and_ready
-from cli.run_cmd import service_commands
-from cli.scenarios import SCENARIOS
-from infra.launcher.private import free_port_block, private_infrastructure
-from infra.settings import Settings
+from saga_orchestrator.cli.run_cmd import service_commands
+from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.infra.launcher.private import free_port_block, private_infrastructure
+from saga_orchestrator.infra.settings import Settings
 
 console = Console()
 

@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.chaos_support import Publisher, poll_until, schedule, sleep_or_over
-from cli.feed import EventFeed
-from cli.run_cmd import participant_workers
-from cli.scenarios import SCENARIOS
-from cli.verify_cmd import VerifyReport, verify_system
-from infra import launcher
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.domain.events import SagaStarted
-from orchestrator.domain.messages import CancelSaga
-from participants.runner import hosted_participants
-from schemas.topics import Topics
+from saga_orchestrator.cli.feed import EventFeed
+from saga_orchestrator.cli.run_cmd import participant_workers
+from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.cli.verify_cmd import VerifyReport, verify_system
+from saga_orchestrator.infra import launcher
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import SagaStarted
+from saga_orchestrator.orchestrator.domain.messages import CancelSaga
+from saga_orchestrator.participants.runner import hosted_participants
+from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.tools.duplicator import Duplicator
 from tests.e2e.harness import Stack
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from cli.demo_cmd import publish_starts
-from cli.feed import EventFeed
-from cli.run_cmd import health_port
-from infra.health_server import fetch_health
-from infra.settings import Settings
-from schemas.topics import Topics
+from saga_orchestrator.cli.demo_cmd import publish_starts
+from saga_orchestrator.cli.feed import EventFeed
+from saga_orchestrator.cli.run_cmd import health_port
+from saga_orchestrator.infra.health_server import fetch_health
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.schemas.topics import Topics
 from tests.e2e.harness import Stack, start_stack
 
 log = logging.getLogger("saga.chaos")

@@ -9,10 +9,10 @@ import argparse
 import time
 from collections.abc import Callable
 
-from orchestrator import wire
-from orchestrator.domain.events import StepCommandSent
-from orchestrator.domain.messages import CommandKind, ResultStatus, StepResult
-from schemas.registry import default_registry
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import StepCommandSent
+from saga_orchestrator.orchestrator.domain.messages import CommandKind, ResultStatus, StepResult
+from saga_orchestrator.schemas.registry import default_registry
 
 RESULT = StepResult(
     saga_id="trip-000042",

@@ -18,12 +18,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.table import Table
 
 from bench.probes import percentile
-from orchestrator import wire
-from orchestrator.domain.events import SagaStarted, StepCommandSent, StepSucceeded
-from orchestrator.domain.messages import CommandKind
-from participants.registry import get_participant
-from schemas.registry import default_registry
-from schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import SagaStarted, StepCommandSent, StepSucceeded
+from saga_orchestrator.orchestrator.domain.messages import CommandKind
+from saga_orchestrator.participants.registry import get_participant
+from saga_orchestrator.schemas.registry import default_registry
+from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 
 STEP_MESSAGES = wire.STEP_COMMAND, wire.STEP_RESULT
 HOPS = (

@@ -7,11 +7,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.domain.decide import decide
-from orchestrator.domain.events import Event
-from orchestrator.domain.messages import CommandKind, IncomingMessage, ResultStatus, StartSaga, StepResult
-from orchestrator.domain.state import SagaState, fold
-from orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.domain.decide import decide
+from saga_orchestrator.orchestrator.domain.events import Event
+from saga_orchestrator.orchestrator.domain.messages import (
+    CommandKind,
+    IncomingMessage,
+    ResultStatus,
+    StartSaga,
+    StepResult,
+)
+from saga_orchestrator.orchestrator.domain.state import SagaState, fold
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 

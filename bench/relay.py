@@ -23,11 +23,11 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from infra.db import create_pool
-from infra.settings import Settings
-from outbox.message import OutboxMessage
-from outbox.relay import OutboxRelay
-from outbox.writer import outbox_table_sql, write_outbox
+from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.outbox.message import OutboxMessage
+from saga_orchestrator.outbox.relay import OutboxRelay
+from saga_orchestrator.outbox.writer import outbox_table_sql, write_outbox
 
 VALUE = bytes(200)  # about the size of an encoded step command
 

@@ -40,14 +40,14 @@ from bench.probes import (
 from bench.report import console, report, with_backend_split
 from bench.runs import RunSummary, runs_table
 from bench.watch import Watcher, publish, wait_for
-from cli.run_cmd import Services, participant_workers, start_services, stop_services
-from infra.kafka_admin import delete_topics
-from infra.launcher.kafka import KafkaLauncher
-from infra.launcher.postgres import PostgresLauncher
-from infra.settings import Settings
-from orchestrator.bootstrap import prepare
-from participants.runner import hosted_participants, worker_id
-from schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.cli.run_cmd import Services, participant_workers, start_services, stop_services
+from saga_orchestrator.infra.kafka_admin import delete_topics
+from saga_orchestrator.infra.launcher.kafka import KafkaLauncher
+from saga_orchestrator.infra.launcher.postgres import PostgresLauncher
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.bootstrap import prepare
+from saga_orchestrator.participants.runner import hosted_participants, worker_id
+from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 
 WARMUP_SAGAS = 8
 WARMUP_S = 3.0

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.progress import Progress
 
-from cli.feed import assign_from_beginning
-from cli.run_cmd import Services, exited_services
-from cli.scenarios import SCENARIOS
-from orchestrator import wire
-from orchestrator.domain.events import TERMINAL_EVENTS, SagaStarted
-from orchestrator.wire import EVENTS_NAMESPACE
-from schemas.registry import default_registry
+from saga_orchestrator.cli.feed import assign_from_beginning
+from saga_orchestrator.cli.run_cmd import Services, exited_services
+from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import TERMINAL_EVENTS, SagaStarted
+from saga_orchestrator.orchestrator.wire import EVENTS_NAMESPACE
+from saga_orchestrator.schemas.registry import default_registry
 
 # The load generator shares the machine it measures: every request it sends costs the broker and itself a
 # loopback round trip, so it publishes in ticks and reads lazily. Latency does not depend on how soon the

@@ -1,0 +1,19 @@
+"""The ``saga`` command: start, follow, operate and audit sagas, and run the services."""
+
+from __future__ import annotations
+
+import sys
+
+NEEDS = ("typer", "rich")
+
+
+def main() -> None:
+    """The ``saga`` console script: the command line, or what to install when its libraries are missing."""
+    try:
+        from .main import app
+    except ImportError as error:
+        if error.name not in NEEDS:
+            raise
+        sys.exit(f"saga: the command line needs {error.name}, which this installation lacks; "
+                 "install it with: pip install 'saga-orchestrator[orchestrator]'")
+    app()

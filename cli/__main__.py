@@ -1,5 +1,5 @@
-"""``python -m cli`` is the ``saga`` command."""
+"""``python -m saga_orchestrator.cli`` is the ``saga`` command."""
 
-from cli.main import app
+from . import main
 
-app()
+main()

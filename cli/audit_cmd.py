@@ -9,16 +9,16 @@ from dataclasses import dataclass
 import typer
 from rich.table import Table
 
-from cli.context import console, database, run, settings, topics
-from cli.feed import EventFeed
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.bootstrap import definitions
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.events import Event, SagaPurged
-from orchestrator.domain.purge import purged_digest
-from orchestrator.domain.state import fold
-from orchestrator.store.postgres import PostgresStore
+from ..infra.settings import Settings
+from ..orchestrator import wire
+from ..orchestrator.bootstrap import definitions
+from ..orchestrator.domain.definition import DefinitionRegistry
+from ..orchestrator.domain.events import Event, SagaPurged
+from ..orchestrator.domain.purge import purged_digest
+from ..orchestrator.domain.state import fold
+from ..orchestrator.store.postgres import PostgresStore
+from .context import console, database, run, settings, topics
+from .feed import EventFeed
 
 EventKey = tuple[str, int]
 

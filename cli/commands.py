@@ -7,14 +7,14 @@ from typing import Any
 
 import typer
 
-from cli.context import console, fail, producer, run, settings, topics
-from cli.inspect_cmd import follow, load_events_of
-from client.saga_client import SagaClient, SagaInputError, message_headers
-from orchestrator import wire
-from orchestrator.bootstrap import definitions
-from orchestrator.domain.events import SagaCompleted, SagaStarted
-from orchestrator.domain.messages import CancelSaga, ResumeCompensation
-from orchestrator.domain.state import SagaStatus, fold
+from ..client.saga_client import SagaClient, SagaInputError, message_headers
+from ..orchestrator import wire
+from ..orchestrator.bootstrap import definitions
+from ..orchestrator.domain.events import SagaCompleted, SagaStarted
+from ..orchestrator.domain.messages import CancelSaga, ResumeCompensation
+from ..orchestrator.domain.state import SagaStatus, fold
+from .context import console, fail, producer, run, settings, topics
+from .inspect_cmd import follow, load_events_of
 
 
 def _parse_json_object(text: str) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import typer
 from aiokafka import AIOKafkaProducer
 from rich.console import Console
 
-from infra.db import create_pool
-from infra.settings import Settings
-from schemas.topics import Topics
+from ..infra.db import create_pool
+from ..infra.settings import Settings
+from ..schemas.topics import Topics
 
 T = TypeVar("T")
 

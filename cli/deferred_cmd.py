@@ -10,11 +10,11 @@ import asyncpg
 import typer
 from rich.table import Table
 
-from cli.context import console, database, fail, run, settings, topics
-from participants.kit.deferred import awaiting, complete
-from participants.kit.outcome import Failed, Succeeded
-from participants.kit.participant import Participant
-from participants.registry import get_participant
+from ..participants.kit.deferred import awaiting, complete
+from ..participants.kit.outcome import Failed, Succeeded
+from ..participants.kit.participant import Participant
+from ..participants.registry import get_participant
+from .context import console, database, fail, run, settings, topics
 
 PARTICIPANT_HELP = "A participant: flight, hotel, payment, notification, or module:attribute."
 

@@ -8,9 +8,9 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from cli.context import console, fail
-from orchestrator.bootstrap import definitions
-from orchestrator.domain.definition import RetryPolicy, SagaDefinition, Step
+from ..orchestrator.bootstrap import definitions
+from ..orchestrator.domain.definition import RetryPolicy, SagaDefinition, Step
+from .context import console, fail
 
 
 def definitions_command(

@@ -12,16 +12,16 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cli.context import console, database, producer, settings, topics
-from cli.feed import EventFeed
-from cli.run_cmd import Services, exited_services, start_services, stop_services
-from cli.scenarios import DEMO_MIX, SCENARIOS, mismatches, observed
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.bootstrap import prepare
-from orchestrator.domain.events import SagaStarted
-from orchestrator.domain.messages import CancelSaga
-from participants.effects import collect_effects
+from ..infra.settings import Settings
+from ..orchestrator import wire
+from ..orchestrator.bootstrap import prepare
+from ..orchestrator.domain.events import SagaStarted
+from ..orchestrator.domain.messages import CancelSaga
+from ..participants.effects import collect_effects
+from .context import console, database, producer, settings, topics
+from .feed import EventFeed
+from .run_cmd import Services, exited_services, start_services, stop_services
+from .scenarios import DEMO_MIX, SCENARIOS, mismatches, observed
 
 DEMO_TIMEOUT_S = 120.0
 

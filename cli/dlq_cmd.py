@@ -22,12 +22,12 @@ import typer
 from aiokafka import AIOKafkaConsumer
 from rich.table import Table
 
-from cli.context import console, fail, producer, run, settings, topics
-from cli.feed import assign_from_beginning
-from cli.inspect_cmd import parse_duration, when
-from infra.settings import Settings
-from orchestrator import wire
-from schemas.codec import WireError
+from ..infra.settings import Settings
+from ..orchestrator import wire
+from ..schemas.codec import WireError
+from .context import console, fail, producer, run, settings, topics
+from .feed import assign_from_beginning
+from .inspect_cmd import parse_duration, when
 
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters on saga.dlq: list them, replay them.")
 

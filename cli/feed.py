@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from client.saga_client import topic_partitions
-from orchestrator import wire
-from orchestrator.domain.events import TERMINAL_EVENTS, Event
-from schemas.codec import WireError
+from ..client.saga_client import topic_partitions
+from ..orchestrator import wire
+from ..orchestrator.domain.events import TERMINAL_EVENTS, Event
+from ..schemas.codec import WireError
 
 
 async def assign_from_beginning(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:

@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from infra import launcher
-from infra.settings import Settings
+from ..infra import launcher
+from ..infra.settings import Settings
 
 infra_app = typer.Typer(no_args_is_help=True, help="Local Kafka and Postgres: start, stop, inspect.")
 

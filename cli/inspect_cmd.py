@@ -13,12 +13,12 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from cli.context import console, database, fail, run, settings
-from orchestrator import wire
-from orchestrator.bootstrap import definitions
-from orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaPurged, SagaRejected, SagaStarted
-from orchestrator.domain.state import SagaStatus, fold
-from orchestrator.store.postgres import PostgresStore
+from ..orchestrator import wire
+from ..orchestrator.bootstrap import definitions
+from ..orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaPurged, SagaRejected, SagaStarted
+from ..orchestrator.domain.state import SagaStatus, fold
+from ..orchestrator.store.postgres import PostgresStore
+from .context import console, database, fail, run, settings
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -208,7 +208,7 @@ def list_sagas(
 def effects(saga_id: str = typer.Argument(..., help="The saga id."),
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Each participant's business records for the saga (booked, cancelled, charged, refunded, sent)."""
-    from participants.effects import collect_effects
+    from ..participants.effects import collect_effects
 
     async def query() -> Any:
         async with database(settings()) as pool:

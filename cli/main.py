@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import (
+from . import (
     audit_cmd,
     commands,
     deferred_cmd,
@@ -14,9 +14,9 @@ from cli import (
     reproject_cmd,
     verify_cmd,
 )
-from cli.dlq_cmd import dlq_app
-from cli.infra_cmd import infra_app
-from cli.run_cmd import run_app
+from .dlq_cmd import dlq_app
+from .infra_cmd import infra_app
+from .run_cmd import run_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Event-sourced saga orchestrator on Kafka and Postgres.")
@@ -42,7 +42,7 @@ app.command("answer")(deferred_cmd.answer_command)
 @app.command("demo")
 def demo(keep_running: bool = typer.Option(False, "--keep-running", help="Leave the services running.")) -> None:
     """Run 20 trip sagas covering every trigger, with live progress and a final check."""
-    from cli.demo_cmd import run_demo
+    from .demo_cmd import run_demo
 
     raise typer.Exit(run_demo(keep_running))
 
@@ -50,8 +50,8 @@ def demo(keep_running: bool = typer.Option(False, "--keep-running", help="Leave 
 @app.command("migrate")
 def migrate() -> None:
     """Apply the database migrations (services also do this at start)."""
-    from cli.context import console, database, run, settings
-    from infra.db import migrate as apply
+    from ..infra.db import migrate as apply
+    from .context import console, database, run, settings
 
     async def body() -> list[str]:
         async with database(settings()) as pool:

@@ -7,11 +7,11 @@ import time
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from cli.context import console, database, fail, run, settings, topics
-from cli.inspect_cmd import parse_duration
-from orchestrator.bootstrap import definitions
-from orchestrator.purge import PURGE_BATCH, count_purgeable, purge_ended
-from orchestrator.store.postgres import PostgresStore
+from ..orchestrator.bootstrap import definitions
+from ..orchestrator.purge import PURGE_BATCH, count_purgeable, purge_ended
+from ..orchestrator.store.postgres import PostgresStore
+from .context import console, database, fail, run, settings, topics
+from .inspect_cmd import parse_duration
 
 
 def purge(

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.context import console, fail, settings
-from infra.heap import settle_service_heap
-from infra.logging import configure_logging
-from infra.settings import Settings
+from ..infra.heap import settle_service_heap
+from ..infra.logging import configure_logging
+from ..infra.settings import Settings
+from .context import console, fail, settings
 
 Services = Mapping[str, subprocess.Popen[bytes]]  # started services by label
 
@@ -47,7 +47,7 @@ def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]])
 def orchestrator(with_relay: bool = typer.Option(
         False, "--with-relay", help="Also relay the outbox, woken by each commit (as saga run all does).")) -> None:
     """Consume saga.start, saga.control and the results topics; fire durable timers."""
-    from orchestrator.bootstrap import DeploymentMismatch, run_orchestrator
+    from ..orchestrator.bootstrap import DeploymentMismatch, run_orchestrator
 
     try:
         _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay))
@@ -58,7 +58,7 @@ def orchestrator(with_relay: bool = typer.Option(
 @run_app.command("relay")
 def relay() -> None:
     """Publish the orchestrator's outbox (commands and saga.events) to Kafka."""
-    from orchestrator.bootstrap import run_relay
+    from ..orchestrator.bootstrap import run_relay
 
     _serve(run_relay)
 
@@ -68,7 +68,7 @@ def participant(names: Annotated[list[str], typer.Argument(
         help="flight, hotel, payment, notification, or module:attribute of your own Participant; several names: "
              "one worker hosting them all")]) -> None:
     """Run a participant worker (faust), each hosted participant with its own outbox relay."""
-    from participants.runner import hosted_participants, run_participant
+    from ..participants.runner import hosted_participants, run_participant
 
     try:
         hosted_participants(names)
@@ -87,7 +87,7 @@ def service_commands(current: Settings) -> dict[str, list[str]]:
     process only learns of new rows by polling, which put 50-60 ms at p50 on each of a trip's four relay hops
     (three step levels and the terminal event) for the same CPU. ``saga run relay`` remains for deployments
     that want the relay apart, or a standby next to it (one relay per table is active at a time)."""
-    base = [sys.executable, "-m", "cli", "run"]
+    base = [sys.executable, "-P", "-m", "saga_orchestrator.cli", "run"]
     commands = {"orchestrator": [*base, "orchestrator", "--with-relay"]}
     for worker in participant_workers(current):
         label = "+".join(path.rpartition(":")[2].lower() for path in worker)

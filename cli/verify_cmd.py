@@ -20,17 +20,17 @@ import asyncpg
 import typer
 from rich.table import Table
 
-from cli.context import console, fail, run, settings
-from cli.verify_rules import RULES, PendingTimer, effect_problems, summary_problems, why_not_terminal
-from infra.db import create_pool, datetime_to_ms
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.bootstrap import definitions
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.events import Event, SagaStarted
-from orchestrator.domain.state import SagaState, SagaStatus, fold
-from orchestrator.ports import SagaSummaryRow
-from participants.effects import collect_effects, effects_by_idempotency_key_counts
+from ..infra.db import create_pool, datetime_to_ms
+from ..infra.settings import Settings
+from ..orchestrator import wire
+from ..orchestrator.bootstrap import definitions
+from ..orchestrator.domain.definition import DefinitionRegistry
+from ..orchestrator.domain.events import Event, SagaStarted
+from ..orchestrator.domain.state import SagaState, SagaStatus, fold
+from ..orchestrator.ports import SagaSummaryRow
+from ..participants.effects import collect_effects, effects_by_idempotency_key_counts
+from .context import console, fail, run, settings
+from .verify_rules import RULES, PendingTimer, effect_problems, summary_problems, why_not_terminal
 
 EffectReader = Callable[[asyncpg.Pool, str], Awaitable[dict[str, dict[str, int]]]]
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from orchestrator.domain.state import SagaState, SagaStatus, StepStatus
-from orchestrator.ports import SagaSummaryRow
+from ..orchestrator.domain.state import SagaState, SagaStatus, StepStatus
+from ..orchestrator.ports import SagaSummaryRow
 
 EffectCounts = Mapping[str, Mapping[str, int]]
 """participant → count name → value, e.g. {"flight": {"booked": 1, "cancelled": 0}}."""

@@ -1,5 +1,5 @@
 """The Python client of the saga orchestrator: start, cancel, resume and await sagas over Kafka."""
 
-from client.saga_client import SagaClient, SagaHandle, SagaInputError, StartRefused
+from .saga_client import SagaClient, SagaHandle, SagaInputError, StartRefused
 
 __all__ = ["SagaClient", "SagaHandle", "SagaInputError", "StartRefused"]

@@ -19,17 +19,17 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted, StepSucceeded
-from orchestrator.domain.limits import id_problem, valid_traceparent
-from orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
-from outbox.batches import partition_for
-from schemas.codec import WireError
-from schemas.registry import SchemaRegistry, default_registry
-from schemas.topics import Topics
-from schemas.validation import input_problems
+from ..infra.settings import Settings
+from ..orchestrator import wire
+from ..orchestrator.domain.definition import DefinitionRegistry
+from ..orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted, StepSucceeded
+from ..orchestrator.domain.limits import id_problem, valid_traceparent
+from ..orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
+from ..outbox.batches import partition_for
+from ..schemas.codec import WireError
+from ..schemas.registry import SchemaRegistry, default_registry
+from ..schemas.topics import Topics
+from ..schemas.validation import input_problems
 
 CONNECT_TIMEOUT_S = 15.0
 
@@ -70,7 +70,7 @@ class SagaClient:
     def from_settings(cls, settings: Settings | None = None) -> SagaClient:
         """A client for the deployment the environment describes (KAFKA_BOOTSTRAP_SERVERS, SAGA_TOPIC_PREFIX,
         SAGA_DEFINITIONS for the saga types and their input records)."""
-        from orchestrator.bootstrap import definitions  # the definitions' modules load only when asked
+        from ..orchestrator.bootstrap import definitions  # the definitions' modules load only when asked
 
         current = settings or Settings()
         return cls(current.kafka_servers(), definitions(current), topic_prefix=current.saga_topic_prefix)

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
 
-from infra.startup import sleep_or_stop
+from .startup import sleep_or_stop
 
 log = logging.getLogger("saga.housekeeping")
 

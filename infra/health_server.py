@@ -19,8 +19,8 @@ import orjson
 from aiokafka.conn import collect_hosts, create_conn
 from aiokafka.protocol.metadata import MetadataRequest
 
-from infra.health import Dependency, ServiceHealth, configure
-from infra.settings import Settings
+from .health import Dependency, ServiceHealth, configure
+from .settings import Settings
 
 log = logging.getLogger("saga.health")
 

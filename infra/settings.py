@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     saga_log_level: str = Field(default="INFO", description="Log level of every service.")
     saga_log_format: str = Field(default="json", description="Log line format: json or kv (key=value).")
     saga_definitions: str = Field(
-        default="orchestrator.sagas.trip:TRIP",
+        default="saga_orchestrator.orchestrator.sagas.trip:TRIP",
         description="Saga definitions the orchestrator runs: comma-separated module:attribute paths.",
     )
     saga_schema_path: str = Field(

@@ -3,30 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import time
 from collections.abc import Callable
 
 import asyncpg
 
-from infra.db import create_pool, migrate
-from infra.health import ServiceHealth
-from infra.health_server import health_running
-from infra.kafka_admin import ensure_topics
-from infra.settings import Settings
-from infra.startup import StartupStopped, retry_startup
-from orchestrator.consumer import OrchestratorConsumer
-from orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
-from orchestrator.housekeeping import inbox_pruner, retention_policy
-from orchestrator.metrics import SagaMetrics
-from orchestrator.parsing import RecordParser
-from orchestrator.service import SagaService
-from orchestrator.store.postgres import PostgresStore
-from orchestrator.timers import TimerScheduler
-from outbox.relay import MAX_POLL_MS, OutboxRelay
-from schemas.registry import default_registry
-from schemas.topics import Topics
+from ..infra.db import create_pool, migrate
+from ..infra.health import ServiceHealth
+from ..infra.health_server import health_running
+from ..infra.kafka_admin import ensure_topics
+from ..infra.references import load_reference
+from ..infra.settings import Settings
+from ..infra.startup import StartupStopped, retry_startup
+from ..outbox.relay import MAX_POLL_MS, OutboxRelay
+from ..schemas.registry import default_registry
+from ..schemas.topics import Topics
+from .consumer import OrchestratorConsumer
+from .domain.definition import DefinitionRegistry, SagaDefinition
+from .housekeeping import inbox_pruner, retention_policy
+from .metrics import SagaMetrics
+from .parsing import RecordParser
+from .service import SagaService
+from .store.postgres import PostgresStore
+from .timers import TimerScheduler
 
 log = logging.getLogger("saga.bootstrap")
 
@@ -69,18 +69,6 @@ def clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def import_object(path: str) -> object:
-    """Import ``module:attribute``, with an error that names what is missing."""
-    module_name, _, attribute = path.strip().partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"{path!r} is not of the form module:attribute")
-    module = importlib.import_module(module_name)
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ValueError(f"module {module_name} has no attribute {attribute}") from None
-
-
 def definitions(settings: Settings | None = None) -> DefinitionRegistry:
     """The saga definitions named by SAGA_DEFINITIONS."""
     current = settings or Settings()
@@ -88,7 +76,7 @@ def definitions(settings: Settings | None = None) -> DefinitionRegistry:
     for path in current.saga_definitions.split(","):
         if not path.strip():
             continue
-        definition = import_object(path)
+        definition = load_reference(path)
         if not isinstance(definition, SagaDefinition):
             raise ValueError(f"{path} is not a SagaDefinition")
         registry.register(definition)

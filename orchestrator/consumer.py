@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from infra.faults import crash_point
-from infra.health import current as current_health
-from infra.startup import sleep_or_stop
-from orchestrator.envelope import Envelope, RawRecord, Rejection
-from orchestrator.horizon import HOLD_ALL, PartitionProgress, read_horizon
-from orchestrator.parsing import RecordParser
-from orchestrator.service import SagaService
+from ..infra.faults import crash_point
+from ..infra.health import current as current_health
+from ..infra.startup import sleep_or_stop
+from .envelope import Envelope, RawRecord, Rejection
+from .horizon import HOLD_ALL, PartitionProgress, read_horizon
+from .parsing import RecordParser
+from .service import SagaService
 
 log = logging.getLogger("saga.orchestrator.consumer")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
-from orchestrator.ports import TimerRow
+from .domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
+from .ports import TimerRow
 
 
 @dataclass(frozen=True)

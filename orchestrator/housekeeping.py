@@ -15,11 +15,11 @@ import time
 
 import asyncpg
 
-from infra.chores import CHORE_EVERY_S, DELETE_BATCH, Chore, delete_older_sql, delete_older_than
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.purge import purge_ended
-from orchestrator.store.postgres import PostgresStore
-from schemas.topics import Topics
+from ..infra.chores import CHORE_EVERY_S, DELETE_BATCH, Chore, delete_older_sql, delete_older_than
+from ..schemas.topics import Topics
+from .domain.definition import DefinitionRegistry
+from .purge import purge_ended
+from .store.postgres import PostgresStore
 
 RETENTION_OPERATOR = "retention policy"
 

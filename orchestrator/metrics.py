@@ -11,9 +11,9 @@ import logging
 
 from prometheus_client import Counter, Histogram
 
-from infra.health import ServiceHealth
-from orchestrator.domain import events as ev
-from orchestrator.writes import Settled
+from ..infra.health import ServiceHealth
+from .domain import events as ev
+from .writes import Settled
 
 log = logging.getLogger("saga.orchestrator.alerts")
 

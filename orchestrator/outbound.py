@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from orchestrator import wire
-from orchestrator.domain.events import Event
-from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem
-from orchestrator.domain.messages import StepCommand
-from orchestrator.envelope import RawRecord
-from outbox.message import OutboxMessage
-from schemas.topics import Topics
+from ..outbox.message import OutboxMessage
+from ..schemas.topics import Topics
+from . import wire
+from .domain.events import Event
+from .domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem
+from .domain.messages import StepCommand
+from .envelope import RawRecord
 
 
 def _headers(message_id: str, causation_id: str | None, saga_id: str | None,

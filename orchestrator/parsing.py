@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 
-from orchestrator import wire
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field, valid_traceparent
-from orchestrator.domain.messages import (
+from ..schemas.codec import SchemaRegistry, WireError
+from ..schemas.registry import DEFAULT_MAX_VALUE_SIZE
+from ..schemas.topics import PARTICIPANTS, Topics
+from . import wire
+from .domain.definition import DefinitionRegistry
+from .domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field, valid_traceparent
+from .domain.messages import (
     CancelSaga,
     IncomingMessage,
     ResumeCompensation,
     StartSaga,
     StepResult,
 )
-from orchestrator.envelope import Envelope, RawRecord, Rejection
-from schemas.codec import SchemaRegistry, WireError
-from schemas.registry import DEFAULT_MAX_VALUE_SIZE
-from schemas.topics import PARTICIPANTS, Topics
+from .envelope import Envelope, RawRecord, Rejection
 
 MAX_REASON_CHARS = 2_000
 MAX_START_SAGA_BYTES = DEFAULT_MAX_VALUE_SIZE - 16 * 1024

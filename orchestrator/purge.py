@@ -12,16 +12,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from orchestrator import wire
-from orchestrator.domain.decide import Decision
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.purge import may_purge, purged_event
-from orchestrator.domain.state import apply_event, fold
-from orchestrator.domain.status import PURGEABLE_STATUSES
-from orchestrator.ports import ConcurrencyConflict
-from orchestrator.store.postgres import PostgresStore
-from orchestrator.writes import PendingWrites
-from schemas.topics import Topics
+from ..schemas.topics import Topics
+from . import wire
+from .domain.decide import Decision
+from .domain.definition import DefinitionRegistry
+from .domain.purge import may_purge, purged_event
+from .domain.state import apply_event, fold
+from .domain.status import PURGEABLE_STATUSES
+from .ports import ConcurrencyConflict
+from .store.postgres import PostgresStore
+from .writes import PendingWrites
 
 log = logging.getLogger("saga.orchestrator.purge")
 

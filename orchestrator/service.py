@@ -12,19 +12,19 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 
-from orchestrator import wire
-from orchestrator.decision_log import log_decision
-from orchestrator.domain.decide import Decision, decide
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.errors import UnknownSaga
-from orchestrator.domain.events import SagaRejected
-from orchestrator.domain.messages import StartSaga, TimerFired
-from orchestrator.domain.state import SagaState, SagaStatus, apply_event
-from orchestrator.envelope import Envelope, Rejection, timer_envelope
-from orchestrator.outbound import dead_letter_message
-from orchestrator.ports import ConcurrencyConflict, StoredEvent, UnitOfWork, UnitOfWorkFactory
-from orchestrator.writes import PendingWrites, Settled
-from schemas.topics import Topics
+from ..schemas.topics import Topics
+from . import wire
+from .decision_log import log_decision
+from .domain.decide import Decision, decide
+from .domain.definition import DefinitionRegistry
+from .domain.errors import UnknownSaga
+from .domain.events import SagaRejected
+from .domain.messages import StartSaga, TimerFired
+from .domain.state import SagaState, SagaStatus, apply_event
+from .envelope import Envelope, Rejection, timer_envelope
+from .outbound import dead_letter_message
+from .ports import ConcurrencyConflict, StoredEvent, UnitOfWork, UnitOfWorkFactory
+from .writes import PendingWrites, Settled
 
 log = logging.getLogger("saga.orchestrator")
 

@@ -6,9 +6,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from infra.health import current as current_health
-from infra.startup import sleep_or_stop
-from orchestrator.service import SagaService
+from ..infra.health import current as current_health
+from ..infra.startup import sleep_or_stop
+from .service import SagaService
 
 log = logging.getLogger("saga.orchestrator.timers")
 

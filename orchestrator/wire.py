@@ -11,9 +11,11 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal, TypeVar
 
-from orchestrator.domain.events import EVENT_TYPES, Event
-from orchestrator.domain.limits import id_problem
-from orchestrator.domain.messages import (
+from ..schemas.codec import MalformedBody, ValueTooLarge, WrongSchema
+from ..schemas.registry import SchemaRegistry, default_registry
+from .domain.events import EVENT_TYPES, Event
+from .domain.limits import id_problem
+from .domain.messages import (
     CancelSaga,
     CommandKind,
     ResultStatus,
@@ -22,8 +24,6 @@ from orchestrator.domain.messages import (
     StepCommand,
     StepResult,
 )
-from schemas.codec import MalformedBody, ValueTooLarge, WrongSchema
-from schemas.registry import SchemaRegistry, default_registry
 
 EVENTS_NAMESPACE = "saga.v1.events"
 START_SAGA = "saga.v1.StartSaga"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator import wire
-from orchestrator.domain.decide import Decision
-from orchestrator.domain.messages import Timer
-from orchestrator.domain.state import SagaState
-from orchestrator.outbound import command_message, event_message
-from orchestrator.ports import OutboxMessage, SagaSummaryRow, StoredEvent, TimerRow, UnitOfWork, Writes
-from schemas.topics import Topics
+from ..schemas.topics import Topics
+from . import wire
+from .domain.decide import Decision
+from .domain.messages import Timer
+from .domain.state import SagaState
+from .outbound import command_message, event_message
+from .ports import OutboxMessage, SagaSummaryRow, StoredEvent, TimerRow, UnitOfWork, Writes
 
 
 @dataclass

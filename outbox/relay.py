@@ -39,11 +39,11 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from infra.db import check_table
-from infra.faults import crash_point
-from infra.health import current as current_health
-from infra.startup import sleep_or_stop
-from outbox.batches import queue_batches
+from ..infra.db import check_table
+from ..infra.faults import crash_point
+from ..infra.health import current as current_health
+from ..infra.startup import sleep_or_stop
+from .batches import queue_batches
 
 log = logging.getLogger(__name__)
 

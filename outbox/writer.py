@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import asyncpg
 import orjson
 
-from infra.db import check_identifier, check_table, ms_to_datetime
-from outbox.message import OutboxMessage
+from ..infra.db import check_identifier, check_table, ms_to_datetime
+from .message import OutboxMessage
 
 
 def outbox_table_sql(schema: str) -> str:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-
-from participants.flight.participant import PARTICIPANT as FLIGHT
-from participants.hotel.participant import PARTICIPANT as HOTEL
-from participants.kit.participant import Participant
-from participants.notification.participant import PARTICIPANT as NOTIFICATION
-from participants.payment.participant import PARTICIPANT as PAYMENT
+from ..infra.references import load_reference
+from .flight.participant import PARTICIPANT as FLIGHT
+from .hotel.participant import PARTICIPANT as HOTEL
+from .kit.participant import Participant
+from .notification.participant import PARTICIPANT as NOTIFICATION
+from .payment.participant import PARTICIPANT as PAYMENT
 
 REFERENCE_PARTICIPANTS: dict[str, Participant] = {p.name: p for p in (FLIGHT, HOTEL, PAYMENT, NOTIFICATION)}
 
@@ -16,10 +15,9 @@ REFERENCE_PARTICIPANTS: dict[str, Participant] = {p.name: p for p in (FLIGHT, HO
 def get_participant(name: str) -> Participant:
     """A reference participant by name, or your own as ``module:attribute``; ValueError says what is wrong."""
     if ":" in name:
-        module_name, _, attribute = name.partition(":")
         try:
-            found = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as error:
+            found = load_reference(name)
+        except ValueError as error:
             raise ValueError(f"cannot load participant {name!r}: {error}") from None
         if not isinstance(found, Participant):
             raise ValueError(f"{name} is not a participants.kit Participant")

@@ -1,7 +1,7 @@
 """Run participants as a faust-streaming worker: consume ``<name>.commands``, reply via the outbox.
 
-    python -m participants.runner flight        # or hotel / payment / notification
-    python -m participants.runner flight hotel  # one worker hosting both
+    python -m saga_orchestrator.participants.runner flight        # or hotel / payment / notification
+    python -m saga_orchestrator.participants.runner flight hotel  # one worker hosting both
 
 One process holds: a faust app with an agent per hosted participant, which hands the commands that arrived
 together to the kit (one Postgres transaction per batch, ``participants.kit.batch``; every command of the
@@ -21,20 +21,20 @@ from typing import Any
 import faust
 import mode.loop
 
-from infra.db import create_pool
-from infra.health import configure as configure_health
-from infra.health_server import run_health
-from infra.kafka_admin import ensure_topics
-from infra.logging import configure_logging
-from infra.settings import Settings
-from infra.startup import retry_startup, start_over
-from participants.kit.batch import Incoming
-from participants.kit.ddl import ensure_participant_schema
-from participants.kit.participant import Participant
-from participants.kit.replies import Delivery
-from participants.registry import get_participant
-from participants.runtime import DeliveryAbandoned, ParticipantRuntime
-from schemas.topics import Topics
+from ..infra.db import create_pool
+from ..infra.health import configure as configure_health
+from ..infra.health_server import run_health
+from ..infra.kafka_admin import ensure_topics
+from ..infra.logging import configure_logging
+from ..infra.settings import Settings
+from ..infra.startup import retry_startup, start_over
+from ..schemas.topics import Topics
+from .kit.batch import Incoming
+from .kit.ddl import ensure_participant_schema
+from .kit.participant import Participant
+from .kit.replies import Delivery
+from .registry import get_participant
+from .runtime import DeliveryAbandoned, ParticipantRuntime
 
 log = logging.getLogger(__name__)
 
@@ -248,10 +248,11 @@ def _watch_startup(app: faust.App) -> Callable[[], bool]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command-line entry: ``python -m participants.runner NAME [NAME ...]`` (several: one worker)."""
+    """Command-line entry: ``python -m saga_orchestrator.participants.runner NAME [NAME ...]`` (several: one worker)."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        raise SystemExit("usage: python -m participants.runner {flight|hotel|payment|notification} [...]")
+        raise SystemExit("usage: python -m saga_orchestrator.participants.runner "
+                         "{flight|hotel|payment|notification} [...]")
     run_participant(args)
 
 

@@ -9,16 +9,16 @@ from collections.abc import Callable, Sequence
 
 import asyncpg
 
-from infra.db import create_pool
-from infra.health import current as current_health
-from infra.settings import Settings
-from outbox.relay import OutboxRelay
-from participants.kit.batch import Incoming, handle_commands
-from participants.kit.ddl import ensure_participant_schema
-from participants.kit.handle import Disposition
-from participants.kit.participant import Participant
-from participants.kit.retention import record_pruner
-from schemas.topics import Topics
+from ..infra.db import create_pool
+from ..infra.health import current as current_health
+from ..infra.settings import Settings
+from ..outbox.relay import OutboxRelay
+from ..schemas.topics import Topics
+from .kit.batch import Incoming, handle_commands
+from .kit.ddl import ensure_participant_schema
+from .kit.handle import Disposition
+from .kit.participant import Participant
+from .kit.retention import record_pruner
 
 log = logging.getLogger("participants.runner")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from schemas.registry import SchemaRegistry, default_registry
+    from .registry import SchemaRegistry, default_registry
 
 MARKER = b"\xc3\x01"
 """The two-byte marker that starts every single-object encoded value."""
@@ -133,7 +133,7 @@ _REGISTRY_NAMES = frozenset({"SchemaRegistry", "default_registry"})
 def __getattr__(name: str) -> Any:
     # Imported lazily: schemas.registry imports this module, so a top-level import would be circular.
     if name in _REGISTRY_NAMES:
-        from schemas import registry
+        from . import registry
 
         return getattr(registry, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

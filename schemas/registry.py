@@ -25,7 +25,7 @@ from typing import Any
 import fastavro
 import fastavro.schema
 
-from schemas.codec import (
+from .codec import (
     HEADER_SIZE,
     InvalidRecord,
     MalformedBody,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.registry import SchemaRegistry
+from .registry import SchemaRegistry
 
 _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),

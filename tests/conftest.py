@@ -31,9 +31,9 @@ import asyncpg
 import pytest
 from rich.console import Console
 
-from infra import launcher
-from infra.kafka_admin import delete_topics, wait_for_broker
-from infra.settings import Settings
+from saga_orchestrator.infra import launcher
+from saga_orchestrator.infra.kafka_admin import delete_topics, wait_for_broker
+from saga_orchestrator.infra.settings import Settings
 
 if TYPE_CHECKING:
     from tests.e2e.harness import Stack

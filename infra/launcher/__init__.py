@@ -1,7 +1,7 @@
 """Local Kafka and Postgres without Docker: `up`, `down`, `status`, and restart helpers for fault tests."""
 
-from infra.launcher.process import LauncherError
-from infra.launcher.stack import (
+from .process import LauncherError
+from .stack import (
     Endpoints,
     ServiceStatus,
     down,

@@ -15,9 +15,9 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from infra.kafka_admin import wait_for_broker
-from infra.launcher.process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
-from infra.settings import Settings
+from ..kafka_admin import wait_for_broker
+from ..settings import Settings
+from .process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
 
 INFRA_DIR = Path(__file__).resolve().parent.parent
 POM = INFRA_DIR / "pom.xml"

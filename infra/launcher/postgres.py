@@ -19,8 +19,8 @@ from pathlib import Path
 
 import asyncpg
 
-from infra.launcher.process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
-from infra.settings import Settings
+from ..settings import Settings
+from .process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
 
 INSTALL_HINT = "Postgres binaries (initdb, pg_ctl) not found. Install them: apt-get install -y postgresql"
 SERVICE_USER = "postgres"  # the account Debian's postgresql package creates; Postgres refuses to run as root

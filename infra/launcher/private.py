@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from infra.launcher.stack import down, up
-from infra.settings import Settings
+from ..settings import Settings
+from .stack import down, up
 
 
 def free_ports(count: int) -> list[int]:

@@ -17,11 +17,11 @@ import asyncpg
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from infra.kafka_admin import wait_for_broker
-from infra.launcher.kafka import KafkaLauncher
-from infra.launcher.postgres import PostgresLauncher
-from infra.launcher.process import LauncherError, Report, file_lock
-from infra.settings import Settings
+from ..kafka_admin import wait_for_broker
+from ..settings import Settings
+from .kafka import KafkaLauncher
+from .postgres import PostgresLauncher
+from .process import LauncherError, Report, file_lock
 
 
 @dataclass(frozen=True)

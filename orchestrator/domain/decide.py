@@ -7,8 +7,8 @@ duplicate replies, stale replies and stale timers are recognised from the state 
 
 from __future__ import annotations
 
-from orchestrator.domain import events as ev
-from orchestrator.domain.decision import (
+from . import events as ev
+from .decision import (
     DEADLINE_TIMER_ID,
     Decision,
     DecisionBuilder,
@@ -18,9 +18,9 @@ from orchestrator.domain.decision import (
     send_compensation,
     send_step,
 )
-from orchestrator.domain.definition import SagaDefinition
-from orchestrator.domain.errors import HistoryMismatch, InvalidMessage, UnknownDefinition, UnknownSaga
-from orchestrator.domain.messages import (
+from .definition import SagaDefinition
+from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition, UnknownSaga
+from .messages import (
     CancelSaga,
     IncomingMessage,
     ResumeCompensation,
@@ -28,10 +28,10 @@ from orchestrator.domain.messages import (
     StepResult,
     TimerKind,
 )
-from orchestrator.domain.model import RESUME_COMPENSATION, SagaState
-from orchestrator.domain.progress import advance, unwind
-from orchestrator.domain.replies import handle_step_result, handle_timer_fired
-from orchestrator.domain.status import TIMED_OUT_ERROR, SagaStatus, StepStatus
+from .model import RESUME_COMPENSATION, SagaState
+from .progress import advance, unwind
+from .replies import handle_step_result, handle_timer_fired
+from .status import TIMED_OUT_ERROR, SagaStatus, StepStatus
 
 __all__ = ["DUPLICATE_START_REASON", "TIMED_OUT_ERROR", "Decision", "decide"]
 

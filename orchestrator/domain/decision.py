@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypedDict
 
-from orchestrator.domain import events as ev
-from orchestrator.domain.definition import SagaDefinition
-from orchestrator.domain.evolve import apply_event
-from orchestrator.domain.keys import command_message_id, compensation_key, forward_key
-from orchestrator.domain.messages import CommandKind, StepCommand, Timer, TimerKind
-from orchestrator.domain.model import SagaState, StepState
-from orchestrator.domain.status import SagaStatus, StepStatus
+from . import events as ev
+from .definition import SagaDefinition
+from .evolve import apply_event
+from .keys import command_message_id, compensation_key, forward_key
+from .messages import CommandKind, StepCommand, Timer, TimerKind
+from .model import SagaState, StepState
+from .status import SagaStatus, StepStatus
 
 
 @dataclass(frozen=True, kw_only=True)

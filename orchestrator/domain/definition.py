@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from orchestrator.domain.errors import DefinitionError, UnknownDefinition
-from orchestrator.domain.events import Event, SagaStarted
+from .errors import DefinitionError, UnknownDefinition
+from .events import Event, SagaStarted
 
 
 class FailureMode(StrEnum):

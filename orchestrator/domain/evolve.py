@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from orchestrator.domain import events as ev
-from orchestrator.domain.definition import SagaDefinition
-from orchestrator.domain.errors import HistoryMismatch, IllegalTransition
-from orchestrator.domain.keys import compensation_key, forward_key
-from orchestrator.domain.model import RESUME_COMPENSATION, SagaState, StepState, evolved
-from orchestrator.domain.status import (
+from . import events as ev
+from .definition import SagaDefinition
+from .errors import HistoryMismatch, IllegalTransition
+from .keys import compensation_key, forward_key
+from .model import RESUME_COMPENSATION, SagaState, StepState, evolved
+from .status import (
     TIMED_OUT_ERROR,
     SagaStatus,
     StepStatus,

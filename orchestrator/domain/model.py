@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from orchestrator.domain.status import SagaStatus, StepStatus
+from .status import SagaStatus, StepStatus
 
 _Model = TypeVar("_Model", "StepState", "SagaState")
 

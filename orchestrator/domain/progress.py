@@ -6,11 +6,11 @@ a cancel, an operator's resume) moves the saga on by the same rules.
 
 from __future__ import annotations
 
-from orchestrator.domain import events as ev
-from orchestrator.domain.decision import DecisionBuilder, needs_resolution, send_compensation, send_step, to_undo
-from orchestrator.domain.definition import Condition, FailureMode, SagaDefinition
-from orchestrator.domain.model import SagaState
-from orchestrator.domain.status import COMPENSATION_IN_PROGRESS, FORWARD_SETTLED, SagaStatus, StepStatus
+from . import events as ev
+from .decision import DecisionBuilder, needs_resolution, send_compensation, send_step, to_undo
+from .definition import Condition, FailureMode, SagaDefinition
+from .model import SagaState
+from .status import COMPENSATION_IN_PROGRESS, FORWARD_SETTLED, SagaStatus, StepStatus
 
 
 def advance(b: DecisionBuilder) -> None:

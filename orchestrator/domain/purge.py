@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from orchestrator.domain import events as ev
-from orchestrator.domain.model import SagaState
-from orchestrator.domain.status import PURGEABLE_STATUSES
+from . import events as ev
+from .model import SagaState
+from .status import PURGEABLE_STATUSES
 
 
 def purged_digest(bodies: Iterable[bytes]) -> str:

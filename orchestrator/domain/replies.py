@@ -5,8 +5,8 @@ Part of ``decide``; every function here records facts on the builder and lets ``
 
 from __future__ import annotations
 
-from orchestrator.domain import events as ev
-from orchestrator.domain.decision import (
+from . import events as ev
+from .decision import (
     DecisionBuilder,
     live_timer_ids,
     schedule_compensation_retry,
@@ -14,11 +14,11 @@ from orchestrator.domain.decision import (
     send_compensation,
     send_step,
 )
-from orchestrator.domain.errors import InvalidMessage
-from orchestrator.domain.keys import compensation_key, forward_key
-from orchestrator.domain.messages import CommandKind, ResultStatus, StepResult, TimerFired, TimerKind
-from orchestrator.domain.progress import advance
-from orchestrator.domain.status import TIMED_OUT_ERROR, SagaStatus, StepStatus
+from .errors import InvalidMessage
+from .keys import compensation_key, forward_key
+from .messages import CommandKind, ResultStatus, StepResult, TimerFired, TimerKind
+from .progress import advance
+from .status import TIMED_OUT_ERROR, SagaStatus, StepStatus
 
 
 def handle_step_result(b: DecisionBuilder, result: StepResult) -> None:

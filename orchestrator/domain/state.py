@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from orchestrator.domain.definition import SagaDefinition
-from orchestrator.domain.errors import HistoryMismatch
-from orchestrator.domain.events import Event
-from orchestrator.domain.evolve import apply_event
-from orchestrator.domain.model import RESUME_COMPENSATION, SagaState, StepState
-from orchestrator.domain.status import (
+from .definition import SagaDefinition
+from .errors import HistoryMismatch
+from .events import Event
+from .evolve import apply_event
+from .model import RESUME_COMPENSATION, SagaState, StepState
+from .status import (
     SAGA_TRANSITIONS,
     STEP_TRANSITIONS,
     TERMINAL_STATUSES,

@@ -5,7 +5,7 @@ Backoffs and timeouts are short so that a demo run, including its retries, takes
 
 from __future__ import annotations
 
-from orchestrator.domain.definition import (
+from ..domain.definition import (
     UNLIMITED_RETRY,
     DefinitionRegistry,
     RetryPolicy,

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
-from orchestrator.ports import (
+from ..ports import (
     ConcurrencyConflict,
     OutboxMessage,
     SagaSummaryRow,

@@ -8,16 +8,16 @@ from typing import Any
 
 import asyncpg
 
-from infra.db import check_identifier, datetime_to_ms, ms_to_datetime
-from orchestrator.ports import (
+from ...infra.db import check_identifier, datetime_to_ms, ms_to_datetime
+from ...outbox.writer import write_outbox
+from ..ports import (
     ConcurrencyConflict,
     OutboxMessage,
     SagaSummaryRow,
     StoredEvent,
     TimerRow,
 )
-from orchestrator.store.postgres_bulk import BulkStatements
-from outbox.writer import write_outbox
+from .postgres_bulk import BulkStatements
 
 _SUMMARY_COLUMNS = (
     "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"

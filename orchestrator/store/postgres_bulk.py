@@ -13,8 +13,8 @@ from typing import Any
 import asyncpg
 import orjson
 
-from infra.db import datetime_to_ms, ms_to_datetime
-from orchestrator.ports import ConcurrencyConflict, SagaSummaryRow, StoredEvent, Writes
+from ...infra.db import datetime_to_ms, ms_to_datetime
+from ..ports import ConcurrencyConflict, SagaSummaryRow, StoredEvent, Writes
 
 _SUMMARY_COLUMNS = "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"
 

@@ -8,10 +8,10 @@ from typing import Any
 import asyncpg
 import orjson
 
-from participants.flight.rules import book_flight_rule, cancel_flight_rule
-from participants.kit.bulk import record_each
-from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Call, Participant
+from ..kit.bulk import record_each
+from ..kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
+from ..kit.participant import Call, Participant
+from .rules import book_flight_rule, cancel_flight_rule
 
 SCHEMA = "flight"
 TRIP_REQUEST = "saga.v1.trip.TripRequest"

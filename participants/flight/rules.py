@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from participants.kit.outcome import Failed, Proceed, Verdict
+from ..kit.outcome import Failed, Proceed, Verdict
 
 UNCANCELLABLE_CUSTOMER = "cust_uncancellable"  # demo trigger: a compensation that fails for good
 

@@ -8,10 +8,10 @@ from typing import Any
 import asyncpg
 import orjson
 
-from participants.hotel.rules import book_hotel_rule
-from participants.kit.bulk import record_each
-from participants.kit.outcome import Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Call, Participant
+from ..kit.bulk import record_each
+from ..kit.outcome import Outcome, ReceivedCommand, Succeeded
+from ..kit.participant import Call, Participant
+from .rules import book_hotel_rule
 
 SCHEMA = "hotel"
 TRIP_REQUEST = "saga.v1.trip.TripRequest"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from participants.kit.outcome import Failed, Proceed, Verdict
+from ..kit.outcome import Failed, Proceed, Verdict
 
 SOLD_OUT_DESTINATION = "Atlantis"  # demo trigger: a definitive booking failure
 SLOW_DESTINATION = "Slowtown"  # demo trigger: the booking reply comes late (a window to cancel in)

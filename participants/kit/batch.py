@@ -21,11 +21,13 @@ from typing import Any, TypeVar
 import asyncpg
 import orjson
 
-from infra.db import ms_to_datetime
-from infra.faults import crash_point
-from outbox.message import OutboxMessage
-from participants.kit.deferred import await_answers, withdraw
-from participants.kit.handle import (
+from ...infra.db import ms_to_datetime
+from ...infra.faults import crash_point
+from ...outbox.message import OutboxMessage
+from ...schemas.registry import SchemaRegistry, default_registry
+from ...schemas.topics import Topics
+from .deferred import await_answers, withdraw
+from .handle import (
     _DATABASE_GONE,
     REOPEN_FAILED_ON_A_LATER_ATTEMPT,
     Disposition,
@@ -37,11 +39,9 @@ from participants.kit.handle import (
     park,
     parse_delivery,
 )
-from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand
-from participants.kit.participant import Call, Participant
-from participants.kit.replies import Delivery, HeadersArg, RecordedReply, outcome_message, step_result_message
-from schemas.registry import SchemaRegistry, default_registry
-from schemas.topics import Topics
+from .outcome import Deferred, Failed, Outcome, ReceivedCommand
+from .participant import Call, Participant
+from .replies import Delivery, HeadersArg, RecordedReply, outcome_message, step_result_message
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import Any
 import asyncpg
 import orjson
 
-from participants.kit.outcome import Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
-from participants.kit.participant import Call
+from .outcome import Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
+from .participant import Call
 
 
 async def insert_rows(conn: asyncpg.Connection, table: str, columns: Mapping[str, str],

@@ -6,8 +6,8 @@ import zlib
 
 import asyncpg
 
-from outbox.writer import outbox_table_sql
-from participants.kit.participant import Participant
+from ...outbox.writer import outbox_table_sql
+from .participant import Participant
 
 
 def processed_commands_sql(schema: str) -> str:

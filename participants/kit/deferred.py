@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from orchestrator.domain.keys import forward_key
-from orchestrator.domain.messages import CommandKind
-from outbox.writer import write_outbox
-from participants.kit.outcome import Failed, ReceivedCommand, Succeeded
-from participants.kit.participant import Participant
-from participants.kit.replies import RecordedReply, outcome_message
-from schemas.registry import SchemaRegistry, default_registry
-from schemas.topics import Topics
+from ...orchestrator.domain.keys import forward_key
+from ...orchestrator.domain.messages import CommandKind
+from ...outbox.writer import write_outbox
+from ...schemas.registry import SchemaRegistry, default_registry
+from ...schemas.topics import Topics
+from .outcome import Failed, ReceivedCommand, Succeeded
+from .participant import Participant
+from .replies import RecordedReply, outcome_message
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,18 @@ from typing import Any
 
 import asyncpg
 
-from infra.faults import crash_point
-from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field, valid_traceparent
-from orchestrator.domain.messages import CommandKind
-from outbox.message import OutboxMessage
-from outbox.writer import write_outbox
-from participants.kit.deferred import await_answers, withdraw
-from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand
-from participants.kit.participant import Participant
-from participants.kit.replies import (
+from ...infra.faults import crash_point
+from ...orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field, valid_traceparent
+from ...orchestrator.domain.messages import CommandKind
+from ...outbox.message import OutboxMessage
+from ...outbox.writer import write_outbox
+from ...schemas.codec import WireError
+from ...schemas.registry import SchemaRegistry, default_registry
+from ...schemas.topics import Topics
+from .deferred import await_answers, withdraw
+from .outcome import Deferred, Failed, Outcome, ReceivedCommand
+from .participant import Participant
+from .replies import (
     STEP_COMMAND,
     Delivery,
     HeadersArg,
@@ -36,9 +39,6 @@ from participants.kit.replies import (
     outcome_message,
     step_result_message,
 )
-from schemas.codec import WireError
-from schemas.registry import SchemaRegistry, default_registry
-from schemas.topics import Topics
 
 log = logging.getLogger(__name__)
 

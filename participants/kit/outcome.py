@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from orchestrator.domain.messages import CommandKind
+from ...orchestrator.domain.messages import CommandKind
 
 
 @dataclass(frozen=True, kw_only=True)

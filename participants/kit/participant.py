@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from participants.kit.outcome import Outcome, ReceivedCommand
+from .outcome import Outcome, ReceivedCommand
 
 Handler = Callable[[asyncpg.Connection, ReceivedCommand, Mapping[str, Any]], Awaitable[Outcome]]
 Call = tuple[ReceivedCommand, Mapping[str, Any]]  # a command and the saga input it carries

@@ -6,11 +6,11 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator import wire
-from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem
-from outbox.message import OutboxMessage
-from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
-from schemas.registry import SchemaRegistry
+from ...orchestrator import wire
+from ...orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem
+from ...outbox.message import OutboxMessage
+from ...schemas.registry import SchemaRegistry
+from .outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
 
 STEP_COMMAND = "saga.v1.StepCommand"
 STEP_RESULT = "saga.v1.StepResult"

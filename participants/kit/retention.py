@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from infra.chores import CHORE_EVERY_S, DELETE_BATCH, Chore, delete_older_sql, delete_older_than
-from participants.kit.replies import AWAITING
+from ...infra.chores import CHORE_EVERY_S, DELETE_BATCH, Chore, delete_older_sql, delete_older_than
+from .replies import AWAITING
 
 
 def _prune_sql(schema: str) -> str:

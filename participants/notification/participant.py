@@ -8,10 +8,10 @@ from typing import Any
 import asyncpg
 import orjson
 
-from participants.kit.bulk import record_each
-from participants.kit.outcome import Outcome, ReceivedCommand
-from participants.kit.participant import Call, Participant
-from participants.notification.rules import send_itinerary_rule
+from ..kit.bulk import record_each
+from ..kit.outcome import Outcome, ReceivedCommand
+from ..kit.participant import Call, Participant
+from .rules import send_itinerary_rule
 
 SCHEMA = "notification"
 TRIP_REQUEST = "saga.v1.trip.TripRequest"

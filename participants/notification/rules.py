@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from participants.kit.outcome import Failed, Proceed, Verdict
+from ..kit.outcome import Failed, Proceed, Verdict
 
 BOUNCE_DOMAIN = "@bounce.test"  # demo trigger: a mailbox that recovers after a few tries
 BOUNCE_FAILURES = 3

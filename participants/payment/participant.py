@@ -8,10 +8,10 @@ from typing import Any
 import asyncpg
 import orjson
 
-from participants.kit.bulk import record_each
-from participants.kit.outcome import Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Call, Participant
-from participants.payment.rules import charge_card_rule
+from ..kit.bulk import record_each
+from ..kit.outcome import Outcome, ReceivedCommand, Succeeded
+from ..kit.participant import Call, Participant
+from .rules import charge_card_rule
 
 SCHEMA = "payment"
 TRIP_REQUEST = "saga.v1.trip.TripRequest"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from participants.kit.outcome import Failed, Proceed, Verdict
+from ..kit.outcome import Failed, Proceed, Verdict
 
 DECLINED_TOKEN = "tok_declined"  # charge fails for good
 FLAKY_TOKEN = "tok_flaky"  # charge fails transiently on the first FLAKY_FAILURES attempts

@@ -15,10 +15,10 @@ import asyncpg
 import pytest
 from rich.console import Console
 
-from cli.run_cmd import service_commands
-from infra import launcher
-from infra.launcher.private import free_port_block, private_settings
-from infra.settings import Settings
+from saga_orchestrator.cli.run_cmd import service_commands
+from saga_orchestrator.infra import launcher
+from saga_orchestrator.infra.launcher.private import free_port_block, private_settings
+from saga_orchestrator.infra.settings import Settings
 from tests.conftest import run_sync
 
 

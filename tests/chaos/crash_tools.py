@@ -12,15 +12,15 @@ from pathlib import Path
 
 import asyncpg
 
-from cli.demo_cmd import publish_starts
-from cli.feed import EventFeed
-from cli.scenarios import SCENARIOS, mismatches, observed
-from cli.verify_cmd import VerifyReport
-from infra.faults import ENV_VAR
-from infra.settings import Settings
-from orchestrator.domain.events import Event
-from participants.effects import collect_effects
-from schemas.topics import Topics
+from saga_orchestrator.cli.demo_cmd import publish_starts
+from saga_orchestrator.cli.feed import EventFeed
+from saga_orchestrator.cli.scenarios import SCENARIOS, mismatches, observed
+from saga_orchestrator.cli.verify_cmd import VerifyReport
+from saga_orchestrator.infra.faults import ENV_VAR
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.domain.events import Event
+from saga_orchestrator.participants.effects import collect_effects
+from saga_orchestrator.schemas.topics import Topics
 from tests.e2e.harness import Stack, start_stack
 
 DISARMED = {ENV_VAR: ""}  # a restarted service must not inherit a crash point from anywhere

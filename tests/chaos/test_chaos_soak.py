@@ -14,7 +14,7 @@ import pytest
 
 from bench.chaos_run import ChaosPlan, ChaosRun
 from bench.chaos_support import started_and_ready
-from infra.settings import Settings
+from saga_orchestrator.infra.settings import Settings
 from tests.chaos.conftest import private_stack_settings
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack

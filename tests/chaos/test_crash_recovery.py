@@ -34,12 +34,12 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from cli.audit_cmd import audit_all
-from cli.scenarios import COMPLETED_EFFECTS, mismatches, observed
-from cli.verify_cmd import verify_system
-from infra.settings import Settings
-from orchestrator.domain.events import StepCommandSent, StepRetryScheduled
-from participants.effects import collect_effects
+from saga_orchestrator.cli.audit_cmd import audit_all
+from saga_orchestrator.cli.scenarios import COMPLETED_EFFECTS, mismatches, observed
+from saga_orchestrator.cli.verify_cmd import verify_system
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.domain.events import StepCommandSent, StepRetryScheduled
+from saga_orchestrator.participants.effects import collect_effects
 from tests.chaos.crash_tools import (
     CRASH_MIX,
     DISARMED,

@@ -17,17 +17,17 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from cli.demo_cmd import drive
-from cli.verify_cmd import verify_system
-from infra.kafka_admin import ensure_topics
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.bootstrap import prepare
-from participants.effects import EFFECT_TABLES
-from participants.runner import app_id
-from schemas.codec import WireError
-from schemas.registry import DEFAULT_MAX_VALUE_SIZE
-from schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.cli.demo_cmd import drive
+from saga_orchestrator.cli.verify_cmd import verify_system
+from saga_orchestrator.infra.kafka_admin import ensure_topics
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.bootstrap import prepare
+from saga_orchestrator.participants.effects import EFFECT_TABLES
+from saga_orchestrator.participants.runner import app_id
+from saga_orchestrator.schemas.codec import WireError
+from saga_orchestrator.schemas.registry import DEFAULT_MAX_VALUE_SIZE
+from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 from tests.chaos.crash_tools import scenario_problems
 from tests.chaos.tools.kafka_tools import (
     LagWatch,

@@ -16,7 +16,7 @@ import avro.compatibility
 import avro.schema
 import pytest
 
-from schemas.registry import RELEASED_DIR_NAME, SCHEMAS_DIR, load_tree
+from saga_orchestrator.schemas.registry import RELEASED_DIR_NAME, SCHEMAS_DIR, load_tree
 
 RELEASES = sorted(p for p in (SCHEMAS_DIR / RELEASED_DIR_NAME).iterdir() if p.is_dir())
 CURRENT = load_tree(SCHEMAS_DIR)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from orchestrator.ports import ConcurrencyConflict, Writes
+from saga_orchestrator.orchestrator.ports import ConcurrencyConflict, Writes
 from tests.contract.test_store_contract import T0, Harness, ev, msg, saga_id, summary, timer
 
 # The contract suite's fixtures (h: a fresh store of each adapter, memory and Postgres).

@@ -17,13 +17,13 @@ import asyncpg
 import orjson
 import pytest
 
-from cli.scenarios import SCENARIOS
-from infra.db import create_pool, migrate
-from orchestrator import wire
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.events import SagaCancelRequested
-from orchestrator.envelope import Envelope
-from orchestrator.ports import (
+from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.infra.db import create_pool, migrate
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
+from saga_orchestrator.orchestrator.domain.events import SagaCancelRequested
+from saga_orchestrator.orchestrator.envelope import Envelope
+from saga_orchestrator.orchestrator.ports import (
     ConcurrencyConflict,
     EventReader,
     OutboxMessage,
@@ -32,11 +32,11 @@ from orchestrator.ports import (
     TimerRow,
     UnitOfWorkFactory,
 )
-from orchestrator.sagas.trip import TRIP
-from orchestrator.service import SagaService
-from orchestrator.store.memory import MemoryStore
-from orchestrator.store.postgres import PostgresStore
-from schemas.topics import Topics
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.service import SagaService
+from saga_orchestrator.orchestrator.store.memory import MemoryStore
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.schemas.topics import Topics
 
 T0 = 1_700_000_000_000  # a fixed epoch-ms origin: timer and summary times are data, not the clock
 

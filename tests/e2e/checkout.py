@@ -13,9 +13,9 @@ from typing import Any
 
 import asyncpg
 
-from orchestrator.domain.definition import RetryPolicy, SagaDefinition, Step
-from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Participant
+from saga_orchestrator.orchestrator.domain.definition import RetryPolicy, SagaDefinition, Step
+from saga_orchestrator.participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
+from saga_orchestrator.participants.kit.participant import Participant
 
 SCHEMA_DIR = Path(__file__).parent / "checkout_schemas"
 CHECKOUT_REQUEST = "saga.v1.checkout.CheckoutRequest"

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
-from cli.feed import EventFeed, assign_from_beginning
-from cli.run_cmd import service_commands, service_environment, start_service, stop_services
-from infra.settings import Settings
-from orchestrator.bootstrap import prepare
-from orchestrator.domain.events import Event
-from schemas.topics import Topics
+from saga_orchestrator.cli.feed import EventFeed, assign_from_beginning
+from saga_orchestrator.cli.run_cmd import service_commands, service_environment, start_service, stop_services
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.bootstrap import prepare
+from saga_orchestrator.orchestrator.domain.events import Event
+from saga_orchestrator.schemas.topics import Topics
 
 
 class Stack:
@@ -122,6 +122,6 @@ async def wait_for(predicate_coro: object, timeout_s: float, interval_s: float =
 
 async def saga_cli(settings: Settings, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
     """Run ``saga ARGS...`` (the real CLI, a child process) with ``settings``; its exit code and output."""
-    return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "cli", *args],
+    return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "saga_orchestrator.cli", *args],
                                    env=service_environment(settings), capture_output=True, text=True,
                                    timeout=timeout_s)

@@ -10,16 +10,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from cli.demo_cmd import DEMO_TIMEOUT_S
-from cli.dlq_cmd import read_parked
-from client import SagaClient, SagaInputError, StartRefused
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.bootstrap import definitions
-from orchestrator.domain.events import StepSucceeded
-from orchestrator.domain.messages import StartSaga
-from schemas.registry import SchemaRegistry, load_tree
-from schemas.topics import Topics
+from saga_orchestrator.cli.demo_cmd import DEMO_TIMEOUT_S
+from saga_orchestrator.cli.dlq_cmd import read_parked
+from saga_orchestrator.client import SagaClient, SagaInputError, StartRefused
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.bootstrap import definitions
+from saga_orchestrator.orchestrator.domain.events import StepSucceeded
+from saga_orchestrator.orchestrator.domain.messages import StartSaga
+from saga_orchestrator.schemas.registry import SchemaRegistry, load_tree
+from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import restart, wait_until_ready
 from tests.chaos.tools.kafka_tools import wait_caught_up
 from tests.conftest import module_stack
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def checkout_settings(settings: Settings) -> Settings:
     return settings.model_copy(update={
-        "saga_definitions": "orchestrator.sagas.trip:TRIP,tests.e2e.checkout:CHECKOUT",
+        "saga_definitions": "saga_orchestrator.orchestrator.sagas.trip:TRIP,tests.e2e.checkout:CHECKOUT",
         "saga_participants": "tests.e2e.checkout:INVENTORY,tests.e2e.checkout:BILLING,tests.e2e.checkout:SHIPPING",
         "saga_schema_path": str(SCHEMA_DIR),
     })
@@ -174,7 +174,8 @@ async def test_a_start_rejected_before_its_type_was_deployed_runs_when_its_dead_
     async def dead_lettered() -> bool:
         return any(p.letter and p.letter.saga_id == saga_id for p in await read_parked(settings))
 
-    await restart(stack, "orchestrator", extra_env={"SAGA_DEFINITIONS": "orchestrator.sagas.trip:TRIP"})
+    await restart(stack, "orchestrator",
+                  extra_env={"SAGA_DEFINITIONS": "saga_orchestrator.orchestrator.sagas.trip:TRIP"})
     try:
         await publish(settings, topics.start, saga_id.encode(), wire.encode_start(start))
         assert await wait_for(dead_lettered, 30), "the start of an unknown saga type was not dead-lettered"

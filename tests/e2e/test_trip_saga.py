@@ -17,17 +17,17 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from cli.audit_cmd import audit_all
-from cli.demo_cmd import cancel, drive
-from cli.feed import EventFeed
-from cli.run_cmd import health_port, service_commands
-from cli.scenarios import COMPLETED_EFFECTS, SCENARIOS, effects, mismatches, observed
-from infra.health_server import fetch_health
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.domain.events import SagaCancelRefused, SagaRejected, SagaStarted, StepCommandSent
-from participants.effects import collect_effects
-from schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.cli.audit_cmd import audit_all
+from saga_orchestrator.cli.demo_cmd import cancel, drive
+from saga_orchestrator.cli.feed import EventFeed
+from saga_orchestrator.cli.run_cmd import health_port, service_commands
+from saga_orchestrator.cli.scenarios import COMPLETED_EFFECTS, SCENARIOS, effects, mismatches, observed
+from saga_orchestrator.infra.health_server import fetch_health
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import SagaCancelRefused, SagaRejected, SagaStarted, StepCommandSent
+from saga_orchestrator.participants.effects import collect_effects
+from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 from tests.chaos.crash_tools import started_and_warm
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack, publish, read_topic, saga_cli, terminal_events, wait_for

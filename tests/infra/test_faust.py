@@ -8,7 +8,7 @@ from pathlib import Path
 import faust
 from aiokafka import AIOKafkaProducer
 
-from infra.kafka_admin import ensure_topics
+from saga_orchestrator.infra.kafka_admin import ensure_topics
 
 MESSAGES = 50
 

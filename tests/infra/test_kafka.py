@@ -6,7 +6,7 @@ import asyncio
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from infra.kafka_admin import ensure_topics
+from saga_orchestrator.infra.kafka_admin import ensure_topics
 
 MESSAGES = 1000
 PROCESSED_BY_FIRST = 400

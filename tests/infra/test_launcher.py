@@ -16,10 +16,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from rich.console import Console
 
-from infra import launcher
-from infra.kafka_admin import broker_answers
-from infra.launcher.process import port_open
-from infra.settings import Settings
+from saga_orchestrator.infra import launcher
+from saga_orchestrator.infra.kafka_admin import broker_answers
+from saga_orchestrator.infra.launcher.process import port_open
+from saga_orchestrator.infra.settings import Settings
 from tests.conftest import run_sync
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from infra.db import create_pool, migrate, migration_files
-from outbox.writer import outbox_table_sql
+from saga_orchestrator.infra.db import create_pool, migrate, migration_files
+from saga_orchestrator.outbox.writer import outbox_table_sql
 
 pytestmark = pytest.mark.integration
 

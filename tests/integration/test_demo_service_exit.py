@@ -12,8 +12,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from infra.db import migrate
-from orchestrator.bootstrap import claim_deployment
+from saga_orchestrator.infra.db import migrate
+from saga_orchestrator.orchestrator.bootstrap import claim_deployment
 from tests.conftest import run_sync
 
 pytestmark = pytest.mark.integration
@@ -35,8 +35,8 @@ def test_a_service_that_exits_ends_the_demo_with_its_reason(kafka_bootstrap: str
            "SAGA_TOPIC_PREFIX": topic_prefix, "SAGA_HOME": str(tmp_path), "SAGA_HEALTH_PORT": "0",
            "COLUMNS": "400"}
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "cli", "demo"], env=env, capture_output=True, text=True,
-                            timeout=110)
+    result = subprocess.run([sys.executable, "-m", "saga_orchestrator.cli", "demo"], env=env, capture_output=True,
+                            text=True, timeout=110)
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stdout + result.stderr
     assert "orchestrator exited with code" in result.stdout, result.stdout

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import asyncpg
 import pytest
 
-from infra.db import migrate
-from orchestrator import wire
-from orchestrator.domain.events import Event
-from orchestrator.sagas.trip import TRIP
+from saga_orchestrator.infra.db import migrate
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import Event
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from tests.unit.saga_driver import SagaRun
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ async def test_follow_waits_for_the_saga_prints_its_events_as_recorded_and_exits
     saga_id = f"follow-{uuid.uuid4().hex[:8]}"
     history = _compensated_trip(saga_id)
     follower = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli", "history", saga_id, "--follow", "--json",
+        sys.executable, "-m", "saga_orchestrator.cli", "history", saga_id, "--follow", "--json",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "DATABASE_URL": database_url, "COLUMNS": "200"})
     try:

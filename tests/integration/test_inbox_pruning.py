@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from infra.db import create_pool, migrate
-from orchestrator.housekeeping import inbox_pruner, prune_inbox
+from saga_orchestrator.infra.db import create_pool, migrate
+from saga_orchestrator.orchestrator.housekeeping import inbox_pruner, prune_inbox
 
 pytestmark = pytest.mark.integration
 

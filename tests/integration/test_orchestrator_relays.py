@@ -12,12 +12,12 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from cli.feed import assign_from_beginning
-from cli.scenarios import SCENARIOS
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.bootstrap import run_orchestrator, run_relay
-from schemas.topics import Topics
+from saga_orchestrator.cli.feed import assign_from_beginning
+from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.bootstrap import run_orchestrator, run_relay
+from saga_orchestrator.schemas.topics import Topics
 
 pytestmark = pytest.mark.integration
 

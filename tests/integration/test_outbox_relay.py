@@ -15,10 +15,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import DefaultPartitioner
 
-from infra.db import create_pool
-from outbox.message import OutboxMessage
-from outbox.relay import OutboxRelay, relay_lock_key
-from outbox.writer import outbox_table_sql, write_outbox
+from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.outbox.message import OutboxMessage
+from saga_orchestrator.outbox.relay import OutboxRelay, relay_lock_key
+from saga_orchestrator.outbox.writer import outbox_table_sql, write_outbox
 
 pytestmark = pytest.mark.integration
 

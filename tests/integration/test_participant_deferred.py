@@ -9,15 +9,15 @@ from typing import Any
 import asyncpg
 import pytest
 
-from infra.db import create_pool
-from participants.kit.batch import Incoming, handle_commands
-from participants.kit.ddl import ensure_participant_schema
-from participants.kit.deferred import awaiting, complete
-from participants.kit.handle import Disposition, handle_command
-from participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Participant
-from participants.kit.replies import Delivery
-from participants.kit.retention import prune_processed_commands
+from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.participants.kit.batch import Incoming, handle_commands
+from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
+from saga_orchestrator.participants.kit.deferred import awaiting, complete
+from saga_orchestrator.participants.kit.handle import Disposition, handle_command
+from saga_orchestrator.participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
+from saga_orchestrator.participants.kit.participant import Participant
+from saga_orchestrator.participants.kit.replies import Delivery
+from saga_orchestrator.participants.kit.retention import prune_processed_commands
 from tests.integration.test_participants import TOPICS, command, new_saga_id, processed, replies
 
 pytestmark = pytest.mark.integration

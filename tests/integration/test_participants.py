@@ -19,15 +19,15 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from infra.db import create_pool
-from participants.effects import collect_effects, effects_by_idempotency_key_counts
-from participants.kit.ddl import ensure_participant_schema
-from participants.kit.handle import Disposition, handle_command
-from participants.kit.participant import Participant
-from participants.kit.replies import Delivery
-from participants.registry import REFERENCE_PARTICIPANTS, get_participant
-from schemas.registry import default_registry
-from schemas.topics import Topics
+from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.participants.effects import collect_effects, effects_by_idempotency_key_counts
+from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
+from saga_orchestrator.participants.kit.handle import Disposition, handle_command
+from saga_orchestrator.participants.kit.participant import Participant
+from saga_orchestrator.participants.kit.replies import Delivery
+from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
+from saga_orchestrator.schemas.registry import default_registry
+from saga_orchestrator.schemas.topics import Topics
 
 pytestmark = pytest.mark.integration
 
@@ -348,10 +348,11 @@ def _worker_env(kafka_bootstrap: str, database_url: str, prefix: str, home: Path
 @contextlib.asynccontextmanager
 async def _running_worker(names: list[str], env: dict[str, str],
                           log_path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``python -m participants.runner NAMES``, stopped with SIGTERM at the end (its returncode is then set)."""
+    """``python -m saga_orchestrator.participants.runner NAMES``, stopped with SIGTERM at the end (its returncode is
+    then set)."""
     with log_path.open("wb") as log_file:
         worker = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "participants.runner", *names,
+            sys.executable, "-m", "saga_orchestrator.participants.runner", *names,
             cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT,
         )
     try:

@@ -8,7 +8,7 @@ import time
 import asyncpg
 import pytest
 
-from outbox.relay import OutboxRelay
+from saga_orchestrator.outbox.relay import OutboxRelay
 from tests.integration.test_outbox_relay import messages, relay, write
 
 pytestmark = pytest.mark.integration

@@ -7,11 +7,11 @@ import uuid
 import asyncpg
 import pytest
 
-from cli.reproject_cmd import reproject
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.sagas.trip import default_registry
-from orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.cli.reproject_cmd import reproject
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.sagas.trip import default_registry
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from tests.e2e.harness import saga_cli
 from tests.integration.recorded import record
 from tests.unit.saga_driver import trip_run

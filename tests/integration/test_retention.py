@@ -11,19 +11,19 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from infra.chores import Chore
-from infra.db import create_pool
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.domain.events import SagaPurged
-from orchestrator.housekeeping import RETENTION_OPERATOR, retention_policy
-from orchestrator.sagas.trip import default_registry
-from orchestrator.store.postgres import PostgresStore
-from participants.kit.ddl import ensure_participant_schema
-from participants.kit.retention import prune_processed_commands
-from participants.registry import get_participant
-from participants.runtime import ParticipantRuntime
-from schemas.topics import Topics
+from saga_orchestrator.infra.chores import Chore
+from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import SagaPurged
+from saga_orchestrator.orchestrator.housekeeping import RETENTION_OPERATOR, retention_policy
+from saga_orchestrator.orchestrator.sagas.trip import default_registry
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
+from saga_orchestrator.participants.kit.retention import prune_processed_commands
+from saga_orchestrator.participants.registry import get_participant
+from saga_orchestrator.participants.runtime import ParticipantRuntime
+from saga_orchestrator.schemas.topics import Topics
 from tests.integration.recorded import record
 from tests.unit.saga_driver import trip_run
 

@@ -13,17 +13,17 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from cli.verify_cmd import verify_system
-from infra.db import create_pool, migrate, ms_to_datetime
-from infra.settings import Settings
-from orchestrator import wire
-from orchestrator.domain.events import Event
-from orchestrator.domain.state import SagaState
-from orchestrator.ports import SagaSummaryRow, StoredEvent
-from orchestrator.sagas.trip import TRIP
-from orchestrator.store.postgres import PostgresStore
-from participants.kit.ddl import ensure_participant_schema
-from participants.registry import REFERENCE_PARTICIPANTS
+from saga_orchestrator.cli.verify_cmd import verify_system
+from saga_orchestrator.infra.db import create_pool, migrate, ms_to_datetime
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import Event
+from saga_orchestrator.orchestrator.domain.state import SagaState
+from saga_orchestrator.orchestrator.ports import SagaSummaryRow, StoredEvent
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
+from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS
 from tests.unit.saga_driver import SagaRun
 
 pytestmark = pytest.mark.integration
@@ -164,7 +164,7 @@ async def test_the_command_prints_json_and_exits_1_on_a_problem(pool: asyncpg.Po
     env = {**os.environ, "DATABASE_URL": settings.dsn(), "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_servers()}
 
     def verify(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "cli", "verify", "--json", *args], env=env,
+        return subprocess.run([sys.executable, "-m", "saga_orchestrator.cli", "verify", "--json", *args], env=env,
                               capture_output=True, text=True, timeout=60)
 
     good = await asyncio.to_thread(verify, "c-ok")

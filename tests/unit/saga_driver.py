@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.domain import events as ev
-from orchestrator.domain.decide import Decision, decide
-from orchestrator.domain.definition import SagaDefinition
-from orchestrator.domain.keys import compensation_key, forward_key
-from orchestrator.domain.messages import (
+from saga_orchestrator.orchestrator.domain import events as ev
+from saga_orchestrator.orchestrator.domain.decide import Decision, decide
+from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
+from saga_orchestrator.orchestrator.domain.keys import compensation_key, forward_key
+from saga_orchestrator.orchestrator.domain.messages import (
     CancelSaga,
     CommandKind,
     IncomingMessage,
@@ -26,7 +26,7 @@ from orchestrator.domain.messages import (
     TimerFired,
     TimerKind,
 )
-from orchestrator.domain.state import SagaState, fold
+from saga_orchestrator.orchestrator.domain.state import SagaState, fold
 
 T0 = 1_000_000
 
@@ -184,7 +184,7 @@ def command_names(decision: Decision) -> list[str]:
 def trip_run(kind: str, saga_id: str = "s1", at: int = T0) -> SagaRun:
     """A trip driven to an end, or not: ``completed``, ``compensated`` (the hotel sold out), ``running`` (the
     charge in flight) or ``rejected`` (a start of an unknown type, nothing started)."""
-    from orchestrator.sagas.trip import TRIP
+    from saga_orchestrator.orchestrator.sagas.trip import TRIP
 
     run = SagaRun(None if kind == "rejected" else TRIP, saga_id=saga_id, now=at)
     if kind == "rejected":

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from cli.audit_cmd import Difference, set_purged_aside
-from orchestrator import wire
-from orchestrator.domain.purge import purged_event
-from orchestrator.sagas.trip import TRIP
+from saga_orchestrator.cli.audit_cmd import Difference, set_purged_aside
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.purge import purged_event
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from tests.unit.saga_driver import SagaRun
 
 

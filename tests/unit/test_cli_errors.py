@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from cli.scenarios import SCENARIOS
+from saga_orchestrator.cli.main import app
+from saga_orchestrator.cli.scenarios import SCENARIOS
 
 runner = CliRunner()
 TRIP = SCENARIOS["happy"].trip("cli-1")

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from client import SagaClient, SagaInputError
-from client.saga_client import _event_of, message_headers
-from orchestrator import wire
-from orchestrator.domain.events import SagaStarted
-from orchestrator.sagas.trip import default_registry
+from saga_orchestrator.client import SagaClient, SagaInputError
+from saga_orchestrator.client.saga_client import _event_of, message_headers
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import SagaStarted
+from saga_orchestrator.orchestrator.sagas.trip import default_registry
 from tests.unit.saga_driver import trip_run
 
 TRIP: dict[str, Any] = {

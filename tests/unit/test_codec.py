@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator import wire
-from orchestrator.domain.messages import CommandKind, ResultStatus, StartSaga, StepResult
-from schemas.codec import (
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.messages import CommandKind, ResultStatus, StartSaga, StepResult
+from saga_orchestrator.schemas.codec import (
     HEADER_SIZE,
     MARKER,
     InvalidRecord,
@@ -32,7 +32,7 @@ from schemas.codec import (
     crc64_avro,
     fingerprint_of,
 )
-from schemas.registry import SCHEMAS_DIR, SchemaRegistry, default_registry
+from saga_orchestrator.schemas.registry import SCHEMAS_DIR, SchemaRegistry, default_registry
 
 REGISTRY = default_registry()
 ALL_NAMES = REGISTRY.names()
@@ -260,10 +260,10 @@ def test_a_record_that_does_not_fit_its_schema_is_invalid() -> None:
 
 
 def test_the_registry_is_importable_from_the_codec_module_too() -> None:
-    import schemas.codec
+    import saga_orchestrator.schemas.codec as codec_module
 
-    assert schemas.codec.SchemaRegistry is SchemaRegistry
-    assert schemas.codec.default_registry() is REGISTRY
+    assert codec_module.SchemaRegistry is SchemaRegistry
+    assert codec_module.default_registry() is REGISTRY
 
 
 def test_wire_errors_are_value_errors_with_a_reason() -> None:

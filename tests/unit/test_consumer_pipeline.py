@@ -12,8 +12,8 @@ from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from orchestrator.consumer import OrchestratorConsumer, _Poll
-from orchestrator.envelope import Envelope, RawRecord
+from saga_orchestrator.orchestrator.consumer import OrchestratorConsumer, _Poll
+from saga_orchestrator.orchestrator.envelope import Envelope, RawRecord
 
 RESULTS = "flight.results"
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from orchestrator.domain.definition import Condition, FailureMode, RetryPolicy, SagaDefinition, Step
-from orchestrator.domain.events import SagaCompletedWithFailures, StepRetryScheduled, StepSkipped
-from orchestrator.domain.messages import TimerKind
-from orchestrator.domain.state import SagaStatus, StepStatus
+from saga_orchestrator.orchestrator.domain.definition import Condition, FailureMode, RetryPolicy, SagaDefinition, Step
+from saga_orchestrator.orchestrator.domain.events import SagaCompletedWithFailures, StepRetryScheduled, StepSkipped
+from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from tests.unit.saga_driver import Action, SagaRun, command_names, event_names
 
 

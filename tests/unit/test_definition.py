@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from orchestrator.domain.definition import (
+from saga_orchestrator.orchestrator.domain.definition import (
     Condition,
     DefinitionRegistry,
     FailureMode,
@@ -14,9 +14,9 @@ from orchestrator.domain.definition import (
     SagaDefinition,
     Step,
 )
-from orchestrator.domain.errors import DefinitionError, UnknownDefinition
-from orchestrator.domain.events import SagaRejected, SagaStarted
-from orchestrator.sagas.trip import TRIP, default_registry
+from saga_orchestrator.orchestrator.domain.errors import DefinitionError, UnknownDefinition
+from saga_orchestrator.orchestrator.domain.events import SagaRejected, SagaStarted
+from saga_orchestrator.orchestrator.sagas.trip import TRIP, default_registry
 
 UNLIMITED = RetryPolicy(max_attempts=None)
 

@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from cli.main import app
+from saga_orchestrator.cli.main import app
 
 runner = CliRunner()
 

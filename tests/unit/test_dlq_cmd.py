@@ -7,8 +7,16 @@ import base64
 import pytest
 import typer
 
-from cli.dlq_cmd import REPLAYED_FROM, NotReplayable, Parked, letter_record, matches, replay_of, select
-from orchestrator import wire
+from saga_orchestrator.cli.dlq_cmd import (
+    REPLAYED_FROM,
+    NotReplayable,
+    Parked,
+    letter_record,
+    matches,
+    replay_of,
+    select,
+)
+from saga_orchestrator.orchestrator import wire
 
 DLQ = "saga.dlq"
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra import faults
+from saga_orchestrator.infra import faults
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.domain import events as ev
-from orchestrator.domain.decide import DUPLICATE_START_REASON, decide
-from orchestrator.domain.decision import EventBase
-from orchestrator.domain.definition import SagaDefinition, Step
-from orchestrator.domain.errors import (
+from saga_orchestrator.orchestrator.domain import events as ev
+from saga_orchestrator.orchestrator.domain.decide import DUPLICATE_START_REASON, decide
+from saga_orchestrator.orchestrator.domain.decision import EventBase
+from saga_orchestrator.orchestrator.domain.definition import SagaDefinition, Step
+from saga_orchestrator.orchestrator.domain.errors import (
     DomainError,
     HistoryMismatch,
     IllegalTransition,
@@ -18,8 +18,8 @@ from orchestrator.domain.errors import (
     UnknownDefinition,
     UnknownSaga,
 )
-from orchestrator.domain.messages import CancelSaga, CommandKind, ResultStatus, StepResult
-from orchestrator.domain.state import (
+from saga_orchestrator.orchestrator.domain.messages import CancelSaga, CommandKind, ResultStatus, StepResult
+from saga_orchestrator.orchestrator.domain.state import (
     SAGA_TRANSITIONS,
     STEP_TRANSITIONS,
     TERMINAL_STATUSES,
@@ -29,8 +29,8 @@ from orchestrator.domain.state import (
     fold,
     is_transition_valid,
 )
-from orchestrator.domain.status import PURGEABLE_STATUSES
-from orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.domain.status import PURGEABLE_STATUSES
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from tests.unit.saga_driver import SagaRun, event_names
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from cli.inspect_cmd import _line, follow_events
-from orchestrator.domain.events import Event, SagaCompleted
-from orchestrator.sagas.trip import TRIP
+from saga_orchestrator.cli.inspect_cmd import _line, follow_events
+from saga_orchestrator.orchestrator.domain.events import Event, SagaCompleted
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from tests.unit.saga_driver import SagaRun
 
 

@@ -8,12 +8,12 @@ import logging
 
 import pytest
 
-from cli.run_cmd import health_port, service_commands
-from infra.health import Dependency, ServiceHealth
-from infra.health_server import HealthMonitor, fetch_health, kafka_error, serve_health
-from infra.settings import Settings
-from infra.startup import StartupStopped, retry_startup
-from orchestrator.bootstrap import TIMER_HOLD_AFTER_JOIN_S, TIMER_HOLD_AFTER_OUTAGE_S, timer_hold
+from saga_orchestrator.cli.run_cmd import health_port, service_commands
+from saga_orchestrator.infra.health import Dependency, ServiceHealth
+from saga_orchestrator.infra.health_server import HealthMonitor, fetch_health, kafka_error, serve_health
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.infra.startup import StartupStopped, retry_startup
+from saga_orchestrator.orchestrator.bootstrap import TIMER_HOLD_AFTER_JOIN_S, TIMER_HOLD_AFTER_OUTAGE_S, timer_hold
 
 
 class Clock:

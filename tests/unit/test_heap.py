@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.heap import YOUNG_COLLECTION_EVERY, settle_service_heap
+from saga_orchestrator.infra.heap import YOUNG_COLLECTION_EVERY, settle_service_heap
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.horizon import HOLD_ALL, PartitionProgress, partition_horizon, read_horizon
+from saga_orchestrator.orchestrator.horizon import HOLD_ALL, PartitionProgress, partition_horizon, read_horizon
 
 
 def progress(position: int, end: int | None, checked: int | None = 5_000, last: int | None = None) -> PartitionProgress:

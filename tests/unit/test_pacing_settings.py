@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from infra.settings import Settings
-from orchestrator.consumer import FETCH_WAIT_MS
-from participants.runner import BATCH_WITHIN_S
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.consumer import FETCH_WAIT_MS
+from saga_orchestrator.participants.runner import BATCH_WITHIN_S
 
 
 def test_defaults() -> None:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain.messages import CommandKind
-from participants.kit.bulk import insert_rows
-from participants.kit.handle import decode_command
-from participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
-from participants.kit.participant import Call, Participant
-from participants.kit.replies import (
+from saga_orchestrator.orchestrator.domain.messages import CommandKind
+from saga_orchestrator.participants.kit.bulk import insert_rows
+from saga_orchestrator.participants.kit.handle import decode_command
+from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
+from saga_orchestrator.participants.kit.participant import Call, Participant
+from saga_orchestrator.participants.kit.replies import (
     Delivery,
     dead_letter_message,
     header_pairs,
@@ -22,7 +22,7 @@ from participants.kit.replies import (
     outcome_message,
     reply_message_id,
 )
-from schemas.registry import default_registry
+from saga_orchestrator.schemas.registry import default_registry
 
 TRIP = {
     "customer_id": "cust_1", "origin": "LHR", "destination": "JFK", "depart_date": "2030-01-01",

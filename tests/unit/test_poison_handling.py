@@ -8,22 +8,22 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator import wire
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.events import SagaRejected
-from orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem, nul_field
-from orchestrator.domain.messages import CancelSaga, StartSaga
-from orchestrator.envelope import Envelope, RawRecord, Rejection
-from orchestrator.outbound import dead_letter_message
-from orchestrator.parsing import MAX_REASON_CHARS, MAX_START_SAGA_BYTES, RecordParser
-from orchestrator.sagas.trip import TRIP
-from orchestrator.service import Outcome, SagaService
-from orchestrator.store.memory import MemoryStore
-from participants.kit import replies
-from participants.kit.handle import _key_problem, decode_command
-from schemas.codec import WireError
-from schemas.registry import default_registry
-from schemas.topics import Topics
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
+from saga_orchestrator.orchestrator.domain.events import SagaRejected
+from saga_orchestrator.orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem, nul_field
+from saga_orchestrator.orchestrator.domain.messages import CancelSaga, StartSaga
+from saga_orchestrator.orchestrator.envelope import Envelope, RawRecord, Rejection
+from saga_orchestrator.orchestrator.outbound import dead_letter_message
+from saga_orchestrator.orchestrator.parsing import MAX_REASON_CHARS, MAX_START_SAGA_BYTES, RecordParser
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.service import Outcome, SagaService
+from saga_orchestrator.orchestrator.store.memory import MemoryStore
+from saga_orchestrator.participants.kit import replies
+from saga_orchestrator.participants.kit.handle import _key_problem, decode_command
+from saga_orchestrator.schemas.codec import WireError
+from saga_orchestrator.schemas.registry import default_registry
+from saga_orchestrator.schemas.topics import Topics
 
 TOPICS = Topics("")
 TRIP_INPUT = {

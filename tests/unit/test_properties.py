@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note
 from hypothesis import strategies as st
 
-from orchestrator.domain import events as ev
-from orchestrator.domain.decide import TIMED_OUT_ERROR, decide
-from orchestrator.domain.decision import DecisionBuilder, live_timer_ids
-from orchestrator.domain.definition import Condition, FailureMode, RetryPolicy, SagaDefinition, Step
-from orchestrator.domain.messages import (
+from saga_orchestrator.orchestrator.domain import events as ev
+from saga_orchestrator.orchestrator.domain.decide import TIMED_OUT_ERROR, decide
+from saga_orchestrator.orchestrator.domain.decision import DecisionBuilder, live_timer_ids
+from saga_orchestrator.orchestrator.domain.definition import Condition, FailureMode, RetryPolicy, SagaDefinition, Step
+from saga_orchestrator.orchestrator.domain.messages import (
     CommandKind,
     ResultStatus,
     StepCommand,
@@ -27,8 +27,8 @@ from orchestrator.domain.messages import (
     TimerFired,
     TimerKind,
 )
-from orchestrator.domain.progress import advance
-from orchestrator.domain.state import (
+from saga_orchestrator.orchestrator.domain.progress import advance
+from saga_orchestrator.orchestrator.domain.state import (
     SagaState,
     SagaStatus,
     StepStatus,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import wire
-from orchestrator.domain import events as ev
-from orchestrator.domain.decide import DUPLICATE_START_REASON, decide
-from orchestrator.domain.errors import HistoryMismatch, IllegalTransition
-from orchestrator.domain.messages import (
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain import events as ev
+from saga_orchestrator.orchestrator.domain.decide import DUPLICATE_START_REASON, decide
+from saga_orchestrator.orchestrator.domain.errors import HistoryMismatch, IllegalTransition
+from saga_orchestrator.orchestrator.domain.messages import (
     CancelSaga,
     CommandKind,
     IncomingMessage,
@@ -21,9 +21,9 @@ from orchestrator.domain.messages import (
     TimerFired,
     TimerKind,
 )
-from orchestrator.domain.purge import may_purge, purged_digest, purged_event
-from orchestrator.domain.state import SagaState, SagaStatus, apply_event, fold
-from orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.domain.purge import may_purge, purged_digest, purged_event
+from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus, apply_event, fold
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from tests.unit.saga_driver import SagaRun, trip_run
 
 NOW = 2_000_000

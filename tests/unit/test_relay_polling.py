@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from outbox.relay import OutboxRelay
+from saga_orchestrator.outbox.relay import OutboxRelay
 
 
 def idle_relay() -> OutboxRelay:

@@ -6,12 +6,12 @@ import logging
 
 import pytest
 
-from infra.health import ServiceHealth
-from orchestrator.domain.decide import Decision
-from orchestrator.domain.messages import TimerKind
-from orchestrator.metrics import SagaMetrics, alert_due
-from orchestrator.sagas.trip import TRIP
-from orchestrator.writes import Settled
+from saga_orchestrator.infra.health import ServiceHealth
+from saga_orchestrator.orchestrator.domain.decide import Decision
+from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.metrics import SagaMetrics, alert_due
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.writes import Settled
 from tests.unit.saga_driver import SagaRun
 
 

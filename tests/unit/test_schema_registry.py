@@ -12,8 +12,8 @@ import avro.io
 import avro.schema
 import pytest
 
-from schemas.codec import MARKER
-from schemas.registry import SCHEMAS_DIR, SchemaRegistry, default_registry, load_tree
+from saga_orchestrator.schemas.codec import MARKER
+from saga_orchestrator.schemas.registry import SCHEMAS_DIR, SchemaRegistry, default_registry, load_tree
 
 START = "saga.v1.StartSaga"
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from cli.scenarios import SCENARIOS
-from orchestrator import wire
-from orchestrator.domain.messages import ResultStatus, StepResult
-from orchestrator.envelope import Envelope
-from orchestrator.ports import ConcurrencyConflict
-from orchestrator.sagas.trip import default_registry
-from orchestrator.service import Outcome, SagaService
-from orchestrator.store.memory import MemoryStore, MemoryUnitOfWork
-from schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.messages import ResultStatus, StepResult
+from saga_orchestrator.orchestrator.envelope import Envelope
+from saga_orchestrator.orchestrator.ports import ConcurrencyConflict
+from saga_orchestrator.orchestrator.sagas.trip import default_registry
+from saga_orchestrator.orchestrator.service import Outcome, SagaService
+from saga_orchestrator.orchestrator.store.memory import MemoryStore, MemoryUnitOfWork
+from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 
 T0 = 1_700_000_000_000
 TOPICS = Topics("t.")

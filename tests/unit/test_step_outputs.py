@@ -3,8 +3,8 @@ own forward output (what it has to undo)."""
 
 from __future__ import annotations
 
-from orchestrator.domain.messages import CommandKind, ResultStatus, TimerKind
-from orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.domain.messages import CommandKind, ResultStatus, TimerKind
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from tests.unit.saga_driver import SagaRun
 
 FLIGHT, HOTEL, CHARGE, NOTIFY = "book_flight", "book_hotel", "charge_card", "send_itinerary"

@@ -7,7 +7,7 @@ import logging
 import orjson
 import pytest
 
-from infra.logging import JsonFormatter, KeyValueFormatter, configure_logging
+from saga_orchestrator.infra.logging import JsonFormatter, KeyValueFormatter, configure_logging
 
 
 def _record(msg: str, **extra: object) -> logging.LogRecord:

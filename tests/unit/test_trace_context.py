@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from cli.scenarios import SCENARIOS
-from orchestrator import wire
-from orchestrator.domain.decide import decide
-from orchestrator.domain.definition import DefinitionRegistry
-from orchestrator.domain.events import SagaStarted
-from orchestrator.domain.limits import valid_traceparent
-from orchestrator.domain.messages import StartSaga
-from orchestrator.domain.state import fold
-from orchestrator.envelope import Envelope, RawRecord
-from orchestrator.parsing import RecordParser
-from orchestrator.sagas.trip import TRIP
-from orchestrator.writes import PendingWrites
-from participants.kit.handle import parse_delivery
-from participants.kit.replies import Delivery, RecordedReply, step_result_message
-from schemas.registry import default_registry
-from schemas.topics import Topics
+from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.decide import decide
+from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
+from saga_orchestrator.orchestrator.domain.events import SagaStarted
+from saga_orchestrator.orchestrator.domain.limits import valid_traceparent
+from saga_orchestrator.orchestrator.domain.messages import StartSaga
+from saga_orchestrator.orchestrator.domain.state import fold
+from saga_orchestrator.orchestrator.envelope import Envelope, RawRecord
+from saga_orchestrator.orchestrator.parsing import RecordParser
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.writes import PendingWrites
+from saga_orchestrator.participants.kit.handle import parse_delivery
+from saga_orchestrator.participants.kit.replies import Delivery, RecordedReply, step_result_message
+from saga_orchestrator.schemas.registry import default_registry
+from saga_orchestrator.schemas.topics import Topics
 
 TOPICS = Topics()
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from cli.verify_rules import (
+from saga_orchestrator.cli.verify_rules import (
     RULES,
     EffectRules,
     PendingTimer,
@@ -16,9 +16,9 @@ from cli.verify_rules import (
     summary_problems,
     why_not_terminal,
 )
-from orchestrator.domain.state import SagaState, SagaStatus
-from orchestrator.ports import SagaSummaryRow
-from orchestrator.sagas.trip import TRIP
+from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus
+from saga_orchestrator.orchestrator.ports import SagaSummaryRow
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from tests.unit.saga_driver import SagaRun
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import wire
-from orchestrator.domain.events import EVENT_TYPES, Event, SagaCompletedWithFailures, StepSucceeded
-from orchestrator.domain.messages import (
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.events import EVENT_TYPES, Event, SagaCompletedWithFailures, StepSucceeded
+from saga_orchestrator.orchestrator.domain.messages import (
     CancelSaga,
     CommandKind,
     ResultStatus,
@@ -19,8 +19,8 @@ from orchestrator.domain.messages import (
     StepCommand,
     StepResult,
 )
-from schemas.codec import WrongSchema
-from schemas.registry import default_registry
+from saga_orchestrator.schemas.codec import WrongSchema
+from saga_orchestrator.schemas.registry import default_registry
 
 REGISTRY = default_registry()
 

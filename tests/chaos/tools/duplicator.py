@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from infra.settings import Settings
+from saga_orchestrator.infra.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
-from client.saga_client import topic_partitions
-from infra.settings import Settings
-from orchestrator import wire
-from schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.client.saga_client import topic_partitions
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 from tests.chaos.tools.poison import PoisonFactory, PoisonRecord
 
 LARGE_REQUEST = 4 * 1024 * 1024  # lets the producer hand the broker records above the 1 MiB default

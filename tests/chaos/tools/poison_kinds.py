@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from orchestrator import wire
-from orchestrator.domain.messages import CancelSaga, StartSaga
-from schemas.codec import HEADER_SIZE, MARKER
-from schemas.registry import DEFAULT_MAX_VALUE_SIZE
+from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.orchestrator.domain.messages import CancelSaga, StartSaga
+from saga_orchestrator.schemas.codec import HEADER_SIZE, MARKER
+from saga_orchestrator.schemas.registry import DEFAULT_MAX_VALUE_SIZE
 
 if TYPE_CHECKING:
     from tests.chaos.tools.poison import PoisonFactory
