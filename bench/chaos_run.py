@@ -29,10 +29,10 @@ from saga_orchestrator.cli.scenarios import SCENARIOS
 from saga_orchestrator.cli.verify_cmd import VerifyReport, verify_system
 from saga_orchestrator.infra import launcher
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.events import SagaStarted
-from saga_orchestrator.orchestrator.domain.messages import CancelSaga
 from saga_orchestrator.participants.runner import hosted_participants
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import SagaStarted
+from saga_orchestrator.schemas.message_types import CancelSaga
 from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.tools.duplicator import Duplicator
 from tests.e2e.harness import Stack

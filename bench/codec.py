@@ -9,9 +9,9 @@ import argparse
 import time
 from collections.abc import Callable
 
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.events import StepCommandSent
-from saga_orchestrator.orchestrator.domain.messages import CommandKind, ResultStatus, StepResult
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import StepCommandSent
+from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StepResult
 from saga_orchestrator.schemas.registry import default_registry
 
 RESULT = StepResult(

@@ -18,10 +18,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.table import Table
 
 from bench.probes import percentile
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.events import SagaStarted, StepCommandSent, StepSucceeded
-from saga_orchestrator.orchestrator.domain.messages import CommandKind
 from saga_orchestrator.participants.registry import get_participant
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import SagaStarted, StepCommandSent, StepSucceeded
+from saga_orchestrator.schemas.message_types import CommandKind
 from saga_orchestrator.schemas.registry import default_registry
 from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 

@@ -8,16 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from saga_orchestrator.orchestrator.domain.decide import decide
-from saga_orchestrator.orchestrator.domain.events import Event
-from saga_orchestrator.orchestrator.domain.messages import (
-    CommandKind,
-    IncomingMessage,
-    ResultStatus,
-    StartSaga,
-    StepResult,
-)
+from saga_orchestrator.orchestrator.domain.messages import IncomingMessage
 from saga_orchestrator.orchestrator.domain.state import SagaState, fold
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.schemas.event_types import Event
+from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StartSaga, StepResult
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 

@@ -13,10 +13,10 @@ from rich.progress import Progress
 from saga_orchestrator.cli.feed import assign_from_beginning
 from saga_orchestrator.cli.run_cmd import Services, exited_services
 from saga_orchestrator.cli.scenarios import SCENARIOS
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.events import TERMINAL_EVENTS, SagaStarted
-from saga_orchestrator.orchestrator.wire import EVENTS_NAMESPACE
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import TERMINAL_EVENTS, SagaStarted
 from saga_orchestrator.schemas.registry import default_registry
+from saga_orchestrator.schemas.wire import EVENTS_NAMESPACE
 
 # The load generator shares the machine it measures: every request it sends costs the broker and itself a
 # loopback round trip, so it publishes in ticks and reads lazily. Latency does not depend on how soon the

@@ -10,13 +10,13 @@ import typer
 from rich.table import Table
 
 from ..infra.settings import Settings
-from ..orchestrator import wire
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import DefinitionRegistry
-from ..orchestrator.domain.events import Event, SagaPurged
 from ..orchestrator.domain.purge import purged_digest
 from ..orchestrator.domain.state import fold
 from ..orchestrator.store.postgres import PostgresStore
+from ..schemas import wire
+from ..schemas.event_types import Event, SagaPurged
 from .context import console, database, run, settings, topics
 from .feed import EventFeed
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import typer
 
-from ..client.saga_client import SagaClient, SagaInputError, message_headers
-from ..orchestrator import wire
+from ..client.saga_client import SagaClient, SagaInputError, client_headers
 from ..orchestrator.bootstrap import definitions
-from ..orchestrator.domain.events import SagaCompleted, SagaStarted
-from ..orchestrator.domain.messages import CancelSaga, ResumeCompensation
 from ..orchestrator.domain.state import SagaStatus, fold
+from ..schemas import wire
+from ..schemas.event_types import SagaCompleted, SagaStarted
+from ..schemas.message_types import CancelSaga, ResumeCompensation
 from .context import console, fail, producer, run, settings, topics
 from .inspect_cmd import follow, load_events_of
 
@@ -103,4 +103,4 @@ def resume(
 
 async def _publish(current: Any, topic: str, saga_id: str, value: bytes, saga_type: str | None) -> None:
     async with producer(current) as kafka:
-        await kafka.send_and_wait(topic, value=value, key=saga_id.encode(), headers=message_headers(saga_id, saga_type))
+        await kafka.send_and_wait(topic, value=value, key=saga_id.encode(), headers=client_headers(saga_id, saga_type))

@@ -13,11 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..infra.settings import Settings
-from ..orchestrator import wire
 from ..orchestrator.bootstrap import prepare
-from ..orchestrator.domain.events import SagaStarted
-from ..orchestrator.domain.messages import CancelSaga
 from ..participants.effects import collect_effects
+from ..schemas import wire
+from ..schemas.event_types import SagaStarted
+from ..schemas.message_types import CancelSaga
 from .context import console, database, producer, settings, topics
 from .feed import EventFeed
 from .run_cmd import Services, exited_services, start_services, stop_services

@@ -23,8 +23,9 @@ from aiokafka import AIOKafkaConsumer
 from rich.table import Table
 
 from ..infra.settings import Settings
-from ..orchestrator import wire
+from ..schemas import wire
 from ..schemas.codec import WireError
+from ..schemas.message_types import DeadLetter
 from .context import console, fail, producer, run, settings, topics
 from .feed import assign_from_beginning
 from .inspect_cmd import parse_duration, when
@@ -42,7 +43,7 @@ class Parked:
     partition: int
     offset: int
     timestamp_ms: int
-    letter: wire.DeadLetter | None
+    letter: DeadLetter | None
 
     @property
     def position(self) -> str:

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ..client.saga_client import topic_partitions
-from ..orchestrator import wire
-from ..orchestrator.domain.events import TERMINAL_EVENTS, Event
+from ..schemas import wire
 from ..schemas.codec import WireError
+from ..schemas.event_types import TERMINAL_EVENTS, Event
 
 
 async def assign_from_beginning(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:

@@ -13,11 +13,11 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from ..orchestrator import wire
 from ..orchestrator.bootstrap import definitions
-from ..orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaPurged, SagaRejected, SagaStarted
 from ..orchestrator.domain.state import SagaStatus, fold
 from ..orchestrator.store.postgres import PostgresStore
+from ..schemas import wire
+from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaPurged, SagaRejected, SagaStarted
 from .context import console, database, fail, run, settings
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")

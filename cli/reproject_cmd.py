@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 import typer
 from rich.table import Table
 
-from ..orchestrator import wire
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import DefinitionRegistry
-from ..orchestrator.domain.events import Event
 from ..orchestrator.domain.state import SagaState, fold
 from ..orchestrator.store.postgres import PostgresStore
 from ..orchestrator.writes import summary_of
+from ..schemas import wire
+from ..schemas.event_types import Event
 from .context import console, database, run, settings
 from .verify_rules import summary_problems
 

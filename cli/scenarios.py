@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..orchestrator import wire
-from ..orchestrator.domain.messages import StartSaga
 from ..participants.effects import SagaEffects
+from ..schemas import wire
+from ..schemas.message_types import StartSaga
 
 TRIP_REQUEST = "saga.v1.trip.TripRequest"
 

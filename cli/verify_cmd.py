@@ -22,13 +22,13 @@ from rich.table import Table
 
 from ..infra.db import create_pool, datetime_to_ms
 from ..infra.settings import Settings
-from ..orchestrator import wire
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import DefinitionRegistry
-from ..orchestrator.domain.events import Event, SagaStarted
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
 from ..orchestrator.ports import SagaSummaryRow
 from ..participants.effects import collect_effects, effects_by_idempotency_key_counts
+from ..schemas import wire
+from ..schemas.event_types import Event, SagaStarted
 from .context import console, fail, run, settings
 from .verify_rules import RULES, PendingTimer, effect_problems, summary_problems, why_not_terminal
 

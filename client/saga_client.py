@@ -14,19 +14,20 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Protocol, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from ..infra.references import load_references
 from ..infra.settings import Settings
-from ..orchestrator import wire
-from ..orchestrator.domain.definition import DefinitionRegistry
-from ..orchestrator.domain.events import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted, StepSucceeded
-from ..orchestrator.domain.limits import id_problem, valid_traceparent
-from ..orchestrator.domain.messages import CancelSaga, ResumeCompensation, StartSaga
-from ..outbox.batches import partition_for
+from ..schemas import wire
 from ..schemas.codec import WireError
+from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted, StepSucceeded
+from ..schemas.headers import kafka_headers, message_headers, valid_traceparent
+from ..schemas.limits import id_problem
+from ..schemas.message_types import CancelSaga, ResumeCompensation, StartSaga
+from ..schemas.partitioning import partition_for
 from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
 from ..schemas.validation import input_problems
@@ -54,26 +55,57 @@ class StartRefused(Exception):
         self.event = event
 
 
-class SagaClient:
-    """A connection to one deployment (bootstrap servers and topic prefix) that starts and follows sagas."""
+class SagaType(Protocol):
+    """What the client reads of a saga definition: its type, version and the record its input must be."""
 
-    def __init__(self, bootstrap_servers: str, definitions: DefinitionRegistry, *, topic_prefix: str = "",
+    @property
+    def saga_type(self) -> str: ...
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def input_schema(self) -> str: ...
+
+
+def input_records(definitions: Iterable[SagaType]) -> dict[str, str]:
+    """Saga type → full name of its input record, from the latest version of each type's definition."""
+    latest: dict[str, SagaType] = {}
+    for definition in definitions:
+        known = latest.get(definition.saga_type)
+        if known is None or known.version < definition.version:
+            latest[definition.saga_type] = definition
+    return {saga_type: definition.input_schema for saga_type, definition in latest.items()}
+
+
+class SagaClient:
+    """A connection to one deployment (bootstrap servers and topic prefix) that starts and follows sagas.
+
+    ``input_records`` maps each saga type the client may start to the full name of its input record (see
+    ``input_records``), which ``schemas`` must hold.
+    """
+
+    def __init__(self, bootstrap_servers: str, input_records: Mapping[str, str], *, topic_prefix: str = "",
                  schemas: SchemaRegistry | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topics = Topics(topic_prefix)
-        self._definitions = definitions
+        self._input_records = dict(input_records)
         self._schemas = schemas or default_registry()
         self._producer: AIOKafkaProducer | None = None
         self._lookup: AIOKafkaConsumer | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> SagaClient:
+    def from_settings(cls, settings: Settings | None = None, *, schemas: SchemaRegistry | None = None) -> SagaClient:
         """A client for the deployment the environment describes (KAFKA_BOOTSTRAP_SERVERS, SAGA_TOPIC_PREFIX,
-        SAGA_DEFINITIONS for the saga types and their input records)."""
-        from ..orchestrator.bootstrap import definitions  # the definitions' modules load only when asked
-
+        and SAGA_DEFINITIONS for the saga types and their input records)."""
         current = settings or Settings()
-        return cls(current.kafka_servers(), definitions(current), topic_prefix=current.saga_topic_prefix)
+        found = load_references(current.saga_definitions)
+        for reference, definition in found.items():
+            if not all(hasattr(definition, name) for name in ("saga_type", "version", "input_schema")):
+                raise ValueError(f"{reference} is not a saga definition (it has no saga_type, version and "
+                                 "input_schema)")
+        return cls(current.kafka_servers(), input_records(cast(list[SagaType], list(found.values()))),
+                   topic_prefix=current.saga_topic_prefix, schemas=schemas)
 
     async def __aenter__(self) -> SagaClient:
         await self.connect()
@@ -108,19 +140,19 @@ class SagaClient:
     def encode_start(self, saga_type: str, saga_id: str, saga_input: Mapping[str, Any],
                      tenant_id: str | None = None) -> bytes:
         """The StartSaga record for these arguments; SagaInputError says what to fix."""
-        definition = self._definitions.latest(saga_type)
-        if definition is None:
-            known = ", ".join(sorted(self._definitions.types()))
+        input_record = self._input_records.get(saga_type)
+        if input_record is None:
+            known = ", ".join(sorted(self._input_records))
             raise SagaInputError("saga_type", f"unknown saga type {saga_type!r}; known types: {known}")
         if not saga_id.strip():
             raise SagaInputError("saga_id", "must not be empty")
         if problem := id_problem(saga_id, "the id"):
             raise SagaInputError("saga_id", problem.removeprefix("the id "))
-        misfit = f"does not fit {definition.input_schema}"
-        if problems := input_problems(self._schemas, definition.input_schema, saga_input):
+        misfit = f"does not fit {input_record}"
+        if problems := input_problems(self._schemas, input_record, saga_input):
             raise SagaInputError("saga_input", f"{misfit}: {'; '.join(problems)}")
         try:
-            encoded_input = self._schemas.encode(definition.input_schema, dict(saga_input))
+            encoded_input = self._schemas.encode(input_record, dict(saga_input))
         except WireError as error:
             raise SagaInputError("saga_input", f"{misfit}: {error}") from error
         return wire.encode_start(StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
@@ -156,7 +188,7 @@ class SagaClient:
                       traceparent: str | None = None) -> None:
         """Publish one encoded record keyed by ``saga_id`` with a fresh ``message_id`` header."""
         await self._connected_producer().send_and_wait(topic, value=value, key=saga_id.encode(),
-                                                       headers=message_headers(saga_id, saga_type, traceparent))
+                                                       headers=client_headers(saga_id, saga_type, traceparent))
 
     async def events_partition(self, saga_id: str) -> TopicPartition:
         """The partition of ``saga.events`` that holds ``saga_id``'s events."""
@@ -249,16 +281,12 @@ class SagaHandle:
         return partition, await self._client.offset_at(partition, self._since_ms)
 
 
-def message_headers(saga_id: str, saga_type: str | None = None,
-                    traceparent: str | None = None) -> list[tuple[str, bytes]]:
+def client_headers(saga_id: str, saga_type: str | None = None,
+                   traceparent: str | None = None) -> list[tuple[str, bytes]]:
     """The headers of a record a client publishes: a fresh ``message_id`` (the orchestrator dedupes on it),
     the saga id and type, and the trace context when there is one."""
-    headers = [("message_id", str(uuid.uuid4()).encode()), ("saga_id", saga_id.encode())]
-    if saga_type:
-        headers.append(("saga_type", saga_type.encode()))
-    if traceparent:
-        headers.append(("traceparent", traceparent.encode()))
-    return headers
+    return kafka_headers(message_headers(str(uuid.uuid4()), saga_id=saga_id, saga_type=saga_type,
+                                         traceparent=traceparent))
 
 
 def _event_of(key: bytes | None, value: bytes | None, wanted_key: bytes, saga_id: str) -> Event | None:

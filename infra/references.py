@@ -29,3 +29,8 @@ def load_reference(reference: str) -> object:
         return getattr(module, attribute)
     except AttributeError:
         raise ValueError(f"module {module_name} has no attribute {attribute}") from None
+
+
+def load_references(references: str) -> dict[str, object]:
+    """The objects a comma-separated list of ``module:attribute`` references names, by reference."""
+    return {reference.strip(): load_reference(reference) for reference in references.split(",") if reference.strip()}

@@ -13,7 +13,7 @@ from ..infra.db import create_pool, migrate
 from ..infra.health import ServiceHealth
 from ..infra.health_server import health_running
 from ..infra.kafka_admin import ensure_topics
-from ..infra.references import load_reference
+from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..infra.startup import StartupStopped, retry_startup
 from ..outbox.relay import MAX_POLL_MS, OutboxRelay
@@ -73,12 +73,9 @@ def definitions(settings: Settings | None = None) -> DefinitionRegistry:
     """The saga definitions named by SAGA_DEFINITIONS."""
     current = settings or Settings()
     registry = DefinitionRegistry()
-    for path in current.saga_definitions.split(","):
-        if not path.strip():
-            continue
-        definition = load_reference(path)
+    for reference, definition in load_references(current.saga_definitions).items():
         if not isinstance(definition, SagaDefinition):
-            raise ValueError(f"{path} is not a SagaDefinition")
+            raise ValueError(f"{reference} is not a SagaDefinition")
         registry.register(definition)
     return registry
 

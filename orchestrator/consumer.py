@@ -15,7 +15,8 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
 from ..infra.startup import sleep_or_stop
-from .envelope import Envelope, RawRecord, Rejection
+from ..schemas.records import ConsumedRecord
+from .envelope import Envelope, Rejection
 from .horizon import HOLD_ALL, PartitionProgress, read_horizon
 from .parsing import RecordParser
 from .service import SagaService
@@ -47,9 +48,9 @@ class _Poll:
     task: asyncio.Task[None]
 
 
-def to_raw(record: ConsumerRecord) -> RawRecord:
+def to_raw(record: ConsumerRecord) -> ConsumedRecord:
     """Keep a consumed record's original bytes and headers."""
-    return RawRecord(topic=record.topic, partition=record.partition, offset=record.offset, key=record.key,
+    return ConsumedRecord(topic=record.topic, partition=record.partition, offset=record.offset, key=record.key,
                      value=record.value, headers=tuple((k, v) for k, v in (record.headers or ())))
 
 
@@ -200,7 +201,7 @@ class OrchestratorConsumer:
 
     async def _process_until_done(self, batches: Iterable[list[ConsumerRecord]],
                                   stop: asyncio.Event) -> None:
-        by_saga: dict[bytes | None, list[RawRecord]] = defaultdict(list)
+        by_saga: dict[bytes | None, list[ConsumedRecord]] = defaultdict(list)
         for records in batches:
             for record in records:
                 by_saga[record.key].append(to_raw(record))
@@ -223,19 +224,19 @@ class OrchestratorConsumer:
                 await sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
-    def _chunks(self, sagas: list[list[RawRecord]]) -> list[list[list[RawRecord]]]:
+    def _chunks(self, sagas: list[list[ConsumedRecord]]) -> list[list[list[ConsumedRecord]]]:
         """Spread a poll's sagas over transactions of at least ``MIN_BATCH`` messages (a transaction costs
         about the same whatever its size) and at most ``batch_size``; up to ``concurrency`` of them run at
         once, so the Postgres work of one overlaps the decisions of another."""
         total = sum(len(raws) for raws in sagas)
         wanted = max(-(-total // self._batch_size), min(self._concurrency, total // MIN_BATCH))
         count = max(1, min(len(sagas), wanted))
-        chunks: list[list[list[RawRecord]]] = [[] for _ in range(count)]
+        chunks: list[list[list[ConsumedRecord]]] = [[] for _ in range(count)]
         for index, raws in enumerate(sagas):
             chunks[index % count].append(raws)
         return chunks
 
-    async def _process_chunk(self, sagas: list[list[RawRecord]]) -> None:
+    async def _process_chunk(self, sagas: list[list[ConsumedRecord]]) -> None:
         """One transaction for the chunk's parseable messages and one for the sagas whose records were all
         rejected; sagas with both go one message at a time, so each saga's messages keep their order."""
         async with self._slots:

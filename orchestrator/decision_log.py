@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from .domain.events import Event, StepCommandSent, StepSucceeded
+from ..schemas.event_types import Event, StepCommandSent, StepSucceeded
 
 log = logging.getLogger("saga.orchestrator")
 

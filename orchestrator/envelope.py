@@ -4,35 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..schemas.records import ConsumedRecord
 from .domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
 from .ports import TimerRow
-
-
-@dataclass(frozen=True)
-class RawRecord:
-    """The original bytes of a consumed record, kept so a rejected one can be dead-lettered intact."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-
-    def header(self, name: str) -> str | None:
-        """The first header called ``name`` as text, or None when absent or not UTF-8."""
-        for key, value in self.headers:
-            if key == name and value is not None:
-                try:
-                    return value.decode("utf-8")
-                except UnicodeDecodeError:
-                    return None
-        return None
-
-    @property
-    def position_id(self) -> str:
-        """Identity of a record that carries no message_id header (frozen format)."""
-        return f"{self.topic}:{self.partition}:{self.offset}"
 
 
 @dataclass(frozen=True)
@@ -41,14 +15,14 @@ class Envelope:
 
     message: IncomingMessage
     message_id: str
-    raw: RawRecord | None = None
+    raw: ConsumedRecord | None = None
 
 
 @dataclass(frozen=True)
 class Rejection:
     """A record that cannot be handled: it goes to the dead-letter topic with ``reason``."""
 
-    raw: RawRecord
+    raw: ConsumedRecord
     reason: str
     saga_id: str | None = None
     saga_type: str | None = None

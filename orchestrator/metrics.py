@@ -12,7 +12,7 @@ import logging
 from prometheus_client import Counter, Histogram
 
 from ..infra.health import ServiceHealth
-from .domain import events as ev
+from ..schemas import event_types as ev
 from .writes import Settled
 
 log = logging.getLogger("saga.orchestrator.alerts")

@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..schemas.codec import SchemaRegistry, WireError
-from ..schemas.registry import DEFAULT_MAX_VALUE_SIZE
-from ..schemas.topics import PARTICIPANTS, Topics
-from . import wire
-from .domain.definition import DefinitionRegistry
-from .domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field, valid_traceparent
-from .domain.messages import (
-    CancelSaga,
-    IncomingMessage,
-    ResumeCompensation,
-    StartSaga,
-    StepResult,
+from ..schemas import wire
+from ..schemas.codec import WireError
+from ..schemas.headers import valid_traceparent
+from ..schemas.limits import (
+    MAX_MESSAGE_ID_BYTES,
+    MAX_REJECTION_REASON_CHARS,
+    MAX_START_SAGA_BYTES,
+    id_problem,
+    nul_field,
 )
-from .envelope import Envelope, RawRecord, Rejection
-
-MAX_REASON_CHARS = 2_000
-MAX_START_SAGA_BYTES = DEFAULT_MAX_VALUE_SIZE - 16 * 1024
-"""Largest StartSaga accepted. Its SagaStarted event and its commands copy the input, add ids and headers,
-and must still fit the codec's limit and a default Kafka record batch (1 MiB), or recording the saga would
-fail on every redelivery."""
+from ..schemas.message_types import CancelSaga, ResumeCompensation, StartSaga, StepResult
+from ..schemas.records import ConsumedRecord
+from ..schemas.registry import SchemaRegistry
+from ..schemas.topics import PARTICIPANTS, Topics
+from .domain.definition import DefinitionRegistry
+from .domain.messages import IncomingMessage
+from .envelope import Envelope, Rejection
 
 
 class RecordParser:
@@ -44,15 +41,15 @@ class RecordParser:
         """The participants' results topics among them."""
         return frozenset(self._results_topics)
 
-    def parse(self, raw: RawRecord) -> Envelope | Rejection:
+    def parse(self, raw: ConsumedRecord) -> Envelope | Rejection:
         """Decode ``raw``; never raises for bad input."""
         parsed = self._parse(raw)
-        if isinstance(parsed, Rejection) and len(parsed.reason) > MAX_REASON_CHARS:
+        if isinstance(parsed, Rejection) and len(parsed.reason) > MAX_REJECTION_REASON_CHARS:
             # A reason quotes ids and decoder errors; it goes into an event and a dead letter, so keep it small.
-            return dataclasses.replace(parsed, reason=parsed.reason[:MAX_REASON_CHARS] + "...")
+            return dataclasses.replace(parsed, reason=parsed.reason[:MAX_REJECTION_REASON_CHARS] + "...")
         return parsed
 
-    def _parse(self, raw: RawRecord) -> Envelope | Rejection:
+    def _parse(self, raw: ConsumedRecord) -> Envelope | Rejection:
         key = _key_text(raw.key)
         # Only an id the stores can key on may receive a SagaRejected event.
         key_id = key if key is not None and id_problem(key, "key") is None else None
@@ -89,7 +86,7 @@ class RecordParser:
                                  message_id=message_id or raw.position_id)
         return Envelope(message=message, message_id=message_id or raw.position_id, raw=raw)
 
-    def _decode(self, raw: RawRecord) -> IncomingMessage:
+    def _decode(self, raw: ConsumedRecord) -> IncomingMessage:
         assert raw.value is not None
         if raw.topic == self._topics.start:
             return wire.decode_start(raw.value)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from ..schemas import wire
 from ..schemas.topics import Topics
-from . import wire
 from .domain.decide import Decision
 from .domain.definition import DefinitionRegistry
 from .domain.purge import may_purge, purged_event

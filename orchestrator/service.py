@@ -12,17 +12,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 
+from ..outbox.dead_letters import dead_letter_message
+from ..schemas import wire
+from ..schemas.event_types import SagaRejected
+from ..schemas.message_types import StartSaga
 from ..schemas.topics import Topics
-from . import wire
 from .decision_log import log_decision
 from .domain.decide import Decision, decide
 from .domain.definition import DefinitionRegistry
 from .domain.errors import UnknownSaga
-from .domain.events import SagaRejected
-from .domain.messages import StartSaga, TimerFired
+from .domain.messages import TimerFired
 from .domain.state import SagaState, SagaStatus, apply_event
 from .envelope import Envelope, Rejection, timer_envelope
-from .outbound import dead_letter_message
 from .ports import ConcurrencyConflict, StoredEvent, UnitOfWork, UnitOfWorkFactory
 from .writes import PendingWrites, Settled
 
@@ -199,8 +200,8 @@ class SagaService:
         except UnknownSaga as unknown:
             if isinstance(message, TimerFired) or envelope.raw is None:
                 return Outcome.NOTHING_TO_DO
-            writes.outbox.append(dead_letter_message(self._topics, envelope.raw, str(unknown), message.saga_id,
-                                                     self._consumer, now))
+            writes.outbox.append(dead_letter_message(self._topics.dlq, envelope.raw, reason=str(unknown),
+                                                     consumer=self._consumer, now_ms=now, saga_id=message.saga_id))
             return Outcome.DEAD_LETTERED
         for timer_id in decision.obsolete_timers:
             writes.delete_timer(message.saga_id, timer_id)
@@ -230,8 +231,9 @@ class SagaService:
                 outcomes.append(Outcome.DUPLICATE)
                 continue
             outcomes.append(Outcome.DEAD_LETTERED)
-            writes.outbox.append(dead_letter_message(self._topics, rejection.raw, rejection.reason,
-                                                     rejection.saga_id, self._consumer, now))
+            writes.outbox.append(dead_letter_message(self._topics.dlq, rejection.raw, reason=rejection.reason,
+                                                     consumer=self._consumer, now_ms=now, saga_id=rejection.saga_id,
+                                                     saga_type=rejection.saga_type))
             log.warning("message dead-lettered", extra={"saga_id": rejection.saga_id, "reason": rejection.reason,
                                                         "topic": rejection.raw.topic})
             if not rejection.saga_id:

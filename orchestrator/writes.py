@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..schemas import wire
 from ..schemas.topics import Topics
-from . import wire
 from .domain.decide import Decision
 from .domain.messages import Timer
 from .domain.state import SagaState

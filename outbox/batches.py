@@ -8,11 +8,10 @@ local broker: 11-12 against 21-30 microseconds). The partition is the one ``send
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Sequence
 from typing import Any
 
-from aiokafka.partitioner import DefaultPartitioner
+from ..schemas.partitioning import partition_for
 
 Record = tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]  # topic, key, value, headers
 
@@ -34,10 +33,3 @@ async def queue_batches(producer: Any, records: Sequence[Record], futures: list[
             builder.append(key=key, value=value, timestamp=None, headers=headers)  # a new batch takes any record
     for (topic, partition), builder in batches.items():
         futures.append(await producer.send_batch(builder, topic, partition=partition))
-
-
-@functools.lru_cache(maxsize=65_536)
-def partition_for(key: bytes, partitions: tuple[int, ...]) -> int:
-    """The partition of ``key`` among ``partitions`` (sorted) that every Kafka client's default partitioner
-    picks (murmur2); cached, because the records of one saga share a key."""
-    return DefaultPartitioner()(key, list(partitions), list(partitions))  # type: ignore[no-any-return]

@@ -28,11 +28,11 @@ from ..infra.kafka_admin import ensure_topics
 from ..infra.logging import configure_logging
 from ..infra.settings import Settings
 from ..infra.startup import retry_startup, start_over
+from ..schemas.headers import header_pairs
+from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
-from .kit.batch import Incoming
 from .kit.ddl import ensure_participant_schema
 from .kit.participant import Participant
-from .kit.replies import Delivery
 from .registry import get_participant
 from .runtime import DeliveryAbandoned, ParticipantRuntime
 
@@ -69,8 +69,11 @@ def participant_topics(name: str, settings: Settings) -> list[str]:
     return [topics.commands(name), topics.results(name), topics.dlq]
 
 
-def _delivery(message: Any) -> Delivery:
-    return Delivery(topic=message.topic, partition=message.partition, offset=message.offset, key=message.key)
+def consumed(message: Any, value: bytes | None) -> ConsumedRecord:
+    """A faust message as the kit takes it. ``message.headers``, not the event's: faust folds those into a
+    dict, losing a repeated header."""
+    return ConsumedRecord(topic=message.topic, partition=message.partition, offset=message.offset,
+                          key=message.key, value=value, headers=header_pairs(message.headers))
 
 
 def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool = False,
@@ -156,14 +159,14 @@ def _add_agent(app: faust.App, runtime: ParticipantRuntime, agent_name: str, *, 
         partitions=runtime.settings.saga_topic_partitions,
     )
 
-    def abandoned(message: Any, delivery: Delivery, error: DeliveryAbandoned) -> None:
+    def abandoned(message: Any, record: ConsumedRecord, error: DeliveryAbandoned) -> None:
         # Its offset stays uncommitted (faust commits only up to the first unacked offset), so it is
         # redelivered after the restart. Faust's shutdown waits until every tracked message is acked, which
         # this one never will be: stop tracking it (private attribute, pinned faust).
         app.consumer._unacked_messages.discard(message)  # type: ignore[attr-defined]
         log.warning("delivery left for redelivery", extra={
-            "participant": name, "topic": delivery.topic, "partition": delivery.partition,
-            "offset": delivery.offset, "error": str(error)})
+            "participant": name, "topic": record.topic, "partition": record.partition,
+            "offset": record.offset, "error": str(error)})
 
     async def consume_batches(stream: Any) -> None:
         # Manual acks: faust's own iterators ack an event in a ``finally`` around their ``yield``, so an event
@@ -171,12 +174,12 @@ def _add_agent(app: faust.App, runtime: ParticipantRuntime, agent_name: str, *, 
         # committed unprocessed. noack_take yields events unacknowledged: each is acked after its batch
         # committed. message.headers, not event.headers: faust folds those into a dict, losing a repeat.
         async for events in stream.noack_take(batch_size, within=batch_within_s):
-            batch = [Incoming(event.value, event.message.headers, _delivery(event.message)) for event in events]
+            batch = [consumed(event.message, event.value) for event in events]
             try:
                 await runtime.process_batch(batch)
             except DeliveryAbandoned as error:
                 for event, item in zip(events, batch, strict=True):
-                    abandoned(event.message, item.delivery, error)
+                    abandoned(event.message, item, error)
                 continue
             for event in events:
                 event.ack()

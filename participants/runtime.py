@@ -13,8 +13,9 @@ from ..infra.db import create_pool
 from ..infra.health import current as current_health
 from ..infra.settings import Settings
 from ..outbox.relay import OutboxRelay
+from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
-from .kit.batch import Incoming, handle_commands
+from .kit.batch import handle_commands
 from .kit.ddl import ensure_participant_schema
 from .kit.handle import Disposition
 from .kit.participant import Participant
@@ -102,7 +103,7 @@ class ParticipantRuntime:
         if self._relay is not None:
             self._relay.wake()
 
-    async def process_batch(self, batch: Sequence[Incoming]) -> list[Disposition]:
+    async def process_batch(self, batch: Sequence[ConsumedRecord]) -> list[Disposition]:
         """Handle deliveries in one transaction, retrying the whole batch while Postgres is unavailable (their
         offsets stay unacknowledged)."""
         delay = _RETRY_FIRST_S
@@ -121,7 +122,7 @@ class ParticipantRuntime:
                     # Give up without acknowledging: the next owner of the partition gets it again.
                     # Retrying here would hold the worker's shutdown hostage to Postgres.
                     raise DeliveryAbandoned(repr(exc)) from exc
-                first = batch[0].delivery
+                first = batch[0]
                 log.warning(
                     "command not handled, retrying",
                     extra={"participant": self.participant.name, "topic": first.topic, "commands": len(batch),

@@ -1,19 +1,11 @@
 """Avro single-object encoding: framing, CRC-64-AVRO fingerprints and the wire errors.
 
-``SchemaRegistry`` and ``default_registry`` (defined in ``schemas.registry``) are importable from here
-too, so callers need one import for the codec and its errors.
-
 A single-object encoded value is ``C3 01`` + the 8-byte little-endian CRC-64-AVRO fingerprint of the
 writer schema's Parsing Canonical Form + the Avro binary body (Avro specification, "Single-object
 encoding"). Everything here is pure: no schema files are read by this module.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .registry import SchemaRegistry, default_registry
 
 MARKER = b"\xc3\x01"
 """The two-byte marker that starts every single-object encoded value."""
@@ -127,18 +119,6 @@ class InvalidRecord(WireError):
     """A record to encode does not match its schema (missing, extra or mistyped field)."""
 
 
-_REGISTRY_NAMES = frozenset({"SchemaRegistry", "default_registry"})
-
-
-def __getattr__(name: str) -> Any:
-    # Imported lazily: schemas.registry imports this module, so a top-level import would be circular.
-    if name in _REGISTRY_NAMES:
-        from . import registry
-
-        return getattr(registry, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "FINGERPRINT_SIZE",
     "HEADER_SIZE",
@@ -146,14 +126,12 @@ __all__ = [
     "InvalidRecord",
     "MalformedBody",
     "NotSingleObject",
-    "SchemaRegistry",
     "UnknownFingerprint",
     "UnknownSchemaName",
     "ValueTooLarge",
     "WireError",
     "WrongSchema",
     "crc64_avro",
-    "default_registry",
     "fingerprint_of",
     "header_for",
     "split_header",

@@ -37,11 +37,10 @@ from .codec import (
     header_for,
     split_header,
 )
+from .limits import MAX_VALUE_BYTES
 
 SCHEMAS_DIR = Path(__file__).resolve().parent
 RELEASED_DIR_NAME = "released"
-DEFAULT_MAX_VALUE_SIZE = 1024 * 1024
-"""Largest encoded value accepted (1 MiB, Kafka's default ``max.message.bytes`` order of size)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +121,7 @@ class SchemaRegistry:
         current: Iterable[LoadedSchema],
         released: Iterable[LoadedSchema] = (),
         *,
-        max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
+        max_value_size: int = MAX_VALUE_BYTES,
     ) -> None:
         self.max_value_size = max_value_size
         self._released = tuple(released)
@@ -140,7 +139,7 @@ class SchemaRegistry:
 
     @classmethod
     def from_directory(
-        cls, path: Path | None = None, *, max_value_size: int = DEFAULT_MAX_VALUE_SIZE
+        cls, path: Path | None = None, *, max_value_size: int = MAX_VALUE_BYTES
     ) -> SchemaRegistry:
         """Load the current schemas under ``path`` (default: the installed schemas folder) and the
         released ones under ``path/released/<version>/``."""

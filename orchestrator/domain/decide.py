@@ -7,7 +7,8 @@ duplicate replies, stale replies and stale timers are recognised from the state 
 
 from __future__ import annotations
 
-from . import events as ev
+from ...schemas import event_types as ev
+from ...schemas.message_types import CancelSaga, ResumeCompensation, StartSaga, StepResult
 from .decision import (
     DEADLINE_TIMER_ID,
     Decision,
@@ -20,14 +21,7 @@ from .decision import (
 )
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition, UnknownSaga
-from .messages import (
-    CancelSaga,
-    IncomingMessage,
-    ResumeCompensation,
-    StartSaga,
-    StepResult,
-    TimerKind,
-)
+from .messages import IncomingMessage, TimerKind
 from .model import RESUME_COMPENSATION, SagaState
 from .progress import advance, unwind
 from .replies import handle_step_result, handle_timer_fired

@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypedDict
 
-from . import events as ev
+from ...schemas import event_types as ev
+from ...schemas.ids import command_message_id, compensation_key, forward_key
+from ...schemas.message_types import CommandKind, StepCommand
 from .definition import SagaDefinition
 from .evolve import apply_event
-from .keys import command_message_id, compensation_key, forward_key
-from .messages import CommandKind, StepCommand, Timer, TimerKind
+from .messages import Timer, TimerKind
 from .model import SagaState, StepState
 from .status import SagaStatus, StepStatus
 

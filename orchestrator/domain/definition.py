@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ...schemas.event_types import Event, SagaStarted
 from .errors import DefinitionError, UnknownDefinition
-from .events import Event, SagaStarted
 
 
 class FailureMode(StrEnum):
@@ -292,6 +292,10 @@ class DefinitionRegistry:
     def versions(self, saga_type: str) -> tuple[int, ...]:
         """Registered versions of ``saga_type``, ascending."""
         return tuple(sorted(v for t, v in self._definitions if t == saga_type))
+
+    def definitions(self) -> list[SagaDefinition]:
+        """Every registered definition, by type and version."""
+        return [self._definitions[key] for key in sorted(self._definitions)]
 
     def types(self) -> tuple[str, ...]:
         """Registered saga types, sorted."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import events as ev
+from ...schemas import event_types as ev
+from ...schemas.ids import compensation_key, forward_key
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, IllegalTransition
-from .keys import compensation_key, forward_key
 from .model import RESUME_COMPENSATION, SagaState, StepState, evolved
 from .status import (
     TIMED_OUT_ERROR,

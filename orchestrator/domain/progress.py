@@ -6,7 +6,7 @@ a cancel, an operator's resume) moves the saga on by the same rules.
 
 from __future__ import annotations
 
-from . import events as ev
+from ...schemas import event_types as ev
 from .decision import DecisionBuilder, needs_resolution, send_compensation, send_step, to_undo
 from .definition import Condition, FailureMode, SagaDefinition
 from .model import SagaState

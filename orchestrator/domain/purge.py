@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from . import events as ev
+from ...schemas import event_types as ev
 from .model import SagaState
 from .status import PURGEABLE_STATUSES
 

@@ -5,7 +5,9 @@ Part of ``decide``; every function here records facts on the builder and lets ``
 
 from __future__ import annotations
 
-from . import events as ev
+from ...schemas import event_types as ev
+from ...schemas.ids import compensation_key, forward_key
+from ...schemas.message_types import CommandKind, ResultStatus, StepResult
 from .decision import (
     DecisionBuilder,
     live_timer_ids,
@@ -15,8 +17,7 @@ from .decision import (
     send_step,
 )
 from .errors import InvalidMessage
-from .keys import compensation_key, forward_key
-from .messages import CommandKind, ResultStatus, StepResult, TimerFired, TimerKind
+from .messages import TimerFired, TimerKind
 from .progress import advance
 from .status import TIMED_OUT_ERROR, SagaStatus, StepStatus
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...schemas.event_types import Event
 from .definition import SagaDefinition
 from .errors import HistoryMismatch
-from .events import Event
 from .evolve import apply_event
 from .model import RESUME_COMPENSATION, SagaState, StepState
 from .status import (

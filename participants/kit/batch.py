@@ -14,7 +14,6 @@ A batch in which one idempotency key appears twice (a redelivery next to its ori
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import groupby
 from typing import Any, TypeVar
 
@@ -24,7 +23,7 @@ import orjson
 from ...infra.db import ms_to_datetime
 from ...infra.faults import crash_point
 from ...outbox.message import OutboxMessage
-from ...schemas.registry import SchemaRegistry, default_registry
+from ...schemas.records import ConsumedRecord
 from ...schemas.topics import Topics
 from .deferred import await_answers, withdraw
 from .handle import (
@@ -41,47 +40,35 @@ from .handle import (
 )
 from .outcome import Deferred, Failed, Outcome, ReceivedCommand
 from .participant import Call, Participant
-from .replies import Delivery, HeadersArg, RecordedReply, outcome_message, step_result_message
-
-
-@dataclass(frozen=True)
-class Incoming:
-    """One delivery of a command: the record's value and headers, and where it came from."""
-
-    value: bytes | None
-    headers: HeadersArg
-    delivery: Delivery
+from .replies import RecordedReply, outcome_message, step_result_message
 
 
 async def handle_commands(
     pool: asyncpg.Pool,
     participant: Participant,
     topics: Topics,
-    batch: Sequence[Incoming],
+    batch: Sequence[ConsumedRecord],
     *,
-    registry: SchemaRegistry | None = None,
     clock: Callable[[], int] = _now_ms,
 ) -> list[Disposition]:
     """Process deliveries for ``participant`` in one transaction; one disposition per delivery, in order.
 
     Raises only when Postgres is unreachable (the caller retries the whole batch, unacknowledged).
     """
-    registry = registry or default_registry()
-    parsed = [parse_delivery(registry, item.value, item.headers, item.delivery) for item in batch]
+    parsed = [parse_delivery(participant, record) for record in batch]
     keys = [p.command.idempotency_key for p in parsed if p.command is not None]
     if len(set(keys)) < len(keys):
-        return [await handle_command(pool, participant, topics, item.value, item.headers, delivery=item.delivery,
-                                     registry=registry, clock=clock) for item in batch]
+        return [await handle_command(pool, participant, topics, record, clock=clock) for record in batch]
     async with pool.acquire() as conn:
         try:
             async with conn.transaction():
-                done = await _handle(conn, participant, topics, registry, clock, batch, parsed, careful=False)
+                done = await _handle(conn, participant, topics, clock, batch, parsed, careful=False)
         except _Careful:
             # A handler failed: its business change must go while the others' stay, which takes a
             # savepoint per handler. The optimistic pass is rolled back (as a crash before the commit would
             # have done); this pass runs every handler in its own savepoint.
             async with conn.transaction():
-                done = await _handle(conn, participant, topics, registry, clock, batch, parsed, careful=True)
+                done = await _handle(conn, participant, topics, clock, batch, parsed, careful=True)
     # Committed: the business changes and the reply rows exist, nothing is published or acknowledged yet.
     crash_point("participant.after_commit")
     for disposition, logged, answer, error_type in done:
@@ -100,8 +87,8 @@ class _Careful(Exception):
 Done = tuple[Disposition, ReceivedCommand | None, RecordedReply | None, str | None]
 
 
-async def _handle(conn: asyncpg.Connection, participant: Participant, topics: Topics, registry: SchemaRegistry,
-                  clock: Callable[[], int], batch: Sequence[Incoming], parsed: Sequence[ParsedDelivery],
+async def _handle(conn: asyncpg.Connection, participant: Participant, topics: Topics,
+                  clock: Callable[[], int], batch: Sequence[ConsumedRecord], parsed: Sequence[ParsedDelivery],
                   careful: bool) -> list[Done]:
     """Everything of the batch inside the open transaction; ``careful`` runs each handler in a savepoint,
     else a failing handler raises ``_Careful``."""
@@ -122,7 +109,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     for item, check in zip(batch, parsed, strict=True):
         command = check.command
         if command is None:
-            replies.append(park(registry, participant, topics, check, item.value, item.delivery, clock()))
+            replies.append(park(participant, topics, check, item, clock()))
             done.append((Disposition.DEAD_LETTERED, None, None, None))
         elif command.idempotency_key not in claimed:
             reply = recorded[command.idempotency_key]
@@ -130,13 +117,13 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
                 awaited.append(command)
                 done.append((Disposition.AWAITING, command, reply, None))
                 continue
-            replies.append(step_result_message(registry, command, results_topic, reply))
+            replies.append(step_result_message(command, results_topic, reply))
             done.append((Disposition.DUPLICATE, command, reply, reply.error_type))
         else:
             outcome = outcomes[command.idempotency_key]
             done.append(_settled(outcome, command, transient, final, awaited))
             if not isinstance(outcome, Deferred):
-                replies.append(outcome_message(registry, command, results_topic, outcome, clock()))
+                replies.append(outcome_message(command, results_topic, outcome, clock()))
     await _settle(conn, participant, transient, final, replies)
     await await_answers(conn, participant, awaited)
     return done

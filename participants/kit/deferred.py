@@ -17,10 +17,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from ...orchestrator.domain.keys import forward_key
-from ...orchestrator.domain.messages import CommandKind
 from ...outbox.writer import write_outbox
-from ...schemas.registry import SchemaRegistry, default_registry
+from ...schemas.ids import forward_key
+from ...schemas.message_types import CommandKind
 from ...schemas.topics import Topics
 from .outcome import Failed, ReceivedCommand, Succeeded
 from .participant import Participant
@@ -82,7 +81,7 @@ async def withdraw(conn: asyncpg.Connection, participant: Participant,
 
 
 async def complete(conn: asyncpg.Connection, participant: Participant, topics: Topics, idempotency_key: str,
-                   outcome: Succeeded | Failed, *, registry: SchemaRegistry | None = None) -> bool:
+                   outcome: Succeeded | Failed) -> bool:
     """Answer a deferred command with ``outcome`` in ``conn``'s transaction (open one to make a business change
     in the same commit); False when the key is not awaiting an answer (unknown, or answered already)."""
     if isinstance(outcome, Failed) and outcome.retryable:
@@ -104,7 +103,7 @@ async def complete(conn: asyncpg.Connection, participant: Participant, topics: T
                 WHERE idempotency_key = $1""",
             idempotency_key, recorded.status, recorded.error_type, recorded.error_message, recorded.output,
         )
-        reply = outcome_message(registry or default_registry(), command, topics.results(participant.name),
+        reply = outcome_message(command, topics.results(participant.name),
                                 outcome, time.time_ns() // 1_000_000)
         await write_outbox(conn, participant.outbox_table, [reply])
     return True

@@ -7,6 +7,7 @@ only after this returns. Redelivery is normal and harmless: a recorded key gets 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -18,27 +19,20 @@ from typing import Any
 import asyncpg
 
 from ...infra.faults import crash_point
-from ...orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field, valid_traceparent
-from ...orchestrator.domain.messages import CommandKind
+from ...outbox.dead_letters import dead_letter_message
 from ...outbox.message import OutboxMessage
 from ...outbox.writer import write_outbox
+from ...schemas import wire
 from ...schemas.codec import WireError
-from ...schemas.registry import SchemaRegistry, default_registry
+from ...schemas.headers import MESSAGE_ID, SAGA_ID, SAGA_TYPE, TRACEPARENT, valid_traceparent
+from ...schemas.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field
+from ...schemas.records import ConsumedRecord
+from ...schemas.registry import default_registry
 from ...schemas.topics import Topics
 from .deferred import await_answers, withdraw
 from .outcome import Deferred, Failed, Outcome, ReceivedCommand
 from .participant import Participant
-from .replies import (
-    STEP_COMMAND,
-    Delivery,
-    HeadersArg,
-    RecordedReply,
-    dead_letter_message,
-    header_pairs,
-    header_text,
-    outcome_message,
-    step_result_message,
-)
+from .replies import RecordedReply, outcome_message, step_result_message
 
 log = logging.getLogger(__name__)
 
@@ -73,57 +67,52 @@ class _Undo(Exception):
         self.outcome = outcome
 
 
-def decode_command(
-    registry: SchemaRegistry, value: bytes | None, message_id: str, traceparent: str | None = None
-) -> tuple[ReceivedCommand, dict[str, Any]]:
+def decode_command(participant: str, record: ConsumedRecord, message_id: str
+                   ) -> tuple[ReceivedCommand, dict[str, Any]]:
     """Decode a StepCommand and its embedded saga input; raises on anything malformed, including ids no
     store can key on and texts Postgres cannot hold (they would fail every redelivery's transaction)."""
-    if value is None:
+    if record.value is None:
         raise WireError("empty value (tombstone) where a StepCommand was expected")
-    _, record = registry.decode_as(value, STEP_COMMAND)
-    input_type, saga_input = registry.decode(record["input"])
-    problem = (("saga_id is empty" if not record["saga_id"] else None)
-               or id_problem(record["saga_id"], "saga_id")
-               or id_problem(record["idempotency_key"], "idempotency_key", MAX_MESSAGE_ID_BYTES))
-    field = nul_field({k: v for k, v in record.items() if k != "input"}) or nul_field(saga_input)
+    command = wire.decode_command(record.value, participant=participant, message_id=message_id)
+    input_type, saga_input = default_registry().decode(command.input)
+    problem = (("saga_id is empty" if not command.saga_id else None)
+               or id_problem(command.saga_id, "saga_id")
+               or id_problem(command.idempotency_key, "idempotency_key", MAX_MESSAGE_ID_BYTES))
+    field = (nul_field({f.name: getattr(command, f.name) for f in dataclasses.fields(command) if f.name != "input"})
+             or nul_field(saga_input))
     if problem or field:
         raise WireError(problem or f"{field} contains a NUL character")
-    command = ReceivedCommand(
-        saga_id=record["saga_id"],
-        saga_type=record["saga_type"],
-        step=record["step"],
-        action=record["action"],
-        kind=CommandKind(record["kind"]),
-        idempotency_key=record["idempotency_key"],
-        attempt=int(record["attempt"]),
+    received = ReceivedCommand(
+        saga_id=command.saga_id,
+        saga_type=command.saga_type,
+        step=command.step,
+        action=command.action,
+        kind=command.kind,
+        idempotency_key=command.idempotency_key,
+        attempt=command.attempt,
         input_type=input_type,
         message_id=message_id,
-        traceparent=valid_traceparent(traceparent),
-        step_outputs=MappingProxyType(dict(record.get("step_outputs", {}))),
+        traceparent=valid_traceparent(record.header(TRACEPARENT)),
+        step_outputs=MappingProxyType(dict(command.step_outputs)),
     )
-    return command, saga_input
+    return received, saga_input
 
 
 async def handle_command(
     pool: asyncpg.Pool,
     participant: Participant,
     topics: Topics,
-    value: bytes | None,
-    headers: HeadersArg,
+    record: ConsumedRecord,
     *,
-    delivery: Delivery | None = None,
-    registry: SchemaRegistry | None = None,
     clock: Callable[[], int] = _now_ms,
 ) -> Disposition:
     """Process one delivery of a command for ``participant``; never raises for a bad message.
 
     Raises only when Postgres is unreachable (the caller retries the same delivery, unacknowledged).
     """
-    registry = registry or default_registry()
-    delivery = delivery or Delivery(topic=topics.commands(participant.name))
-    parsed = parse_delivery(registry, value, headers, delivery)
+    parsed = parse_delivery(participant, record)
     if parsed.command is None:
-        dead_letter = park(registry, participant, topics, parsed, value, delivery, clock())
+        dead_letter = park(participant, topics, parsed, record, clock())
         async with pool.acquire() as conn, conn.transaction():
             await write_outbox(conn, participant.outbox_table, [dead_letter])
         return Disposition.DEAD_LETTERED
@@ -154,7 +143,7 @@ async def handle_command(
                 await await_answers(conn, participant, [command])
                 _log_outcome(participant, command, Disposition.AWAITING, recorded.status, None)
                 return Disposition.AWAITING
-            reply = step_result_message(registry, command, results_topic, recorded)
+            reply = step_result_message(command, results_topic, recorded)
             await write_outbox(conn, participant.outbox_table, [reply])
             _log_outcome(participant, command, Disposition.DUPLICATE, recorded.status, recorded.error_type)
             return Disposition.DUPLICATE
@@ -180,7 +169,7 @@ async def handle_command(
         if isinstance(outcome, Deferred):
             await await_answers(conn, participant, [command])
         else:
-            reply = outcome_message(registry, command, results_topic, outcome, clock())
+            reply = outcome_message(command, results_topic, outcome, clock())
             await write_outbox(conn, participant.outbox_table, [reply])
     # Committed: the business change and the reply row exist, nothing is published or acknowledged yet.
     crash_point("participant.after_commit")
@@ -206,49 +195,42 @@ class ParsedDelivery:
     """A delivery checked before any transaction: the command to run, or (``command`` None) why not."""
 
     message_id: str
-    pairs: list[tuple[str, bytes | None]]
     command: ReceivedCommand | None = None
     saga_input: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
 
 
-def parse_delivery(registry: SchemaRegistry, value: bytes | None, headers: HeadersArg,
-                   delivery: Delivery) -> ParsedDelivery:
+def parse_delivery(participant: Participant, record: ConsumedRecord) -> ParsedDelivery:
     """Decode and check one delivery; anything unusable gets the reason it goes to the DLQ instead."""
-    pairs = header_pairs(headers)
-    fallback_id = f"{delivery.topic}:{delivery.partition}:{delivery.offset}"
-    message_id = header_text(pairs, "message_id") or fallback_id
+    message_id = record.header(MESSAGE_ID) or record.position_id
     try:
         reason = id_problem(message_id, "message_id header", MAX_MESSAGE_ID_BYTES)
-        command, saga_input = decode_command(registry, value, message_id, header_text(pairs, "traceparent"))
+        command, saga_input = decode_command(participant.name, record, message_id)
     except Exception as exc:  # anything undecodable is a poison message: park it, never crash
-        return ParsedDelivery(message_id, pairs, reason=f"undecodable StepCommand: {type(exc).__name__}: {exc}")
-    reason = reason or _key_problem(delivery, command.saga_id)
+        return ParsedDelivery(message_id, reason=f"undecodable StepCommand: {type(exc).__name__}: {exc}")
+    reason = reason or _key_problem(record, command.saga_id)
     if reason:
-        return ParsedDelivery(message_id, pairs, reason=reason)
-    return ParsedDelivery(message_id, pairs, command, saga_input)
+        return ParsedDelivery(message_id, reason=reason)
+    return ParsedDelivery(message_id, command, saga_input)
 
 
-def park(registry: SchemaRegistry, participant: Participant, topics: Topics, parsed: ParsedDelivery,
-         value: bytes | None, delivery: Delivery, now_ms: int) -> OutboxMessage:
+def park(participant: Participant, topics: Topics, parsed: ParsedDelivery, record: ConsumedRecord,
+         now_ms: int) -> OutboxMessage:
     """The DeadLetter outbox row of an unusable delivery (logged)."""
-    log.warning(
-        "dead-lettered a command",
-        extra={"participant": participant.name, "saga_id": header_text(parsed.pairs, "saga_id"),
-               "message_id": parsed.message_id, "reason": parsed.reason},
-    )
-    return dead_letter_message(registry, dlq_topic=topics.dlq, consumer=participant.consumer_name,
-                               reason=parsed.reason, delivery=delivery, value=value, headers=parsed.pairs,
-                               now_ms=now_ms)
+    saga_id = record.header(SAGA_ID)
+    log.warning("dead-lettered a command", extra={"participant": participant.name, "saga_id": saga_id,
+                                                  "message_id": parsed.message_id, "reason": parsed.reason})
+    return dead_letter_message(topics.dlq, record, reason=parsed.reason, consumer=participant.consumer_name,
+                               now_ms=now_ms, saga_id=saga_id, saga_type=record.header(SAGA_TYPE))
 
 
-def _key_problem(delivery: Delivery, saga_id: str) -> str | None:
+def _key_problem(record: ConsumedRecord, saga_id: str) -> str | None:
     """A command's Kafka key must be its saga id (checked for consumed records, whose key is known)."""
-    if delivery.offset < 0 or delivery.key == saga_id.encode():
+    if not record.has_position or record.key == saga_id.encode():
         return None
-    if delivery.key is None:
+    if record.key is None:
         return "missing Kafka key: the key must be the saga id (UTF-8)"
-    return f"Kafka key {delivery.key[:600]!r} differs from saga_id {saga_id!r}"
+    return f"Kafka key {record.key[:600]!r} differs from saga_id {saga_id!r}"
 
 
 async def _run_in_savepoint(

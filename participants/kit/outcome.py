@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ...orchestrator.domain.messages import CommandKind
+from ...schemas.message_types import CommandKind
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,8 +18,8 @@ from saga_orchestrator.cli.scenarios import SCENARIOS, mismatches, observed
 from saga_orchestrator.cli.verify_cmd import VerifyReport
 from saga_orchestrator.infra.faults import ENV_VAR
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator.domain.events import Event
 from saga_orchestrator.participants.effects import collect_effects
+from saga_orchestrator.schemas.event_types import Event
 from saga_orchestrator.schemas.topics import Topics
 from tests.e2e.harness import Stack, start_stack
 

@@ -21,12 +21,13 @@ from saga_orchestrator.cli.demo_cmd import drive
 from saga_orchestrator.cli.verify_cmd import verify_system
 from saga_orchestrator.infra.kafka_admin import ensure_topics
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator import wire
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.participants.effects import EFFECT_TABLES
 from saga_orchestrator.participants.runner import app_id
+from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import WireError
-from saga_orchestrator.schemas.registry import DEFAULT_MAX_VALUE_SIZE
+from saga_orchestrator.schemas.limits import MAX_VALUE_BYTES
+from saga_orchestrator.schemas.message_types import DeadLetter
 from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 from tests.chaos.crash_tools import scenario_problems
 from tests.chaos.tools.kafka_tools import (
@@ -96,7 +97,7 @@ async def _publish_interleaved(settings: Settings, factory: PoisonFactory, plann
 
 
 async def _dead_letters(settings: Settings, expected: set[tuple[str, int, int]],
-                        timeout_s: float) -> list[wire.DeadLetter]:
+                        timeout_s: float) -> list[DeadLetter]:
     """Read saga.dlq until every expected source position is there (or time is up)."""
     dlq = Topics(settings.saga_topic_prefix).dlq
     deadline = time.monotonic() + timeout_s
@@ -144,7 +145,7 @@ async def test_poison_everywhere_is_dead_lettered_once_and_valid_sagas_are_unhar
 
     by_kind = Counter(s.record.kind for s in sent)
     by_topic = Counter(s.record.topic.removeprefix(topics.prefix) for s in sent)
-    letters_by_position: dict[tuple[str, int, int], list[wire.DeadLetter]] = defaultdict(list)
+    letters_by_position: dict[tuple[str, int, int], list[DeadLetter]] = defaultdict(list)
     for letter in letters:
         letters_by_position[(letter.source_topic, letter.source_partition, letter.source_offset)].append(letter)
     print(f"\n{len(sent)} malformed records in {published_s:.1f} s; settled after {elapsed:.1f} s; "
@@ -179,13 +180,13 @@ async def test_poison_everywhere_is_dead_lettered_once_and_valid_sagas_are_unhar
     assert elapsed < 90, f"took {elapsed:.1f} s"
 
 
-def _check_letter(sent: Sent, letter: wire.DeadLetter) -> None:
+def _check_letter(sent: Sent, letter: DeadLetter) -> None:
     record = sent.record
     assert letter.reason.strip(), f"{record.kind}: empty reason"
     assert letter.original_key == record.key, record.kind
     if letter.original_value is None and record.value is not None:
         assert "not kept" in letter.reason, (record.kind, letter.reason)
-        assert len(record.value) > DEFAULT_MAX_VALUE_SIZE // 2, record.kind
+        assert len(record.value) > MAX_VALUE_BYTES // 2, record.kind
     else:
         assert letter.original_value == record.value, record.kind
     assert list(letter.original_headers) == list(record.headers) or "headers not kept" in letter.reason, (

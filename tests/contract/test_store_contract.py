@@ -19,9 +19,7 @@ import pytest
 
 from saga_orchestrator.cli.scenarios import SCENARIOS
 from saga_orchestrator.infra.db import create_pool, migrate
-from saga_orchestrator.orchestrator import wire
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
-from saga_orchestrator.orchestrator.domain.events import SagaCancelRequested
 from saga_orchestrator.orchestrator.envelope import Envelope
 from saga_orchestrator.orchestrator.ports import (
     ConcurrencyConflict,
@@ -36,6 +34,8 @@ from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import SagaCancelRequested
 from saga_orchestrator.schemas.topics import Topics
 
 T0 = 1_700_000_000_000  # a fixed epoch-ms origin: timer and summary times are data, not the clock

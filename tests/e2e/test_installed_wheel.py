@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from saga_orchestrator.schemas.topics import Topics
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
+NOT_SOURCES = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis")
 SHADOWING = "raise RuntimeError('the application folder\\'s own {name} was imported instead of the package')\n"
 APPLICATION = textwrap.dedent("""
     import asyncio
@@ -57,7 +59,10 @@ APPLICATION = textwrap.dedent("""
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtual environment with the wheel built from this checkout installed (dependencies borrowed)."""
     work = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(ROOT)],
+    # Built from a copy: setuptools packs whatever its build/ folder holds, files deleted since included.
+    source = work / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_SOURCES))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source)],
                    check=True, timeout=300)
     wheels = list((work / "dist").glob("saga_orchestrator-*.whl"))
     assert len(wheels) == 1, wheels

@@ -14,10 +14,9 @@ from saga_orchestrator.cli.demo_cmd import DEMO_TIMEOUT_S
 from saga_orchestrator.cli.dlq_cmd import read_parked
 from saga_orchestrator.client import SagaClient, SagaInputError, StartRefused
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.bootstrap import definitions
-from saga_orchestrator.orchestrator.domain.events import StepSucceeded
-from saga_orchestrator.orchestrator.domain.messages import StartSaga
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import StepSucceeded
+from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.registry import SchemaRegistry, load_tree
 from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import restart, wait_until_ready
@@ -92,8 +91,7 @@ async def test_checkout_runs_through_the_same_services(stack: Stack, sku: str, a
 async def test_the_python_client_starts_a_saga_follows_it_to_its_end_and_hears_of_a_refused_start(
         stack: Stack) -> None:
     settings = stack.settings
-    client = SagaClient(settings.kafka_servers(), definitions(settings), topic_prefix=settings.saga_topic_prefix,
-                        schemas=_schemas())
+    client = SagaClient.from_settings(settings, schemas=_schemas())
     async with client:
         outcomes, results = {}, {}
         for sku in ("SKU-1", "SKU-GONE"):

@@ -24,9 +24,9 @@ from saga_orchestrator.cli.run_cmd import health_port, service_commands
 from saga_orchestrator.cli.scenarios import COMPLETED_EFFECTS, SCENARIOS, effects, mismatches, observed
 from saga_orchestrator.infra.health_server import fetch_health
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.events import SagaCancelRefused, SagaRejected, SagaStarted, StepCommandSent
 from saga_orchestrator.participants.effects import collect_effects
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import SagaCancelRefused, SagaRejected, SagaStarted, StepCommandSent
 from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 from tests.chaos.crash_tools import started_and_warm
 from tests.conftest import module_stack

@@ -3,9 +3,9 @@ operations that read it: reprojection, purge)."""
 
 from __future__ import annotations
 
-from saga_orchestrator.orchestrator import wire
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.orchestrator.writes import summary_of
+from saga_orchestrator.schemas import wire
 from tests.unit.saga_driver import SagaRun
 
 

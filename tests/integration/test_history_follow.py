@@ -14,9 +14,9 @@ import asyncpg
 import pytest
 
 from saga_orchestrator.infra.db import migrate
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.events import Event
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import Event
 from tests.unit.saga_driver import SagaRun
 
 pytestmark = pytest.mark.integration

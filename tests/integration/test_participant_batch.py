@@ -11,14 +11,13 @@ import orjson
 import pytest
 
 from saga_orchestrator.infra.db import create_pool
-from saga_orchestrator.participants.kit.batch import Incoming, handle_commands
+from saga_orchestrator.participants.kit.batch import handle_commands
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.handle import Disposition, handle_command
 from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Call, Participant
-from saga_orchestrator.participants.kit.replies import Delivery
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS
-from tests.integration.test_participants import FLIGHT, PAYMENT, TOPICS, command, processed, replies
+from tests.integration.test_participants import FLIGHT, PAYMENT, TOPICS, command, delivered, processed, replies
 
 pytestmark = pytest.mark.integration
 
@@ -77,13 +76,14 @@ async def test_a_batch_has_the_effect_of_its_deliveries_one_by_one(pool: asyncpg
     singly, batched = ids(), ids()
     for sid in (singly, batched):  # the redelivered command's first attempt, before anything else
         value, headers = command(sid(4), "payment", "charge_card")
-        assert await handle_command(pool, PAYMENT, TOPICS, value, headers) is Disposition.RECORDED
+        disposition = await handle_command(pool, PAYMENT, TOPICS, delivered(PAYMENT, value, headers))
+        assert disposition is Disposition.RECORDED
 
-    one_by_one = [await handle_command(pool, p, TOPICS, value, headers)
+    one_by_one = [await handle_command(pool, p, TOPICS, delivered(p, value, headers))
                   for p, (value, headers) in deliveries(singly)]
     in_batches = []
     for participant in (PAYMENT, FLIGHT):
-        batch = [Incoming(value, headers, Delivery(topic=TOPICS.commands(participant.name)))
+        batch = [delivered(participant.name, value, headers)
                  for p, (value, headers) in deliveries(batched) if p is participant]
         in_batches += await handle_commands(pool, participant, TOPICS, batch)
 
@@ -97,8 +97,7 @@ async def test_a_batch_has_the_effect_of_its_deliveries_one_by_one(pool: asyncpg
 async def test_a_key_twice_in_one_batch_sees_its_first_delivery(pool: asyncpg.Pool) -> None:
     sid = ids()
     value, headers = command(sid(0), "payment", "charge_card")
-    delivery = Delivery(topic=TOPICS.commands("payment"))
-    twice = [Incoming(value, headers, delivery), Incoming(value, headers, delivery)]
+    twice = [delivered("payment", value, headers), delivered("payment", value, headers)]
     assert await handle_commands(pool, PAYMENT, TOPICS, twice) == [Disposition.RECORDED, Disposition.DUPLICATE]
     assert await pool.fetchval("SELECT count(*) FROM payment.charges WHERE saga_id = $1", sid(0)) == 1
     assert [r["result"]["status"] for r in await replies(pool, "payment", sid(0))] == ["SUCCEEDED", "SUCCEEDED"]
@@ -106,7 +105,7 @@ async def test_a_key_twice_in_one_batch_sees_its_first_delivery(pool: asyncpg.Po
 
 async def test_a_batch_that_fails_leaves_nothing_behind(pool: asyncpg.Pool) -> None:
     sid = ids()
-    batch = [Incoming(*command(sid(n), "payment", "charge_card"), Delivery(topic=TOPICS.commands("payment")))
+    batch = [delivered("payment", *command(sid(n), "payment", "charge_card"))
              for n in range(3)]
 
     def broken_clock() -> int:
@@ -138,8 +137,8 @@ async def test_only_the_failed_handlers_writes_are_undone(pool: asyncpg.Pool) ->
     await ensure_participant_schema(pool, MARKER)
     sid = ids()
     tokens = ["tok_ok", "tok_fail", "tok_ok", "tok_raise", "tok_ok"]
-    batch = [Incoming(*command(sid(n), "payment", "charge_card", card_token=token),
-                      Delivery(topic=TOPICS.commands("payment"))) for n, token in enumerate(tokens)]
+    batch = [delivered("payment", *command(sid(n), "payment", "charge_card", card_token=token))
+             for n, token in enumerate(tokens)]
     assert await handle_commands(pool, MARKER, TOPICS, batch) == [
         Disposition.RECORDED, Disposition.RECORDED, Disposition.RECORDED, Disposition.TRANSIENT,
         Disposition.RECORDED]
@@ -178,7 +177,7 @@ async def test_consecutive_commands_of_an_action_go_to_its_batch_handler_togethe
     await ensure_participant_schema(pool, participant)
     sid = ids()
     actions = ["charge_card", "charge_card", "refund_card", "charge_card", "charge_card", "charge_card"]
-    batch = [Incoming(*command(sid(n), "payment", action), Delivery(topic=TOPICS.commands("payment")))
+    batch = [delivered("payment", *command(sid(n), "payment", action))
              for n, action in enumerate(actions)]
     assert await handle_commands(pool, participant, TOPICS, batch) == [Disposition.RECORDED] * 6
     # Delivery order is kept: the refund between them splits the charges into two batch calls.
@@ -193,7 +192,8 @@ async def test_a_lone_command_uses_the_batch_handler_when_it_is_the_only_one(poo
     await ensure_participant_schema(pool, participant)
     sid = ids()
     value, headers = command(sid(0), "payment", "charge_card")
-    assert await handle_command(pool, participant, TOPICS, value, headers) is Disposition.RECORDED
+    disposition = await handle_command(pool, participant, TOPICS, delivered(participant, value, headers))
+    assert disposition is Disposition.RECORDED
     assert calls == [[sid(0)]]
     assert [(r["status"], r["error_type"]) for r in await processed(pool, "batchtest", sid(0))] == [
         ("SUCCEEDED", None)]
@@ -204,7 +204,7 @@ async def test_a_batch_handler_with_too_few_outcomes_is_redone_one_command_at_a_
     participant = recording_participant(calls, single=True, miscount=True)
     await ensure_participant_schema(pool, participant)
     sid = ids()
-    batch = [Incoming(*command(sid(n), "payment", "charge_card"), Delivery(topic=TOPICS.commands("payment")))
+    batch = [delivered("payment", *command(sid(n), "payment", "charge_card"))
              for n in range(3)]
     assert await handle_commands(pool, participant, TOPICS, batch) == [Disposition.RECORDED] * 3
     assert calls == [[sid(0), sid(1), sid(2)], *([f"single {sid(n)}"] for n in range(3))]
@@ -214,7 +214,7 @@ async def test_a_batch_handler_with_too_few_outcomes_is_redone_one_command_at_a_
 
 async def test_reference_batch_handlers_book_each_command_once(pool: asyncpg.Pool) -> None:
     sid = ids()
-    batch = [Incoming(*command(sid(n), "flight", "book_flight"), Delivery(topic=TOPICS.commands("flight")))
+    batch = [delivered("flight", *command(sid(n), "flight", "book_flight"))
              for n in range(4)]
     assert await handle_commands(pool, FLIGHT, TOPICS, batch) == [Disposition.RECORDED] * 4
     rows = await pool.fetch("SELECT saga_id, booking_id FROM flight.bookings WHERE saga_id LIKE $1 ORDER BY saga_id",

@@ -10,15 +10,14 @@ import asyncpg
 import pytest
 
 from saga_orchestrator.infra.db import create_pool
-from saga_orchestrator.participants.kit.batch import Incoming, handle_commands
+from saga_orchestrator.participants.kit.batch import handle_commands
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.deferred import awaiting, complete
 from saga_orchestrator.participants.kit.handle import Disposition, handle_command
 from saga_orchestrator.participants.kit.outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Participant
-from saga_orchestrator.participants.kit.replies import Delivery
 from saga_orchestrator.participants.kit.retention import prune_processed_commands
-from tests.integration.test_participants import TOPICS, command, new_saga_id, processed, replies
+from tests.integration.test_participants import TOPICS, command, delivered, new_saga_id, processed, replies
 
 pytestmark = pytest.mark.integration
 
@@ -51,12 +50,12 @@ Message = tuple[bytes, dict[str, bytes]]
 
 
 async def _one_by_one(pool: asyncpg.Pool, messages: Sequence[Message]) -> list[Disposition]:
-    return [await handle_command(pool, DESK, TOPICS, value, headers) for value, headers in messages]
+    return [await handle_command(pool, DESK, TOPICS, delivered(DESK, value, headers)) for value, headers in messages]
 
 
 async def _batched(pool: asyncpg.Pool, messages: Sequence[Message]) -> list[Disposition]:
-    return await handle_commands(pool, DESK, TOPICS, [Incoming(value, headers, Delivery(topic=TOPICS.commands(
-        "flight"))) for value, headers in messages])
+    return await handle_commands(pool, DESK, TOPICS, [delivered(
+        "flight", value, headers) for value, headers in messages])
 
 
 async def _answer(pool: asyncpg.Pool, key: str, outcome: Succeeded | Failed) -> bool:

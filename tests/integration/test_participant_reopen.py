@@ -12,13 +12,12 @@ import asyncpg
 import pytest
 
 from saga_orchestrator.infra.db import create_pool
-from saga_orchestrator.participants.kit.batch import Incoming, handle_commands
+from saga_orchestrator.participants.kit.batch import handle_commands
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.handle import Disposition, handle_command
 from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Participant
-from saga_orchestrator.participants.kit.replies import Delivery
-from tests.integration.test_participants import TOPICS, command, new_saga_id, processed, replies
+from tests.integration.test_participants import TOPICS, command, delivered, new_saga_id, processed, replies
 
 pytestmark = pytest.mark.integration
 
@@ -48,12 +47,12 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 async def _one(pool: asyncpg.Pool, message: tuple[bytes, dict[str, bytes]]) -> Disposition:
     value, headers = message
-    return await handle_command(pool, FLIGHT_DESK, TOPICS, value, headers)
+    return await handle_command(pool, FLIGHT_DESK, TOPICS, delivered(FLIGHT_DESK, value, headers))
 
 
 async def _batched(pool: asyncpg.Pool, message: tuple[bytes, dict[str, bytes]]) -> Disposition:
     value, headers = message
-    incoming = Incoming(value, headers, Delivery(topic=TOPICS.commands("flight")))
+    incoming = delivered("flight", value, headers)
     return (await handle_commands(pool, FLIGHT_DESK, TOPICS, [incoming]))[0]
 
 

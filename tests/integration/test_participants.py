@@ -24,8 +24,9 @@ from saga_orchestrator.participants.effects import collect_effects, effects_by_i
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.handle import Disposition, handle_command
 from saga_orchestrator.participants.kit.participant import Participant
-from saga_orchestrator.participants.kit.replies import Delivery
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
+from saga_orchestrator.schemas.headers import HeadersArg, header_pairs
+from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
 from saga_orchestrator.schemas.topics import Topics
 
@@ -75,11 +76,19 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
     await pool.close()
 
 
+def delivered(participant: Participant | str, value: bytes | None, headers: HeadersArg, *, partition: int = -1,
+              offset: int = -1, key: bytes | None = None) -> ConsumedRecord:
+    """A command as handed to the kit: from ``participant``'s commands topic, without a Kafka position unless
+    one is given (a direct call)."""
+    name = participant if isinstance(participant, str) else participant.name
+    return ConsumedRecord(topic=TOPICS.commands(name), partition=partition, offset=offset, key=key, value=value,
+                          headers=header_pairs(headers))
+
+
 async def handle(
     pool: asyncpg.Pool, participant: Participant, message: tuple[bytes, dict[str, bytes]]
 ) -> Disposition:
-    value, headers = message
-    return await handle_command(pool, participant, TOPICS, value, headers)
+    return await handle_command(pool, participant, TOPICS, delivered(participant, *message))
 
 
 async def replies(pool: asyncpg.Pool, schema: str, saga_id: str) -> list[dict[str, Any]]:
@@ -215,8 +224,8 @@ async def test_malformed_bytes_go_to_the_dead_letter_topic_and_nothing_else(pool
     saga_id = new_saga_id()
     headers = {"message_id": f"{saga_id}:command:1".encode(), "saga_id": saga_id.encode()}
     value = b"\xc3\x01" + b"\x00" * 8 + b"garbage"
-    delivery = Delivery(topic="it-flight.commands", partition=2, offset=77, key=saga_id.encode())
-    outcome = await handle_command(pool, FLIGHT, TOPICS, value, headers, delivery=delivery)
+    record = delivered(FLIGHT, value, headers, partition=2, offset=77, key=saga_id.encode())
+    outcome = await handle_command(pool, FLIGHT, TOPICS, record)
     assert outcome is Disposition.DEAD_LETTERED
 
     [row] = await replies(pool, "flight", saga_id)

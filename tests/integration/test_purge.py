@@ -11,15 +11,15 @@ import pytest
 
 from saga_orchestrator.cli.reproject_cmd import reproject
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.events import Event, SagaPurged, SagaRejected
-from saga_orchestrator.orchestrator.domain.messages import StartSaga
 from saga_orchestrator.orchestrator.domain.purge import purged_digest
 from saga_orchestrator.orchestrator.envelope import Envelope
 from saga_orchestrator.orchestrator.purge import purge_batch
 from saga_orchestrator.orchestrator.sagas.trip import default_registry
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import Event, SagaPurged, SagaRejected
+from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.topics import Topics
 from tests.e2e.harness import saga_cli
 from tests.integration.recorded import record

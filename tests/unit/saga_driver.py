@@ -9,24 +9,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from saga_orchestrator.orchestrator.domain import events as ev
 from saga_orchestrator.orchestrator.domain.decide import Decision, decide
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
-from saga_orchestrator.orchestrator.domain.keys import compensation_key, forward_key
-from saga_orchestrator.orchestrator.domain.messages import (
+from saga_orchestrator.orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
+from saga_orchestrator.orchestrator.domain.state import SagaState, fold
+from saga_orchestrator.schemas import event_types as ev
+from saga_orchestrator.schemas.ids import compensation_key, forward_key
+from saga_orchestrator.schemas.message_types import (
     CancelSaga,
     CommandKind,
-    IncomingMessage,
     ResultStatus,
     ResumeCompensation,
     StartSaga,
     StepCommand,
     StepResult,
-    Timer,
-    TimerFired,
-    TimerKind,
 )
-from saga_orchestrator.orchestrator.domain.state import SagaState, fold
 
 T0 = 1_000_000
 

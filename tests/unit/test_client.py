@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from saga_orchestrator.client import SagaClient, SagaInputError
-from saga_orchestrator.client.saga_client import _event_of, message_headers
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.events import SagaStarted
+from saga_orchestrator.client.saga_client import _event_of, client_headers, input_records
 from saga_orchestrator.orchestrator.sagas.trip import default_registry
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import SagaStarted
 from tests.unit.saga_driver import trip_run
 
 TRIP: dict[str, Any] = {
@@ -18,7 +18,7 @@ TRIP: dict[str, Any] = {
     "return_date": "2027-03-09", "currency": "EUR", "card_token": "tok_ok", "email": "ana@example.test",
     "amount_cents": 84_900,
 }
-CLIENT = SagaClient("127.0.0.1:1", default_registry())  # never connected
+CLIENT = SagaClient("127.0.0.1:1", input_records(default_registry().definitions()))  # never connected
 
 
 def test_a_valid_start_encodes_the_input_record_of_its_type() -> None:
@@ -53,12 +53,12 @@ async def test_a_client_not_connected_says_so() -> None:
 
 
 def test_published_records_carry_a_fresh_message_id_and_the_saga_headers() -> None:
-    first, second = (dict(message_headers("trip-42", "trip", "00-" + "a" * 32 + "-" + "b" * 16 + "-01"))
+    first, second = (dict(client_headers("trip-42", "trip", "00-" + "a" * 32 + "-" + "b" * 16 + "-01"))
                      for _ in range(2))
     assert first["message_id"] != second["message_id"]
     assert (first["saga_id"], first["saga_type"]) == (b"trip-42", b"trip")
     assert first["traceparent"].startswith(b"00-aaaa")
-    assert "saga_type" not in dict(message_headers("trip-42"))
+    assert "saga_type" not in dict(client_headers("trip-42"))
 
 
 def test_a_handle_takes_only_its_sagas_decodable_events() -> None:

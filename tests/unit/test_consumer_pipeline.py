@@ -13,7 +13,8 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 
 from saga_orchestrator.orchestrator.consumer import OrchestratorConsumer, _Poll
-from saga_orchestrator.orchestrator.envelope import Envelope, RawRecord
+from saga_orchestrator.orchestrator.envelope import Envelope
+from saga_orchestrator.schemas.records import ConsumedRecord
 
 RESULTS = "flight.results"
 
@@ -35,7 +36,7 @@ class SlowService:
 class EchoParser:
     """Every record parses; the envelope's id is ``<saga>/<offset>``."""
 
-    def parse(self, raw: RawRecord) -> Envelope:
+    def parse(self, raw: ConsumedRecord) -> Envelope:
         key = (raw.key or b"").decode()
         message: Any = None  # the stand-in service never looks at it
         return Envelope(message=message, message_id=f"{key}/{raw.offset}", raw=raw)

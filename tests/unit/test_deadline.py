@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
-from saga_orchestrator.orchestrator.domain import events as ev
 from saga_orchestrator.orchestrator.domain.decision import DEADLINE_TIMER_ID
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError
 from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, TimerKind
 from saga_orchestrator.orchestrator.domain.status import SagaStatus
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.schemas import event_types as ev
 from tests.unit.saga_driver import T0, SagaRun
 
 TRIP_IN_A_MINUTE = dataclasses.replace(TRIP, deadline_ms=60_000)

@@ -16,7 +16,7 @@ from saga_orchestrator.cli.dlq_cmd import (
     replay_of,
     select,
 )
-from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.schemas.message_types import DeadLetter
 
 DLQ = "saga.dlq"
 
@@ -25,7 +25,7 @@ def _parked(partition: int = 0, offset: int = 0, *, saga_id: str | None = "trip-
             reason: str = "unknown saga_type 'cruise' (known: trip)", failed_at: int = 1_000,
             value: bytes | None = b"\xc3\x01original", key: bytes | None = b"trip-1",
             headers: tuple[tuple[str, bytes | None], ...] = (("message_id", b"m-1"), ("trace", b"t-1"))) -> Parked:
-    letter = wire.DeadLetter(source_topic=source, source_partition=4, source_offset=17, consumer="orchestrator",
+    letter = DeadLetter(source_topic=source, source_partition=4, source_offset=17, consumer="orchestrator",
                              reason=reason, failed_at=failed_at, saga_id=saga_id, original_key=key,
                              original_value=value, original_headers=headers)
     return Parked(partition, offset, failed_at + 5, letter)

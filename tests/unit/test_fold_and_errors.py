@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from saga_orchestrator.orchestrator.domain import events as ev
 from saga_orchestrator.orchestrator.domain.decide import DUPLICATE_START_REASON, decide
 from saga_orchestrator.orchestrator.domain.decision import EventBase
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition, Step
@@ -18,7 +17,6 @@ from saga_orchestrator.orchestrator.domain.errors import (
     UnknownDefinition,
     UnknownSaga,
 )
-from saga_orchestrator.orchestrator.domain.messages import CancelSaga, CommandKind, ResultStatus, StepResult
 from saga_orchestrator.orchestrator.domain.state import (
     SAGA_TRANSITIONS,
     STEP_TRANSITIONS,
@@ -31,6 +29,8 @@ from saga_orchestrator.orchestrator.domain.state import (
 )
 from saga_orchestrator.orchestrator.domain.status import PURGEABLE_STATUSES
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.schemas import event_types as ev
+from saga_orchestrator.schemas.message_types import CancelSaga, CommandKind, ResultStatus, StepResult
 from tests.unit.saga_driver import SagaRun, event_names
 
 

@@ -9,19 +9,16 @@ from typing import Any
 
 import pytest
 
-from saga_orchestrator.orchestrator.domain.messages import CommandKind
+from saga_orchestrator.outbox.dead_letters import dead_letter_message
 from saga_orchestrator.participants.kit.bulk import insert_rows
 from saga_orchestrator.participants.kit.handle import decode_command
 from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Call, Participant
-from saga_orchestrator.participants.kit.replies import (
-    Delivery,
-    dead_letter_message,
-    header_pairs,
-    header_text,
-    outcome_message,
-    reply_message_id,
-)
+from saga_orchestrator.participants.kit.replies import outcome_message
+from saga_orchestrator.schemas.headers import header_pairs, header_text
+from saga_orchestrator.schemas.ids import reply_message_id
+from saga_orchestrator.schemas.message_types import CommandKind
+from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
 
 TRIP = {
@@ -42,6 +39,10 @@ def _command_bytes(**overrides: object) -> bytes:
     return registry.encode("saga.v1.StepCommand", record)
 
 
+def _record(value: bytes) -> ConsumedRecord:
+    return ConsumedRecord(topic="flight.commands", value=value)
+
+
 def _command(attempt: int = 1) -> ReceivedCommand:
     return ReceivedCommand(
         saga_id="s1", saga_type="trip", step="flight", action="book_flight", kind=CommandKind.FORWARD,
@@ -51,30 +52,30 @@ def _command(attempt: int = 1) -> ReceivedCommand:
 
 
 def test_decode_command_reads_the_embedded_input() -> None:
-    command, trip = decode_command(default_registry(), _command_bytes(attempt=2), "m-1")
+    command, trip = decode_command("flight", _record(_command_bytes(attempt=2)), "m-1")
     assert command == replace(_command(attempt=2), message_id="m-1")
     assert trip == TRIP
 
 
 def test_decode_command_rejects_garbage_and_a_garbage_input() -> None:
     with pytest.raises(ValueError):
-        decode_command(default_registry(), b"not avro", "m")
+        decode_command("flight", _record(b"not avro"), "m")
     with pytest.raises(ValueError):
-        decode_command(default_registry(), _command_bytes(input=b"\xc3\x01junkjunk"), "m")
+        decode_command("flight", _record(_command_bytes(input=b"\xc3\x01junkjunk")), "m")
 
 
 def test_headers_accept_mappings_and_pairs() -> None:
-    assert header_pairs({"a": "x", "b": b"y", "c": None}) == [("a", b"x"), ("b", b"y"), ("c", None)]
+    assert header_pairs({"a": "x", "b": b"y", "c": None}) == (("a", b"x"), ("b", b"y"), ("c", None))
     pairs = header_pairs([("message_id", b"1"), ("message_id", b"2"), ("bad", b"\xff")])
     assert header_text(pairs, "message_id") == "2"
     assert header_text(pairs, "bad") is None
     assert header_text(pairs, "missing") is None
-    assert header_pairs(None) == []
+    assert header_pairs(None) == ()
 
 
 def test_success_reply_carries_the_command_identity_and_headers() -> None:
     registry = default_registry()
-    message = outcome_message(registry, _command(2), "flight.results", Succeeded(b"{}"), now_ms=1000)
+    message = outcome_message(_command(2), "flight.results", Succeeded(b"{}"), now_ms=1000)
     assert message.message_id == reply_message_id("s1:flight", 2) == "s1:flight:reply:2"
     assert message.key == "s1"
     assert message.available_at is None
@@ -93,7 +94,7 @@ def test_success_reply_carries_the_command_identity_and_headers() -> None:
 def test_delayed_transient_failure_reply() -> None:
     registry = default_registry()
     outcome = Failed("CardNetworkTimeout", "slow", retryable=True, reply_delay_ms=4000)
-    message = outcome_message(registry, _command(), "payment.results", outcome, now_ms=1000)
+    message = outcome_message(_command(), "payment.results", outcome, now_ms=1000)
     assert message.available_at == 5000
     _, result = registry.decode(message.value)
     assert (result["status"], result["retryable"]) == ("FAILED", True)
@@ -102,33 +103,26 @@ def test_delayed_transient_failure_reply() -> None:
 
 def test_dead_letter_keeps_the_original_message() -> None:
     registry = default_registry()
-    message = dead_letter_message(
-        registry, dlq_topic="saga.dlq", consumer="participant-flight", reason="bad",
-        delivery=Delivery(topic="flight.commands", partition=3, offset=42, key=b"s9"),
-        value=b"junk", headers=[("saga_id", b"s9"), ("message_id", b"s9:command:1")], now_ms=7,
-    )
+    record = ConsumedRecord(topic="flight.commands", partition=3, offset=42, key=b"s9", value=b"junk",
+                            headers=(("saga_id", b"s9"), ("message_id", b"s9:command:1")))
+    message = dead_letter_message("saga.dlq", record, reason="bad", consumer="participant-flight", now_ms=7,
+                                  saga_id=record.header("saga_id"))
     assert message.message_id == "dlq:flight.commands:3:42"
     assert message.key == "s9"
     assert message.headers == {"message_id": "dlq:flight.commands:3:42", "causation_id": "s9:command:1",
                                "saga_id": "s9"}
-    name, record = registry.decode(message.value)
+    name, letter = registry.decode(message.value)
     assert name == "saga.v1.DeadLetter"
-    assert record["original_value"] == b"junk"
-    assert record["original_key"] == b"s9"
-    assert record["original_headers"] == [{"key": "saga_id", "value": b"s9"},
+    assert letter["original_value"] == b"junk"
+    assert letter["original_key"] == b"s9"
+    assert letter["original_headers"] == [{"key": "saga_id", "value": b"s9"},
                                           {"key": "message_id", "value": b"s9:command:1"}]
-    assert (record["source_partition"], record["source_offset"], record["failed_at"]) == (3, 42, 7)
+    assert (letter["source_partition"], letter["source_offset"], letter["failed_at"]) == (3, 42, 7)
 
 
 def test_dead_letter_without_an_offset_gets_a_content_based_id() -> None:
-    registry = default_registry()
-    first, second = (
-        dead_letter_message(
-            registry, dlq_topic="saga.dlq", consumer="c", reason="bad",
-            delivery=Delivery(topic="flight.commands"), value=b"junk", headers=[], now_ms=1,
-        )
-        for _ in range(2)
-    )
+    first, second = (dead_letter_message("saga.dlq", ConsumedRecord(topic="flight.commands", value=b"junk"),
+                                         reason="bad", consumer="c", now_ms=1) for _ in range(2))
     assert first.message_id == second.message_id
     assert first.message_id.startswith("dlq:flight.commands:")
     assert first.key == ""

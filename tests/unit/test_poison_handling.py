@@ -8,20 +8,28 @@ from dataclasses import replace
 
 import pytest
 
-from saga_orchestrator.orchestrator import wire
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
-from saga_orchestrator.orchestrator.domain.events import SagaRejected
-from saga_orchestrator.orchestrator.domain.limits import MAX_MESSAGE_ID_BYTES, MAX_SAGA_ID_BYTES, id_problem, nul_field
-from saga_orchestrator.orchestrator.domain.messages import CancelSaga, StartSaga
-from saga_orchestrator.orchestrator.envelope import Envelope, RawRecord, Rejection
-from saga_orchestrator.orchestrator.outbound import dead_letter_message
-from saga_orchestrator.orchestrator.parsing import MAX_REASON_CHARS, MAX_START_SAGA_BYTES, RecordParser
+from saga_orchestrator.orchestrator.envelope import Envelope, Rejection
+from saga_orchestrator.orchestrator.parsing import RecordParser
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
-from saga_orchestrator.participants.kit import replies
+from saga_orchestrator.outbox.dead_letters import dead_letter_message
 from saga_orchestrator.participants.kit.handle import _key_problem, decode_command
+from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import WireError
+from saga_orchestrator.schemas.event_types import SagaRejected
+from saga_orchestrator.schemas.limits import (
+    DEAD_LETTER_MAX_BYTES,
+    MAX_MESSAGE_ID_BYTES,
+    MAX_REJECTION_REASON_CHARS,
+    MAX_SAGA_ID_BYTES,
+    MAX_START_SAGA_BYTES,
+    id_problem,
+    nul_field,
+)
+from saga_orchestrator.schemas.message_types import CancelSaga, DeadLetter, StartSaga
+from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
 from saga_orchestrator.schemas.topics import Topics
 
@@ -44,8 +52,8 @@ def _start(saga_id: str, **changes: object) -> bytes:
 
 
 def _raw(topic: str, key: bytes | None, value: bytes | None,
-         headers: tuple[tuple[str, bytes | None], ...] = ()) -> RawRecord:
-    return RawRecord(topic=topic, partition=1, offset=7, key=key, value=value, headers=headers)
+         headers: tuple[tuple[str, bytes | None], ...] = ()) -> ConsumedRecord:
+    return ConsumedRecord(topic=topic, partition=1, offset=7, key=key, value=value, headers=headers)
 
 
 def test_limits_name_the_problem() -> None:
@@ -95,7 +103,7 @@ def test_an_unusable_saga_type_is_not_recorded_and_a_long_reason_is_clipped() ->
     parsed = _parser().parse(_raw("saga.start", b"s-1", _start("s-1", saga_type=saga_type)))
     assert isinstance(parsed, Rejection) and parsed.saga_id == "s-1"
     assert parsed.saga_type is None
-    assert len(parsed.reason) <= MAX_REASON_CHARS + 3
+    assert len(parsed.reason) <= MAX_REJECTION_REASON_CHARS + 3
 
 
 def test_a_start_too_large_for_its_events_is_refused() -> None:
@@ -110,14 +118,14 @@ def test_a_start_too_large_for_its_events_is_refused() -> None:
 
 def test_a_dead_letter_always_fits_the_dlq_topic() -> None:
     huge_key = b"k" * 600_000  # with the header: more than a letter can hold even without the value
-    letter = wire.DeadLetter(
+    letter = DeadLetter(
         source_topic="saga.start", source_partition=0, source_offset=1, consumer="orchestrator",
         reason="r" * 10_000, failed_at=0, saga_id="s" * 5000, original_key=huge_key,
         original_value=b"v" * 900_000, original_headers=(("big", b"h" * 500_000),),
     )
     data = wire.encode_dead_letter(letter)
     decoded = wire.decode_dead_letter(data)
-    assert len(data) <= wire.DEAD_LETTER_MAX_BYTES
+    assert len(data) <= DEAD_LETTER_MAX_BYTES
     assert decoded.original_value is None and decoded.original_key is None and decoded.original_headers == ()
     assert "original value of 900000 bytes not kept" in decoded.reason
     assert "original key and headers not kept" in decoded.reason
@@ -129,27 +137,24 @@ def test_a_dead_letter_always_fits_the_dlq_topic() -> None:
 
 def test_a_dead_letter_row_carries_only_usable_ids_in_its_key_and_headers() -> None:
     raw = _raw("saga.start", b"k" * 10_000, b"v" * 1_040_000, (("message_id", b"m\x00" * 600),))
-    row = dead_letter_message(TOPICS, raw, "reason", None, "orchestrator", 0)
-    assert row.key == "" and "causation_id" not in row.headers
-    assert len(row.value) <= wire.DEAD_LETTER_MAX_BYTES
+    row = dead_letter_message(TOPICS.dlq, raw, reason="reason", consumer="orchestrator", now_ms=0)
+    assert row.key == "" and row.headers["causation_id"] == "saga.start:1:7"  # its position: no usable id
+    assert "saga_id" not in row.headers
+    assert len(row.value) <= DEAD_LETTER_MAX_BYTES
     assert wire.decode_dead_letter(row.value).source_offset == 7
 
 
 def test_a_participant_dead_letter_fits_and_takes_a_tombstone() -> None:
-    registry = default_registry()
-    row = replies.dead_letter_message(
-        registry, dlq_topic="saga.dlq", consumer="flight", reason="empty value",
-        delivery=replies.Delivery(topic="flight.commands", partition=0, offset=3, key=b"s-1"), value=None,
-        headers=[("saga_id", b"s" * 5000), ("message_id", b"x\x00")], now_ms=0,
-    )
+    tombstone = ConsumedRecord(topic="flight.commands", partition=0, offset=3, key=b"s-1", value=None,
+                               headers=(("saga_id", b"s" * 5000), ("message_id", b"x\x00")))
+    row = dead_letter_message("saga.dlq", tombstone, reason="empty value", consumer="flight", now_ms=0,
+                              saga_id=tombstone.header("saga_id"))
     assert row.key == "s-1" and "saga_id" not in row.headers and row.headers["causation_id"] == "flight.commands:0:3"
     assert wire.decode_dead_letter(row.value).original_value is None
-    big = replies.dead_letter_message(
-        registry, dlq_topic="saga.dlq", consumer="flight", reason="too big",
-        delivery=replies.Delivery(topic="flight.commands", partition=0, offset=4, key=b"s-1"),
-        value=b"v" * 1_100_000, headers=[], now_ms=0,
-    )
-    assert len(big.value) <= wire.DEAD_LETTER_MAX_BYTES
+    big = dead_letter_message("saga.dlq", ConsumedRecord(topic="flight.commands", partition=0, offset=4, key=b"s-1",
+                                                         value=b"v" * 1_100_000), reason="too big", consumer="flight",
+                              now_ms=0)
+    assert len(big.value) <= DEAD_LETTER_MAX_BYTES
 
 
 def _command(**changes: object) -> bytes:
@@ -171,14 +176,14 @@ def _command(**changes: object) -> bytes:
 ])
 def test_a_command_no_store_can_hold_is_undecodable(changes: dict[str, object]) -> None:
     with pytest.raises(WireError):
-        decode_command(default_registry(), _command(**changes), "m-1")
+        decode_command("flight", ConsumedRecord(topic="flight.commands", value=_command(**changes)), "m-1")
     with pytest.raises(WireError, match="tombstone"):
-        decode_command(default_registry(), None, "m-1")
+        decode_command("flight", ConsumedRecord(topic="flight.commands"), "m-1")
 
 
 def test_a_command_key_must_be_its_saga_id() -> None:
-    def delivery(key: bytes | None, offset: int = 5) -> replies.Delivery:
-        return replies.Delivery(topic="flight.commands", partition=0, offset=offset, key=key)
+    def delivery(key: bytes | None, offset: int = 5) -> ConsumedRecord:
+        return ConsumedRecord(topic="flight.commands", partition=0, offset=offset, key=key)
 
     assert _key_problem(delivery(b"s-1"), "s-1") is None
     assert _key_problem(delivery(None, offset=-1), "s-1") is None  # a direct call: no Kafka record
@@ -191,7 +196,7 @@ async def test_rejections_are_handled_a_batch_at_a_time_in_order_and_deduplicate
     store = MemoryStore()
     service = SagaService(store, DefinitionRegistry([TRIP]), TOPICS, lambda: 1_000)
     rejections = [
-        Rejection(raw=RawRecord(topic="saga.start", partition=0, offset=offset, key=b"s-1", value=b"junk"),
+        Rejection(raw=ConsumedRecord(topic="saga.start", partition=0, offset=offset, key=b"s-1", value=b"junk"),
                   reason=f"bad {offset}", saga_id=saga_id)
         for offset, saga_id in ((1, "s-1"), (2, "s-1"), (3, None), (4, "s-2"))
     ]

@@ -15,18 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note
 from hypothesis import strategies as st
 
-from saga_orchestrator.orchestrator.domain import events as ev
 from saga_orchestrator.orchestrator.domain.decide import TIMED_OUT_ERROR, decide
 from saga_orchestrator.orchestrator.domain.decision import DecisionBuilder, live_timer_ids
 from saga_orchestrator.orchestrator.domain.definition import Condition, FailureMode, RetryPolicy, SagaDefinition, Step
-from saga_orchestrator.orchestrator.domain.messages import (
-    CommandKind,
-    ResultStatus,
-    StepCommand,
-    Timer,
-    TimerFired,
-    TimerKind,
-)
+from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, TimerKind
 from saga_orchestrator.orchestrator.domain.progress import advance
 from saga_orchestrator.orchestrator.domain.state import (
     SagaState,
@@ -36,6 +28,8 @@ from saga_orchestrator.orchestrator.domain.state import (
     fold,
     is_transition_valid,
 )
+from saga_orchestrator.schemas import event_types as ev
+from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StepCommand
 from tests.unit.saga_driver import SagaRun
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

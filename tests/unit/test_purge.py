@@ -5,25 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain import events as ev
 from saga_orchestrator.orchestrator.domain.decide import DUPLICATE_START_REASON, decide
 from saga_orchestrator.orchestrator.domain.errors import HistoryMismatch, IllegalTransition
-from saga_orchestrator.orchestrator.domain.messages import (
+from saga_orchestrator.orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
+from saga_orchestrator.orchestrator.domain.purge import may_purge, purged_digest, purged_event
+from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus, apply_event, fold
+from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.schemas import event_types as ev
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.message_types import (
     CancelSaga,
     CommandKind,
-    IncomingMessage,
     ResultStatus,
     ResumeCompensation,
     StartSaga,
     StepResult,
-    Timer,
-    TimerFired,
-    TimerKind,
 )
-from saga_orchestrator.orchestrator.domain.purge import may_purge, purged_digest, purged_event
-from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus, apply_event, fold
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from tests.unit.saga_driver import SagaRun, trip_run
 
 NOW = 2_000_000

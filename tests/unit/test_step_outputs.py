@@ -3,8 +3,9 @@ own forward output (what it has to undo)."""
 
 from __future__ import annotations
 
-from saga_orchestrator.orchestrator.domain.messages import CommandKind, ResultStatus, TimerKind
+from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus
 from tests.unit.saga_driver import SagaRun
 
 FLIGHT, HOTEL, CHARGE, NOTIFY = "book_flight", "book_hotel", "charge_card", "send_itinerary"

@@ -5,24 +5,27 @@ from __future__ import annotations
 import pytest
 
 from saga_orchestrator.cli.scenarios import SCENARIOS
-from saga_orchestrator.orchestrator import wire
 from saga_orchestrator.orchestrator.domain.decide import decide
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
-from saga_orchestrator.orchestrator.domain.events import SagaStarted
-from saga_orchestrator.orchestrator.domain.limits import valid_traceparent
-from saga_orchestrator.orchestrator.domain.messages import StartSaga
 from saga_orchestrator.orchestrator.domain.state import fold
-from saga_orchestrator.orchestrator.envelope import Envelope, RawRecord
+from saga_orchestrator.orchestrator.envelope import Envelope
 from saga_orchestrator.orchestrator.parsing import RecordParser
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.writes import PendingWrites
 from saga_orchestrator.participants.kit.handle import parse_delivery
-from saga_orchestrator.participants.kit.replies import Delivery, RecordedReply, step_result_message
+from saga_orchestrator.participants.kit.replies import RecordedReply, step_result_message
+from saga_orchestrator.participants.registry import get_participant
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.event_types import SagaStarted
+from saga_orchestrator.schemas.headers import valid_traceparent
+from saga_orchestrator.schemas.message_types import StartSaga
+from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
 from saga_orchestrator.schemas.topics import Topics
 
 TOPICS = Topics()
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+FLIGHT = get_participant("flight")
 
 
 @pytest.mark.parametrize(("value", "kept"), [
@@ -38,9 +41,9 @@ def test_only_a_w3c_traceparent_is_kept(value: str | None, kept: bool) -> None:
     assert valid_traceparent(value) == (value if kept else None)
 
 
-def _start_record(traceparent: bytes) -> RawRecord:
+def _start_record(traceparent: bytes) -> ConsumedRecord:
     start = SCENARIOS["happy"].start("t-trace")
-    return RawRecord(topic=TOPICS.start, partition=0, offset=1, key=b"t-trace", value=wire.encode_start(start),
+    return ConsumedRecord(topic=TOPICS.start, partition=0, offset=1, key=b"t-trace", value=wire.encode_start(start),
                      headers=(("message_id", b"m-1"), ("traceparent", traceparent)))
 
 
@@ -77,9 +80,9 @@ def test_a_participant_answers_with_the_commands_trace_context() -> None:
     writes.record(decide(TRIP, None, start, 1_000), "m-1")
     command_row = next(row for row in writes.outbox if row.topic == TOPICS.commands("flight"))
     headers = [(name, value.encode()) for name, value in command_row.headers.items()]
-    parsed = parse_delivery(default_registry(), command_row.value, headers,
-                            Delivery(topic=command_row.topic, key=b"t-trace"))
+    parsed = parse_delivery(FLIGHT, ConsumedRecord(topic=command_row.topic, key=b"t-trace",
+                                                   value=command_row.value, headers=tuple(headers)))
     assert parsed.command is not None and parsed.command.traceparent == TRACE
-    reply = step_result_message(default_registry(), parsed.command, TOPICS.results("flight"),
+    reply = step_result_message(parsed.command, TOPICS.results("flight"),
                                 RecordedReply("SUCCEEDED", None, None, None))
     assert reply.headers["traceparent"] == TRACE

@@ -10,10 +10,10 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from saga_orchestrator.orchestrator.domain.events import SagaCancelRefused
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.schemas.event_types import SagaCancelRefused
 from tests.unit.saga_driver import Action, SagaRun, command_names, event_names
 
 FLIGHT, HOTEL, CHARGE, MAIL = "book_flight", "book_hotel", "charge_card", "send_itinerary"

@@ -8,18 +8,19 @@ from typing import Any
 
 import pytest
 
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.events import EVENT_TYPES, Event, SagaCompletedWithFailures, StepSucceeded
-from saga_orchestrator.orchestrator.domain.messages import (
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.codec import WrongSchema
+from saga_orchestrator.schemas.event_types import EVENT_TYPES, Event, SagaCompletedWithFailures, StepSucceeded
+from saga_orchestrator.schemas.message_types import (
     CancelSaga,
     CommandKind,
+    DeadLetter,
     ResultStatus,
     ResumeCompensation,
     StartSaga,
     StepCommand,
     StepResult,
 )
-from saga_orchestrator.schemas.codec import WrongSchema
 from saga_orchestrator.schemas.registry import default_registry
 
 REGISTRY = default_registry()
@@ -78,7 +79,7 @@ def test_event_fields_equal_avro_fields(name: str) -> None:
         (ResumeCompensation, wire.RESUME_COMPENSATION, []),
         (StepResult, wire.STEP_RESULT, []),
         (StepCommand, wire.STEP_COMMAND, ["participant", "message_id"]),
-        (wire.DeadLetter, wire.DEAD_LETTER, []),
+        (DeadLetter, wire.DEAD_LETTER, []),
     ],
 )
 def test_message_fields_equal_avro_fields(
@@ -175,7 +176,7 @@ def test_a_saga_input_round_trips() -> None:
 
 
 def test_a_dead_letter_round_trips() -> None:
-    letter = wire.DeadLetter(
+    letter = DeadLetter(
         source_topic="saga.start",
         source_partition=3,
         source_offset=42,
@@ -193,7 +194,7 @@ def test_a_dead_letter_round_trips() -> None:
 
 def test_a_dead_letter_drops_an_original_value_too_large_to_carry() -> None:
     size = REGISTRY.max_value_size
-    letter = wire.DeadLetter(
+    letter = DeadLetter(
         source_topic="t", source_partition=0, source_offset=1, consumer="c", reason="too big",
         failed_at=0, original_value=bytes(size),
     )  # fmt: skip

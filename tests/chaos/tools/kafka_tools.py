@@ -17,7 +17,7 @@ from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
 from saga_orchestrator.client.saga_client import topic_partitions
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator import wire
+from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 from tests.chaos.tools.poison import PoisonFactory, PoisonRecord
 

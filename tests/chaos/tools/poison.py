@@ -21,9 +21,9 @@ from typing import Any
 
 import fastavro
 
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.messages import CancelSaga, CommandKind, ResultStatus, StartSaga, StepResult
+from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import HEADER_SIZE, MARKER
+from saga_orchestrator.schemas.message_types import CancelSaga, CommandKind, ResultStatus, StartSaga, StepResult
 from saga_orchestrator.schemas.registry import SchemaRegistry, default_registry
 from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 from tests.chaos.tools.poison_kinds import KINDS, NEEDS_LARGE_TOPICS, ROLES, Headers, Kind, Role
@@ -178,7 +178,7 @@ class PoisonFactory:
         return self.rng.choice(candidates[role])()
 
     def event(self, saga_id: str) -> bytes:
-        from saga_orchestrator.orchestrator.domain.events import SagaCompleted
+        from saga_orchestrator.schemas.event_types import SagaCompleted
 
         return wire.encode_event(SagaCompleted(saga_id=saga_id, seq=1, definition_version=1, occurred_at=1))
 

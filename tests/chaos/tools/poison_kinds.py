@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from saga_orchestrator.orchestrator import wire
-from saga_orchestrator.orchestrator.domain.messages import CancelSaga, StartSaga
+from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import HEADER_SIZE, MARKER
-from saga_orchestrator.schemas.registry import DEFAULT_MAX_VALUE_SIZE
+from saga_orchestrator.schemas.limits import MAX_VALUE_BYTES
+from saga_orchestrator.schemas.message_types import CancelSaga, StartSaga
 
 if TYPE_CHECKING:
     from tests.chaos.tools.poison import PoisonFactory
@@ -27,7 +27,7 @@ Built = tuple[bytes | None, bytes | None, Headers]
 BROKER_MAX_BATCH = 1_048_588  # Kafka's default message.max.bytes: the largest record batch a topic takes
 RECORD_BATCH_OVERHEAD = 61  # v2 record batch header
 OVERSIZED_ID_LENGTH = 8_000  # far beyond a Postgres btree entry (~2.7 kB): never storable as a key
-ABOVE_CODEC_LIMIT = DEFAULT_MAX_VALUE_SIZE + 4_096
+ABOVE_CODEC_LIMIT = MAX_VALUE_BYTES + 4_096
 NEEDS_LARGE_TOPICS = frozenset({"above_codec_limit", "start_near_codec_limit"})  # records above ~1 MiB
 
 
@@ -151,7 +151,7 @@ def _start_near_codec_limit(f: PoisonFactory, role: Role, topic: str) -> Built:
     bytes bigger, could never be encoded, stored or published."""
     saga_id = f.saga_id()
     start = StartSaga(saga_id=saga_id, saga_type="trip", tenant_id="", input=f.trip_input(saga_id))
-    padding = DEFAULT_MAX_VALUE_SIZE - 8 - len(wire.encode_start(start)) - 4  # -4: the longer length varint
+    padding = MAX_VALUE_BYTES - 8 - len(wire.encode_start(start)) - 4  # -4: the longer length varint
     value = wire.encode_start(dataclasses.replace(start, tenant_id="t" * padding))
     return saga_id.encode(), value, f.message_id()
 

@@ -1,15 +1,18 @@
-"""What an identifier or a text from outside must satisfy before it reaches a store.
+"""Sizes and shapes every message of the contract keeps, checked where a message enters a service.
 
 Ids become primary-key columns (a Postgres btree entry holds at most ~2.7 kB) and texts become ``text`` and
-``jsonb`` values (neither can hold U+0000). A message that breaks these limits is refused at the door with
-a reason; handled any later, its transaction would fail on every redelivery and stall its partition.
+``jsonb`` values (neither can hold U+0000); values become Kafka records (1 MiB by default). A message that
+breaks these limits is refused at the door with a reason; handled any later, its transaction would fail on
+every redelivery and stall its partition.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
+
+MAX_VALUE_BYTES = 1024 * 1024
+"""Largest encoded value a codec accepts (1 MiB, Kafka's default ``max.message.bytes`` order of size)."""
 
 MAX_SAGA_ID_BYTES = 512
 """Longest saga id (UTF-8 bytes) a service accepts; derived ids (``{saga_id}:{step}:compensate``,
@@ -17,6 +20,23 @@ MAX_SAGA_ID_BYTES = 512
 
 MAX_MESSAGE_ID_BYTES = 1024
 """Longest ``message_id`` header (UTF-8 bytes): room for a reply id built on the longest saga id."""
+
+MAX_START_SAGA_BYTES = MAX_VALUE_BYTES - 16 * 1024
+"""Largest StartSaga accepted. Its SagaStarted event and its commands copy the input, add ids and headers,
+and must still fit the codec's limit and a default Kafka record batch (1 MiB), or recording the saga would
+fail on every redelivery."""
+
+MAX_REJECTION_REASON_CHARS = 2_000
+"""Longest reason a refused record is given: it quotes ids and decoder errors, and goes into an event and a
+dead letter."""
+
+DEAD_LETTER_MAX_BYTES = 1_000_000
+"""Largest dead letter written: under Kafka's default 1 MiB record batch with room for the letter's key and
+headers (ids, bounded) and the framing, so a letter always fits saga.dlq. A letter that names a Kafka
+record nobody can publish would stop its outbox, and everything behind it, for good."""
+
+MAX_DEAD_LETTER_REASON_CHARS = 4_000
+"""Longest reason a dead letter keeps."""
 
 
 def id_problem(value: str, what: str, limit: int = MAX_SAGA_ID_BYTES) -> str | None:
@@ -32,13 +52,9 @@ def id_problem(value: str, what: str, limit: int = MAX_SAGA_ID_BYTES) -> str | N
     return None
 
 
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
-
-
-def valid_traceparent(value: str | None) -> str | None:
-    """A W3C ``traceparent`` header value when it is one (version, trace id, parent id, flags), else None:
-    trace context is passed along when usable and dropped otherwise, never a reason to refuse a message."""
-    return value if value is not None and _TRACEPARENT.match(value) and not value.startswith("ff") else None
+def usable_id(value: str | None, limit: int = MAX_SAGA_ID_BYTES) -> str | None:
+    """``value`` when it can serve as an identifier, else None (for ids read from untrusted input)."""
+    return value if value is not None and id_problem(value, "id", limit) is None else None
 
 
 def nul_field(value: Any, path: str = "") -> str | None:

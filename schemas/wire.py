@@ -1,4 +1,4 @@
-"""Wire adapter: domain dataclasses <-> single-object Avro bytes, with the schemas in ``schemas/``.
+"""The one encoder and the one decoder of every message of the contract: dataclasses <-> single-object Avro.
 
 Dataclass field names equal Avro field names, so the mapping is mechanical; this module only converts
 what Avro cannot carry as such (StrEnum <-> enum symbol, tuple <-> array) and drops the fields that
@@ -11,19 +11,20 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal, TypeVar
 
-from ..schemas.codec import MalformedBody, ValueTooLarge, WrongSchema
-from ..schemas.registry import SchemaRegistry, default_registry
-from .domain.events import EVENT_TYPES, Event
-from .domain.limits import id_problem
-from .domain.messages import (
+from .codec import MalformedBody, ValueTooLarge, WrongSchema
+from .event_types import EVENT_TYPES, Event
+from .limits import DEAD_LETTER_MAX_BYTES, MAX_DEAD_LETTER_REASON_CHARS, id_problem
+from .message_types import (
     CancelSaga,
     CommandKind,
+    DeadLetter,
     ResultStatus,
     ResumeCompensation,
     StartSaga,
     StepCommand,
     StepResult,
 )
+from .registry import SchemaRegistry, default_registry
 
 EVENTS_NAMESPACE = "saga.v1.events"
 START_SAGA = "saga.v1.StartSaga"
@@ -42,27 +43,6 @@ IncomingWire = StartSaga | CancelSaga | ResumeCompensation | StepResult
 
 T = TypeVar("T")
 E = TypeVar("E", CommandKind, ResultStatus)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DeadLetter:
-    """A message a service could not process, kept with its original bytes (topic saga.dlq)."""
-
-    source_topic: str
-    source_partition: int
-    source_offset: int
-    consumer: str
-    reason: str
-    failed_at: int  # epoch milliseconds
-    saga_id: str | None = None
-    original_key: bytes | None = None
-    original_value: bytes | None = None
-    original_headers: tuple[tuple[str, bytes | None], ...] = ()
-
-    @property
-    def message_id(self) -> str:
-        """The frozen DLQ message id format: ``dlq:{topic}:{partition}:{offset}``."""
-        return f"dlq:{self.source_topic}:{self.source_partition}:{self.source_offset}"
 
 
 _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
@@ -257,14 +237,6 @@ def decode_input(data: bytes, expected: str | None = None) -> tuple[str, dict[st
 
 
 # --- dead letters -------------------------------------------------------------------------------------
-
-
-DEAD_LETTER_MAX_BYTES = 1_000_000
-"""Largest dead letter written: under Kafka's default 1 MiB record batch with room for the letter's key and
-headers (ids, bounded) and the framing, so a letter always fits saga.dlq. A letter that names a Kafka
-record nobody can publish would stop its outbox, and everything behind it, for good."""
-
-MAX_DEAD_LETTER_REASON_CHARS = 4_000
 
 
 def encode_dead_letter(letter: DeadLetter, registry: SchemaRegistry | None = None,

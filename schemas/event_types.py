@@ -1,4 +1,4 @@
-"""Saga events: facts in the past tense, one frozen dataclass per event type.
+"""Saga events as published on saga.events: facts in the past tense, one frozen dataclass per event type.
 
 Each class name equals the Avro record name in ``schemas/events`` (namespace ``saga.v1.events``) and each
 field equals an Avro field, so the wire mapping is mechanical.

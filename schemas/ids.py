@@ -31,3 +31,26 @@ def event_message_id(saga_id: str, seq: int) -> str:
 def reply_message_id(idempotency_key: str, attempt: int) -> str:
     """Message id of a participant's reply to one attempt of a command."""
     return f"{idempotency_key}:reply:{attempt}"
+
+
+def position_id(topic: str, partition: int, offset: int) -> str:
+    """Identity of a consumed record by its place in the log: the message id of one that carries no
+    ``message_id`` header."""
+    return f"{topic}:{partition}:{offset}"
+
+
+def dead_letter_message_id(position: str) -> str:
+    """Message id of the dead letter of the record at ``position`` (``position_id``, or a content digest
+    for a record handed over without one)."""
+    return f"dlq:{position}"
+
+
+def replay_message_id(letter_position: str) -> str:
+    """Message id of a dead letter's record published again; ``letter_position`` is where the letter is
+    (``<dlq topic>:<partition>:<offset>``), so replaying one letter twice delivers it once."""
+    return f"dlq-replay:{letter_position}"
+
+
+def purge_causation_id(saga_id: str, seq: int) -> str:
+    """Causation id of the SagaPurged event at ``seq``: a purge is no message, so it names itself."""
+    return f"purge:{saga_id}:{seq}"

@@ -1,0 +1,108 @@
+"""The messages of the contract other than events: what clients and participants send and receive.
+
+Field names follow the Avro records in ``schemas/`` (commands/, messages/, dlq/), so the codec in ``wire``
+maps them mechanically. Topics: ``saga.start`` (StartSaga), ``saga.control`` (CancelSaga, ResumeCompensation),
+``<participant>.commands`` (StepCommand), ``<participant>.results`` (StepResult), ``saga.dlq`` (DeadLetter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .ids import dead_letter_message_id, position_id
+
+
+class CommandKind(StrEnum):
+    FORWARD = "FORWARD"
+    COMPENSATE = "COMPENSATE"
+
+
+class ResultStatus(StrEnum):
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartSaga:
+    """Start a saga (topic saga.start)."""
+
+    saga_id: str
+    saga_type: str
+    tenant_id: str | None
+    input: bytes
+    traceparent: str | None = None  # the W3C trace context of its record (a header, not in the Avro body)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelSaga:
+    """Cancel a saga (topic saga.control)."""
+
+    saga_id: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumeCompensation:
+    """An operator asks a COMPENSATION_FAILED saga to try its compensations again (topic saga.control)."""
+
+    saga_id: str
+    operator: str | None
+    detail: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCommand:
+    """A command for a participant (topic <participant>.commands).
+
+    ``participant`` and ``message_id`` travel outside the Avro body (topic name and header).
+    """
+
+    saga_id: str
+    saga_type: str
+    step: str
+    participant: str
+    action: str
+    kind: CommandKind
+    idempotency_key: str
+    attempt: int
+    input: bytes
+    message_id: str
+    step_outputs: tuple[tuple[str, bytes], ...] = ()  # (step, output) of its upstream steps, sorted
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepResult:
+    """A participant's reply to a StepCommand (topic <participant>.results)."""
+
+    saga_id: str
+    step: str
+    kind: CommandKind
+    idempotency_key: str
+    attempt: int
+    status: ResultStatus
+    retryable: bool = False
+    error_type: str | None = None
+    error_message: str | None = None
+    output: bytes | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetter:
+    """A message a service could not process, kept with its original bytes (topic saga.dlq)."""
+
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    consumer: str
+    reason: str
+    failed_at: int  # epoch milliseconds
+    saga_id: str | None = None
+    original_key: bytes | None = None
+    original_value: bytes | None = None
+    original_headers: tuple[tuple[str, bytes | None], ...] = ()
+
+    @property
+    def message_id(self) -> str:
+        """The letter's message id (``ids.dead_letter_message_id`` of its source position)."""
+        return dead_letter_message_id(position_id(self.source_topic, self.source_partition, self.source_offset))

@@ -1,0 +1,42 @@
+"""A Kafka record as a service consumed it: where it came from, and its original key, value and headers.
+
+Kept whole, so a record that cannot be handled is dead-lettered with its original bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .headers import HeaderPairs, header_text
+from .ids import position_id
+
+
+@dataclass(frozen=True)
+class ConsumedRecord:
+    """One consumed record; ``partition`` and ``offset`` are -1 for one handed over without a position (a
+    direct call rather than a consumer)."""
+
+    topic: str
+    partition: int = -1
+    offset: int = -1
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: HeaderPairs = ()
+
+    def header(self, name: str) -> str | None:
+        """The header called ``name`` as text (``headers.header_text``)."""
+        return header_text(self.headers, name)
+
+    @property
+    def has_position(self) -> bool:
+        """True for a record read from a topic (its partition and offset are known)."""
+        return self.offset >= 0
+
+    @property
+    def position_id(self) -> str:
+        """Identity of the record: its place in the log (``ids.position_id``), or for one handed over without
+        a position, its topic and a digest of its value (stable across retries of the same call)."""
+        if self.has_position:
+            return position_id(self.topic, self.partition, self.offset)
+        return f"{self.topic}:{hashlib.sha256(self.value or b'').hexdigest()[:32]}"
