@@ -25,9 +25,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.outbox.message import OutboxMessage
 from saga_orchestrator.outbox.relay import OutboxRelay
-from saga_orchestrator.outbox.writer import outbox_table_sql, write_outbox
+from saga_orchestrator.outbox.table import OutboxMessage, outbox_table_sql, write_outbox
 
 VALUE = bytes(200)  # about the size of an encoded step command
 

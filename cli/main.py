@@ -50,7 +50,7 @@ def demo(keep_running: bool = typer.Option(False, "--keep-running", help="Leave 
 @app.command("migrate")
 def migrate() -> None:
     """Apply the database migrations (services also do this at start)."""
-    from ..infra.db import migrate as apply
+    from ..orchestrator.store.postgres import migrate as apply
     from .context import console, database, run, settings
 
     async def body() -> list[str]:

@@ -13,9 +13,7 @@ import asyncpg
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-
-# Every service runs migrate() at start; this session-level advisory lock makes concurrent starters
+# Every service runs its migrations at start; this session-level advisory lock makes concurrent starters
 # queue up instead of racing on CREATE TABLE. The number is arbitrary but fixed (ASCII "sagamigr").
 _MIGRATION_LOCK_KEY = 0x736167616D696772
 
@@ -111,43 +109,65 @@ async def create_pool(
             delay = min(delay * 2, 2.0)
 
 
-def migration_files(directory: Path = MIGRATIONS_DIR) -> list[Path]:
+def migration_files(directory: Path) -> list[Path]:
     """The ``*.sql`` files of ``directory`` in application order (file name order: 001_, 002_, ...)."""
     return sorted(directory.glob("*.sql"))
 
 
-async def migrate(
-    conn_or_pool: asyncpg.Connection | asyncpg.Pool, directory: Path = MIGRATIONS_DIR
-) -> list[str]:
-    """Apply every migration not yet recorded in ``public.schema_migrations``; return the versions applied.
+async def apply_migrations(conn_or_pool: asyncpg.Connection | asyncpg.Pool, directory: Path, table: str,
+                           *, adopt_from: str | None = None) -> list[str]:
+    """Apply every migration of ``directory`` not yet recorded in ``table`` (``schema.name``); the versions
+    applied now.
 
-    A version is the file name without ``.sql``. Each file runs in its own transaction together with its
-    ``schema_migrations`` row, so a failing file leaves no trace and is retried next time.
+    A version is the file name without ``.sql``. Each file runs in its own transaction together with its row
+    in ``table``, so a failing file leaves no trace and is retried next time. ``adopt_from`` names a table an
+    earlier release recorded these versions in: rows of ours found there move to ``table`` first (and the
+    old table goes once nothing else is left in it).
     """
     if isinstance(conn_or_pool, asyncpg.Pool):
         async with conn_or_pool.acquire() as conn:
-            return await _migrate(conn, directory)
-    return await _migrate(conn_or_pool, directory)
+            return await _migrate(conn, directory, check_table(table), adopt_from)
+    return await _migrate(conn_or_pool, directory, check_table(table), adopt_from)
 
 
-async def _migrate(conn: asyncpg.Connection, directory: Path) -> list[str]:
+async def _migrate(conn: asyncpg.Connection, directory: Path, table: str, adopt_from: str | None) -> list[str]:
+    files = migration_files(directory)
     await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK_KEY)
     try:
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS public.schema_migrations ("
-            " version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        done = {row["version"] for row in await conn.fetch("SELECT version FROM public.schema_migrations")}
+        schema = table.partition(".")[0] if "." in table else "public"
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        await conn.execute(f"CREATE TABLE IF NOT EXISTS {table} ("
+                           " version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+        if adopt_from is not None:
+            await _adopt(conn, table, check_table(adopt_from), [path.stem for path in files])
+        done = {row["version"] for row in await conn.fetch(f"SELECT version FROM {table}")}
         applied: list[str] = []
-        for path in migration_files(directory):
+        for path in files:
             version = path.stem
             if version in done:
                 continue
             async with conn.transaction():
                 await conn.execute(path.read_text(encoding="utf-8"))
-                await conn.execute("INSERT INTO public.schema_migrations (version) VALUES ($1)", version)
-            log.info("migration applied", extra={"version": version})
+                await conn.execute(f"INSERT INTO {table} (version) VALUES ($1)", version)
+            log.info("migration applied", extra={"version": version, "table": table})
             applied.append(version)
         return applied
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK_KEY)
+
+
+async def _adopt(conn: asyncpg.Connection, table: str, old_table: str, versions: list[str]) -> None:
+    """Move the rows of ``versions`` from ``old_table`` to ``table``; drop ``old_table`` when that emptied it."""
+    if await conn.fetchval("SELECT to_regclass($1)", old_table) is None:
+        return
+    async with conn.transaction():
+        moved = await conn.fetch(f"DELETE FROM {old_table} WHERE version = ANY($1::text[])"
+                                 " RETURNING version, applied_at", versions)
+        if not moved:
+            return
+        await conn.execute(f"INSERT INTO {table} (version, applied_at)"
+                           " SELECT * FROM unnest($1::text[], $2::timestamptz[]) ON CONFLICT DO NOTHING",
+                           [row["version"] for row in moved], [row["applied_at"] for row in moved])
+        if not await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {old_table})"):
+            await conn.execute(f"DROP TABLE {old_table}")
+        log.info("migration records moved", extra={"from": old_table, "to": table, "versions": len(moved)})

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import asyncpg
 
-from ..infra.db import create_pool, migrate
+from ..infra.db import create_pool
 from ..infra.health import ServiceHealth
 from ..infra.health_server import health_running
 from ..infra.kafka_admin import ensure_topics
@@ -25,7 +25,7 @@ from .housekeeping import inbox_pruner, retention_policy
 from .metrics import SagaMetrics
 from .parsing import RecordParser
 from .service import SagaService
-from .store.postgres import PostgresStore
+from .store.postgres import PostgresStore, migrate
 from .timers import TimerScheduler
 
 log = logging.getLogger("saga.bootstrap")

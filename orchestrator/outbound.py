@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..outbox.message import OutboxMessage
+from ..outbox.table import OutboxMessage
 from ..schemas import wire
 from ..schemas.event_types import Event
 from ..schemas.headers import message_headers

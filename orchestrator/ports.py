@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..outbox.message import OutboxMessage
+from ..outbox.table import OutboxMessage
 
 __all__ = [
     "ConcurrencyConflict",

@@ -8,7 +8,7 @@ from ..schemas.ids import dead_letter_message_id
 from ..schemas.limits import MAX_MESSAGE_ID_BYTES, usable_id
 from ..schemas.message_types import DeadLetter
 from ..schemas.records import ConsumedRecord
-from .message import OutboxMessage
+from .table import OutboxMessage
 
 
 def dead_letter_message(dlq_topic: str, record: ConsumedRecord, *, reason: str, consumer: str, now_ms: int,

@@ -1,15 +1,16 @@
-"""Postgres adapter of the storage ports (schema created by ``infra/migrations/001_saga.sql``)."""
+"""Postgres adapter of the storage ports; its schema (``saga``) is made by the migrations beside it."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-from ...infra.db import check_identifier, datetime_to_ms, ms_to_datetime
-from ...outbox.writer import write_outbox
+from ...infra.db import apply_migrations, check_identifier, datetime_to_ms, ms_to_datetime
+from ...outbox.table import write_outbox
 from ..ports import (
     ConcurrencyConflict,
     OutboxMessage,
@@ -18,6 +19,18 @@ from ..ports import (
     TimerRow,
 )
 from .postgres_bulk import BulkStatements
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATIONS_TABLE = "saga.schema_migrations"
+LEGACY_MIGRATIONS_TABLE = "public.schema_migrations"
+"""Where releases up to 0.1.0 recorded the migrations applied (a name other migration tools use too)."""
+
+
+async def migrate(conn_or_pool: asyncpg.Connection | asyncpg.Pool) -> list[str]:
+    """Create or bring up to date the orchestrator's tables; the migrations applied now. Every service that
+    uses them runs this at start (concurrent starters queue up)."""
+    return await apply_migrations(conn_or_pool, MIGRATIONS, MIGRATIONS_TABLE, adopt_from=LEGACY_MIGRATIONS_TABLE)
+
 
 _SUMMARY_COLUMNS = (
     "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"

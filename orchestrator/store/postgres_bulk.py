@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
-import orjson
 
 from ...infra.db import datetime_to_ms, ms_to_datetime
+from ...outbox.table import insert_params, insert_sql
 from ..ports import ConcurrencyConflict, SagaSummaryRow, StoredEvent, Writes
 
 _SUMMARY_COLUMNS = "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"
@@ -108,7 +108,6 @@ class BulkStatements:
         """Every part of ``writes`` in one statement: one data-modifying CTE per table."""
         timers = list({(t.saga_id, t.timer_id): t for t in writes.timers}.values())
         summaries = _latest_summaries(writes.summaries)
-        outbox = writes.outbox
         try:
             await self.conn.execute(
                 f"""WITH
@@ -121,14 +120,7 @@ class BulkStatements:
                              SELECT saga_id, seq, event_type, body, coalesce(recorded_at, now())
                              FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::timestamptz[])
                                   AS e(saga_id, seq, event_type, body, recorded_at)),
-                queued AS (INSERT INTO {self._s}.outbox (topic, message_key, value, headers, message_id,
-                                                         available_at)
-                           SELECT topic, message_key, value, headers, message_id, coalesce(available_at, now())
-                           FROM unnest($8::text[], $9::text[], $10::bytea[], $11::jsonb[], $12::text[],
-                                       $13::timestamptz[])
-                                WITH ORDINALITY AS m(topic, message_key, value, headers, message_id,
-                                                     available_at, ord)
-                           ORDER BY ord),
+                queued AS ({insert_sql(f"{self._s}.outbox", 8)}),
                 armed AS (INSERT INTO {self._s}.timers (saga_id, timer_id, kind, step, attempt, due_at)
                           SELECT * FROM unnest($14::text[], $15::text[], $16::text[], $17::text[], $18::int[],
                                                $19::timestamptz[])
@@ -148,12 +140,7 @@ class BulkStatements:
                 [saga_id for saga_id, _ in writes.deleted_timers],
                 [timer_id for _, timer_id in writes.deleted_timers],
                 *_event_columns(writes.events),
-                [m.topic for m in outbox],
-                [m.key for m in outbox],
-                [m.value for m in outbox],
-                [orjson.dumps(m.headers).decode() for m in outbox],
-                [m.message_id for m in outbox],
-                [None if m.available_at is None else ms_to_datetime(m.available_at) for m in outbox],
+                *insert_params(writes.outbox),
                 [t.saga_id for t in timers],
                 [t.timer_id for t in timers],
                 [t.kind for t in timers],

@@ -18,11 +18,9 @@ from itertools import groupby
 from typing import Any, TypeVar
 
 import asyncpg
-import orjson
 
-from ...infra.db import ms_to_datetime
 from ...infra.faults import crash_point
-from ...outbox.message import OutboxMessage
+from ...outbox.table import OutboxMessage, insert_params, insert_sql
 from ...schemas.records import ConsumedRecord
 from ...schemas.topics import Topics
 from .deferred import await_answers, withdraw
@@ -240,15 +238,9 @@ async def _settle(conn: asyncpg.Connection, participant: Participant, transient:
                          FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
                               AS f(idempotency_key, status, error_type, error_message, output)
                          WHERE p.idempotency_key = f.idempotency_key)
-            INSERT INTO {participant.outbox_table} (topic, message_key, value, headers, message_id, available_at)
-            SELECT topic, message_key, value, headers, message_id, coalesce(available_at, now())
-            FROM unnest($7::text[], $8::text[], $9::bytea[], $10::jsonb[], $11::text[], $12::timestamptz[])
-                 WITH ORDINALITY AS m(topic, message_key, value, headers, message_id, available_at, ord)
-            ORDER BY ord""",
+            {insert_sql(participant.outbox_table, 7)}""",
         list(transient),
         [key for key, _ in final], [r.status for _, r in final], [r.error_type for _, r in final],
         [r.error_message for _, r in final], [r.output for _, r in final],
-        [m.topic for m in replies], [m.key for m in replies], [m.value for m in replies],
-        [orjson.dumps(m.headers).decode() for m in replies], [m.message_id for m in replies],
-        [None if m.available_at is None else ms_to_datetime(m.available_at) for m in replies],
+        *insert_params(replies),
     )

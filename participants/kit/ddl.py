@@ -6,7 +6,7 @@ import zlib
 
 import asyncpg
 
-from ...outbox.writer import outbox_table_sql
+from ...outbox.table import outbox_table_sql
 from .participant import Participant
 
 

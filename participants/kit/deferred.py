@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from ...outbox.writer import write_outbox
+from ...outbox.table import write_outbox
 from ...schemas.ids import forward_key
 from ...schemas.message_types import CommandKind
 from ...schemas.topics import Topics

@@ -20,8 +20,7 @@ import asyncpg
 
 from ...infra.faults import crash_point
 from ...outbox.dead_letters import dead_letter_message
-from ...outbox.message import OutboxMessage
-from ...outbox.writer import write_outbox
+from ...outbox.table import OutboxMessage, write_outbox
 from ...schemas import wire
 from ...schemas.codec import WireError
 from ...schemas.headers import MESSAGE_ID, SAGA_ID, SAGA_TYPE, TRACEPARENT, valid_traceparent

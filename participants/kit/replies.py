@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...outbox.message import OutboxMessage
+from ...outbox.table import OutboxMessage
 from ...schemas import wire
 from ...schemas.headers import message_headers
 from ...schemas.ids import reply_message_id

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from saga_orchestrator.cli.scenarios import SCENARIOS
-from saga_orchestrator.infra.db import create_pool, migrate
+from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.envelope import Envelope
 from saga_orchestrator.orchestrator.ports import (
@@ -33,7 +33,7 @@ from saga_orchestrator.orchestrator.ports import (
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
-from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaCancelRequested
 from saga_orchestrator.schemas.topics import Topics

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from saga_orchestrator.infra.db import create_pool, migrate
-from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
 
 
 @pytest.fixture

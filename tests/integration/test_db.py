@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
-from saga_orchestrator.infra.db import create_pool, migrate, migration_files
-from saga_orchestrator.outbox.writer import outbox_table_sql
+from saga_orchestrator.infra.db import apply_migrations, create_pool, migration_files
+from saga_orchestrator.orchestrator.store.postgres import MIGRATIONS, migrate
+from saga_orchestrator.outbox.table import outbox_table_sql
 
 pytestmark = pytest.mark.integration
 
@@ -31,16 +34,17 @@ async def test_migrate_applies_each_file_once_even_with_concurrent_starters(data
     conns = [await asyncpg.connect(database_url) for _ in range(3)]
     try:
         results = await asyncio.gather(*(migrate(conn) for conn in conns))
-        expected = [path.stem for path in migration_files()]
+        expected = [path.stem for path in migration_files(MIGRATIONS)]
         assert sorted(results, key=len) == [[], [], expected]
         assert await migrate(conns[0]) == []
-        recorded = await conns[0].fetch("SELECT version FROM public.schema_migrations ORDER BY version")
-        assert [r["version"] for r in recorded if r["version"] in expected] == expected
+        recorded = await conns[0].fetch("SELECT version FROM saga.schema_migrations ORDER BY version")
+        assert [r["version"] for r in recorded] == expected
+        assert await conns[0].fetchval("SELECT to_regclass('public.schema_migrations')") is None
         tables = await conns[0].fetch(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'saga' ORDER BY 1"
         )
         names = [t["table_name"] for t in tables]
-        assert names == ["deployment", "events", "inbox", "outbox", "saga_summary", "timers"]
+        assert names == ["deployment", "events", "inbox", "outbox", "saga_summary", "schema_migrations", "timers"]
     finally:
         for conn in conns:
             await conn.close()
@@ -52,11 +56,11 @@ async def test_a_failing_migration_leaves_no_trace(database_url: str, tmp_path: 
     conn = await asyncpg.connect(database_url)
     try:
         with pytest.raises(asyncpg.UndefinedFunctionError):
-            await migrate(conn, tmp_path)
+            await apply_migrations(conn, tmp_path, "public.mig_versions")
         assert await conn.fetchval("SELECT to_regclass('public.mig_bad')") is None
         assert await conn.fetchval("SELECT to_regclass('public.mig_ok')") is not None
         (tmp_path / "002_bad.sql").write_text("CREATE TABLE public.mig_bad (id int);")
-        assert await migrate(conn, tmp_path) == ["002_bad"]
+        assert await apply_migrations(conn, tmp_path, "public.mig_versions") == ["002_bad"]
     finally:
         await conn.close()
 
@@ -78,3 +82,29 @@ async def test_create_pool_gives_up_after_its_connect_timeout() -> None:
     with pytest.raises(OSError):
         await create_pool("postgresql://saga@127.0.0.1:1/saga", 1, connect_timeout_s=0.5)
     assert time.monotonic() - started < 5
+
+
+async def test_a_database_of_the_earlier_release_keeps_its_migrations_and_moves_their_records(
+        postgres_admin_dsn: str) -> None:
+    """Releases up to 0.1.0 recorded the migrations in public.schema_migrations (a name other tools use too):
+    those records move to saga.schema_migrations, nothing is applied twice, and another tool's rows stay."""
+    name = f"test_db_adopt_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(postgres_admin_dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    conn = await asyncpg.connect(urlunsplit(urlsplit(postgres_admin_dsn)._replace(path=f"/{name}")))
+    try:
+        await apply_migrations(conn, MIGRATIONS, "public.schema_migrations")  # as 0.1.0 left a database
+        await conn.execute("INSERT INTO saga.events (saga_id, seq, event_type, body) VALUES ('s-1', 1, 'X', 'x')")
+        await conn.execute("INSERT INTO public.schema_migrations (version) VALUES ('20240101_other_tool')")
+
+        assert await migrate(conn) == []
+        moved = await conn.fetch("SELECT version FROM saga.schema_migrations ORDER BY version")
+        assert [row["version"] for row in moved] == [path.stem for path in migration_files(MIGRATIONS)]
+        left = await conn.fetch("SELECT version FROM public.schema_migrations")
+        assert [row["version"] for row in left] == ["20240101_other_tool"]
+        assert await conn.fetchval("SELECT count(*) FROM saga.events") == 1
+        assert await migrate(conn) == []
+    finally:
+        await conn.close()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()

@@ -12,8 +12,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from saga_orchestrator.infra.db import migrate
 from saga_orchestrator.orchestrator.bootstrap import claim_deployment
+from saga_orchestrator.orchestrator.store.postgres import migrate
 from tests.conftest import run_sync
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import re
 import asyncpg
 import pytest
 
-from saga_orchestrator.infra.db import migrate
 from saga_orchestrator.orchestrator.bootstrap import DeploymentMismatch, claim_deployment
+from saga_orchestrator.orchestrator.store.postgres import migrate
 
 
 async def test_the_first_prefix_claims_the_database_and_another_is_refused(database_url: str) -> None:

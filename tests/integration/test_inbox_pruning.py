@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from saga_orchestrator.infra.db import create_pool, migrate
+from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.orchestrator.housekeeping import inbox_pruner, prune_inbox
+from saga_orchestrator.orchestrator.store.postgres import migrate
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import DefaultPartitioner
 
 from saga_orchestrator.infra.db import create_pool
-from saga_orchestrator.outbox.message import OutboxMessage
 from saga_orchestrator.outbox.relay import OutboxRelay, relay_lock_key
-from saga_orchestrator.outbox.writer import outbox_table_sql, write_outbox
+from saga_orchestrator.outbox.table import OutboxMessage, outbox_table_sql, write_outbox
 
 pytestmark = pytest.mark.integration
 

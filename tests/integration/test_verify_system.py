@@ -14,12 +14,12 @@ import pytest
 import pytest_asyncio
 
 from saga_orchestrator.cli.verify_cmd import verify_system
-from saga_orchestrator.infra.db import create_pool, migrate, ms_to_datetime
+from saga_orchestrator.infra.db import create_pool, ms_to_datetime
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.domain.state import SagaState
 from saga_orchestrator.orchestrator.ports import SagaSummaryRow, StoredEvent
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
-from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS
 from saga_orchestrator.schemas import wire

@@ -1,0 +1,96 @@
+"""The outbox row and its table: the DDL, and the one INSERT every writer uses.
+
+A writer queues the Kafka records it wants published in the same transaction as its own changes; the relay
+(``outbox.relay``) publishes the committed rows in id order and deletes them. The orchestrator's store and the
+participant kit write their rows with ``insert_sql``, as a statement of its own or inside a larger one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import orjson
+
+from ..infra.db import check_identifier, check_table, ms_to_datetime
+
+
+@dataclass(frozen=True)
+class OutboxMessage:
+    """A record for ``topic`` with Kafka key ``key``.
+
+    ``message_id`` travels as the ``message_id`` header and stays the same if the relay publishes the row
+    twice (after a crash), so consumers dedupe on it. ``available_at`` (epoch ms) delays publication until
+    then; ``None`` means as soon as the transaction commits.
+    """
+
+    topic: str
+    key: str
+    value: bytes
+    headers: dict[str, str]
+    message_id: str
+    available_at: int | None = None
+
+
+def outbox_table_sql(schema: str) -> str:
+    """DDL of ``<schema>.outbox`` (idempotent: CREATE ... IF NOT EXISTS).
+
+    The table is a queue (insert, publish, delete), so autovacuum is told to clean it early rather than
+    after the default 20% of dead rows.
+    """
+    check_identifier(schema)
+    return f"""
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.outbox (
+    id           bigserial   PRIMARY KEY,
+    topic        text        NOT NULL,
+    message_key  text        NOT NULL,
+    value        bytea       NOT NULL,
+    headers      jsonb       NOT NULL,
+    message_id   text        NOT NULL,
+    available_at timestamptz NOT NULL DEFAULT now(),
+    created_at   timestamptz NOT NULL DEFAULT now()
+) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000);
+"""
+
+
+INSERT_PARAMETERS = 6
+"""How many statement parameters ``insert_sql`` takes (the arrays of ``insert_params``)."""
+
+
+def insert_sql(table: str, first_parameter: int = 1) -> str:
+    """An INSERT of the rows ``insert_params`` gives, from parameter ``$first_parameter`` on: one round trip
+    whatever their number (the columns travel as arrays and unnest() zips them back into rows), ids in the
+    given order (WITH ORDINALITY + ORDER BY), so the relay publishes them in that order."""
+    check_table(table)
+    n = first_parameter
+    return f"""INSERT INTO {table} (topic, message_key, value, headers, message_id, available_at)
+        SELECT topic, message_key, value, headers, message_id, coalesce(available_at, now())
+        FROM unnest(${n}::text[], ${n + 1}::text[], ${n + 2}::bytea[], ${n + 3}::jsonb[], ${n + 4}::text[],
+                    ${n + 5}::timestamptz[])
+             WITH ORDINALITY AS m(topic, message_key, value, headers, message_id, available_at, ord)
+        ORDER BY ord"""
+
+
+def insert_params(messages: Sequence[OutboxMessage]) -> list[list[Any]]:
+    """The parameters of ``insert_sql`` for ``messages``, in their order."""
+    return [
+        [m.topic for m in messages],
+        [m.key for m in messages],
+        [m.value for m in messages],
+        [orjson.dumps(m.headers).decode() for m in messages],
+        [m.message_id for m in messages],
+        [None if m.available_at is None else ms_to_datetime(m.available_at) for m in messages],
+    ]
+
+
+async def write_outbox(conn: asyncpg.Connection, table: str, messages: Sequence[OutboxMessage]) -> None:
+    """Insert ``messages`` into ``table`` in one statement, inside the caller's transaction.
+
+    Rows get ids in ``messages`` order, and the relay publishes in id order, so messages of one key
+    appear on Kafka in the order they were given here.
+    """
+    if messages:
+        await conn.execute(insert_sql(table), *insert_params(messages))
