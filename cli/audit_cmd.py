@@ -12,7 +12,7 @@ from rich.table import Table
 from ..infra.settings import Settings
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import DefinitionRegistry
-from ..orchestrator.domain.purge import purged_digest
+from ..orchestrator.domain.retention import purged_digest
 from ..orchestrator.domain.state import fold
 from ..orchestrator.store.postgres import PostgresStore
 from ..schemas import wire

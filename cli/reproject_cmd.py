@@ -17,8 +17,9 @@ from rich.table import Table
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import DefinitionRegistry
 from ..orchestrator.domain.state import SagaState, fold
+from ..orchestrator.outbound import summary_of
+from ..orchestrator.ports import Writes
 from ..orchestrator.store.postgres import PostgresStore
-from ..orchestrator.writes import summary_of
 from ..schemas import wire
 from ..schemas.event_types import Event
 from .context import console, database, run, settings
@@ -78,7 +79,7 @@ async def _repair(store: PostgresStore, states: list[SagaState], dry_run: bool) 
              and (row is None or row.last_seq <= state.last_seq)]
     if wrong and not dry_run:
         async with store.begin() as uow:
-            await uow.upsert_summaries(wrong)
+            await uow.write(Writes(summaries=wrong))
     return len(wrong)
 
 

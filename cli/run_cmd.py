@@ -47,7 +47,8 @@ def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]])
 def orchestrator(with_relay: bool = typer.Option(
         False, "--with-relay", help="Also relay the outbox, woken by each commit (as saga run all does).")) -> None:
     """Consume saga.start, saga.control and the results topics; fire durable timers."""
-    from ..orchestrator.bootstrap import DeploymentMismatch, run_orchestrator
+    from ..orchestrator.bootstrap import run_orchestrator
+    from ..orchestrator.store.postgres import DeploymentMismatch
 
     try:
         _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay))

@@ -1,4 +1,6 @@
-"""Composition root of the orchestrator and its relay: the one place that opens connections."""
+"""Composition root of the orchestrator and its relay: ``build`` wires the parts on an open pool (tests call it
+with their own settings, pool and clock), ``run_orchestrator`` and ``run_relay`` are the processes' lifecycles,
+the one place that opens connections."""
 
 from __future__ import annotations
 
@@ -6,9 +8,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import asyncpg
 
+from ..infra.chores import Chore
 from ..infra.db import create_pool
 from ..infra.health import ServiceHealth
 from ..infra.health_server import health_running
@@ -22,8 +26,8 @@ from ..schemas.topics import Topics
 from .consumer import OrchestratorConsumer
 from .domain.definition import DefinitionRegistry, SagaDefinition
 from .housekeeping import inbox_pruner, retention_policy
-from .metrics import SagaMetrics
-from .parsing import RecordParser
+from .inbound import RecordParser
+from .observe import SagaMetrics
 from .service import SagaService
 from .store.postgres import PostgresStore, migrate
 from .timers import TimerScheduler
@@ -100,20 +104,59 @@ async def prepare(settings: Settings) -> tuple[DefinitionRegistry, Topics, tuple
     return registry, topics, participants
 
 
-class DeploymentMismatch(RuntimeError):
-    """The database belongs to a deployment with another topic prefix."""
+@dataclass
+class Orchestrator:
+    """The orchestrator's parts, wired and not yet running: ``run`` them until stopped."""
+
+    service: SagaService
+    consumer: OrchestratorConsumer
+    timers: TimerScheduler
+    relay: OutboxRelay | None
+    chores: list[Chore]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume, fire timers, relay and do the chores until ``stop``."""
+        tasks = [self.consumer.run(stop), self.timers.run(stop), *(chore.run(stop) for chore in self.chores)]
+        if self.relay is not None:
+            tasks.append(self.relay.run(stop))
+        await asyncio.gather(*tasks)
 
 
-async def claim_deployment(pool: asyncpg.Pool, topic_prefix: str) -> None:
-    """Record this deployment's topic prefix in the database, or refuse one claimed by another prefix."""
-    await pool.execute("INSERT INTO saga.deployment (topic_prefix) VALUES ($1) ON CONFLICT DO NOTHING",
-                       topic_prefix)
-    owner = await pool.fetchval("SELECT topic_prefix FROM saga.deployment")
-    if owner != topic_prefix:
-        raise DeploymentMismatch(
-            f"this database belongs to the deployment with SAGA_TOPIC_PREFIX={owner!r}, not {topic_prefix!r}; "
-            "use that prefix or another DATABASE_URL"
-        )
+def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, health: ServiceHealth, *,
+          with_relay: bool = False, clock: Callable[[], int] = clock_ms) -> Orchestrator:
+    """Wire the orchestrator on an open pool (pure wiring: nothing connects or starts here).
+
+    ``with_relay`` adds the relay of its outbox, woken by every commit of the service (so it never polls for
+    the orchestrator's own rows); ``clock`` is the only clock the core sees.
+    """
+    topics = Topics(settings.saga_topic_prefix)
+    participants = participants_of(registry)
+    store = PostgresStore(pool)
+    relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=25, max_poll_ms=200)
+             if with_relay else None)
+    service = SagaService(store, registry, topics, clock, on_commit=relay.wake if relay is not None else None,
+                          on_settled=SagaMetrics(health).observe)
+    consumer = OrchestratorConsumer(service, RecordParser(topics, registry, default_registry(), participants),
+                                    settings.kafka_servers(), group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
+                                    concurrency=max(1, min(TRANSACTIONS_AT_ONCE, settings.saga_db_pool_size - 2)),
+                                    fetch_wait_ms=settings.saga_fetch_wait_ms)
+    # Not consuming yet (a restart waits for the group to drop the old member): replies may be waiting
+    # unread, so a step timeout now would blame participants for our own downtime.
+    timers = TimerScheduler(service, hold=timer_hold(consumer, health), horizon=lambda: consumer.read_horizon_ms)
+    chores = []
+    if settings.saga_inbox_retention_hours:
+        chores.append(inbox_pruner(store, settings.saga_inbox_retention_hours * 3600))
+    if settings.saga_retention_days:
+        chores.append(retention_policy(store, registry, topics, settings.saga_retention_days * 86_400))
+
+    async def count_sagas() -> None:  # the sagas-by-status gauge, from the read model, before each scrape
+        counts = await store.count_by_status(timeout_s=2)
+        health.sagas.clear()
+        for status, sagas in counts.items():
+            health.sagas.labels(status=status).set(sagas)
+
+    health.before_scrape.append(count_sagas)
+    return Orchestrator(service, consumer, timers, relay, chores)
 
 
 async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: bool = False) -> None:
@@ -123,7 +166,7 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
     """
     async with health_running("orchestrator", settings) as health:
         try:
-            registry, topics, participants = await retry_startup(lambda: prepare(settings), "create topics", stop)
+            registry, _, participants = await retry_startup(lambda: prepare(settings), "create topics", stop)
             pool = await retry_startup(lambda: create_pool(settings.dsn(), settings.saga_db_pool_size,
                                                                application_name="saga-orchestrator"),
                                        "open the database pool", stop)
@@ -131,49 +174,16 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
             return
         try:
             await retry_startup(lambda: migrate(pool), "migrate", stop)
-            await retry_startup(lambda: claim_deployment(pool, settings.saga_topic_prefix), "claim deployment",
-                                stop)
-            # In-process relay: woken by every commit, so it never polls for the orchestrator's own rows.
-            relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=25, max_poll_ms=200)
-                     if with_relay else None)
-            service = SagaService(PostgresStore(pool), registry, topics, clock_ms,
-                                  on_commit=relay.wake if relay is not None else None,
-                                  on_settled=SagaMetrics(health).observe)
-            parser = RecordParser(topics, registry, default_registry(), participants)
-            consumer = OrchestratorConsumer(service, parser, settings.kafka_servers(),
-                                            group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
-                                            concurrency=max(1, min(TRANSACTIONS_AT_ONCE,
-                                                                   settings.saga_db_pool_size - 2)),
-                                            fetch_wait_ms=settings.saga_fetch_wait_ms)
-            # Not consuming yet (a restart waits for the group to drop the old member): replies may be
-            # waiting unread, so a step timeout now would blame participants for our own downtime.
-            timers = TimerScheduler(service, hold=timer_hold(consumer, health),
-                                    horizon=lambda: consumer.read_horizon_ms)
-            health.before_scrape.append(lambda: count_sagas(pool, health))
-            tasks = [consumer.run(stop), timers.run(stop)]
-            if settings.saga_inbox_retention_hours:
-                tasks.append(inbox_pruner(pool, settings.saga_inbox_retention_hours * 3600).run(stop))
-            if settings.saga_retention_days:
-                tasks.append(retention_policy(PostgresStore(pool), registry, topics,
-                                              settings.saga_retention_days * 86_400).run(stop))
-            if relay is not None:
-                tasks.append(relay.run(stop))
+            await retry_startup(lambda: PostgresStore(pool).claim_deployment(settings.saga_topic_prefix),
+                                "claim deployment", stop)
+            orchestrator = build(settings, pool, registry, health, with_relay=with_relay)
             log.info("orchestrator running", extra={"definitions": list(registry.types()),
                                                     "participants": list(participants)})
-            await asyncio.gather(*tasks)
+            await orchestrator.run(stop)
         except StartupStopped:
             return
         finally:
             await pool.close()
-
-
-async def count_sagas(pool: asyncpg.Pool, health: ServiceHealth) -> None:
-    """Refresh the sagas-by-status gauge from the read model (runs before each /metrics scrape)."""
-    rows = await pool.fetch("SELECT status, count(*) AS sagas FROM saga.saga_summary GROUP BY status",
-                            timeout=2)
-    health.sagas.clear()
-    for row in rows:
-        health.sagas.labels(status=row["status"]).set(row["sagas"])
 
 
 async def run_relay(settings: Settings, stop: asyncio.Event) -> None:

@@ -16,9 +16,8 @@ from ..infra.faults import crash_point
 from ..infra.health import current as current_health
 from ..infra.startup import sleep_or_stop
 from ..schemas.records import ConsumedRecord
-from .envelope import Envelope, Rejection
 from .horizon import HOLD_ALL, PartitionProgress, read_horizon
-from .parsing import RecordParser
+from .inbound import RecordParser
 from .service import SagaService
 
 log = logging.getLogger("saga.orchestrator.consumer")
@@ -51,7 +50,7 @@ class _Poll:
 def to_raw(record: ConsumerRecord) -> ConsumedRecord:
     """Keep a consumed record's original bytes and headers."""
     return ConsumedRecord(topic=record.topic, partition=record.partition, offset=record.offset, key=record.key,
-                     value=record.value, headers=tuple((k, v) for k, v in (record.headers or ())))
+                          value=record.value, headers=tuple((k, v) for k, v in (record.headers or ())))
 
 
 class OrchestratorConsumer:
@@ -237,34 +236,11 @@ class OrchestratorConsumer:
         return chunks
 
     async def _process_chunk(self, sagas: list[list[ConsumedRecord]]) -> None:
-        """One transaction for the chunk's parseable messages and one for the sagas whose records were all
-        rejected; sagas with both go one message at a time, so each saga's messages keep their order."""
+        """One transaction for the chunk's records, each read as a message (or a RejectedRecord) in order."""
         async with self._slots:
-            batch: list[Envelope] = []
-            rejected: list[Rejection] = []
-            singly: list[list[Envelope | Rejection]] = []
-            for raws in sagas:
-                parsed = [self._parser.parse(raw) for raw in raws]
-                envelopes = [item for item in parsed if isinstance(item, Envelope)]
-                if len(envelopes) == len(parsed):
-                    batch += envelopes
-                elif not envelopes:
-                    rejected += [item for item in parsed if isinstance(item, Rejection)]
-                else:
-                    singly.append(parsed)
-            if batch:
-                await self._service.handle_many(batch)
-                self._count(len(batch))
-            if rejected:
-                await self._service.reject_many(rejected)
-                self._count(len(rejected))
-            for parsed in singly:
-                for item in parsed:
-                    if isinstance(item, Envelope):
-                        await self._service.handle(item)
-                    else:
-                        await self._service.reject(item)
-                    self._count(1)
+            envelopes = [self._parser.parse(raw) for raws in sagas for raw in raws]
+            await self._service.handle_many(envelopes)
+            self._count(len(envelopes))
 
     def _count(self, messages: int) -> None:
         self.handled += messages

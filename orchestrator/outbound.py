@@ -1,14 +1,106 @@
-"""Outgoing Kafka messages of the orchestrator, as outbox rows (topic, key, value, headers, message id)."""
+"""What goes out of a unit of work: the decisions taken in it as rows (events, outbox rows for the commands,
+the published events and the dead letters, timers, read-model rows), sent in a fixed number of statements."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from ..outbox.dead_letters import dead_letter_message
 from ..outbox.table import OutboxMessage
 from ..schemas import wire
 from ..schemas.event_types import Event
 from ..schemas.headers import message_headers
 from ..schemas.ids import event_message_id
 from ..schemas.message_types import StepCommand
+from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
+from .domain.decide import Decision
+from .domain.messages import Timer
+from .domain.state import SagaState
+from .ports import SagaSummaryRow, StoredEvent, TimerRow, UnitOfWork, Writes
+
+
+@dataclass
+class Settled:
+    """What a unit of work settled: the sagas it read, and once it committed, each one's state after it, the
+    decisions taken (in order) and how many messages it dead-lettered."""
+
+    sagas: set[str] = field(default_factory=set)
+    states: dict[str, SagaState] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+    dead_lettered: int = 0
+
+    def add(self, states: dict[str, SagaState | None], writes: PendingWrites) -> None:
+        """Take what one batch decided."""
+        self.states.update((saga_id, state) for saga_id, state in states.items() if state is not None)
+        self.decisions += writes.decisions
+        self.dead_lettered += writes.dead_lettered
+
+
+class PendingWrites:
+    """Everything a unit of work will write for the decisions taken in it, in decision order.
+
+    Timers are kept by (saga_id, timer_id) with the last operation winning (None = delete), which is what
+    applying the decisions one by one would have left; summaries likewise keep the latest per saga.
+    ``consumer`` is how a dead letter names the service that refused the record.
+    """
+
+    def __init__(self, topics: Topics, consumer: str = "orchestrator") -> None:
+        self._topics = topics
+        self._consumer = consumer
+        self.events: list[StoredEvent] = []
+        self.outbox: list[OutboxMessage] = []
+        self.timers: dict[tuple[str, str], TimerRow | None] = {}
+        self.summaries: dict[str, SagaSummaryRow] = {}
+        self.decisions: list[Decision] = []
+        self.dead_lettered = 0
+
+    def delete_timer(self, saga_id: str, timer_id: str) -> None:
+        """Cancel a timer (an obsolete one: deleting it is an optimisation, firing it is harmless)."""
+        self.timers[(saga_id, timer_id)] = None
+
+    def record(self, decision: Decision, causation_id: str) -> SagaState:
+        """Add the events, outbox rows, timers and summary of one decision that recorded events; its new state."""
+        state = decision.state
+        assert state is not None
+        self.decisions.append(decision)
+        saga_type = state.saga_type or None
+        for event in decision.events:
+            body = wire.encode_event(event)
+            self.events.append(StoredEvent(saga_id=event.saga_id, seq=event.seq, event_type=type(event).__name__,
+                                           body=body, recorded_at_ms=event.occurred_at))
+            self.outbox.append(event_message(self._topics, event, body, saga_type, causation_id, state.traceparent))
+        self.outbox += [command_message(self._topics, command, causation_id, state.traceparent)
+                        for command in decision.commands]
+        for timer in decision.timers:
+            row = _timer_row(timer)
+            self.timers[(row.saga_id, row.timer_id)] = row
+        self.summaries[state.saga_id] = summary_of(state)
+        return state
+
+    def park(self, raw: ConsumedRecord, reason: str, now_ms: int, saga_id: str | None = None,
+             saga_type: str | None = None) -> None:
+        """Park ``raw`` on the dead-letter topic with ``reason`` and its original bytes."""
+        self.outbox.append(dead_letter_message(self._topics.dlq, raw, reason=reason, consumer=self._consumer,
+                                               now_ms=now_ms, saga_id=saga_id, saga_type=saga_type))
+        self.dead_lettered += 1
+
+    async def flush(self, uow: UnitOfWork) -> None:
+        """Write everything, in one ``UnitOfWork.write``.
+
+        Rows that other transactions may also lock (events, timers, summaries of the same saga) go in
+        saga order, so two multi-saga transactions wait for each other in one direction only (no
+        deadlock). Outbox rows keep decision order: that order is the publishing order.
+        """
+        if not (self.timers or self.events or self.outbox or self.summaries):
+            return
+        await uow.write(Writes(
+            deleted_timers=sorted(key for key, row in self.timers.items() if row is None),
+            events=sorted(self.events, key=lambda e: (e.saga_id, e.seq)),
+            outbox=self.outbox,
+            timers=[row for _, row in sorted(self.timers.items()) if row is not None],
+            summaries=[self.summaries[saga_id] for saga_id in sorted(self.summaries)],
+        ))
 
 
 def event_message(topics: Topics, event: Event, body: bytes, saga_type: str | None,
@@ -30,3 +122,17 @@ def command_message(topics: Topics, command: StepCommand, causation_id: str,
                                                  saga_id=command.saga_id, saga_type=command.saga_type,
                                                  traceparent=traceparent),
                          message_id=command.message_id)
+
+
+def _timer_row(timer: Timer) -> TimerRow:
+    return TimerRow(saga_id=timer.saga_id, timer_id=timer.timer_id, kind=str(timer.kind), step=timer.step,
+                    attempt=timer.attempt, due_at_ms=timer.due_at)
+
+
+def summary_of(state: SagaState) -> SagaSummaryRow:
+    """The saga_summary row (read model) of a saga in ``state``."""
+    return SagaSummaryRow(
+        saga_id=state.saga_id, saga_type=state.saga_type, tenant_id=state.tenant_id, status=state.status.value,
+        started_at_ms=state.started_at, updated_at_ms=state.updated_at, last_seq=state.last_seq,
+        failed_step=state.failed_step or state.compensation_failed_step, reason=state.reason,
+    )

@@ -19,9 +19,10 @@ __all__ = [
     "ConcurrencyConflict",
     "EventReader",
     "OutboxMessage",
+    "PurgeStore",
+    "PurgeUnitOfWork",
     "SagaSummaryRow",
     "StoredEvent",
-    "TimerQueue",
     "TimerRow",
     "UnitOfWork",
     "UnitOfWorkFactory",
@@ -91,99 +92,51 @@ class Writes:
     summaries: Sequence[SagaSummaryRow] = ()
 
 
-class TimerQueue(Protocol):
-    """Due timers, claimed safely when several orchestrator instances run the scheduler.
-
-    Chosen design: claim = delete, inside the unit of work that handles the timers. ``claim_due`` deletes
-    the due rows it returns, skipping rows another open transaction has claimed (Postgres:
-    ``DELETE ... WHERE ... IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``). Handling the timer (events,
-    outbox, new timers) happens in the same unit of work, so:
-
-    - commit → the timer is gone and its effects are recorded, atomically;
-    - rollback or crash → the timer row is back, due, and any instance fires it again;
-    - two instances never fire the same timer concurrently (the second skips the locked row).
-
-    A timer handled in a unit of work that also re-schedules the same ``timer_id`` simply upserts it again.
-    """
-
-    async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
-        """Claim (and delete, pending commit) up to ``limit`` timers with ``due_at_ms <= now_ms``,
-        earliest first."""
-        ...
-
-
-class UnitOfWork(TimerQueue, Protocol):
-    """One database transaction: every write becomes visible at commit, or none does.
+class UnitOfWork(Protocol):
+    """One database transaction, as the service uses it: every write becomes visible at commit, or none does.
 
     Reads see this transaction's own writes (read-your-writes) and committed data of others.
     """
 
-    async def claim_message(self, consumer: str, message_id: str) -> bool:
-        """Record ``message_id`` as processed by ``consumer`` (inbox). False if it already was: the caller
-        skips the message. May raise ConcurrencyConflict when a concurrent transaction claims it too."""
-        ...
-
-    async def load_events(self, saga_id: str, after_seq: int = 0) -> list[StoredEvent]:
-        """The saga's events with ``seq > after_seq``, in seq order ([] for an unknown saga)."""
-        ...
-
-    async def claim_messages(self, consumer: str, message_ids: Sequence[str]) -> set[str]:
-        """``claim_message`` for many ids in one go: returns the ids claimed now (an id given twice is
-        claimed once; ids already processed are left out)."""
-        ...
-
-    async def load_events_after(self, after_seq: Mapping[str, int]) -> dict[str, list[StoredEvent]]:
-        """``load_events`` for many sagas in one go: per saga id, its events with ``seq`` greater than the
-        mapped value, in seq order; sagas with no such event are absent from the result."""
-        ...
-
-    async def append_events(self, events: Sequence[StoredEvent]) -> None:
-        """Append events. Raises ConcurrencyConflict if any (saga_id, seq) already exists — now or at
-        commit; the (saga_id, seq) key is what stops two writers of one saga from both appending seq N."""
-        ...
-
-    async def add_outbox(self, messages: Sequence[OutboxMessage]) -> None:
-        """Queue messages for the relay; they are published only if this unit of work commits."""
-        ...
-
-    async def schedule_timers(self, timers: Sequence[TimerRow]) -> None:
-        """Insert or replace timers by (saga_id, timer_id); the last of duplicates in one call wins."""
-        ...
-
-    async def delete_timer(self, saga_id: str, timer_id: str) -> None:
-        """Cancel a timer; no error if it does not exist."""
-        ...
-
     async def claim_and_load(self, consumer: str, message_ids: Sequence[str], after_seq: Mapping[str, int]
                              ) -> tuple[set[str], dict[str, list[StoredEvent]]]:
-        """``claim_messages`` and ``load_events_after`` together (one round trip where the adapter can).
+        """Record ``message_ids`` as processed by ``consumer`` (the inbox) and read the sagas' newer events, in
+        one round trip where the adapter can.
 
-        The events may be read before a concurrent claim of one of the ids was waited for; a decision
-        taken from such a read cannot commit (its seq is taken), so the caller retries, as after any
-        conflict.
+        Returns the ids claimed now (an id given twice is claimed once; ids already processed are left out:
+        the caller skips those messages) and, per saga id, its events with ``seq`` greater than the mapped
+        value, in seq order (sagas with no such event are absent). A concurrent claim of the same id either
+        waits for the other transaction and then counts as processed, or raises ConcurrencyConflict. The
+        events may be read before such a wait; a decision taken from that read cannot commit (its seq is
+        taken), so the caller retries, as after any conflict.
         """
         ...
 
     async def write(self, writes: Writes) -> None:
-        """Every part of ``writes`` (one round trip where the adapter can), with the effects and errors of
-        ``delete_timers``, ``append_events``, ``add_outbox``, ``schedule_timers`` and ``upsert_summaries``
-        called in that order."""
+        """Every part of ``writes``, applied in its field order (one round trip where the adapter can):
+        delete the timers (missing ones are ignored, and so are timers another open unit of work has claimed:
+        they are being fired, waiting for that unit of work could deadlock with it, and firing an obsolete
+        timer is harmless), append the events, queue the outbox rows (published only if this unit of work
+        commits, in the given order), insert or replace the timers by (saga_id, timer_id) (the last of
+        duplicates wins) and upsert the summaries (one with a lower ``last_seq`` than the stored row is
+        ignored, so a late writer cannot move the projection backwards; of several rows of one saga the
+        highest ``last_seq`` wins).
+
+        Raises ConcurrencyConflict if an event's (saga_id, seq) already exists, now or at commit: the key that
+        stops two writers of one saga from both appending seq N.
+        """
         ...
 
-    async def delete_timers(self, keys: Sequence[tuple[str, str]]) -> None:
-        """Cancel many timers given as (saga_id, timer_id); missing ones are ignored, and so are timers another
-        open unit of work has claimed (they are being fired: waiting for that unit of work could deadlock
-        with it, and a fired obsolete timer is harmless)."""
-        ...
+    async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
+        """Claim (and delete, pending commit) up to ``limit`` timers with ``due_at_ms <= now_ms``, earliest
+        first, skipping timers another open unit of work has claimed.
 
-    async def upsert_summary(self, summary: SagaSummaryRow) -> None:
-        """Insert or update the saga's summary row. An update with a lower ``last_seq`` than the stored
-        row is ignored, so a late writer cannot move the projection backwards."""
-        ...
-
-    async def upsert_summaries(self, summaries: Sequence[SagaSummaryRow]) -> None:
-        """``upsert_summary`` for many rows in one go (several rows of one saga: the highest ``last_seq``
-        wins, as if applied one by one)."""
+        Claiming is deleting, inside the unit of work that handles the timers (Postgres: ``DELETE ... WHERE
+        ... IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``), so: commit → the timer is gone and its
+        effects are recorded, atomically; rollback or crash → the timer row is back, due, and any instance
+        fires it again; two instances never fire the same timer concurrently. A unit of work that
+        re-schedules the ``timer_id`` it handles simply upserts it again.
+        """
         ...
 
 
@@ -195,6 +148,37 @@ class UnitOfWorkFactory(Protocol):
 
         The commit itself may raise ConcurrencyConflict (an adapter that checks conflicts late).
         """
+        ...
+
+
+class PurgeUnitOfWork(UnitOfWork, Protocol):
+    """A unit of work of retention (``orchestrator.housekeeping``): ended sagas give up their events."""
+
+    async def claim_ended(self, statuses: Sequence[str], ended_before_ms: int, limit: int,
+                          skip: Sequence[str] = ()) -> list[str]:
+        """Lock the read-model rows of up to ``limit`` sagas in ``statuses`` last updated before the cutoff,
+        oldest first, passing over rows other units of work hold and the ids in ``skip``; their saga ids."""
+        ...
+
+    async def load_events_after(self, after_seq: Mapping[str, int]) -> dict[str, list[StoredEvent]]:
+        """Per saga id, its events with ``seq`` greater than the mapped value, in seq order; sagas with no
+        such event are absent."""
+        ...
+
+    async def delete_events_through(self, through: Mapping[str, int]) -> None:
+        """Delete each saga's events up to the mapped seq, and the saga's timers."""
+        ...
+
+
+class PurgeStore(Protocol):
+    """Starts the units of work of retention and counts what they would take."""
+
+    def begin(self) -> AbstractAsyncContextManager[PurgeUnitOfWork]:
+        """As ``UnitOfWorkFactory.begin``."""
+        ...
+
+    async def count_ended(self, statuses: Sequence[str], ended_before_ms: int) -> int:
+        """Sagas in ``statuses`` whose read-model row was last updated before the cutoff."""
         ...
 
 
@@ -218,8 +202,8 @@ class EventReader(Protocol):
         updated for 5 minutes" lists the most stuck sagas first)."""
         ...
 
-    async def count_by_status(self) -> dict[str, int]:
-        """Number of sagas per status."""
+    async def count_by_status(self, timeout_s: float | None = None) -> dict[str, int]:
+        """Number of sagas per status (``timeout_s``: give up after that long)."""
         ...
 
     async def load_events(self, saga_id: str) -> list[StoredEvent]:

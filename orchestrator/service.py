@@ -1,7 +1,9 @@
-"""Handle incoming messages in transactions: inbox → load → fold → decide → append → outbox.
+"""The orchestrator's one pipeline: messages → inbox → load → fold → decide → rows, in transactions.
 
-One message, or a batch of messages of many sagas, per transaction: a batch costs the same few statements
-as one message (claim all, load all, then one write per table), which is where the throughput comes from.
+Every consumed record arrives as a message (``inbound``): a record that is no acceptable message too, as a
+RejectedRecord the core decides like any other, and every due timer. One message, or a batch of messages of
+many sagas, per transaction: a batch costs the same few statements as one message (claim all, load all, then
+one write), which is where the throughput comes from.
 """
 
 from __future__ import annotations
@@ -9,29 +11,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
+from typing import TypeVar
 
-from ..outbox.dead_letters import dead_letter_message
 from ..schemas import wire
-from ..schemas.event_types import SagaRejected
 from ..schemas.message_types import StartSaga
 from ..schemas.topics import Topics
-from .decision_log import log_decision
-from .domain.decide import Decision, decide
-from .domain.definition import DefinitionRegistry
-from .domain.errors import UnknownSaga
-from .domain.messages import TimerFired
+from .domain.decide import decide
+from .domain.definition import DefinitionRegistry, SagaDefinition
+from .domain.messages import RejectedRecord
 from .domain.state import SagaState, SagaStatus, apply_event
-from .envelope import Envelope, Rejection, timer_envelope
+from .inbound import Envelope, timer_envelope
+from .observe import log_decision
+from .outbound import PendingWrites, Settled
 from .ports import ConcurrencyConflict, StoredEvent, UnitOfWork, UnitOfWorkFactory
-from .writes import PendingWrites, Settled
 
 log = logging.getLogger("saga.orchestrator")
 
 CONSUMER_NAME = "orchestrator"
 MAX_CONFLICT_RETRIES = 8
 STATE_CACHE_SIZE = 20_000
+
+T = TypeVar("T")
 
 
 class Outcome(StrEnum):
@@ -72,14 +74,14 @@ class SagaService:
 
         Messages of one saga are decided in the given order, each from the state its predecessors left.
         A batch of several sagas gets one attempt: after a conflict each saga is retried on its own, so
-        one contended saga cannot hold the others back.
+        one contended saga cannot hold the others back. (Records that name no saga are one group.)
         """
-        by_saga: dict[str, list[int]] = {}
+        by_saga: dict[str | None, list[int]] = {}
         for index, envelope in enumerate(envelopes):
             by_saga.setdefault(envelope.message.saga_id, []).append(index)
         if len(by_saga) > 1:
             try:
-                return await self._apply_in_one_unit(envelopes)
+                return await self._in_unit(lambda uow, settled: self._apply(uow, envelopes, settled))
             except ConcurrencyConflict:
                 log.info("concurrency conflict in a batch, retrying saga by saga",
                          extra={"sagas": len(by_saga), "messages": len(envelopes)})
@@ -90,181 +92,90 @@ class SagaService:
             outcomes.update(zip(indexes, result, strict=True))
         return [outcomes[index] for index in range(len(envelopes))]
 
-    async def _retrying(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
-        for _ in range(MAX_CONFLICT_RETRIES):
-            try:
-                return await self._apply_in_one_unit(envelopes)
-            except ConcurrencyConflict:
-                log.info("concurrency conflict, retrying", extra={"saga_id": envelopes[0].message.saga_id})
-        raise ConcurrencyConflict(
-            f"saga {envelopes[0].message.saga_id}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
-
-    async def _apply_in_one_unit(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
-        settled = Settled()
-        try:
-            async with self._units.begin() as uow:
-                outcomes = await self._apply(uow, envelopes, settled)
-        except BaseException:
-            for envelope in envelopes:  # the cache may be ahead of what is stored now
-                self._cache.pop(envelope.message.saga_id, None)
-            raise
-        self._committed(settled)
-        return outcomes
-
     async def fire_due_timers(self, limit: int, due_by_ms: int | None = None) -> int:
         """Claim due timers and handle them in the same transaction (a crash puts them back); with
         ``due_by_ms``, only those due by then as well as by now."""
-        for _ in range(MAX_CONFLICT_RETRIES):
-            settled = Settled()
+
+        async def fire(uow: UnitOfWork, settled: Settled) -> int:
             now = self._clock_ms()
-            try:
-                async with self._units.begin() as uow:
-                    rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), limit)
-                    await self._apply(uow, [timer_envelope(row) for row in rows], settled)
-            except ConcurrencyConflict:
-                self._cache.clear()
-                continue
-            except BaseException:
-                self._cache.clear()
-                raise
-            self._committed(settled)
+            rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), limit)
+            await self._apply(uow, [timer_envelope(row) for row in rows], settled)
             return len(rows)
-        raise ConcurrencyConflict("timers: gave up after repeated conflicts")
 
-    async def reject(self, rejection: Rejection) -> Outcome:
-        """Dead-letter a record; when its saga id is readable, record SagaRejected in that saga's stream."""
+        return await self._retrying_unit(fire, "timers")
+
+    async def _retrying(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
+        return await self._retrying_unit(lambda uow, settled: self._apply(uow, envelopes, settled),
+                                         f"saga {envelopes[0].message.saga_id}")
+
+    async def _retrying_unit(self, work: Callable[[UnitOfWork, Settled], Awaitable[T]], what: str) -> T:
         for _ in range(MAX_CONFLICT_RETRIES):
-            settled = Settled()
             try:
-                async with self._units.begin() as uow:
-                    outcome = await self._reject(uow, rejection, settled)
+                return await self._in_unit(work)
             except ConcurrencyConflict:
-                self._cache.pop(rejection.saga_id or "", None)
-                continue
-            except BaseException:
-                self._cache.pop(rejection.saga_id or "", None)
-                raise
-            self._committed(settled)
-            return outcome
-        raise ConcurrencyConflict(f"saga {rejection.saga_id}: gave up recording a rejection")
+                log.info("concurrency conflict, retrying", extra={"work": what})
+        raise ConcurrencyConflict(f"{what}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
 
-    async def reject_many(self, rejections: Sequence[Rejection]) -> list[Outcome]:
-        """``reject`` for many records in one transaction: a flood of bad input costs what a batch of good
-        input does, rather than a transaction per record. After a conflict each is retried on its own."""
-        if len(rejections) > 1:
-            settled = Settled()
-            try:
-                async with self._units.begin() as uow:
-                    outcomes = await self._reject_batch(uow, rejections, settled)
-            except ConcurrencyConflict:
-                log.info("concurrency conflict in a batch of rejections, retrying one by one",
-                         extra={"messages": len(rejections)})
-            except BaseException:
-                for rejection in rejections:
-                    self._cache.pop(rejection.saga_id or "", None)
-                raise
-            else:
-                self._committed(settled)
-                return outcomes
-            for rejection in rejections:
-                self._cache.pop(rejection.saga_id or "", None)
-        return [await self.reject(rejection) for rejection in rejections]
+    async def _in_unit(self, work: Callable[[UnitOfWork, Settled], Awaitable[T]]) -> T:
+        """``work`` in one unit of work; once it committed, what it settled is cached and reported."""
+        settled = Settled()
+        try:
+            async with self._units.begin() as uow:
+                result = await work(uow, settled)
+        except BaseException:
+            for saga_id in settled.sagas:  # the cache may be ahead of what is stored now
+                self._cache.pop(saga_id, None)
+            raise
+        self._committed(settled)
+        return result
 
-    async def _apply(self, uow: UnitOfWork, envelopes: Sequence[Envelope],
-                     settled: Settled) -> list[Outcome]:
+    async def _apply(self, uow: UnitOfWork, envelopes: Sequence[Envelope], settled: Settled) -> list[Outcome]:
         """Claim, load, decide and write a batch: a fixed number of statements whatever its size."""
         if not envelopes:
             return []
-        cached = {e.message.saga_id: self._cache.get(e.message.saga_id) for e in envelopes}
+        saga_ids = {e.message.saga_id for e in envelopes if e.message.saga_id is not None}
+        settled.sagas |= saga_ids
+        cached = {saga_id: self._cache.get(saga_id) for saga_id in saga_ids}
         claimed, stored = await uow.claim_and_load(
             self._consumer, [envelope.message_id for envelope in envelopes],
             {saga_id: state.last_seq if state else 0 for saga_id, state in cached.items()})
         fresh = _first_claims([envelope.message_id for envelope in envelopes], claimed)
         states = {saga_id: self._fold_onto(state, stored.get(saga_id, ())) for saga_id, state in cached.items()}
-        writes = PendingWrites(self._topics)
+        writes = PendingWrites(self._topics, self._consumer)
         outcomes = [self._decide(envelope, states, writes) if new else Outcome.DUPLICATE
                     for envelope, new in zip(envelopes, fresh, strict=True)]
         await writes.flush(uow)
-        settled.add(states, writes, outcomes.count(Outcome.DEAD_LETTERED))
+        settled.add(states, writes)
         return outcomes
 
     def _decide(self, envelope: Envelope, states: dict[str, SagaState | None], writes: PendingWrites) -> Outcome:
         message = envelope.message
-        state = states[message.saga_id]
+        state = states[message.saga_id] if message.saga_id is not None else None
         definition = self._definition_of(state)
         if isinstance(message, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
             definition = self._definitions.latest(message.saga_type)
         now = self._clock_ms()
-        try:
-            decision = decide(definition, state, message, now)
-        except UnknownSaga as unknown:
-            if isinstance(message, TimerFired) or envelope.raw is None:
-                return Outcome.NOTHING_TO_DO
-            writes.outbox.append(dead_letter_message(self._topics.dlq, envelope.raw, reason=str(unknown),
-                                                     consumer=self._consumer, now_ms=now, saga_id=message.saga_id))
-            return Outcome.DEAD_LETTERED
+        decision = decide(definition, state, message, now)
+        after = decision.state  # a decision with obsolete timers or events is one of a saga
         for timer_id in decision.obsolete_timers:
-            writes.delete_timer(message.saga_id, timer_id)
-        if decision.is_empty:
-            return Outcome.NOTHING_TO_DO
-        states[message.saga_id] = writes.record(decision, envelope.message_id)
-        log_decision(decision.events)
-        return Outcome.APPLIED
+            assert after is not None
+            writes.delete_timer(after.saga_id, timer_id)
+        if decision.events:
+            assert after is not None
+            states[after.saga_id] = writes.record(decision, envelope.message_id)
+            log_decision(decision.events)
+        if decision.dead_letter is None or envelope.raw is None:  # no record handed over (a test): no bytes
+            return Outcome.APPLIED if decision.events else Outcome.NOTHING_TO_DO
+        saga_type = message.saga_type if isinstance(message, RejectedRecord) else None
+        writes.park(envelope.raw, decision.dead_letter, now, message.saga_id, saga_type)
+        log.warning("message dead-lettered", extra={"saga_id": message.saga_id, "reason": decision.dead_letter,
+                                                    "topic": envelope.raw.topic})
+        return Outcome.DEAD_LETTERED
 
-    async def _reject(self, uow: UnitOfWork, rejection: Rejection, settled: Settled) -> Outcome:
-        return (await self._reject_batch(uow, [rejection], settled))[0]
-
-    async def _reject_batch(self, uow: UnitOfWork, rejections: Sequence[Rejection],
-                            settled: Settled) -> list[Outcome]:
-        """Claim, dead-letter and record SagaRejected for a batch, in a fixed number of statements."""
-        message_ids = [rejection.message_id or rejection.raw.position_id for rejection in rejections]
-        claimed = await uow.claim_messages(self._consumer, message_ids)
-        fresh = _first_claims(message_ids, claimed)
-        states = await self._load_many(uow, {rejection.saga_id for rejection, new in zip(rejections, fresh,
-                                                                                       strict=True)
-                                              if new and rejection.saga_id})
-        now = self._clock_ms()
-        writes = PendingWrites(self._topics)
-        outcomes = []
-        for rejection, message_id, new in zip(rejections, message_ids, fresh, strict=True):
-            if not new:
-                outcomes.append(Outcome.DUPLICATE)
-                continue
-            outcomes.append(Outcome.DEAD_LETTERED)
-            writes.outbox.append(dead_letter_message(self._topics.dlq, rejection.raw, reason=rejection.reason,
-                                                     consumer=self._consumer, now_ms=now, saga_id=rejection.saga_id,
-                                                     saga_type=rejection.saga_type))
-            log.warning("message dead-lettered", extra={"saga_id": rejection.saga_id, "reason": rejection.reason,
-                                                        "topic": rejection.raw.topic})
-            if not rejection.saga_id:
-                continue
-            state = states[rejection.saga_id]
-            rejected = SagaRejected(
-                saga_id=rejection.saga_id, seq=(state.last_seq if state else 0) + 1,
-                definition_version=state.definition_version if state else 0, occurred_at=now,
-                saga_type=rejection.saga_type, reason=rejection.reason,
-            )
-            after = apply_event(self._definition_of(state), state, rejected)
-            states[rejection.saga_id] = writes.record(Decision(events=(rejected,), state=after), message_id)
-            log_decision((rejected,))
-        await writes.flush(uow)
-        settled.add(states, writes, outcomes.count(Outcome.DEAD_LETTERED))
-        return outcomes
-
-    def _definition_of(self, state: SagaState | None):  # type: ignore[no-untyped-def]
+    def _definition_of(self, state: SagaState | None) -> SagaDefinition | None:
         if state is None or state.definition_version == 0 or state.status is SagaStatus.PURGED:
             return None
         return self._definitions.get(state.saga_type, state.definition_version)
-
-    async def _load(self, uow: UnitOfWork, saga_id: str) -> SagaState | None:
-        return (await self._load_many(uow, {saga_id}))[saga_id]
-
-    async def _load_many(self, uow: UnitOfWork, saga_ids: Iterable[str]) -> dict[str, SagaState | None]:
-        """The current state of each saga: its cached state plus the events stored after it, in one read."""
-        cached = {saga_id: self._cache.get(saga_id) for saga_id in saga_ids}
-        stored = await uow.load_events_after({saga_id: state.last_seq if state else 0
-                                              for saga_id, state in cached.items()})
-        return {saga_id: self._fold_onto(state, stored.get(saga_id, ())) for saga_id, state in cached.items()}
 
     def _fold_onto(self, state: SagaState | None, stored: Sequence[StoredEvent]) -> SagaState | None:
         if not stored:
@@ -300,4 +211,3 @@ def _first_claims(message_ids: Sequence[str], claimed: set[str]) -> list[bool]:
         fresh.append(message_id in claimed)
         claimed.discard(message_id)
     return fresh
-

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...schemas import event_types as ev
 from ...schemas.message_types import CancelSaga, ResumeCompensation, StartSaga, StepResult
-from .decision import (
+from .builder import (
     DEADLINE_TIMER_ID,
     Decision,
     DecisionBuilder,
@@ -20,11 +20,11 @@ from .decision import (
     send_step,
 )
 from .definition import SagaDefinition
-from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition, UnknownSaga
-from .messages import IncomingMessage, TimerKind
+from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition
+from .messages import IncomingMessage, RejectedRecord, TimerFired, TimerKind
 from .model import RESUME_COMPENSATION, SagaState
+from .on_reply import handle_step_result, handle_timer_fired
 from .progress import advance, unwind
-from .replies import handle_step_result, handle_timer_fired
 from .status import TIMED_OUT_ERROR, SagaStatus, StepStatus
 
 __all__ = ["DUPLICATE_START_REASON", "TIMED_OUT_ERROR", "Decision", "decide"]
@@ -45,14 +45,21 @@ def decide(
     timers follow from the events (a StepCommandSent / CompensationSent is a command plus a timeout timer,
     a *RetryScheduled is a retry timer).
 
-    Raises UnknownSaga for any message but StartSaga when there is no saga (the caller dead-letters it),
-    InvalidMessage for a reply naming an unknown step or a foreign idempotency key, UnknownDefinition when
-    a started saga comes without its definition, HistoryMismatch when definition and state disagree.
+    A RejectedRecord, and any message but StartSaga or a timer when there is no saga, is dead-lettered
+    (``Decision.dead_letter``); a RejectedRecord naming a usable saga id is also recorded as SagaRejected in
+    that saga's stream.
+
+    Raises InvalidMessage for a reply naming an unknown step or a foreign idempotency key, UnknownDefinition
+    when a started saga comes without its definition, HistoryMismatch when definition and state disagree.
     """
+    if isinstance(message, RejectedRecord):
+        return _reject(definition, state, message, now)
     if isinstance(message, StartSaga):
         return _start(definition, state, message, now)
     if state is None:
-        raise UnknownSaga(f"no saga {message.saga_id!r}: {type(message).__name__} has nothing to act on")
+        if isinstance(message, TimerFired):
+            return Decision()  # the saga is gone (purged meanwhile): its timer changes nothing
+        return Decision(dead_letter=f"no saga {message.saga_id!r}: {type(message).__name__} has nothing to act on")
     if message.saga_id != state.saga_id:
         raise InvalidMessage(f"message for saga {message.saga_id!r} given the state of {state.saga_id!r}")
     if state.status in (SagaStatus.REJECTED, SagaStatus.PURGED):
@@ -83,6 +90,21 @@ def decide(
     else:
         handle_timer_fired(b, message)
     return b.build()
+
+
+def _reject(
+    definition: SagaDefinition | None, state: SagaState | None, message: RejectedRecord, now: int
+) -> Decision:
+    """Dead-letter the record; record SagaRejected when it names a saga (which it changes in nothing else)."""
+    if message.saga_id is None:
+        return Decision(dead_letter=message.reason, state=state)
+    if state is not None and message.saga_id != state.saga_id:
+        raise InvalidMessage(f"message for saga {message.saga_id!r} given the state of {state.saga_id!r}")
+    b = DecisionBuilder(definition, state, now, message.saga_id)
+    version = state.definition_version if state is not None else 0
+    b.record(ev.SagaRejected(**b.base(definition_version=version), saga_type=message.saga_type,
+                             reason=message.reason))
+    return b.build(dead_letter=message.reason)
 
 
 def _start(

@@ -1,9 +1,9 @@
 """Errors raised by the pure core.
 
 Every error is loud on purpose: a definition that cannot run, a history that does not fit its definition or
-a message that names nothing we know must stop the message (the service dead-letters it), never be guessed
-around. ``retriable`` follows aiokafka's convention: it tells the caller whether handling the same input
-again can succeed. None of these can, so they are all ``False``.
+a message that contradicts the saga it names must stop the message, never be guessed around. ``retriable``
+follows aiokafka's convention: it tells the caller whether handling the same input again can succeed. None of
+these can, so they are all ``False``.
 """
 
 from __future__ import annotations
@@ -32,12 +32,6 @@ class HistoryMismatch(DomainError):
 class IllegalTransition(HistoryMismatch):
     """An event would move a saga or a step between two states the transition tables do not allow."""
 
-
-class UnknownSaga(DomainError, LookupError):
-    """A message other than StartSaga arrived for a saga id that has no history.
-
-    The service dead-letters such a message: there is nothing to apply it to.
-    """
 
 
 class InvalidMessage(DomainError):

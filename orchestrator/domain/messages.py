@@ -1,4 +1,5 @@
-"""What the core reacts to: the contract's incoming messages, and the durable timers it arms itself.
+"""What the core reacts to: the contract's incoming messages, records that are none, and the durable timers
+it arms itself.
 
 The messages that travel on Kafka (StartSaga, CancelSaga, ResumeCompensation, StepResult) and the commands the
 core emits (StepCommand) are the contract's, in ``schemas.message_types``; timers never leave the orchestrator.
@@ -46,4 +47,15 @@ class TimerFired:
         return self.timer.saga_id
 
 
-IncomingMessage = StartSaga | CancelSaga | StepResult | TimerFired | ResumeCompensation
+@dataclass(frozen=True, kw_only=True)
+class RejectedRecord:
+    """Incoming: a consumed record that is no acceptable message (undecodable, on the wrong topic, an unknown
+    saga type, ...), refused at the door for ``reason``. It is dead-lettered, and recorded as SagaRejected in
+    the stream of the saga it names when its saga id is usable (``saga_id`` None: it names none)."""
+
+    saga_id: str | None
+    saga_type: str | None
+    reason: str
+
+
+IncomingMessage = StartSaga | CancelSaga | StepResult | TimerFired | ResumeCompensation | RejectedRecord

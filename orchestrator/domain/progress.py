@@ -7,7 +7,7 @@ a cancel, an operator's resume) moves the saga on by the same rules.
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from .decision import DecisionBuilder, needs_resolution, send_compensation, send_step, to_undo
+from .builder import DecisionBuilder, needs_resolution, send_compensation, send_step, to_undo
 from .definition import Condition, FailureMode, SagaDefinition
 from .model import SagaState
 from .status import COMPENSATION_IN_PROGRESS, FORWARD_SETTLED, SagaStatus, StepStatus

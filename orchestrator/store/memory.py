@@ -30,7 +30,8 @@ def _wall_clock_ms() -> int:
 
 
 class MemoryUnitOfWork:
-    """``UnitOfWork`` whose writes live in this object until ``MemoryStore`` commits them."""
+    """``UnitOfWork`` and ``PurgeUnitOfWork`` whose writes live in this object until ``MemoryStore`` commits
+    them."""
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -40,72 +41,45 @@ class MemoryUnitOfWork:
         self._timers: dict[_TimerKey, TimerRow | None] = {}  # None = deleted in this unit of work
         self._summaries: dict[str, SagaSummaryRow] = {}
         self._claimed: set[_TimerKey] = set()
-
-    async def claim_message(self, consumer: str, message_id: str) -> bool:
-        """Inbox insert; False if committed or already claimed in this unit of work."""
-        key = (consumer, message_id)
-        if key in self._store.inbox or key in self._inbox:
-            return False
-        self._inbox.add(key)
-        return True
-
-    async def load_events(self, saga_id: str, after_seq: int = 0) -> list[StoredEvent]:
-        """Committed events plus this unit of work's own, in seq order."""
-        committed = [e for e in self._store.events.get(saga_id, []) if e.seq > after_seq]
-        own = [e for (sid, seq), e in self._events.items() if sid == saga_id and seq > after_seq]
-        return sorted(committed + own, key=lambda e: e.seq)
-
-    async def claim_messages(self, consumer: str, message_ids: Sequence[str]) -> set[str]:
-        """``claim_message`` for each id; the ids claimed now."""
-        return {message_id for message_id in message_ids if await self.claim_message(consumer, message_id)}
-
-    async def load_events_after(self, after_seq: Mapping[str, int]) -> dict[str, list[StoredEvent]]:
-        """``load_events`` for each saga; sagas with no newer event are left out."""
-        loaded = {saga_id: await self.load_events(saga_id, after) for saga_id, after in after_seq.items()}
-        return {saga_id: events for saga_id, events in loaded.items() if events}
+        self._claimed_sagas: set[str] = set()
+        self._deleted_through: dict[str, int] = {}
 
     async def claim_and_load(self, consumer: str, message_ids: Sequence[str], after_seq: Mapping[str, int]
                              ) -> tuple[set[str], dict[str, list[StoredEvent]]]:
-        """``claim_messages`` then ``load_events_after``."""
-        return await self.claim_messages(consumer, message_ids), await self.load_events_after(after_seq)
+        """Claim each new id (committed or claimed here already: not again), then read the events."""
+        claimed = set()
+        for message_id in message_ids:
+            key = (consumer, message_id)
+            if key not in self._store.inbox and key not in self._inbox:
+                self._inbox.add(key)
+                claimed.add(message_id)
+        return claimed, await self.load_events_after(after_seq)
+
+    async def load_events_after(self, after_seq: Mapping[str, int]) -> dict[str, list[StoredEvent]]:
+        """Committed events plus this unit of work's own, in seq order; sagas with no newer event are left out."""
+        loaded = {saga_id: self._events_of(saga_id, after) for saga_id, after in after_seq.items()}
+        return {saga_id: events for saga_id, events in loaded.items() if events}
 
     async def write(self, writes: Writes) -> None:
-        """The one-table methods, in ``Writes`` field order."""
-        await self.delete_timers(writes.deleted_timers)
-        await self.append_events(writes.events)
-        await self.add_outbox(writes.outbox)
-        await self.schedule_timers(writes.timers)
-        await self.upsert_summaries(writes.summaries)
-
-    async def append_events(self, events: Sequence[StoredEvent]) -> None:
-        """Buffer events; ConcurrencyConflict on a (saga_id, seq) already committed or buffered."""
+        """Buffer every part, in ``Writes`` field order."""
+        for timer_key in writes.deleted_timers:
+            if timer_key in self._claimed or timer_key not in self._store.claimed:  # one being fired elsewhere stays
+                self._timers[timer_key] = None
         now = self._store.clock_ms()
-        for event in events:
+        for event in writes.events:
             key = (event.saga_id, event.seq)
             if key in self._store.event_keys or key in self._events:
                 raise ConcurrencyConflict(f"event {key} already recorded")
             if event.recorded_at_ms is None:
                 event = StoredEvent(event.saga_id, event.seq, event.event_type, event.body, now)
             self._events[key] = event
-
-    async def add_outbox(self, messages: Sequence[OutboxMessage]) -> None:
-        """Buffer outbox messages in order."""
-        self._outbox.extend(messages)
-
-    async def schedule_timers(self, timers: Sequence[TimerRow]) -> None:
-        """Buffer timer upserts (last duplicate wins)."""
-        for timer in timers:
+        self._outbox.extend(writes.outbox)
+        for timer in writes.timers:
             self._timers[(timer.saga_id, timer.timer_id)] = timer
-
-    async def delete_timer(self, saga_id: str, timer_id: str) -> None:
-        """Buffer a timer deletion."""
-        self._timers[(saga_id, timer_id)] = None
-
-    async def delete_timers(self, keys: Sequence[tuple[str, str]]) -> None:
-        """Buffer timer deletions, leaving alone timers another open unit of work has claimed."""
-        for key in keys:
-            if key in self._claimed or key not in self._store.claimed:
-                self._timers[key] = None
+        for summary in writes.summaries:
+            current = self._summaries.get(summary.saga_id) or self._store.summaries.get(summary.saga_id)
+            if current is None or current.last_seq <= summary.last_seq:
+                self._summaries[summary.saga_id] = summary
 
     async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
         """Due timers visible to this unit of work and not claimed by another open one; deleted here."""
@@ -126,16 +100,30 @@ class MemoryUnitOfWork:
             self._store.claimed.add(key)
         return due
 
-    async def upsert_summary(self, summary: SagaSummaryRow) -> None:
-        """Buffer the summary unless the visible row has a higher ``last_seq``."""
-        current = self._summaries.get(summary.saga_id) or self._store.summaries.get(summary.saga_id)
-        if current is None or current.last_seq <= summary.last_seq:
-            self._summaries[summary.saga_id] = summary
+    async def claim_ended(self, statuses: Sequence[str], ended_before_ms: int, limit: int,
+                          skip: Sequence[str] = ()) -> list[str]:
+        """Summaries of ended sagas, oldest first, passing over those another open unit of work claimed."""
+        passed_over = set(skip) | self._store.claimed_sagas
+        ended = sorted((s for s in self._store.summaries.values()
+                        if s.status in statuses and s.updated_at_ms < ended_before_ms and s.saga_id not in passed_over),
+                       key=lambda s: (s.updated_at_ms, s.saga_id))[:limit]
+        ids = [summary.saga_id for summary in ended]
+        self._claimed_sagas.update(ids)
+        self._store.claimed_sagas.update(ids)
+        return ids
 
-    async def upsert_summaries(self, summaries: Sequence[SagaSummaryRow]) -> None:
-        """``upsert_summary`` for each row, in order."""
-        for summary in summaries:
-            await self.upsert_summary(summary)
+    async def delete_events_through(self, through: Mapping[str, int]) -> None:
+        """Buffer the deletion of each saga's events up to the mapped seq, and of its timers."""
+        self._deleted_through.update(through)
+        for key in [*self._store.timers, *self._timers]:
+            if key[0] in through:
+                self._timers[key] = None
+
+    def _events_of(self, saga_id: str, after_seq: int) -> list[StoredEvent]:
+        deleted = self._deleted_through.get(saga_id, 0)
+        committed = [e for e in self._store.events.get(saga_id, []) if e.seq > max(after_seq, deleted)]
+        own = [e for (sid, seq), e in self._events.items() if sid == saga_id and seq > after_seq]
+        return sorted(committed + own, key=lambda e: e.seq)
 
     def _commit(self) -> None:
         """Check conflicts, then apply everything; synchronous, so atomic for other coroutines."""
@@ -146,6 +134,9 @@ class MemoryUnitOfWork:
         for inbox_key in self._inbox:
             if inbox_key in store.inbox:
                 raise ConcurrencyConflict(f"message {inbox_key} claimed by a concurrent unit of work")
+        for saga_id, seq in self._deleted_through.items():
+            store.events[saga_id] = [e for e in store.events.get(saga_id, []) if e.seq > seq]
+            store.event_keys -= {(saga_id, n) for n in range(1, seq + 1)}
         for (saga_id, _), event in sorted(self._events.items()):
             store.events.setdefault(saga_id, []).append(event)
             store.event_keys.add((saga_id, event.seq))
@@ -168,10 +159,13 @@ class MemoryUnitOfWork:
     def _release(self) -> None:
         self._store.claimed -= self._claimed
         self._claimed.clear()
+        self._store.claimed_sagas -= self._claimed_sagas
+        self._claimed_sagas.clear()
 
 
 class MemoryStore:
-    """``UnitOfWorkFactory`` and ``EventReader`` over dictionaries; state is public for test assertions."""
+    """``UnitOfWorkFactory``, ``PurgeStore`` and ``EventReader`` over dictionaries; state is public for test
+    assertions."""
 
     def __init__(self, clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
         self.clock_ms = clock_ms
@@ -183,6 +177,7 @@ class MemoryStore:
         self.timers: dict[_TimerKey, TimerRow] = {}
         self.summaries: dict[str, SagaSummaryRow] = {}
         self.claimed: set[_TimerKey] = set()  # timers claimed by open units of work
+        self.claimed_sagas: set[str] = set()  # ended sagas claimed by open units of work (retention)
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[MemoryUnitOfWork]:
@@ -199,6 +194,10 @@ class MemoryStore:
         messages = [message for _, message in self.outbox]
         self.outbox.clear()
         return messages
+
+    async def count_ended(self, statuses: Sequence[str], ended_before_ms: int) -> int:
+        """Sagas in ``statuses`` whose summary was last updated before the cutoff."""
+        return sum(1 for s in self.summaries.values() if s.status in statuses and s.updated_at_ms < ended_before_ms)
 
     async def get_summary(self, saga_id: str) -> SagaSummaryRow | None:
         """The summary of one saga, or None."""
@@ -224,7 +223,7 @@ class MemoryStore:
         ]
         return sorted(rows, key=lambda s: (s.updated_at_ms, s.saga_id))[:limit]
 
-    async def count_by_status(self) -> dict[str, int]:
+    async def count_by_status(self, timeout_s: float | None = None) -> dict[str, int]:
         """Number of sagas per status."""
         counts: dict[str, int] = {}
         for summary in self.summaries.values():

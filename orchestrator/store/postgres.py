@@ -1,24 +1,23 @@
-"""Postgres adapter of the storage ports; its schema (``saga``) is made by the migrations beside it."""
+"""Postgres adapter of the storage ports; its schema (``saga``) is made by the migrations beside it.
+
+A unit of work handles a batch of messages of many sagas in one transaction, in a fixed number of round trips
+whatever its size: the columns travel as arrays and ``unnest`` zips them back into rows, and a
+data-modifying CTE writes every table in one statement.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
+from ...infra.chores import DELETE_BATCH, delete_older_sql, delete_older_than
 from ...infra.db import apply_migrations, check_identifier, datetime_to_ms, ms_to_datetime
-from ...outbox.table import write_outbox
-from ..ports import (
-    ConcurrencyConflict,
-    OutboxMessage,
-    SagaSummaryRow,
-    StoredEvent,
-    TimerRow,
-)
-from .postgres_bulk import BulkStatements
+from ...outbox.table import insert_params, insert_sql
+from ..ports import ConcurrencyConflict, SagaSummaryRow, StoredEvent, TimerRow, Writes
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATIONS_TABLE = "saga.schema_migrations"
@@ -32,113 +31,97 @@ async def migrate(conn_or_pool: asyncpg.Connection | asyncpg.Pool) -> list[str]:
     return await apply_migrations(conn_or_pool, MIGRATIONS, MIGRATIONS_TABLE, adopt_from=LEGACY_MIGRATIONS_TABLE)
 
 
-_SUMMARY_COLUMNS = (
-    "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"
-)
+class DeploymentMismatch(RuntimeError):
+    """The database belongs to a deployment with another topic prefix."""
 
 
-def _event(row: asyncpg.Record) -> StoredEvent:
-    return StoredEvent(
-        saga_id=row["saga_id"],
-        seq=row["seq"],
-        event_type=row["event_type"],
-        body=row["body"],
-        recorded_at_ms=datetime_to_ms(row["recorded_at"]),
-    )
+_SUMMARY_COLUMNS = "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"
 
 
-def _summary(row: asyncpg.Record) -> SagaSummaryRow:
-    return SagaSummaryRow(
-        saga_id=row["saga_id"],
-        saga_type=row["saga_type"],
-        tenant_id=row["tenant_id"],
-        status=row["status"],
-        started_at_ms=datetime_to_ms(row["started_at"]),
-        updated_at_ms=datetime_to_ms(row["updated_at"]),
-        last_seq=row["last_seq"],
-        failed_step=row["failed_step"],
-        reason=row["reason"],
-    )
-
-
-class PostgresUnitOfWork(BulkStatements):
-    """``UnitOfWork`` on one connection inside an open transaction (see ``PostgresStore.begin``).
-
-    The many-row variants (``claim_messages``, ``load_events_after``, ...) live in ``BulkStatements``.
-    """
+class PostgresUnitOfWork:
+    """``UnitOfWork`` and ``PurgeUnitOfWork`` on one connection inside an open transaction (see
+    ``PostgresStore.begin``)."""
 
     def __init__(self, conn: asyncpg.Connection, schema: str) -> None:
         self.conn = conn
         self._s = schema
 
-    async def claim_message(self, consumer: str, message_id: str) -> bool:
-        """Inbox insert; a concurrent claim of the same id waits for the other transaction, then sees it."""
-        status: str = await self.conn.execute(
-            f"INSERT INTO {self._s}.inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            consumer,
-            message_id,
-        )
-        return status == "INSERT 0 1"
-
-    async def load_events(self, saga_id: str, after_seq: int = 0) -> list[StoredEvent]:
-        """The saga's events after ``after_seq`` in seq order."""
+    async def claim_and_load(self, consumer: str, message_ids: Sequence[str], after_seq: Mapping[str, int]
+                             ) -> tuple[set[str], dict[str, list[StoredEvent]]]:
+        """The inbox insert and the events read in one statement (a data-modifying CTE)."""
         rows = await self.conn.fetch(
-            f"SELECT saga_id, seq, event_type, body, recorded_at FROM {self._s}.events"
-            " WHERE saga_id = $1 AND seq > $2 ORDER BY seq",
-            saga_id,
-            after_seq,
+            f"WITH claimed AS (INSERT INTO {self._s}.inbox (consumer, message_id)"
+            "   SELECT $1, m FROM unnest($2::text[]) AS m ON CONFLICT DO NOTHING RETURNING message_id)"
+            " SELECT message_id, NULL AS saga_id, NULL::bigint AS seq, NULL AS event_type, NULL::bytea AS body,"
+            "        NULL::timestamptz AS recorded_at FROM claimed"
+            " UNION ALL"
+            " SELECT NULL, e.saga_id, e.seq, e.event_type, e.body, e.recorded_at"
+            " FROM unnest($3::text[], $4::bigint[]) AS w(saga_id, after_seq)"
+            f" JOIN {self._s}.events e ON e.saga_id = w.saga_id AND e.seq > w.after_seq",
+            consumer,
+            sorted(set(message_ids)),  # sorted: concurrent claimers lock the inbox keys in one order
+            list(after_seq),
+            list(after_seq.values()),
         )
-        return [_event(row) for row in rows]
+        claimed: set[str] = set()
+        loaded: dict[str, list[StoredEvent]] = {}
+        for row in rows:
+            if row["message_id"] is not None:
+                claimed.add(row["message_id"])
+            else:
+                loaded.setdefault(row["saga_id"], []).append(_event(row))
+        for events in loaded.values():
+            events.sort(key=lambda event: event.seq)
+        return claimed, loaded
 
-    async def append_events(self, events: Sequence[StoredEvent]) -> None:
-        """One multi-row insert; a primary-key violation becomes ConcurrencyConflict."""
-        if not events:
-            return
+    async def write(self, writes: Writes) -> None:
+        """Every part of ``writes`` in one statement: one data-modifying CTE per table."""
+        timers = list({(t.saga_id, t.timer_id): t for t in writes.timers}.values())
+        summaries = _latest_summaries(writes.summaries)
         try:
             await self.conn.execute(
-                f"INSERT INTO {self._s}.events (saga_id, seq, event_type, body, recorded_at)"
-                " SELECT saga_id, seq, event_type, body, coalesce(recorded_at, now())"
-                " FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::timestamptz[])"
-                " AS e(saga_id, seq, event_type, body, recorded_at)",
-                [e.saga_id for e in events],
-                [e.seq for e in events],
-                [e.event_type for e in events],
-                [e.body for e in events],
-                [None if e.recorded_at_ms is None else ms_to_datetime(e.recorded_at_ms) for e in events],
+                f"""WITH
+                deleted AS (DELETE FROM {self._s}.timers WHERE ctid = ANY(ARRAY(
+                                SELECT t.ctid FROM {self._s}.timers t
+                                JOIN unnest($1::text[], $2::text[]) AS d(saga_id, timer_id)
+                                  ON t.saga_id = d.saga_id AND t.timer_id = d.timer_id
+                                FOR UPDATE OF t SKIP LOCKED))),
+                appended AS (INSERT INTO {self._s}.events (saga_id, seq, event_type, body, recorded_at)
+                             SELECT saga_id, seq, event_type, body, coalesce(recorded_at, now())
+                             FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::timestamptz[])
+                                  AS e(saga_id, seq, event_type, body, recorded_at)),
+                queued AS ({insert_sql(f"{self._s}.outbox", 8)}),
+                armed AS (INSERT INTO {self._s}.timers (saga_id, timer_id, kind, step, attempt, due_at)
+                          SELECT * FROM unnest($14::text[], $15::text[], $16::text[], $17::text[], $18::int[],
+                                               $19::timestamptz[])
+                          ON CONFLICT (saga_id, timer_id) DO UPDATE SET kind = excluded.kind,
+                              step = excluded.step, attempt = excluded.attempt, due_at = excluded.due_at),
+                summarized AS (INSERT INTO {self._s}.saga_summary AS s ({_SUMMARY_COLUMNS})
+                               SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[],
+                                                    $24::timestamptz[], $25::timestamptz[], $26::bigint[],
+                                                    $27::text[], $28::text[])
+                               ON CONFLICT (saga_id) DO UPDATE SET saga_type = excluded.saga_type,
+                                   tenant_id = excluded.tenant_id, status = excluded.status,
+                                   started_at = excluded.started_at, updated_at = excluded.updated_at,
+                                   last_seq = excluded.last_seq, failed_step = excluded.failed_step,
+                                   reason = excluded.reason
+                               WHERE s.last_seq <= excluded.last_seq)
+                SELECT 1""",
+                [saga_id for saga_id, _ in writes.deleted_timers],
+                [timer_id for _, timer_id in writes.deleted_timers],
+                *_event_columns(writes.events),
+                *insert_params(writes.outbox),
+                [t.saga_id for t in timers],
+                [t.timer_id for t in timers],
+                [t.kind for t in timers],
+                [t.step for t in timers],
+                [t.attempt for t in timers],
+                [ms_to_datetime(t.due_at_ms) for t in timers],
+                *_summary_columns(summaries),
             )
         except asyncpg.UniqueViolationError as exc:
-            sagas = sorted({e.saga_id for e in events})
+            sagas = sorted({e.saga_id for e in writes.events})
             raise ConcurrencyConflict(f"events already recorded for saga(s) {sagas}: {exc.detail}") from exc
-
-    async def add_outbox(self, messages: Sequence[OutboxMessage]) -> None:
-        """Rows of ``<schema>.outbox``, published by the relay after commit."""
-        await write_outbox(self.conn, f"{self._s}.outbox", messages)
-
-    async def schedule_timers(self, timers: Sequence[TimerRow]) -> None:
-        """Multi-row upsert by (saga_id, timer_id)."""
-        # ON CONFLICT DO UPDATE refuses to touch one row twice in a statement: keep the last duplicate.
-        unique = list({(t.saga_id, t.timer_id): t for t in timers}.values())
-        if not unique:
-            return
-        await self.conn.execute(
-            f"INSERT INTO {self._s}.timers (saga_id, timer_id, kind, step, attempt, due_at)"
-            " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[],"
-            " $6::timestamptz[])"
-            " ON CONFLICT (saga_id, timer_id) DO UPDATE SET kind = excluded.kind, step = excluded.step,"
-            " attempt = excluded.attempt, due_at = excluded.due_at",
-            [t.saga_id for t in unique],
-            [t.timer_id for t in unique],
-            [t.kind for t in unique],
-            [t.step for t in unique],
-            [t.attempt for t in unique],
-            [ms_to_datetime(t.due_at_ms) for t in unique],
-        )
-
-    async def delete_timer(self, saga_id: str, timer_id: str) -> None:
-        """Delete one timer if present."""
-        await self.conn.execute(
-            f"DELETE FROM {self._s}.timers WHERE saga_id = $1 AND timer_id = $2", saga_id, timer_id
-        )
 
     async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
         """Delete-and-return due timers, skipping rows locked by other open transactions."""
@@ -167,34 +150,52 @@ class PostgresUnitOfWork(BulkStatements):
         # RETURNING does not keep the subquery's order.
         return sorted(timers, key=lambda t: (t.due_at_ms, t.saga_id, t.timer_id))
 
-    async def upsert_summary(self, summary: SagaSummaryRow) -> None:
-        """Insert or update; an update never lowers ``last_seq``."""
-        await self.conn.execute(
-            f"INSERT INTO {self._s}.saga_summary AS s ({_SUMMARY_COLUMNS})"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-            " ON CONFLICT (saga_id) DO UPDATE SET saga_type = excluded.saga_type,"
-            " tenant_id = excluded.tenant_id, status = excluded.status, started_at = excluded.started_at,"
-            " updated_at = excluded.updated_at, last_seq = excluded.last_seq,"
-            " failed_step = excluded.failed_step, reason = excluded.reason"
-            " WHERE s.last_seq <= excluded.last_seq",
-            summary.saga_id,
-            summary.saga_type,
-            summary.tenant_id,
-            summary.status,
-            ms_to_datetime(summary.started_at_ms),
-            ms_to_datetime(summary.updated_at_ms),
-            summary.last_seq,
-            summary.failed_step,
-            summary.reason,
+    async def claim_ended(self, statuses: Sequence[str], ended_before_ms: int, limit: int,
+                          skip: Sequence[str] = ()) -> list[str]:
+        """Lock the read-model rows of up to ``limit`` sagas in ``statuses`` last updated before the cutoff,
+        oldest first, passing over rows other transactions hold and the ids in ``skip``; their saga ids."""
+        rows = await self.conn.fetch(
+            f"SELECT saga_id FROM {self._s}.saga_summary WHERE status = ANY($1::text[]) AND updated_at < $2"
+            " AND NOT saga_id = ANY($4::text[]) ORDER BY updated_at, saga_id LIMIT $3 FOR UPDATE SKIP LOCKED",
+            list(statuses), ms_to_datetime(ended_before_ms), limit, list(skip))
+        return [row["saga_id"] for row in rows]
+
+    async def load_events_after(self, after_seq: Mapping[str, int]) -> dict[str, list[StoredEvent]]:
+        """The newer events of every given saga in one query, grouped by saga in seq order."""
+        if not after_seq:
+            return {}
+        rows = await self.conn.fetch(
+            f"SELECT e.saga_id, e.seq, e.event_type, e.body, e.recorded_at"
+            f" FROM unnest($1::text[], $2::bigint[]) AS w(saga_id, after_seq)"
+            f" JOIN {self._s}.events e ON e.saga_id = w.saga_id AND e.seq > w.after_seq"
+            " ORDER BY e.saga_id, e.seq",
+            list(after_seq),
+            list(after_seq.values()),
         )
+        loaded: dict[str, list[StoredEvent]] = {}
+        for row in rows:
+            loaded.setdefault(row["saga_id"], []).append(_event(row))
+        return loaded
+
+    async def delete_events_through(self, through: Mapping[str, int]) -> None:
+        """Delete each saga's events up to the mapped seq (retention), and the saga's timers."""
+        if not through:
+            return
+        ids = list(through)
+        await self.conn.execute(
+            f"DELETE FROM {self._s}.events AS e USING unnest($1::text[], $2::bigint[]) AS p(saga_id, seq)"
+            " WHERE e.saga_id = p.saga_id AND e.seq <= p.seq", ids, [through[saga_id] for saga_id in ids])
+        await self.conn.execute(f"DELETE FROM {self._s}.timers WHERE saga_id = ANY($1::text[])", ids)
 
 
 class PostgresStore:
-    """``UnitOfWorkFactory`` and ``EventReader`` over an asyncpg pool."""
+    """``UnitOfWorkFactory``, ``PurgeStore`` and ``EventReader`` over an asyncpg pool, and the deployment
+    claim and inbox pruning of the orchestrator's schema."""
 
     def __init__(self, pool: asyncpg.Pool, schema: str = "saga") -> None:
         self._pool = pool
         self._s = check_identifier(schema)
+        self._prune_inbox_sql = delete_older_sql(f"{schema}.inbox", ("consumer", "message_id"), "received_at")
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -210,6 +211,23 @@ class PostgresStore:
         except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
             # Both mean "a concurrent transaction won": the same remedy as a duplicate seq.
             raise ConcurrencyConflict(str(exc)) from exc
+
+    async def claim_deployment(self, topic_prefix: str) -> None:
+        """Record this deployment's topic prefix in the database, or raise DeploymentMismatch when another
+        prefix claimed it first (one database serves one deployment: its timers would command the other's
+        topics)."""
+        await self._pool.execute(f"INSERT INTO {self._s}.deployment (topic_prefix) VALUES ($1) ON CONFLICT DO NOTHING",
+                                 topic_prefix)
+        owner = await self._pool.fetchval(f"SELECT topic_prefix FROM {self._s}.deployment")
+        if owner != topic_prefix:
+            raise DeploymentMismatch(
+                f"this database belongs to the deployment with SAGA_TOPIC_PREFIX={owner!r}, not {topic_prefix!r}; "
+                "use that prefix or another DATABASE_URL"
+            )
+
+    async def prune_inbox(self, retention_s: float, batch: int = DELETE_BATCH) -> int:
+        """Delete the inbox rows received more than ``retention_s`` ago, a batch per transaction; how many."""
+        return await delete_older_than(self._pool, self._prune_inbox_sql, retention_s, batch)
 
     async def get_summary(self, saga_id: str) -> SagaSummaryRow | None:
         """The summary of one saga, or None."""
@@ -248,10 +266,11 @@ class PostgresStore:
         )
         return [_summary(row) for row in rows]
 
-    async def count_by_status(self) -> dict[str, int]:
-        """Number of sagas per status."""
+    async def count_by_status(self, timeout_s: float | None = None) -> dict[str, int]:
+        """Number of sagas per status (``timeout_s``: give up after that long)."""
         rows = await self._pool.fetch(
-            f"SELECT status, count(*) AS n FROM {self._s}.saga_summary GROUP BY status ORDER BY status"
+            f"SELECT status, count(*) AS n FROM {self._s}.saga_summary GROUP BY status ORDER BY status",
+            timeout=timeout_s,
         )
         return {row["status"]: row["n"] for row in rows}
 
@@ -308,3 +327,50 @@ class PostgresStore:
             if len(rows) < batch_size:
                 return
             last = (rows[-1]["saga_id"], rows[-1]["seq"])
+
+
+def _latest_summaries(summaries: Sequence[SagaSummaryRow]) -> list[SagaSummaryRow]:
+    # ON CONFLICT DO UPDATE refuses to touch one row twice in a statement: keep one row per saga, the one a
+    # sequence of single upserts would have left (highest last_seq, the later of equals).
+    latest: dict[str, SagaSummaryRow] = {}
+    for summary in summaries:
+        current = latest.get(summary.saga_id)
+        if current is None or current.last_seq <= summary.last_seq:
+            latest[summary.saga_id] = summary
+    return list(latest.values())
+
+
+def _summary_columns(rows: Sequence[SagaSummaryRow]) -> list[list[Any]]:
+    return [
+        [r.saga_id for r in rows],
+        [r.saga_type for r in rows],
+        [r.tenant_id for r in rows],
+        [r.status for r in rows],
+        [ms_to_datetime(r.started_at_ms) for r in rows],
+        [ms_to_datetime(r.updated_at_ms) for r in rows],
+        [r.last_seq for r in rows],
+        [r.failed_step for r in rows],
+        [r.reason for r in rows],
+    ]
+
+
+def _event_columns(events: Sequence[StoredEvent]) -> list[list[Any]]:
+    return [
+        [e.saga_id for e in events],
+        [e.seq for e in events],
+        [e.event_type for e in events],
+        [e.body for e in events],
+        [None if e.recorded_at_ms is None else ms_to_datetime(e.recorded_at_ms) for e in events],
+    ]
+
+
+def _event(row: asyncpg.Record) -> StoredEvent:
+    return StoredEvent(row["saga_id"], row["seq"], row["event_type"], row["body"], datetime_to_ms(row["recorded_at"]))
+
+
+def _summary(row: asyncpg.Record) -> SagaSummaryRow:
+    return SagaSummaryRow(
+        saga_id=row["saga_id"], saga_type=row["saga_type"], tenant_id=row["tenant_id"], status=row["status"],
+        started_at_ms=datetime_to_ms(row["started_at"]), updated_at_ms=datetime_to_ms(row["updated_at"]),
+        last_seq=row["last_seq"], failed_step=row["failed_step"], reason=row["reason"],
+    )

@@ -3,8 +3,9 @@ operations that read it: reprojection, purge)."""
 
 from __future__ import annotations
 
+from saga_orchestrator.orchestrator.outbound import summary_of
+from saga_orchestrator.orchestrator.ports import Writes
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
-from saga_orchestrator.orchestrator.writes import summary_of
 from saga_orchestrator.schemas import wire
 from tests.unit.saga_driver import SagaRun
 
@@ -15,4 +16,4 @@ async def record(store: PostgresStore, run: SagaRun) -> None:
         await uow.conn.executemany(
             "INSERT INTO saga.events (saga_id, seq, event_type, body) VALUES ($1, $2, $3, $4)",
             [(e.saga_id, e.seq, type(e).__name__, wire.encode_event(e)) for e in run.events])
-        await uow.upsert_summaries([summary_of(run.saga)])
+        await uow.write(Writes(summaries=[summary_of(run.saga)]))

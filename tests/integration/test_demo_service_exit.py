@@ -12,8 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from saga_orchestrator.orchestrator.bootstrap import claim_deployment
-from saga_orchestrator.orchestrator.store.postgres import migrate
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
 from tests.conftest import run_sync
 
 pytestmark = pytest.mark.integration
@@ -23,7 +22,7 @@ async def claim_for_another_deployment(database_url: str) -> None:
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
     try:
         await migrate(pool)
-        await claim_deployment(pool, "another-deployment.")
+        await PostgresStore(pool).claim_deployment("another-deployment.")
     finally:
         await pool.close()
 

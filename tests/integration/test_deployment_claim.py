@@ -7,17 +7,16 @@ import re
 import asyncpg
 import pytest
 
-from saga_orchestrator.orchestrator.bootstrap import DeploymentMismatch, claim_deployment
-from saga_orchestrator.orchestrator.store.postgres import migrate
+from saga_orchestrator.orchestrator.store.postgres import DeploymentMismatch, PostgresStore, migrate
 
 
 async def test_the_first_prefix_claims_the_database_and_another_is_refused(database_url: str) -> None:
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
     try:
         await migrate(pool)
-        await claim_deployment(pool, "blue.")
-        await claim_deployment(pool, "blue.")  # a restart of the same deployment
+        await PostgresStore(pool).claim_deployment("blue.")
+        await PostgresStore(pool).claim_deployment("blue.")  # a restart of the same deployment
         with pytest.raises(DeploymentMismatch, match=re.escape("SAGA_TOPIC_PREFIX='blue.', not 'green.'")):
-            await claim_deployment(pool, "green.")
+            await PostgresStore(pool).claim_deployment("green.")
     finally:
         await pool.close()

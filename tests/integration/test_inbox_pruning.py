@@ -9,8 +9,8 @@ import asyncpg
 import pytest
 
 from saga_orchestrator.infra.db import create_pool
-from saga_orchestrator.orchestrator.housekeeping import inbox_pruner, prune_inbox
-from saga_orchestrator.orchestrator.store.postgres import migrate
+from saga_orchestrator.orchestrator.housekeeping import inbox_pruner
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
 
 pytestmark = pytest.mark.integration
 
@@ -41,16 +41,16 @@ async def _left(pool: asyncpg.Pool) -> list[str]:
 
 async def test_rows_older_than_the_retention_are_deleted_in_batches_and_newer_ones_kept(pool: asyncpg.Pool) -> None:
     await _received(pool, {**{f"old-{n}": 200 + n for n in range(7)}, "day-old": 24, "fresh": 0})
-    assert await prune_inbox(pool, 168 * HOUR_S, batch=3) == 7
+    assert await PostgresStore(pool).prune_inbox(168 * HOUR_S, batch=3) == 7
     assert await _left(pool) == ["day-old", "fresh"]
-    assert await prune_inbox(pool, 168 * HOUR_S, batch=3) == 0
-    assert await prune_inbox(pool, 12 * HOUR_S) == 1
+    assert await PostgresStore(pool).prune_inbox(168 * HOUR_S, batch=3) == 0
+    assert await PostgresStore(pool).prune_inbox(12 * HOUR_S) == 1
     assert await _left(pool) == ["fresh"]
 
 
 async def test_the_pruner_prunes_at_start_and_stops_when_asked(pool: asyncpg.Pool) -> None:
     await _received(pool, {"old": 200, "fresh": 0})
-    pruner = inbox_pruner(pool, 168 * HOUR_S, every_s=3600)
+    pruner = inbox_pruner(PostgresStore(pool), 168 * HOUR_S, every_s=3600)
     stop = asyncio.Event()
     running = asyncio.create_task(pruner.run(stop))
     for _ in range(100):

@@ -13,7 +13,7 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 
 from saga_orchestrator.orchestrator.consumer import OrchestratorConsumer, _Poll
-from saga_orchestrator.orchestrator.envelope import Envelope
+from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.schemas.records import ConsumedRecord
 
 RESULTS = "flight.results"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from saga_orchestrator.orchestrator.domain.decision import DEADLINE_TIMER_ID
+from saga_orchestrator.orchestrator.domain.builder import DEADLINE_TIMER_ID
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError
 from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, TimerKind

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.orchestrator.domain.builder import EventBase
 from saga_orchestrator.orchestrator.domain.decide import DUPLICATE_START_REASON, decide
-from saga_orchestrator.orchestrator.domain.decision import EventBase
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition, Step
 from saga_orchestrator.orchestrator.domain.errors import (
     DomainError,
@@ -15,8 +16,8 @@ from saga_orchestrator.orchestrator.domain.errors import (
     IllegalTransition,
     InvalidMessage,
     UnknownDefinition,
-    UnknownSaga,
 )
+from saga_orchestrator.orchestrator.domain.messages import RejectedRecord, Timer, TimerFired, TimerKind
 from saga_orchestrator.orchestrator.domain.state import (
     SAGA_TRANSITIONS,
     STEP_TRANSITIONS,
@@ -30,7 +31,15 @@ from saga_orchestrator.orchestrator.domain.state import (
 from saga_orchestrator.orchestrator.domain.status import PURGEABLE_STATUSES
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.schemas import event_types as ev
-from saga_orchestrator.schemas.message_types import CancelSaga, CommandKind, ResultStatus, StepResult
+from saga_orchestrator.schemas.event_types import SagaRejected
+from saga_orchestrator.schemas.message_types import (
+    CancelSaga,
+    CommandKind,
+    ResultStatus,
+    ResumeCompensation,
+    StartSaga,
+    StepResult,
+)
 from tests.unit.saga_driver import SagaRun, event_names
 
 
@@ -230,6 +239,10 @@ def test_decide_is_deterministic() -> None:
 # --- errors ---------------------------------------------------------------------------------------------
 
 
+def _start(saga_id: str = "s1") -> StartSaga:
+    return SCENARIOS["happy"].start(saga_id)
+
+
 def _reply(step: str = "book_flight", key: str = "s1:book_flight", saga_id: str = "s1") -> StepResult:
     return StepResult(
         saga_id=saga_id,
@@ -241,11 +254,35 @@ def _reply(step: str = "book_flight", key: str = "s1:book_flight", saga_id: str 
     )
 
 
-def test_messages_for_an_unknown_saga_raise_unknown_saga() -> None:
-    with pytest.raises(UnknownSaga, match="no saga 's1'"):
-        decide(TRIP, None, _reply(), 0)
-    with pytest.raises(UnknownSaga):
-        decide(TRIP, None, CancelSaga(saga_id="s1", reason="r"), 0)
+def test_messages_for_an_unknown_saga_are_dead_lettered_and_record_nothing() -> None:
+    for message in (_reply(), CancelSaga(saga_id="s1", reason="r"),
+                    ResumeCompensation(saga_id="s1", operator=None, detail=None)):
+        decision = decide(TRIP, None, message, 0)
+        assert decision.events == () and decision.commands == () and decision.state is None
+        assert decision.dead_letter == f"no saga 's1': {type(message).__name__} has nothing to act on"
+
+
+def test_a_timer_of_a_saga_that_is_gone_changes_nothing() -> None:
+    fired = TimerFired(timer=Timer(saga_id="s1", kind=TimerKind.STEP_TIMEOUT, step="book_flight", attempt=1,
+                                   due_at=5))
+    assert decide(TRIP, None, fired, 10).is_empty
+
+
+def test_a_rejected_record_is_dead_lettered_and_recorded_in_the_stream_it_names() -> None:
+    unnamed = decide(None, None, RejectedRecord(saga_id=None, saga_type=None, reason="undecodable"), 7)
+    assert (unnamed.events, unnamed.dead_letter, unnamed.state) == ((), "undecodable", None)
+    first = decide(None, None, RejectedRecord(saga_id="s1", saga_type="cruise", reason="unknown type"), 7)
+    [rejected] = first.events
+    assert rejected == SagaRejected(saga_id="s1", seq=1, definition_version=0, occurred_at=7, saga_type="cruise",
+                                    reason="unknown type")
+    assert first.dead_letter == "unknown type" and first.state is not None
+    assert first.state.status is SagaStatus.REJECTED
+    running = fold(TRIP, decide(TRIP, None, _start(), 1).events)
+    later = decide(TRIP, running, RejectedRecord(saga_id="s1", saga_type=None, reason="key differs"), 9)
+    assert [type(e).__name__ for e in later.events] == ["SagaRejected"]
+    assert later.events[0].seq == running.last_seq + 1 and later.events[0].definition_version == 1
+    assert later.commands == () and later.timers == () and later.obsolete_timers == ()
+    assert later.state is not None and later.state.status is SagaStatus.RUNNING
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
-from saga_orchestrator.orchestrator.envelope import Envelope, Rejection
-from saga_orchestrator.orchestrator.parsing import RecordParser
+from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
+from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
@@ -31,7 +31,7 @@ from saga_orchestrator.schemas.limits import (
 from saga_orchestrator.schemas.message_types import CancelSaga, DeadLetter, StartSaga
 from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
-from saga_orchestrator.schemas.topics import Topics
+from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 
 TOPICS = Topics("")
 TRIP_INPUT = {
@@ -42,13 +42,23 @@ TRIP_INPUT = {
 
 
 def _parser() -> RecordParser:
-    return RecordParser(TOPICS, DefinitionRegistry([TRIP]), default_registry())
+    return RecordParser(TOPICS, DefinitionRegistry([TRIP]), default_registry(), PARTICIPANTS)
 
 
 def _start(saga_id: str, **changes: object) -> bytes:
     trip = wire.encode_input("saga.v1.trip.TripRequest", {**TRIP_INPUT, **changes.pop("trip", {})})  # type: ignore[dict-item]
     fields: dict[str, object] = {"saga_id": saga_id, "saga_type": "trip", "tenant_id": None, "input": trip}
     return wire.encode_start(StartSaga(**{**fields, **changes}))  # type: ignore[arg-type]
+
+
+def _rejected(envelope: Envelope) -> RejectedRecord:
+    """The RejectedRecord a parsed record became (it fails the test when it became a message)."""
+    assert isinstance(envelope.message, RejectedRecord), envelope.message
+    return envelope.message
+
+
+def _accepted(envelope: Envelope) -> bool:
+    return not isinstance(envelope.message, RejectedRecord)
 
 
 def _raw(topic: str, key: bytes | None, value: bytes | None,
@@ -68,17 +78,16 @@ def test_limits_name_the_problem() -> None:
 
 def test_an_oversized_saga_id_is_refused_without_recording_under_it() -> None:
     saga_id = "s" * 8000
-    parsed = _parser().parse(_raw("saga.start", saga_id.encode(), _start(saga_id)))
-    assert isinstance(parsed, Rejection)
+    parsed = _rejected(_parser().parse(_raw("saga.start", saga_id.encode(), _start(saga_id))))
     assert parsed.reason == f"saga_id of 8000 bytes is longer than the {MAX_SAGA_ID_BYTES} allowed"
     assert parsed.saga_id is None  # a SagaRejected under that id could never be stored
 
 
 def test_an_oversized_message_id_is_refused_before_it_reaches_the_inbox() -> None:
     headers = (("message_id", b"m" * (MAX_MESSAGE_ID_BYTES + 1)),)
-    parsed = _parser().parse(_raw("saga.control", b"s-1", wire.encode_cancel(CancelSaga(saga_id="s-1", reason="r")),
-                                  headers))
-    assert isinstance(parsed, Rejection) and "message_id header" in parsed.reason
+    parsed = _rejected(_parser().parse(_raw("saga.control", b"s-1",
+                                            wire.encode_cancel(CancelSaga(saga_id="s-1", reason="r")), headers)))
+    assert "message_id header" in parsed.reason
     assert parsed.saga_id == "s-1"
 
 
@@ -89,19 +98,19 @@ def test_an_oversized_message_id_is_refused_before_it_reaches_the_inbox() -> Non
 ])
 def test_a_nul_character_is_refused(value: bytes, field: str) -> None:
     key = wire.decode_start(value).saga_id.encode()
-    parsed = _parser().parse(_raw("saga.start", key, value))
-    assert isinstance(parsed, Rejection) and field in parsed.reason and "NUL" in parsed.reason
+    parsed = _rejected(_parser().parse(_raw("saga.start", key, value)))
+    assert field in parsed.reason and "NUL" in parsed.reason
 
 
 def test_a_valid_start_still_parses() -> None:
     parsed = _parser().parse(_raw("saga.start", b"s-1", _start("s-1"), (("message_id", b"m-1"),)))
-    assert isinstance(parsed, Envelope) and parsed.message_id == "m-1"
+    assert _accepted(parsed) and parsed.message_id == "m-1"
 
 
 def test_an_unusable_saga_type_is_not_recorded_and_a_long_reason_is_clipped() -> None:
     saga_type = "cruise" * 200
-    parsed = _parser().parse(_raw("saga.start", b"s-1", _start("s-1", saga_type=saga_type)))
-    assert isinstance(parsed, Rejection) and parsed.saga_id == "s-1"
+    parsed = _rejected(_parser().parse(_raw("saga.start", b"s-1", _start("s-1", saga_type=saga_type))))
+    assert parsed.saga_id == "s-1"
     assert parsed.saga_type is None
     assert len(parsed.reason) <= MAX_REJECTION_REASON_CHARS + 3
 
@@ -109,11 +118,11 @@ def test_an_unusable_saga_type_is_not_recorded_and_a_long_reason_is_clipped() ->
 def test_a_start_too_large_for_its_events_is_refused() -> None:
     tenant = "t" * (MAX_START_SAGA_BYTES - len(_start("s-1")) + 10)
     value = _start("s-1", tenant_id=tenant)
-    parsed = _parser().parse(_raw("saga.start", b"s-1", value))
-    assert isinstance(parsed, Rejection) and parsed.saga_id == "s-1"
+    parsed = _rejected(_parser().parse(_raw("saga.start", b"s-1", value)))
+    assert parsed.saga_id == "s-1"
     assert parsed.reason.startswith(f"StartSaga of {len(value)} bytes is larger than the {MAX_START_SAGA_BYTES}")
     fits = _start("s-1", tenant_id=tenant[:-20])
-    assert isinstance(_parser().parse(_raw("saga.start", b"s-1", fits)), Envelope)
+    assert _accepted(_parser().parse(_raw("saga.start", b"s-1", fits)))
 
 
 def test_a_dead_letter_always_fits_the_dlq_topic() -> None:
@@ -196,15 +205,31 @@ async def test_rejections_are_handled_a_batch_at_a_time_in_order_and_deduplicate
     store = MemoryStore()
     service = SagaService(store, DefinitionRegistry([TRIP]), TOPICS, lambda: 1_000)
     rejections = [
-        Rejection(raw=ConsumedRecord(topic="saga.start", partition=0, offset=offset, key=b"s-1", value=b"junk"),
-                  reason=f"bad {offset}", saga_id=saga_id)
+        Envelope(RejectedRecord(saga_id=saga_id, saga_type=None, reason=f"bad {offset}"), f"saga.start:0:{offset}",
+                 ConsumedRecord(topic="saga.start", partition=0, offset=offset, key=b"s-1", value=b"junk"))
         for offset, saga_id in ((1, "s-1"), (2, "s-1"), (3, None), (4, "s-2"))
     ]
     duplicate = replace(rejections[0])
-    outcomes = await service.reject_many([*rejections, duplicate])
+    outcomes = await service.handle_many([*rejections, duplicate])
     assert outcomes == [Outcome.DEAD_LETTERED] * 4 + [Outcome.DUPLICATE]
     assert [(e.saga_id, e.seq) for e in store.events["s-1"]] == [("s-1", 1), ("s-1", 2)]
     assert [e.event_type for e in store.events["s-2"]] == [SagaRejected.__name__]
     letters = [wire.decode_dead_letter(m.value) for m in store.drain_outbox() if m.topic == TOPICS.dlq]
     assert [letter.source_offset for letter in letters] == [1, 2, 3, 4]
-    assert await service.reject_many(rejections) == [Outcome.DUPLICATE] * 4  # redelivered: nothing again
+    assert await service.handle_many(rejections) == [Outcome.DUPLICATE] * 4  # redelivered: nothing again
+
+
+async def test_a_saga_with_good_and_rejected_records_in_one_batch_sees_them_in_order() -> None:
+    store = MemoryStore()
+    service = SagaService(store, DefinitionRegistry([TRIP]), TOPICS, lambda: 1_000)
+    parser = _parser()
+    records = [_raw("saga.start", b"s-9", _start("s-9"), (("message_id", b"m-1"),)),
+               ConsumedRecord(topic="saga.control", partition=0, offset=8, key=b"s-9", value=b"junk"),
+               _raw("saga.control", b"s-9", wire.encode_cancel(CancelSaga(saga_id="s-9", reason="r")),
+                    (("message_id", b"m-3"),))]
+    outcomes = await service.handle_many([parser.parse(record) for record in records])
+    assert outcomes == [Outcome.APPLIED, Outcome.DEAD_LETTERED, Outcome.APPLIED]
+    names = [e.event_type for e in store.events["s-9"]]
+    assert names[0] == "SagaStarted"
+    rejected_at, cancel_at = names.index("SagaRejected"), names.index("SagaCancelRequested")
+    assert names.count("SagaRejected") == 1 and 0 < rejected_at < cancel_at

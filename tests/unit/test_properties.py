@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note
 from hypothesis import strategies as st
 
+from saga_orchestrator.orchestrator.domain.builder import DecisionBuilder, live_timer_ids
 from saga_orchestrator.orchestrator.domain.decide import TIMED_OUT_ERROR, decide
-from saga_orchestrator.orchestrator.domain.decision import DecisionBuilder, live_timer_ids
 from saga_orchestrator.orchestrator.domain.definition import Condition, FailureMode, RetryPolicy, SagaDefinition, Step
 from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, TimerKind
 from saga_orchestrator.orchestrator.domain.progress import advance

@@ -8,7 +8,7 @@ import pytest
 from saga_orchestrator.orchestrator.domain.decide import DUPLICATE_START_REASON, decide
 from saga_orchestrator.orchestrator.domain.errors import HistoryMismatch, IllegalTransition
 from saga_orchestrator.orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
-from saga_orchestrator.orchestrator.domain.purge import may_purge, purged_digest, purged_event
+from saga_orchestrator.orchestrator.domain.retention import may_purge, purged_digest, purged_event
 from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus, apply_event, fold
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.schemas import event_types as ev

@@ -9,9 +9,9 @@ import pytest
 from saga_orchestrator.infra.health import ServiceHealth
 from saga_orchestrator.orchestrator.domain.decide import Decision
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
-from saga_orchestrator.orchestrator.metrics import SagaMetrics, alert_due
+from saga_orchestrator.orchestrator.observe import SagaMetrics, alert_due
+from saga_orchestrator.orchestrator.outbound import Settled
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
-from saga_orchestrator.orchestrator.writes import Settled
 from tests.unit.saga_driver import SagaRun
 
 

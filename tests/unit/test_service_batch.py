@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from saga_orchestrator.cli.scenarios import SCENARIOS
-from saga_orchestrator.orchestrator.envelope import Envelope
+from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.orchestrator.ports import ConcurrencyConflict
 from saga_orchestrator.orchestrator.sagas.trip import default_registry
 from saga_orchestrator.orchestrator.service import Outcome, SagaService

@@ -8,10 +8,9 @@ from saga_orchestrator.cli.scenarios import SCENARIOS
 from saga_orchestrator.orchestrator.domain.decide import decide
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.state import fold
-from saga_orchestrator.orchestrator.envelope import Envelope
-from saga_orchestrator.orchestrator.parsing import RecordParser
+from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
+from saga_orchestrator.orchestrator.outbound import PendingWrites
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
-from saga_orchestrator.orchestrator.writes import PendingWrites
 from saga_orchestrator.participants.kit.handle import parse_delivery
 from saga_orchestrator.participants.kit.replies import RecordedReply, step_result_message
 from saga_orchestrator.participants.registry import get_participant
@@ -21,7 +20,7 @@ from saga_orchestrator.schemas.headers import valid_traceparent
 from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
-from saga_orchestrator.schemas.topics import Topics
+from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
 
 TOPICS = Topics()
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -48,7 +47,7 @@ def _start_record(traceparent: bytes) -> ConsumedRecord:
 
 
 def test_the_orchestrator_passes_the_starts_trace_context_to_every_event_and_command() -> None:
-    parser = RecordParser(TOPICS, DefinitionRegistry([TRIP]), default_registry())
+    parser = RecordParser(TOPICS, DefinitionRegistry([TRIP]), default_registry(), PARTICIPANTS)
     envelope = parser.parse(_start_record(TRACE.encode()))
     assert isinstance(envelope, Envelope) and isinstance(envelope.message, StartSaga)
     assert envelope.message.traceparent == TRACE
@@ -64,7 +63,7 @@ def test_the_orchestrator_passes_the_starts_trace_context_to_every_event_and_com
 
 
 def test_an_unusable_trace_context_is_dropped_and_the_saga_runs_without_one() -> None:
-    parser = RecordParser(TOPICS, DefinitionRegistry([TRIP]), default_registry())
+    parser = RecordParser(TOPICS, DefinitionRegistry([TRIP]), default_registry(), PARTICIPANTS)
     envelope = parser.parse(_start_record(b"garbage"))
     assert isinstance(envelope, Envelope) and isinstance(envelope.message, StartSaga)
     assert envelope.message.traceparent is None

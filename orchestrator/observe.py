@@ -1,21 +1,25 @@
-"""Prometheus metrics of what the orchestrator decided, observed once each unit of work committed.
+"""What the orchestrator tells its operators about the decisions it commits: a log line per decision and the
+Prometheus metrics of what sagas do.
 
-``/metrics`` of the orchestrator then answers what an operator asks first: how many sagas start and end, in
-which state, how long they take, which steps fail, time out or are compensated, and how much input was
-dead-lettered. A saga that ends COMPENSATION_FAILED and is resumed ends again later: it counts once per end.
+``/metrics`` of the orchestrator answers what an operator asks first: how many sagas start and end, in which
+state, how long they take, which steps fail, time out or are compensated, and how much input was
+dead-lettered. Both are observed once the unit of work committed. A saga that ends COMPENSATION_FAILED and is
+resumed ends again later: it counts once per end.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from prometheus_client import Counter, Histogram
 
 from ..infra.health import ServiceHealth
 from ..schemas import event_types as ev
-from .writes import Settled
+from .outbound import Settled
 
-log = logging.getLogger("saga.orchestrator.alerts")
+log = logging.getLogger("saga.orchestrator")
+alerts = logging.getLogger("saga.orchestrator.alerts")
 
 FIRST_ALERT_ATTEMPT = 5
 """A compensation that failed this many times is logged as a WARNING, then again each time the count doubles
@@ -85,6 +89,22 @@ def alert_due(failed_attempts: int) -> bool:
 
 def _warn_stuck(events: tuple[ev.Event, ...], retry: ev.CompensationRetryScheduled) -> None:
     failed = next((e for e in events if isinstance(e, ev.CompensationFailed) and e.step == retry.step), None)
-    log.warning("compensation keeps failing, retrying without limit", extra={
+    alerts.warning("compensation keeps failing, retrying without limit", extra={
         "saga_id": retry.saga_id, "step": retry.step, "failed_attempts": retry.attempt - 1,
         "error": f"{failed.error_type}: {failed.error_message}" if failed else "no reply (timed out)"})
+
+
+def log_decision(events: Sequence[ev.Event]) -> None:
+    """One line per decision, e.g. ``saga advanced saga_id=t-1 seq=4 events="StepSucceeded:book_flight
+    StepCommandSent:charge_card"``: at INFO when it holds more than a step moving forward (a start, an end,
+    a failure, a timeout, a retry, a compensation, a cancel), else at DEBUG. Logging every routine step at
+    INFO cost a fifth of the orchestrator's CPU; ``saga history`` has every event."""
+    level = logging.INFO if any(type(event) not in _ROUTINE for event in events) else logging.DEBUG
+    if not log.isEnabledFor(level):
+        return
+    labels = " ".join(f"{type(event).__name__}:{step}" if (step := getattr(event, "step", None))
+                      else type(event).__name__ for event in events)
+    log.log(level, "saga advanced", extra={"saga_id": events[0].saga_id, "seq": events[0].seq, "events": labels})
+
+
+_ROUTINE = frozenset({ev.StepCommandSent, ev.StepSucceeded})

@@ -1,4 +1,4 @@
-"""A Decision and the builder that records one event at a time.
+"""A Decision, the builder that records one event at a time, and the recording helpers of every decision.
 
 The builder applies every event to the state as soon as it is recorded, so later choices in the same
 decision see the effect of earlier ones, and it derives the commands and timers from the events
@@ -22,23 +22,27 @@ from .status import SagaStatus, StepStatus
 
 @dataclass(frozen=True, kw_only=True)
 class Decision:
-    """What one message changes: new events (to append), commands (to send) and timers (to arm).
+    """What one message changes: new events (to append), commands (to send) and timers (to arm), and whether
+    the message itself is parked on the dead-letter topic.
 
     ``obsolete_timers`` are ids (``Timer.timer_id``) of armed timers this decision made pointless (their
     step was answered, or the saga ended); deleting them is an optimisation, firing them is harmless.
-    ``state`` is the state after ``events`` (None only when there was no saga and none was created).
+    ``dead_letter`` is the reason the message goes to the dead-letter topic, with its original bytes (None:
+    it does not). ``state`` is the state after ``events`` (None only when there was no saga and none was
+    created).
     """
 
     events: tuple[ev.Event, ...] = ()
     commands: tuple[StepCommand, ...] = ()
     timers: tuple[Timer, ...] = ()
     obsolete_timers: tuple[str, ...] = ()
+    dead_letter: str | None = None
     state: SagaState | None = None
 
     @property
     def is_empty(self) -> bool:
         """True when the message changed nothing (duplicate, stale or refused silently)."""
-        return not self.events
+        return not self.events and self.dead_letter is None
 
 
 class EventBase(TypedDict):
@@ -93,10 +97,10 @@ class DecisionBuilder:
             self._commands.extend(commands)
             self._timers.extend(timers)
 
-    def build(self) -> Decision:
-        """The finished Decision."""
+    def build(self, dead_letter: str | None = None) -> Decision:
+        """The finished Decision (``dead_letter``: the reason its message is parked on the DLQ)."""
         if not self._events:
-            return Decision(state=self.state)
+            return Decision(dead_letter=dead_letter, state=self.state)
         live = live_timer_ids(self.definition, self.state)
         obsolete = self._initial_timers - live
         timers = self._timers
@@ -107,6 +111,7 @@ class DecisionBuilder:
             commands=tuple(self._commands),
             timers=tuple(timers),
             obsolete_timers=tuple(sorted(obsolete)),
+            dead_letter=dead_letter,
             state=self.state,
         )
 

@@ -1,12 +1,14 @@
-"""Turn a consumed Kafka record into a core message, or into a rejection with a reason a human can act on."""
+"""What comes in, as messages for the core: every consumed record becomes one (a record that is no acceptable
+message becomes a RejectedRecord, with the reason a human can act on), and so does every due timer."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from ..schemas import wire
 from ..schemas.codec import WireError
-from ..schemas.headers import valid_traceparent
+from ..schemas.headers import MESSAGE_ID, TRACEPARENT, valid_traceparent
 from ..schemas.limits import (
     MAX_MESSAGE_ID_BYTES,
     MAX_REJECTION_REASON_CHARS,
@@ -17,17 +19,34 @@ from ..schemas.limits import (
 from ..schemas.message_types import CancelSaga, ResumeCompensation, StartSaga, StepResult
 from ..schemas.records import ConsumedRecord
 from ..schemas.registry import SchemaRegistry
-from ..schemas.topics import PARTICIPANTS, Topics
+from ..schemas.topics import Topics
 from .domain.definition import DefinitionRegistry
-from .domain.messages import IncomingMessage
-from .envelope import Envelope, Rejection
+from .domain.messages import IncomingMessage, RejectedRecord, Timer, TimerFired, TimerKind
+from .ports import TimerRow
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A message for the core, with the id the inbox dedupes on and the record it came from (None for a
+    timer), which a dead letter keeps whole."""
+
+    message: IncomingMessage
+    message_id: str
+    raw: ConsumedRecord | None = None
+
+
+def timer_envelope(row: TimerRow) -> Envelope:
+    """A due timer as a message; its id makes a second firing (another instance, a crash) a duplicate."""
+    timer = Timer(saga_id=row.saga_id, kind=TimerKind(row.kind), step=row.step, attempt=row.attempt,
+                  due_at=row.due_at_ms)
+    return Envelope(message=TimerFired(timer=timer), message_id=f"timer:{row.saga_id}:{row.timer_id}")
 
 
 class RecordParser:
-    """Validates records against the wire contract of the topic they arrived on."""
+    """Reads records against the wire contract of the topic they arrived on."""
 
     def __init__(self, topics: Topics, definitions: DefinitionRegistry, registry: SchemaRegistry,
-                 participants: tuple[str, ...] = PARTICIPANTS) -> None:
+                 participants: tuple[str, ...]) -> None:
         self._topics = topics
         self._definitions = definitions
         self._registry = registry
@@ -41,63 +60,68 @@ class RecordParser:
         """The participants' results topics among them."""
         return frozenset(self._results_topics)
 
-    def parse(self, raw: ConsumedRecord) -> Envelope | Rejection:
-        """Decode ``raw``; never raises for bad input."""
+    def parse(self, raw: ConsumedRecord) -> Envelope:
+        """The message ``raw`` carries, or a RejectedRecord saying why it carries none; never raises for bad
+        input. A rejected record is deduplicated by its position in the log (a StartSaga refused for what it
+        asks for, by its message id)."""
         parsed = self._parse(raw)
-        if isinstance(parsed, Rejection) and len(parsed.reason) > MAX_REJECTION_REASON_CHARS:
+        message = parsed.message
+        if isinstance(message, RejectedRecord) and len(message.reason) > MAX_REJECTION_REASON_CHARS:
             # A reason quotes ids and decoder errors; it goes into an event and a dead letter, so keep it small.
-            return dataclasses.replace(parsed, reason=parsed.reason[:MAX_REJECTION_REASON_CHARS] + "...")
+            message = dataclasses.replace(message, reason=message.reason[:MAX_REJECTION_REASON_CHARS] + "...")
+            return dataclasses.replace(parsed, message=message)
         return parsed
 
-    def _parse(self, raw: ConsumedRecord) -> Envelope | Rejection:
+    def _parse(self, raw: ConsumedRecord) -> Envelope:
         key = _key_text(raw.key)
         # Only an id the stores can key on may receive a SagaRejected event.
         key_id = key if key is not None and id_problem(key, "key") is None else None
+
+        def rejected(reason: str, saga_id: str | None, saga_type: str | None = None,
+                     message_id: str | None = None) -> Envelope:
+            return Envelope(RejectedRecord(saga_id=saga_id, saga_type=saga_type, reason=reason),
+                            message_id or raw.position_id, raw)
+
         if raw.value is None:
-            return Rejection(raw=raw, reason="empty value (tombstone) where a saga message was expected",
-                             saga_id=key_id)
-        message_id = raw.header("message_id")
+            return rejected("empty value (tombstone) where a saga message was expected", key_id)
+        message_id = raw.header(MESSAGE_ID)
         if message_id is not None:
             problem = id_problem(message_id, "message_id header", MAX_MESSAGE_ID_BYTES)
             if problem:
-                return Rejection(raw=raw, reason=problem, saga_id=key_id)
+                return rejected(problem, key_id)
         try:
             message = self._decode(raw)
         except WireError as error:
-            return Rejection(raw=raw, reason=f"undecodable value on {raw.topic}: {error}", saga_id=key_id)
+            return rejected(f"undecodable value on {raw.topic}: {error}", key_id)
         problem = id_problem(message.saga_id, "saga_id")
         if problem:
-            return Rejection(raw=raw, reason=problem)
+            return rejected(problem, None)
         if key is None:
-            return Rejection(raw=raw, reason="missing Kafka key: the key must be the saga id (UTF-8)",
-                             saga_id=message.saga_id)
+            return rejected("missing Kafka key: the key must be the saga id (UTF-8)", message.saga_id)
         if key != message.saga_id:
-            return Rejection(raw=raw, reason=f"Kafka key {key!r} differs from saga_id {message.saga_id!r}",
-                             saga_id=message.saga_id)
+            return rejected(f"Kafka key {key!r} differs from saga_id {message.saga_id!r}", message.saga_id)
         field = nul_field({f.name: getattr(message, f.name) for f in dataclasses.fields(message)})
         if field:
-            return Rejection(raw=raw, reason=f"{field} contains a NUL character", saga_id=message.saga_id)
+            return rejected(f"{field} contains a NUL character", message.saga_id)
         if isinstance(message, StartSaga):
-            message = dataclasses.replace(message, traceparent=valid_traceparent(raw.header("traceparent")))
+            message = dataclasses.replace(message, traceparent=valid_traceparent(raw.header(TRACEPARENT)))
             problem = _start_size_problem(len(raw.value)) or self._check_start(message)
             if problem:
                 saga_type = message.saga_type if id_problem(message.saga_type, "saga_type") is None else None
-                return Rejection(raw=raw, reason=problem, saga_id=message.saga_id, saga_type=saga_type,
-                                 message_id=message_id or raw.position_id)
+                return rejected(problem, message.saga_id, saga_type, message_id)
         return Envelope(message=message, message_id=message_id or raw.position_id, raw=raw)
 
-    def _decode(self, raw: ConsumedRecord) -> IncomingMessage:
+    def _decode(self, raw: ConsumedRecord) -> StartSaga | CancelSaga | ResumeCompensation | StepResult:
         assert raw.value is not None
         if raw.topic == self._topics.start:
             return wire.decode_start(raw.value)
         if raw.topic == self._topics.control:
             name, _ = self._registry.decode(raw.value)
-            if name == "saga.v1.ResumeCompensation":
+            if name == wire.RESUME_COMPENSATION:
                 return wire.decode_resume(raw.value)
             return wire.decode_cancel(raw.value)
         if raw.topic in self._results_topics:
-            result: StepResult = wire.decode_result(raw.value)
-            return result
+            return wire.decode_result(raw.value)
         raise WireError(f"topic {raw.topic} is not consumed by the orchestrator")
 
     def _check_start(self, start: StartSaga) -> str | None:
@@ -133,6 +157,3 @@ def _key_text(key: bytes | None) -> str | None:
         return key.decode("utf-8")
     except UnicodeDecodeError:
         return None
-
-
-__all__ = ["CancelSaga", "RecordParser", "ResumeCompensation"]

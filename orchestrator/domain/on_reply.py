@@ -8,7 +8,7 @@ from __future__ import annotations
 from ...schemas import event_types as ev
 from ...schemas.ids import compensation_key, forward_key
 from ...schemas.message_types import CommandKind, ResultStatus, StepResult
-from .decision import (
+from .builder import (
     DecisionBuilder,
     live_timer_ids,
     schedule_compensation_retry,
