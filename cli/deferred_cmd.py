@@ -10,7 +10,8 @@ import asyncpg
 import typer
 from rich.table import Table
 
-from ..participants.kit.deferred import awaiting, complete
+from ..participants.kit.deferred import complete
+from ..participants.kit.ledger import awaiting
 from ..participants.kit.outcome import Failed, Succeeded
 from ..participants.kit.participant import Participant
 from ..participants.registry import get_participant

@@ -15,11 +15,10 @@ from ..infra.settings import Settings
 from ..outbox.relay import OutboxRelay
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
-from .kit.batch import handle_commands
 from .kit.ddl import ensure_participant_schema
-from .kit.handle import Disposition
+from .kit.handling import Disposition, handle_commands
+from .kit.ledger import record_pruner
 from .kit.participant import Participant
-from .kit.retention import record_pruner
 
 log = logging.getLogger("participants.runner")
 

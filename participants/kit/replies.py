@@ -2,39 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...outbox.table import OutboxMessage
 from ...schemas import wire
 from ...schemas.headers import message_headers
 from ...schemas.ids import reply_message_id
 from ...schemas.message_types import ResultStatus, StepResult
-from .outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
-
-AWAITING = "AWAITING"
-
-
-@dataclass(frozen=True)
-class RecordedReply:
-    """The final outcome stored with an idempotency key, replayed on redelivery."""
-
-    status: str  # SUCCEEDED | FAILED, or AWAITING while a deferred answer is outstanding
-    error_type: str | None
-    error_message: str | None
-    output: bytes | None
-
-    @classmethod
-    def of(cls, outcome: Outcome) -> RecordedReply:
-        if isinstance(outcome, Succeeded):
-            return cls("SUCCEEDED", None, None, outcome.output)
-        if isinstance(outcome, Failed):
-            return cls("FAILED", outcome.error_type, outcome.message, None)
-        return cls(AWAITING, None, None, None)
-
-    @property
-    def awaiting(self) -> bool:
-        """The handler deferred its answer: there is nothing to reply yet."""
-        return self.status == AWAITING
+from .ledger import RecordedReply
+from .outcome import Deferred, Failed, Outcome, ReceivedCommand
 
 
 def step_result_message(command: ReceivedCommand, results_topic: str, reply: RecordedReply, *,

@@ -11,9 +11,8 @@ import orjson
 import pytest
 
 from saga_orchestrator.infra.db import create_pool
-from saga_orchestrator.participants.kit.batch import handle_commands
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
-from saga_orchestrator.participants.kit.handle import Disposition, handle_command
+from saga_orchestrator.participants.kit.handling import Disposition, handle_command, handle_commands
 from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Call, Participant
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS

@@ -12,9 +12,8 @@ import asyncpg
 import pytest
 
 from saga_orchestrator.infra.db import create_pool
-from saga_orchestrator.participants.kit.batch import handle_commands
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
-from saga_orchestrator.participants.kit.handle import Disposition, handle_command
+from saga_orchestrator.participants.kit.handling import Disposition, handle_command, handle_commands
 from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Participant
 from tests.integration.test_participants import TOPICS, command, delivered, new_saga_id, processed, replies

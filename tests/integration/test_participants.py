@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.participants.effects import collect_effects, effects_by_idempotency_key_counts
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
-from saga_orchestrator.participants.kit.handle import Disposition, handle_command
+from saga_orchestrator.participants.kit.handling import Disposition, handle_command
 from saga_orchestrator.participants.kit.participant import Participant
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
 from saga_orchestrator.schemas.headers import HeadersArg, header_pairs

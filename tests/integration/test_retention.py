@@ -18,7 +18,7 @@ from saga_orchestrator.orchestrator.housekeeping import RETENTION_OPERATOR, rete
 from saga_orchestrator.orchestrator.sagas.trip import default_registry
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
-from saga_orchestrator.participants.kit.retention import prune_processed_commands
+from saga_orchestrator.participants.kit.ledger import prune_processed_commands
 from saga_orchestrator.participants.registry import get_participant
 from saga_orchestrator.participants.runtime import ParticipantRuntime
 from saga_orchestrator.schemas import wire

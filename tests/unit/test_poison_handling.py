@@ -15,7 +15,7 @@ from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.outbox.dead_letters import dead_letter_message
-from saga_orchestrator.participants.kit.handle import _key_problem, decode_command
+from saga_orchestrator.participants.kit.handling import _key_problem, decode_command
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import WireError
 from saga_orchestrator.schemas.event_types import SagaRejected

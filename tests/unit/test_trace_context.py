@@ -11,8 +11,9 @@ from saga_orchestrator.orchestrator.domain.state import fold
 from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
 from saga_orchestrator.orchestrator.outbound import PendingWrites
 from saga_orchestrator.orchestrator.sagas.trip import TRIP
-from saga_orchestrator.participants.kit.handle import parse_delivery
-from saga_orchestrator.participants.kit.replies import RecordedReply, step_result_message
+from saga_orchestrator.participants.kit.handling import parse_delivery
+from saga_orchestrator.participants.kit.ledger import RecordedReply
+from saga_orchestrator.participants.kit.replies import step_result_message
 from saga_orchestrator.participants.registry import get_participant
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaStarted

@@ -1,0 +1,382 @@
+"""Handle the StepCommand deliveries that arrived together: dedupe by idempotency key, change business data,
+reply via the outbox, all in ONE local transaction; a lone command is a batch of one.
+
+The recorded outcomes (``ledger``), the business changes and the replies commit (or vanish) together; the
+caller acknowledges the deliveries only after this returns. Redelivery is normal and harmless: a recorded key
+gets its recorded reply again. The bookkeeping costs a fixed number of statements (claim every key, read the
+replies of keys already recorded, record the outcomes and write every reply). Handlers first run without
+savepoints; when one fails, the batch is rolled back and run again with each handler in its own savepoint, so
+a failed step leaves no trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from itertools import groupby
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import asyncpg
+
+from ...infra.faults import crash_point
+from ...outbox.dead_letters import dead_letter_message
+from ...outbox.table import OutboxMessage
+from ...schemas import wire
+from ...schemas.codec import WireError
+from ...schemas.headers import MESSAGE_ID, SAGA_ID, SAGA_TYPE, TRACEPARENT, valid_traceparent
+from ...schemas.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field
+from ...schemas.records import ConsumedRecord
+from ...schemas.registry import default_registry
+from ...schemas.topics import Topics
+from . import ledger
+from .ledger import RecordedReply
+from .outcome import Deferred, Failed, Outcome, ReceivedCommand
+from .participant import Call, Participant
+from .replies import outcome_message, step_result_message
+
+log = logging.getLogger(__name__)
+
+# Errors that mean the connection or server is unusable, not that the handler failed.
+_DATABASE_GONE = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.InterfaceError,
+    OSError,
+)
+
+
+class Disposition(StrEnum):
+    """What happened to one delivery (for logs, metrics and tests)."""
+
+    RECORDED = "recorded"  # handled; the final outcome (success or definitive failure) is recorded
+    TRANSIENT = "transient"  # retryable failure replied; nothing recorded, business change rolled back
+    DUPLICATE = "duplicate"  # key already recorded: the recorded reply was sent again
+    DEAD_LETTERED = "dead_lettered"  # undecodable: a DeadLetter went to the DLQ topic
+    AWAITING = "awaiting"  # the handler deferred its answer (or it is still outstanding): nothing replied
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Undo(Exception):
+    """Raised inside the handler's savepoint to roll back its business change, carrying the outcome."""
+
+    def __init__(self, outcome: Failed) -> None:
+        super().__init__(outcome.error_type)
+        self.outcome = outcome
+
+
+def decode_command(participant: str, record: ConsumedRecord, message_id: str
+                   ) -> tuple[ReceivedCommand, dict[str, Any]]:
+    """Decode a StepCommand and its embedded saga input; raises on anything malformed, including ids no
+    store can key on and texts Postgres cannot hold (they would fail every redelivery's transaction)."""
+    if record.value is None:
+        raise WireError("empty value (tombstone) where a StepCommand was expected")
+    command = wire.decode_command(record.value, participant=participant, message_id=message_id)
+    input_type, saga_input = default_registry().decode(command.input)
+    problem = (("saga_id is empty" if not command.saga_id else None)
+               or id_problem(command.saga_id, "saga_id")
+               or id_problem(command.idempotency_key, "idempotency_key", MAX_MESSAGE_ID_BYTES))
+    field = (nul_field({f.name: getattr(command, f.name) for f in dataclasses.fields(command) if f.name != "input"})
+             or nul_field(saga_input))
+    if problem or field:
+        raise WireError(problem or f"{field} contains a NUL character")
+    received = ReceivedCommand(
+        saga_id=command.saga_id,
+        saga_type=command.saga_type,
+        step=command.step,
+        action=command.action,
+        kind=command.kind,
+        idempotency_key=command.idempotency_key,
+        attempt=command.attempt,
+        input_type=input_type,
+        message_id=message_id,
+        traceparent=valid_traceparent(record.header(TRACEPARENT)),
+        step_outputs=MappingProxyType(dict(command.step_outputs)),
+    )
+    return received, saga_input
+
+
+@dataclass(frozen=True)
+class ParsedDelivery:
+    """A delivery checked before any transaction: the command to run, or (``command`` None) why not."""
+
+    message_id: str
+    command: ReceivedCommand | None = None
+    saga_input: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+def parse_delivery(participant: Participant, record: ConsumedRecord) -> ParsedDelivery:
+    """Decode and check one delivery; anything unusable gets the reason it goes to the DLQ instead."""
+    message_id = record.header(MESSAGE_ID) or record.position_id
+    try:
+        reason = id_problem(message_id, "message_id header", MAX_MESSAGE_ID_BYTES)
+        command, saga_input = decode_command(participant.name, record, message_id)
+    except Exception as exc:  # anything undecodable is a poison message: park it, never crash
+        return ParsedDelivery(message_id, reason=f"undecodable StepCommand: {type(exc).__name__}: {exc}")
+    reason = reason or _key_problem(record, command.saga_id)
+    if reason:
+        return ParsedDelivery(message_id, reason=reason)
+    return ParsedDelivery(message_id, command, saga_input)
+
+
+def park(participant: Participant, topics: Topics, parsed: ParsedDelivery, record: ConsumedRecord,
+         now_ms: int) -> OutboxMessage:
+    """The DeadLetter outbox row of an unusable delivery (logged)."""
+    saga_id = record.header(SAGA_ID)
+    log.warning("dead-lettered a command", extra={"participant": participant.name, "saga_id": saga_id,
+                                                  "message_id": parsed.message_id, "reason": parsed.reason})
+    return dead_letter_message(topics.dlq, record, reason=parsed.reason, consumer=participant.consumer_name,
+                               now_ms=now_ms, saga_id=saga_id, saga_type=record.header(SAGA_TYPE))
+
+
+def _key_problem(record: ConsumedRecord, saga_id: str) -> str | None:
+    """A command's Kafka key must be its saga id (checked for consumed records, whose key is known)."""
+    if not record.has_position or record.key == saga_id.encode():
+        return None
+    if record.key is None:
+        return "missing Kafka key: the key must be the saga id (UTF-8)"
+    return f"Kafka key {record.key[:600]!r} differs from saga_id {saga_id!r}"
+
+
+async def handle_commands(
+    pool: asyncpg.Pool,
+    participant: Participant,
+    topics: Topics,
+    batch: Sequence[ConsumedRecord],
+    *,
+    clock: Callable[[], int] = _now_ms,
+) -> list[Disposition]:
+    """Process deliveries for ``participant``; one disposition per delivery, in order; never raises for a bad
+    message (it is dead-lettered).
+
+    The deliveries go in one transaction, except that a key given again (a redelivery next to its original)
+    starts another one after it: the second must see what the first did. Raises only when Postgres is
+    unreachable (the caller retries the whole batch, unacknowledged).
+    """
+    parsed = [parse_delivery(participant, record) for record in batch]
+    dispositions: list[Disposition] = []
+    for start, end in _runs_of_distinct_keys(parsed):
+        dispositions += await _handle_run(pool, participant, topics, clock, batch[start:end], parsed[start:end])
+    return dispositions
+
+
+async def handle_command(pool: asyncpg.Pool, participant: Participant, topics: Topics, record: ConsumedRecord, *,
+                         clock: Callable[[], int] = _now_ms) -> Disposition:
+    """``handle_commands`` of one delivery: a lone command is a batch of one."""
+    return (await handle_commands(pool, participant, topics, [record], clock=clock))[0]
+
+
+def _runs_of_distinct_keys(parsed: Sequence[ParsedDelivery]) -> list[tuple[int, int]]:
+    """(start, end) of consecutive deliveries in which no idempotency key is given twice."""
+    runs: list[tuple[int, int]] = []
+    start, keys = 0, set[str]()
+    for index, delivery in enumerate(parsed):
+        key = delivery.command.idempotency_key if delivery.command is not None else None
+        if key is not None and key in keys:
+            runs.append((start, index))
+            start, keys = index, set[str]()
+        if key is not None:
+            keys.add(key)
+    if start < len(parsed):
+        runs.append((start, len(parsed)))
+    return runs
+
+
+async def _handle_run(pool: asyncpg.Pool, participant: Participant, topics: Topics, clock: Callable[[], int],
+                      batch: Sequence[ConsumedRecord], parsed: Sequence[ParsedDelivery]) -> list[Disposition]:
+    """Deliveries with distinct keys, in one transaction."""
+    async with pool.acquire() as conn:
+        try:
+            async with conn.transaction():
+                done = await _handle(conn, participant, topics, clock, batch, parsed, careful=False)
+        except _Careful:
+            # A handler failed: its business change must go while the others' stay, which takes a
+            # savepoint per handler. The optimistic pass is rolled back (as a crash before the commit would
+            # have done); this pass runs every handler in its own savepoint.
+            async with conn.transaction():
+                done = await _handle(conn, participant, topics, clock, batch, parsed, careful=True)
+    # Committed: the business changes and the reply rows exist, nothing is published or acknowledged yet.
+    crash_point("participant.after_commit")
+    for disposition, logged, answer, error_type in done:
+        if logged is not None and answer is not None:
+            _log_outcome(participant, logged, disposition, answer.status, error_type)
+    return [disposition for disposition, *_ in done]
+
+
+T = TypeVar("T")
+
+
+class _Careful(Exception):
+    """A handler failed in the optimistic pass (no savepoints): the batch must be redone with them."""
+
+
+Done = tuple[Disposition, ReceivedCommand | None, RecordedReply | None, str | None]
+
+
+async def _handle(conn: asyncpg.Connection, participant: Participant, topics: Topics,
+                  clock: Callable[[], int], batch: Sequence[ConsumedRecord], parsed: Sequence[ParsedDelivery],
+                  careful: bool) -> list[Done]:
+    """Everything of the batch inside the open transaction; ``careful`` runs each handler in a savepoint,
+    else a failing handler raises ``_Careful``."""
+    results_topic = topics.results(participant.name)
+    replies: list[OutboxMessage] = []
+    done: list[Done] = []
+    commands = [p.command for p in parsed if p.command is not None]
+    claimed = await ledger.claim(conn, participant, commands)
+    recorded = await ledger.recorded(conn, participant,
+                                     [c.idempotency_key for c in commands if c.idempotency_key not in claimed])
+    transient: list[str] = []
+    final: list[tuple[str, RecordedReply]] = []
+    awaited: list[ReceivedCommand] = []
+    calls = [(p.command, p.saga_input) for p in parsed
+             if p.command is not None and p.command.idempotency_key in claimed]
+    await ledger.withdraw(conn, participant, [command for command, _ in calls])
+    outcomes = await (_run_each_in_savepoint if careful else _run_bare)(conn, participant, calls)
+    for item, check in zip(batch, parsed, strict=True):
+        command = check.command
+        if command is None:
+            replies.append(park(participant, topics, check, item, clock()))
+            done.append((Disposition.DEAD_LETTERED, None, None, None))
+        elif command.idempotency_key not in claimed:
+            reply = recorded[command.idempotency_key]
+            if reply.awaiting:  # still outstanding: the answer will carry this attempt
+                awaited.append(command)
+                done.append((Disposition.AWAITING, command, reply, None))
+                continue
+            replies.append(step_result_message(command, results_topic, reply))
+            done.append((Disposition.DUPLICATE, command, reply, reply.error_type))
+        else:
+            outcome = outcomes[command.idempotency_key]
+            done.append(_settled(outcome, command, transient, final, awaited))
+            if not isinstance(outcome, Deferred):
+                replies.append(outcome_message(command, results_topic, outcome, clock()))
+    await ledger.settle(conn, participant, transient, final, replies)
+    await ledger.await_answers(conn, participant, awaited)
+    return done
+
+
+def _settled(outcome: Outcome, command: ReceivedCommand, transient: list[str],
+             final: list[tuple[str, RecordedReply]], awaited: list[ReceivedCommand]) -> Done:
+    """Sort a freshly handled command's outcome into what ``ledger.settle`` and ``ledger.await_answers`` write."""
+    recorded = RecordedReply.of(outcome)
+    if isinstance(outcome, Failed) and outcome.retryable:
+        transient.append(command.idempotency_key)  # not recorded: a later attempt does the work
+        return Disposition.TRANSIENT, command, recorded, outcome.error_type
+    final.append((command.idempotency_key, recorded))
+    if isinstance(outcome, Deferred):
+        awaited.append(command)
+        return Disposition.AWAITING, command, recorded, None
+    return Disposition.RECORDED, command, recorded, outcome.error_type if isinstance(outcome, Failed) else None
+
+
+async def _run_each_in_savepoint(conn: asyncpg.Connection, participant: Participant,
+                                 calls: Sequence[Call]) -> dict[str, Outcome]:
+    """Each handler in its own savepoint, in order: a failed one leaves no trace, the others stay."""
+    return {command.idempotency_key: await _run_in_savepoint(conn, participant, command, saga_input)
+            for command, saga_input in calls}
+
+
+async def _run_bare(conn: asyncpg.Connection, participant: Participant, calls: Sequence[Call]) -> dict[str, Outcome]:
+    """Run the handlers without savepoints (two round trips fewer per command), consecutive commands of one
+    action through its batch handler when it has one; any failure raises ``_Careful``."""
+    outcomes: dict[str, Outcome] = {}
+    for action, group in groupby(calls, key=lambda call: call[0].action):
+        run = list(group)
+        many = participant.batch_handlers.get(action)
+        if many is not None and len(run) > 1 and all(participant.reads(command) for command, _ in run):
+            results = await _guarded(many(conn, run))
+            if len(results) != len(run):
+                raise _Careful(f"batch handler {action} returned {len(results)} outcomes for {len(run)} commands")
+        else:
+            results = [await _run_one_bare(conn, participant, command, saga_input) for command, saga_input in run]
+        for (command, _), outcome in zip(run, results, strict=True):
+            if isinstance(outcome, Failed):
+                raise _Careful(outcome.error_type)
+            outcomes[command.idempotency_key] = outcome
+    return outcomes
+
+
+async def _run_one_bare(conn: asyncpg.Connection, participant: Participant, command: ReceivedCommand,
+                        saga_input: Mapping[str, Any]) -> Outcome:
+    # participant.handler: the single handler, or the batch handler given a batch of one.
+    handler = participant.handler(command.action)
+    if handler is None or not participant.reads(command):
+        return await _run_in_savepoint(conn, participant, command, saga_input)  # refused before any change
+    return await _guarded(handler(conn, command, saga_input))
+
+
+async def _guarded(pending: Awaitable[T]) -> T:
+    """Await a handler: a lost database propagates (the batch is retried), any other error means the batch
+    is redone carefully."""
+    try:
+        return await pending
+    except _DATABASE_GONE:
+        raise
+    except Exception as exc:
+        raise _Careful(repr(exc)) from exc
+
+
+async def _run_in_savepoint(
+    conn: asyncpg.Connection,
+    participant: Participant,
+    command: ReceivedCommand,
+    saga_input: Mapping[str, Any],
+) -> Outcome:
+    """Run the handler in a savepoint; any failure rolls its business change back."""
+    handler = participant.handler(command.action)
+    if handler is None:
+        return Failed("UnknownAction", f"{participant.name} has no action {command.action!r}")
+    if not participant.reads(command):
+        return Failed("UnsupportedInput", f"{participant.name} cannot read input {command.input_type}")
+    try:
+        async with conn.transaction():
+            outcome = await handler(conn, command, saga_input)
+            if isinstance(outcome, Failed):
+                raise _Undo(outcome)  # a failed step must leave no business trace
+        return outcome
+    except _Undo as undo:
+        return undo.outcome
+    except _DATABASE_GONE:
+        raise  # the database is gone: the delivery is retried, unacknowledged
+    except Exception as exc:  # a handler bug or a data conflict: transient, so a retry gets a fresh chance
+        log.exception(
+            "handler raised", extra={"participant": participant.name, "saga_id": command.saga_id,
+                                     "action": command.action, "idempotency_key": command.idempotency_key},
+        )
+        return Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
+
+
+def _log_outcome(
+    participant: Participant,
+    command: ReceivedCommand,
+    disposition: Disposition,
+    status: str,
+    error_type: str | None,
+) -> None:
+    # A command that simply succeeded is routine (DEBUG); failures, duplicates and dead letters are not.
+    level = logging.DEBUG if disposition is Disposition.RECORDED and status == "SUCCEEDED" else logging.INFO
+    if not log.isEnabledFor(level):
+        return
+    log.log(
+        level, "command %s", disposition.value,
+        extra={
+            "participant": participant.name,
+            "saga_id": command.saga_id,
+            "saga_type": command.saga_type,
+            "step": command.step,
+            "action": command.action,
+            "idempotency_key": command.idempotency_key,
+            "attempt": command.attempt,
+            "status": status,
+            "error_type": error_type,
+            "disposition": disposition.value,
+        },
+    )
