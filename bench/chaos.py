@@ -5,10 +5,10 @@
 
 Starts a private Kafka and Postgres (own folder and free ports; the only ones this run ever restarts), every
 service as a child process, then for ``--duration`` seconds: starts sagas at ``--rate`` per second (a mix of
-every scenario in cli/scenarios.py, the 'cancelled' ones cancelled once started), kill -9s a random service
-every ``--kill-every`` seconds on average (spread over all of them) and restarts it, restarts the broker and
-Postgres every so often, and injects duplicates of every command, reply, start and cancel. Then it waits for
-every started saga to end (``--drain-timeout``) and runs ``verify_system``.
+every scenario in participants/trip/scenarios.py, the 'cancelled' ones cancelled once started), kill -9s a
+random service every ``--kill-every`` seconds on average (spread over all of them) and restarts it, restarts
+the broker and Postgres every so often, and injects duplicates of every command, reply, start and cancel. Then
+it waits for every started saga to end (``--drain-timeout``) and runs ``verify_system``.
 
 Prints sagas started / terminal / lost, kills by service, broker and Postgres restarts, duplicates injected,
 invariant violations and throughput under chaos. Exit code 1 on any lost saga, violation, or service that
@@ -32,9 +32,9 @@ from rich.table import Table
 from bench.chaos_run import ChaosPlan, ChaosResult, ChaosRun
 from bench.chaos_support import started_and_ready
 from saga_orchestrator.cli.run_cmd import service_commands
-from saga_orchestrator.cli.scenarios import SCENARIOS
 from saga_orchestrator.infra.launcher.private import free_port_block, private_infrastructure
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 
 console = Console()
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 
 from saga_orchestrator.cli.demo_cmd import publish_starts
-from saga_orchestrator.cli.feed import EventFeed
 from saga_orchestrator.cli.run_cmd import health_port
+from saga_orchestrator.client.event_feed import EventFeed
 from saga_orchestrator.infra.health_server import fetch_health
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.schemas.topics import Topics

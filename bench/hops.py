@@ -19,11 +19,12 @@ from rich.table import Table
 
 from bench.probes import percentile
 from saga_orchestrator.participants.registry import get_participant
+from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaStarted, StepCommandSent, StepSucceeded
 from saga_orchestrator.schemas.message_types import CommandKind
 from saga_orchestrator.schemas.registry import default_registry
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.schemas.topics import Topics
 
 STEP_MESSAGES = wire.STEP_COMMAND, wire.STEP_RESULT
 HOPS = (

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from saga_orchestrator.orchestrator.domain.decide import decide
 from saga_orchestrator.orchestrator.domain.messages import IncomingMessage
 from saga_orchestrator.orchestrator.domain.state import SagaState, fold
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.event_types import Event
 from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StartSaga, StepResult
 

@@ -47,7 +47,8 @@ from saga_orchestrator.infra.launcher.postgres import PostgresLauncher
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.participants.runner import hosted_participants, worker_id
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.participants.trip import PARTICIPANTS
+from saga_orchestrator.schemas.topics import Topics
 
 WARMUP_SAGAS = 8
 WARMUP_S = 3.0
@@ -209,7 +210,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
 def run_topics(settings: Settings) -> list[str]:
     """Every topic a run creates: the contract's, and the one faust creates per participant app."""
     internal = [f"{ident}-__assignor-__leader" for ident in worker_ids(settings)]
-    return [*Topics(settings.saga_topic_prefix).all(), *internal]
+    return [*Topics(settings.saga_topic_prefix).all(PARTICIPANTS), *internal]
 
 
 def worker_ids(settings: Settings) -> list[str]:

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.progress import Progress
 
-from saga_orchestrator.cli.feed import assign_from_beginning
 from saga_orchestrator.cli.run_cmd import Services, exited_services
-from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.client.event_feed import assign_from_beginning
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import TERMINAL_EVENTS, SagaStarted
 from saga_orchestrator.schemas.registry import default_registry

@@ -12,16 +12,16 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..client.event_feed import EventFeed
 from ..infra.settings import Settings
 from ..orchestrator.bootstrap import prepare
-from ..participants.effects import collect_effects
+from ..participants.trip.effects import collect_effects
+from ..participants.trip.scenarios import DEMO_MIX, SCENARIOS, mismatches, observed
 from ..schemas import wire
 from ..schemas.event_types import SagaStarted
 from ..schemas.message_types import CancelSaga
 from .context import console, database, producer, settings, topics
-from .feed import EventFeed
 from .run_cmd import Services, exited_services, start_services, stop_services
-from .scenarios import DEMO_MIX, SCENARIOS, mismatches, observed
 
 DEMO_TIMEOUT_S = 120.0
 

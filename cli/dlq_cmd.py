@@ -22,12 +22,12 @@ import typer
 from aiokafka import AIOKafkaConsumer
 from rich.table import Table
 
+from ..client.event_feed import assign_from_beginning
 from ..infra.settings import Settings
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.message_types import DeadLetter
 from .context import console, fail, producer, run, settings, topics
-from .feed import assign_from_beginning
 from .inspect_cmd import parse_duration, when
 
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters on saga.dlq: list them, replay them.")

@@ -208,7 +208,7 @@ def list_sagas(
 def effects(saga_id: str = typer.Argument(..., help="The saga id."),
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Each participant's business records for the saga (booked, cancelled, charged, refunded, sent)."""
-    from ..participants.effects import collect_effects
+    from ..participants.trip.effects import collect_effects
 
     async def query() -> Any:
         async with database(settings()) as pool:

@@ -17,13 +17,13 @@ from rich.table import Table
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import DefinitionRegistry
 from ..orchestrator.domain.state import SagaState, fold
+from ..orchestrator.invariants import summary_problems
 from ..orchestrator.outbound import summary_of
 from ..orchestrator.ports import Writes
 from ..orchestrator.store.postgres import PostgresStore
 from ..schemas import wire
 from ..schemas.event_types import Event
 from .context import console, database, run, settings
-from .verify_rules import summary_problems
 
 BATCH_SIZE = 1_000
 

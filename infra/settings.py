@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..schemas.registry import DEFAULT_SCHEMA_PATH
+
 
 class Settings(BaseSettings):
     """One place for every knob; each field is read from the upper-case environment variable."""
@@ -63,11 +65,13 @@ class Settings(BaseSettings):
     saga_log_level: str = Field(default="INFO", description="Log level of every service.")
     saga_log_format: str = Field(default="json", description="Log line format: json or kv (key=value).")
     saga_definitions: str = Field(
-        default="saga_orchestrator.orchestrator.sagas.trip:TRIP",
+        default="saga_orchestrator.participants.trip:TRIP",
         description="Saga definitions the orchestrator runs: comma-separated module:attribute paths.",
     )
     saga_schema_path: str = Field(
-        default="", description="Extra schema folders (os.pathsep-separated) with your saga types' input records."
+        default=DEFAULT_SCHEMA_PATH,
+        description="Schema folders or packages (os.pathsep-separated) holding your saga types' input records "
+                    "(default: the trip example's package).",
     )
     saga_health_port: int = Field(
         default=0, ge=0, le=65535,

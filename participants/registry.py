@@ -1,29 +1,28 @@
-"""The reference participants by name."""
+"""Participants by reference: ``module:attribute`` of a kit Participant, or the short name of one of the trip
+example's (``flight`` is ``saga_orchestrator.participants.trip.flight:PARTICIPANT``), loaded the same way."""
 
 from __future__ import annotations
 
 from ..infra.references import load_reference
-from .flight.participant import PARTICIPANT as FLIGHT
-from .hotel.participant import PARTICIPANT as HOTEL
 from .kit.participant import Participant
-from .notification.participant import PARTICIPANT as NOTIFICATION
-from .payment.participant import PARTICIPANT as PAYMENT
 
-REFERENCE_PARTICIPANTS: dict[str, Participant] = {p.name: p for p in (FLIGHT, HOTEL, PAYMENT, NOTIFICATION)}
+REFERENCE_PARTICIPANTS: dict[str, str] = {
+    name: f"saga_orchestrator.participants.trip.{name}:PARTICIPANT"
+    for name in ("flight", "hotel", "payment", "notification")
+}
+"""The trip example's participants by short name."""
 
 
 def get_participant(name: str) -> Participant:
-    """A reference participant by name, or your own as ``module:attribute``; ValueError says what is wrong."""
-    if ":" in name:
-        try:
-            found = load_reference(name)
-        except ValueError as error:
-            raise ValueError(f"cannot load participant {name!r}: {error}") from None
-        if not isinstance(found, Participant):
-            raise ValueError(f"{name} is not a participants.kit Participant")
-        return found
-    try:
-        return REFERENCE_PARTICIPANTS[name]
-    except KeyError:
+    """A participant by reference (``module:attribute``) or short name; ValueError says what is wrong."""
+    reference = name if ":" in name else REFERENCE_PARTICIPANTS.get(name)
+    if reference is None:
         known = ", ".join(sorted(REFERENCE_PARTICIPANTS))
-        raise ValueError(f"unknown participant {name!r} (known: {known}, or module:attribute)") from None
+        raise ValueError(f"unknown participant {name!r} (known: {known}, or module:attribute)")
+    try:
+        found = load_reference(reference)
+    except ValueError as error:
+        raise ValueError(f"cannot load participant {name!r}: {error}") from None
+    if not isinstance(found, Participant):
+        raise ValueError(f"{name} is not a participants.kit Participant")
+    return found

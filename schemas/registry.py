@@ -14,9 +14,11 @@ current schema of the same name, so consumers always see the current shape.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import io
 import json
 import os
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,16 +236,39 @@ class SchemaRegistry:
 
 
 SCHEMA_PATH_ENV = "SAGA_SCHEMA_PATH"
+DEFAULT_SCHEMA_PATH = "saga_orchestrator.participants.trip"
+"""SAGA_SCHEMA_PATH when it is not set: the trip example's package, whose definition SAGA_DEFINITIONS runs by
+default (infra.settings has the same default)."""
+
+
+def schema_folders(path: str) -> list[Path]:
+    """The folders a SAGA_SCHEMA_PATH value names (``os.pathsep``-separated): each entry a folder, or the name
+    of an importable package (its folder; the package itself is not imported)."""
+    folders = []
+    for entry in (part.strip() for part in path.split(os.pathsep)):
+        if not entry:
+            continue
+        if Path(entry).is_dir() or not _PACKAGE_NAME.fullmatch(entry):
+            folders.append(Path(entry))
+            continue
+        spec = importlib.util.find_spec(entry)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"{SCHEMA_PATH_ENV} names {entry!r}, which is neither a folder nor a package")
+        folders.append(Path(next(iter(spec.submodule_search_locations))))
+    return folders
+
+
+_PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @functools.cache
 def default_registry() -> SchemaRegistry:
-    """The registry of the installed schemas folder plus the folders in SAGA_SCHEMA_PATH (``os.pathsep``
-    separated; a saga type's input records go in their ``inputs/`` subfolder), loaded once and shared."""
-    extra = [Path(p) for p in os.environ.get(SCHEMA_PATH_ENV, "").split(os.pathsep) if p.strip()]
-    if not extra:
-        return SchemaRegistry.from_directory()
+    """The registry of the installed schemas folder plus the folders SAGA_SCHEMA_PATH names (a saga type's
+    input records go in their ``inputs/`` subfolder), loaded once and shared."""
+    extra = schema_folders(os.environ.get(SCHEMA_PATH_ENV, DEFAULT_SCHEMA_PATH))
     base = SchemaRegistry.from_directory()
+    if not extra:
+        return base
     added = [schema for root in extra for schema in load_tree(root).values()]
     return SchemaRegistry([*base.current_schemas(), *added], base.released_schemas(),
                           max_value_size=base.max_value_size)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PARTICIPANTS: tuple[str, ...] = ("flight", "hotel", "payment", "notification")
-
 
 @dataclass(frozen=True)
 class Topics:
@@ -35,8 +33,8 @@ class Topics:
     def results(self, participant: str) -> str:
         return f"{self.prefix}{participant}.results"
 
-    def all(self, participants: tuple[str, ...] = PARTICIPANTS) -> list[str]:
-        """Every topic of the contract, for creation at start-up."""
+    def all(self, participants: tuple[str, ...]) -> list[str]:
+        """Every topic of the contract for these participants, for creation at start-up."""
         names = [self.start, self.control, self.events, self.dlq]
         for participant in participants:
             names += [self.commands(participant), self.results(participant)]

@@ -224,7 +224,7 @@ def _input_names() -> list[str]:
 
 
 def encode_input(full_name: str, record: Mapping[str, Any]) -> bytes:
-    """Encode a saga input record (a schema from ``schemas/inputs``, e.g. saga.v1.trip.TripRequest)."""
+    """Encode a saga input record (a schema in an ``inputs/`` folder of the registry, e.g. saga.v1.trip.TripRequest)."""
     inputs = _input_names()
     if full_name not in inputs:
         raise WrongSchema(full_name, frozenset(inputs))

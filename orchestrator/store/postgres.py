@@ -284,6 +284,10 @@ class PostgresStore:
         )
         return [_event(row) for row in rows]
 
+    async def outbox_backlog(self) -> int:
+        """Rows waiting in the orchestrator's outbox."""
+        return int(await self._pool.fetchval(f"SELECT count(*) FROM {self._s}.outbox"))
+
     async def count_ended(self, statuses: Sequence[str], ended_before_ms: int) -> int:
         """Sagas in ``statuses`` whose read-model row was last updated before the cutoff."""
         return int(await self._pool.fetchval(

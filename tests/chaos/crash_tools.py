@@ -13,12 +13,12 @@ from pathlib import Path
 import asyncpg
 
 from saga_orchestrator.cli.demo_cmd import publish_starts
-from saga_orchestrator.cli.feed import EventFeed
-from saga_orchestrator.cli.scenarios import SCENARIOS, mismatches, observed
-from saga_orchestrator.cli.verify_cmd import VerifyReport
+from saga_orchestrator.client.event_feed import EventFeed
 from saga_orchestrator.infra.faults import ENV_VAR
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.participants.effects import collect_effects
+from saga_orchestrator.orchestrator.verify import VerifyReport
+from saga_orchestrator.participants.trip.effects import collect_effects
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS, mismatches, observed
 from saga_orchestrator.schemas.event_types import Event
 from saga_orchestrator.schemas.topics import Topics
 from tests.e2e.harness import Stack, start_stack

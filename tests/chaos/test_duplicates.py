@@ -18,13 +18,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from saga_orchestrator.cli.demo_cmd import drive
-from saga_orchestrator.cli.scenarios import SCENARIOS
-from saga_orchestrator.cli.verify_cmd import verify_system
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
-from saga_orchestrator.participants.effects import effects_by_idempotency_key_counts
+from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.runner import app_id
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.participants.trip import PARTICIPANTS
+from saga_orchestrator.participants.trip.effects import effects_by_idempotency_key_counts
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import scenario_problems
 from tests.chaos.tools.duplicator import Duplicator
 from tests.chaos.tools.kafka_tools import dead_letter_positions, read_all, wait_caught_up, wait_consumers_up

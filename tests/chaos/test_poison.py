@@ -18,17 +18,18 @@ import asyncpg
 import pytest
 
 from saga_orchestrator.cli.demo_cmd import drive
-from saga_orchestrator.cli.verify_cmd import verify_system
 from saga_orchestrator.infra.kafka_admin import ensure_topics
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
-from saga_orchestrator.participants.effects import EFFECT_TABLES
+from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.runner import app_id
+from saga_orchestrator.participants.trip import PARTICIPANTS
+from saga_orchestrator.participants.trip.effects import EFFECT_TABLES
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import WireError
 from saga_orchestrator.schemas.limits import MAX_VALUE_BYTES
 from saga_orchestrator.schemas.message_types import DeadLetter
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import scenario_problems
 from tests.chaos.tools.kafka_tools import (
     LagWatch,

@@ -19,9 +19,9 @@ import pytest
 from bench.chaos_run import ChaosPlan, ChaosResult, ChaosRun
 from bench.chaos_support import started_and_ready
 from saga_orchestrator.cli.run_cmd import health_port
-from saga_orchestrator.cli.scenarios import SCENARIOS
 from saga_orchestrator.infra.health_server import fetch_health
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from tests.chaos.conftest import private_stack_settings
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack

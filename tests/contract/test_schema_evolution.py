@@ -16,10 +16,18 @@ import avro.compatibility
 import avro.schema
 import pytest
 
-from saga_orchestrator.schemas.registry import RELEASED_DIR_NAME, SCHEMAS_DIR, load_tree
+from saga_orchestrator.schemas.registry import (
+    DEFAULT_SCHEMA_PATH,
+    RELEASED_DIR_NAME,
+    SCHEMAS_DIR,
+    load_tree,
+    schema_folders,
+)
 
 RELEASES = sorted(p for p in (SCHEMAS_DIR / RELEASED_DIR_NAME).iterdir() if p.is_dir())
-CURRENT = load_tree(SCHEMAS_DIR)
+# The contract's schemas and the trip example's input record, which 0.1.0 released with them.
+CURRENT = {name: schema for folder in (SCHEMAS_DIR, *schema_folders(DEFAULT_SCHEMA_PATH))
+           for name, schema in load_tree(folder).items()}
 CASES = [(release.name, name) for release in RELEASES for name in sorted(load_tree(release))]
 
 

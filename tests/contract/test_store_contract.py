@@ -19,7 +19,6 @@ import asyncpg
 import orjson
 import pytest
 
-from saga_orchestrator.cli.scenarios import SCENARIOS
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.housekeeping import purge_ended
@@ -38,10 +37,11 @@ from saga_orchestrator.orchestrator.ports import (
     UnitOfWorkFactory,
     Writes,
 )
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaCancelRequested, SagaPurged
 from saga_orchestrator.schemas.topics import Topics

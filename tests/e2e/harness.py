@@ -14,8 +14,8 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
-from saga_orchestrator.cli.feed import EventFeed, assign_from_beginning
 from saga_orchestrator.cli.run_cmd import service_commands, service_environment, start_service, stop_services
+from saga_orchestrator.client.event_feed import EventFeed, assign_from_beginning
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.schemas.event_types import Event

@@ -25,6 +25,7 @@ import pytest
 
 from saga_orchestrator.infra.kafka_admin import ensure_topics
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.schemas.topics import Topics
 
 pytestmark = pytest.mark.e2e
@@ -102,7 +103,7 @@ def environment(settings: Settings) -> dict[str, str]:
 def services(venv: Path, application: Path, environment: dict[str, str], settings: Settings) -> Iterator[Path]:
     """``saga run all`` of the installed package, started in the application folder; its log folder."""
     topics = Topics(settings.saga_topic_prefix)
-    asyncio.run(ensure_topics(settings.kafka_servers(), topics.all(), settings.saga_topic_partitions))
+    asyncio.run(ensure_topics(settings.kafka_servers(), topics.all(PARTICIPANTS), settings.saga_topic_partitions))
     logs = application / "logs"
     logs.mkdir()
     with (logs / "run-all.log").open("wb") as output:

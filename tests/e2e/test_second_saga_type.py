@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import StepSucceeded
 from saga_orchestrator.schemas.message_types import StartSaga
-from saga_orchestrator.schemas.registry import SchemaRegistry, load_tree
+from saga_orchestrator.schemas.registry import DEFAULT_SCHEMA_PATH, SchemaRegistry, load_tree
 from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import restart, wait_until_ready
 from tests.chaos.tools.kafka_tools import wait_caught_up
@@ -31,9 +32,9 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def checkout_settings(settings: Settings) -> Settings:
     return settings.model_copy(update={
-        "saga_definitions": "saga_orchestrator.orchestrator.sagas.trip:TRIP,tests.e2e.checkout:CHECKOUT",
+        "saga_definitions": "saga_orchestrator.participants.trip:TRIP,tests.e2e.checkout:CHECKOUT",
         "saga_participants": "tests.e2e.checkout:INVENTORY,tests.e2e.checkout:BILLING,tests.e2e.checkout:SHIPPING",
-        "saga_schema_path": str(SCHEMA_DIR),
+        "saga_schema_path": os.pathsep.join((DEFAULT_SCHEMA_PATH, str(SCHEMA_DIR))),
     })
 
 
@@ -173,7 +174,7 @@ async def test_a_start_rejected_before_its_type_was_deployed_runs_when_its_dead_
         return any(p.letter and p.letter.saga_id == saga_id for p in await read_parked(settings))
 
     await restart(stack, "orchestrator",
-                  extra_env={"SAGA_DEFINITIONS": "saga_orchestrator.orchestrator.sagas.trip:TRIP"})
+                  extra_env={"SAGA_DEFINITIONS": "saga_orchestrator.participants.trip:TRIP"})
     try:
         await publish(settings, topics.start, saga_id.encode(), wire.encode_start(start))
         assert await wait_for(dead_lettered, 30), "the start of an unknown saga type was not dead-lettered"

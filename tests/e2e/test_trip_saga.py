@@ -17,17 +17,18 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from saga_orchestrator.cli.audit_cmd import audit_all
 from saga_orchestrator.cli.demo_cmd import cancel, drive
-from saga_orchestrator.cli.feed import EventFeed
 from saga_orchestrator.cli.run_cmd import health_port, service_commands
-from saga_orchestrator.cli.scenarios import COMPLETED_EFFECTS, SCENARIOS, effects, mismatches, observed
+from saga_orchestrator.client.event_feed import EventFeed
 from saga_orchestrator.infra.health_server import fetch_health
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.participants.effects import collect_effects
+from saga_orchestrator.orchestrator.audit import audit_all
+from saga_orchestrator.participants.trip import PARTICIPANTS
+from saga_orchestrator.participants.trip.effects import collect_effects
+from saga_orchestrator.participants.trip.scenarios import COMPLETED_EFFECTS, SCENARIOS, effects, mismatches, observed
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaCancelRefused, SagaRejected, SagaStarted, StepCommandSent
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import started_and_warm
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack, publish, read_topic, saga_cli, terminal_events, wait_for

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import asyncpg
 import pytest
 
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.store.postgres import migrate
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import Event
 from tests.unit.saga_driver import SagaRun

@@ -12,10 +12,10 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from saga_orchestrator.cli.feed import assign_from_beginning
-from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.client.event_feed import assign_from_beginning
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import run_orchestrator, run_relay
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.topics import Topics
 

@@ -15,7 +15,7 @@ from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.handling import Disposition, handle_command, handle_commands
 from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Call, Participant
-from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS
+from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
 from tests.integration.test_participants import FLIGHT, PAYMENT, TOPICS, command, delivered, processed, replies
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ VARYING = frozenset({"saga_id", "idempotency_key", "output", "original_value", "
 @pytest.fixture(scope="module")
 async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await create_pool(database_url, 8)
-    for participant in REFERENCE_PARTICIPANTS.values():
+    for participant in map(get_participant, REFERENCE_PARTICIPANTS):
         await ensure_participant_schema(pool, participant)
     yield pool
     await pool.close()

@@ -20,11 +20,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from saga_orchestrator.infra.db import create_pool
-from saga_orchestrator.participants.effects import collect_effects, effects_by_idempotency_key_counts
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.handling import Disposition, handle_command
 from saga_orchestrator.participants.kit.participant import Participant
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
+from saga_orchestrator.participants.trip.effects import collect_effects, effects_by_idempotency_key_counts
 from saga_orchestrator.schemas.headers import HeadersArg, header_pairs
 from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
@@ -69,7 +69,7 @@ def command(
 @pytest.fixture(scope="module")
 async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await create_pool(database_url, 8)
-    for participant in REFERENCE_PARTICIPANTS.values():
+    for participant in map(get_participant, REFERENCE_PARTICIPANTS):
         await ensure_participant_schema(pool, participant)
         await ensure_participant_schema(pool, participant)  # idempotent
     yield pool

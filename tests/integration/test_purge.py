@@ -14,9 +14,9 @@ from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.domain.retention import purged_digest
 from saga_orchestrator.orchestrator.housekeeping import purge_batch
 from saga_orchestrator.orchestrator.inbound import Envelope
-from saga_orchestrator.orchestrator.sagas.trip import default_registry
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.participants.trip.definition import default_registry
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import Event, SagaPurged, SagaRejected
 from saga_orchestrator.schemas.message_types import StartSaga

@@ -9,8 +9,8 @@ import pytest
 
 from saga_orchestrator.cli.reproject_cmd import reproject
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator.sagas.trip import default_registry
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.participants.trip.definition import default_registry
 from saga_orchestrator.schemas import wire
 from tests.e2e.harness import saga_cli
 from tests.integration.recorded import record

@@ -15,12 +15,12 @@ from saga_orchestrator.infra.chores import Chore
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.housekeeping import RETENTION_OPERATOR, retention_policy
-from saga_orchestrator.orchestrator.sagas.trip import default_registry
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.ledger import prune_processed_commands
 from saga_orchestrator.participants.registry import get_participant
 from saga_orchestrator.participants.runtime import ParticipantRuntime
+from saga_orchestrator.participants.trip.definition import default_registry
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaPurged
 from saga_orchestrator.schemas.topics import Topics

@@ -13,15 +13,15 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from saga_orchestrator.cli.verify_cmd import verify_system
 from saga_orchestrator.infra.db import create_pool, ms_to_datetime
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.domain.state import SagaState
 from saga_orchestrator.orchestrator.ports import SagaSummaryRow, StoredEvent, Writes
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
+from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
-from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS
+from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import Event
 from tests.unit.saga_driver import SagaRun
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 async def pool(settings: Settings) -> AsyncIterator[asyncpg.Pool]:
     opened = await create_pool(settings.dsn(), 4)
     await migrate(opened)
-    for participant in REFERENCE_PARTICIPANTS.values():
+    for participant in map(get_participant, REFERENCE_PARTICIPANTS):
         await ensure_participant_schema(opened, participant)
     yield opened
     await opened.close()

@@ -181,7 +181,7 @@ def command_names(decision: Decision) -> list[str]:
 def trip_run(kind: str, saga_id: str = "s1", at: int = T0) -> SagaRun:
     """A trip driven to an end, or not: ``completed``, ``compensated`` (the hotel sold out), ``running`` (the
     charge in flight) or ``rejected`` (a start of an unknown type, nothing started)."""
-    from saga_orchestrator.orchestrator.sagas.trip import TRIP
+    from saga_orchestrator.participants.trip.definition import TRIP
 
     run = SagaRun(None if kind == "rejected" else TRIP, saga_id=saga_id, now=at)
     if kind == "rejected":

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from saga_orchestrator.cli.audit_cmd import Difference, set_purged_aside
+from saga_orchestrator.orchestrator.audit import Difference, set_purged_aside
 from saga_orchestrator.orchestrator.domain.retention import purged_event
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
 from tests.unit.saga_driver import SagaRun
 

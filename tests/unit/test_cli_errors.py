@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from saga_orchestrator.cli.main import app
-from saga_orchestrator.cli.scenarios import SCENARIOS
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 
 runner = CliRunner()
 TRIP = SCENARIOS["happy"].trip("cli-1")

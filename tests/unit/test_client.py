@@ -8,7 +8,7 @@ import pytest
 
 from saga_orchestrator.client import SagaClient, SagaInputError
 from saga_orchestrator.client.saga_client import _event_of, client_headers, input_records
-from saga_orchestrator.orchestrator.sagas.trip import default_registry
+from saga_orchestrator.participants.trip.definition import default_registry
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaStarted
 from tests.unit.saga_driver import trip_run

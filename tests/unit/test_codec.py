@@ -32,10 +32,19 @@ from saga_orchestrator.schemas.codec import (
     fingerprint_of,
 )
 from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StartSaga, StepResult
-from saga_orchestrator.schemas.registry import SCHEMAS_DIR, SchemaRegistry, default_registry
+from saga_orchestrator.schemas.registry import (
+    DEFAULT_SCHEMA_PATH,
+    SCHEMAS_DIR,
+    SchemaRegistry,
+    default_registry,
+    schema_folders,
+)
 
 REGISTRY = default_registry()
 ALL_NAMES = REGISTRY.names()
+# The contract's schema files and those of the trip example (SAGA_SCHEMA_PATH's default), released ones apart.
+SCHEMA_FILES = sorted(path for folder in (SCHEMAS_DIR, *schema_folders(DEFAULT_SCHEMA_PATH))
+                      for path in folder.rglob("*.avsc") if "released" not in path.parts)
 START = "saga.v1.StartSaga"
 
 
@@ -43,7 +52,7 @@ def avro_schemas_from_files() -> dict[str, avro.schema.Schema]:
     """Parse the raw .avsc files with the reference library alone, resolving names across files the
     way any Avro client would: one shared name table, a file retried once its dependencies are in."""
     names = avro.name.Names()
-    pending = [p for p in sorted(SCHEMAS_DIR.rglob("*.avsc")) if "released" not in p.parts]
+    pending = list(SCHEMA_FILES)
     parsed: dict[str, avro.schema.Schema] = {}
     while pending:
         progress = False
@@ -94,8 +103,7 @@ def test_crc64_matches_the_reference_library_on_primitives(primitive: str) -> No
 
 
 def test_registry_holds_every_current_schema_file_and_no_released_one() -> None:
-    files = [p for p in SCHEMAS_DIR.rglob("*.avsc") if "released" not in p.parts]
-    assert len(ALL_NAMES) == len(files) == len(AVRO_SCHEMAS)
+    assert len(ALL_NAMES) == len(SCHEMA_FILES) == len(AVRO_SCHEMAS) == 31
     assert set(ALL_NAMES) == set(AVRO_SCHEMAS)
     assert REGISTRY.names("inputs") == ["saga.v1.trip.TripRequest"]
 

@@ -11,7 +11,7 @@ from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError
 from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, TimerKind
 from saga_orchestrator.orchestrator.domain.status import SagaStatus
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
 from tests.unit.saga_driver import T0, SagaRun
 

@@ -15,7 +15,7 @@ from saga_orchestrator.orchestrator.domain.definition import (
     Step,
 )
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError, UnknownDefinition
-from saga_orchestrator.orchestrator.sagas.trip import TRIP, default_registry
+from saga_orchestrator.participants.trip.definition import TRIP, default_registry
 from saga_orchestrator.schemas.event_types import SagaRejected, SagaStarted
 
 UNLIMITED = RetryPolicy(max_attempts=None)

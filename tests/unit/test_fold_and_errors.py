@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from saga_orchestrator.cli.scenarios import SCENARIOS
 from saga_orchestrator.orchestrator.domain.builder import EventBase
 from saga_orchestrator.orchestrator.domain.decide import DUPLICATE_START_REASON, decide
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition, Step
@@ -29,7 +28,8 @@ from saga_orchestrator.orchestrator.domain.state import (
     is_transition_valid,
 )
 from saga_orchestrator.orchestrator.domain.status import PURGEABLE_STATUSES
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas.event_types import SagaRejected
 from saga_orchestrator.schemas.message_types import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from saga_orchestrator.cli.inspect_cmd import _line, follow_events
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.event_types import Event, SagaCompleted
 from tests.unit.saga_driver import SagaRun
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
-from saga_orchestrator.participants.flight.rules import book_flight_rule, cancel_flight_rule
-from saga_orchestrator.participants.hotel.rules import SLOW_REPLY_MS as SLOW_HOTEL_REPLY_MS
-from saga_orchestrator.participants.hotel.rules import book_hotel_rule
 from saga_orchestrator.participants.kit.outcome import Failed, Proceed
-from saga_orchestrator.participants.notification.rules import send_itinerary_rule
-from saga_orchestrator.participants.payment.rules import SLOW_REPLY_DELAY_MS, charge_card_rule
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.flight import book_flight_rule, cancel_flight_rule
+from saga_orchestrator.participants.trip.hotel import SLOW_REPLY_MS as SLOW_HOTEL_REPLY_MS
+from saga_orchestrator.participants.trip.hotel import book_hotel_rule
+from saga_orchestrator.participants.trip.notification import send_itinerary_rule
+from saga_orchestrator.participants.trip.payment import SLOW_REPLY_DELAY_MS, charge_card_rule
 
 
 def test_flight_route_needs_two_airports() -> None:

@@ -11,11 +11,12 @@ import pytest
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
 from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.outbox.dead_letters import dead_letter_message
 from saga_orchestrator.participants.kit.handling import _key_problem, decode_command
+from saga_orchestrator.participants.trip import PARTICIPANTS
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import WireError
 from saga_orchestrator.schemas.event_types import SagaRejected
@@ -31,7 +32,7 @@ from saga_orchestrator.schemas.limits import (
 from saga_orchestrator.schemas.message_types import CancelSaga, DeadLetter, StartSaga
 from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.schemas.topics import Topics
 
 TOPICS = Topics("")
 TRIP_INPUT = {

@@ -10,7 +10,7 @@ from saga_orchestrator.orchestrator.domain.errors import HistoryMismatch, Illega
 from saga_orchestrator.orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
 from saga_orchestrator.orchestrator.domain.retention import may_purge, purged_digest, purged_event
 from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus, apply_event, fold
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.message_types import (

@@ -11,7 +11,7 @@ from saga_orchestrator.orchestrator.domain.decide import Decision
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.observe import SagaMetrics, alert_due
 from saga_orchestrator.orchestrator.outbound import Settled
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
 from tests.unit.saga_driver import SagaRun
 
 

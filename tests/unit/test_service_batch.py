@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from saga_orchestrator.cli.scenarios import SCENARIOS
 from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.orchestrator.ports import ConcurrencyConflict
-from saga_orchestrator.orchestrator.sagas.trip import default_registry
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore, MemoryUnitOfWork
+from saga_orchestrator.participants.trip import PARTICIPANTS
+from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.message_types import ResultStatus, StepResult
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.schemas.topics import Topics
 
 T0 = 1_700_000_000_000
 TOPICS = Topics("t.")

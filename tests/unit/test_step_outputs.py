@@ -4,7 +4,7 @@ own forward output (what it has to undo)."""
 from __future__ import annotations
 
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus
 from tests.unit.saga_driver import SagaRun
 

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from saga_orchestrator.cli.scenarios import SCENARIOS
 from saga_orchestrator.orchestrator.domain.decide import decide
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.state import fold
 from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
 from saga_orchestrator.orchestrator.outbound import PendingWrites
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
 from saga_orchestrator.participants.kit.handling import parse_delivery
 from saga_orchestrator.participants.kit.ledger import RecordedReply
 from saga_orchestrator.participants.kit.replies import step_result_message
 from saga_orchestrator.participants.registry import get_participant
+from saga_orchestrator.participants.trip import PARTICIPANTS
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaStarted
 from saga_orchestrator.schemas.headers import valid_traceparent
 from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.schemas.topics import Topics
 
 TOPICS = Topics()
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -12,7 +12,7 @@ import pytest
 
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.event_types import SagaCancelRefused
 from tests.unit.saga_driver import Action, SagaRun, command_names, event_names
 

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from saga_orchestrator.cli.verify_rules import (
+from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus
+from saga_orchestrator.orchestrator.invariants import (
     RULES,
     EffectRules,
     PendingTimer,
@@ -16,9 +17,8 @@ from saga_orchestrator.cli.verify_rules import (
     summary_problems,
     why_not_terminal,
 )
-from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus
 from saga_orchestrator.orchestrator.ports import SagaSummaryRow
-from saga_orchestrator.orchestrator.sagas.trip import TRIP
+from saga_orchestrator.participants.trip.definition import TRIP
 from tests.unit.saga_driver import SagaRun
 
 

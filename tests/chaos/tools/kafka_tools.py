@@ -17,8 +17,9 @@ from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
 from saga_orchestrator.client.saga_client import topic_partitions
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.schemas import wire
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.tools.poison import PoisonFactory, PoisonRecord
 
 LARGE_REQUEST = 4 * 1024 * 1024  # lets the producer hand the broker records above the 1 MiB default

@@ -21,11 +21,12 @@ from typing import Any
 
 import fastavro
 
+from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import HEADER_SIZE, MARKER
 from saga_orchestrator.schemas.message_types import CancelSaga, CommandKind, ResultStatus, StartSaga, StepResult
 from saga_orchestrator.schemas.registry import SchemaRegistry, default_registry
-from saga_orchestrator.schemas.topics import PARTICIPANTS, Topics
+from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.tools.poison_kinds import KINDS, NEEDS_LARGE_TOPICS, ROLES, Headers, Kind, Role
 
 __all__ = ["KINDS", "ROLES", "Headers", "Kind", "PoisonFactory", "PoisonRecord", "Role"]

@@ -9,12 +9,26 @@ import asyncpg
 import orjson
 
 from ..kit.bulk import record_each
-from ..kit.outcome import Outcome, ReceivedCommand, Succeeded
+from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
 from ..kit.participant import Call, Participant
-from .rules import book_hotel_rule
+from .definition import TRIP_REQUEST
 
 SCHEMA = "hotel"
-TRIP_REQUEST = "saga.v1.trip.TripRequest"
+
+# Business rules (pure); their triggers are the demo's scenarios.
+SOLD_OUT_DESTINATION = "Atlantis"  # demo trigger: a definitive booking failure
+SLOW_DESTINATION = "Slowtown"  # demo trigger: the booking reply comes late (a window to cancel in)
+SLOW_REPLY_MS = 1_200  # below the book_hotel step timeout, so it is late but not timed out
+
+
+def book_hotel_rule(destination: str) -> Verdict:
+    """No rooms are left in some places."""
+    if destination == SOLD_OUT_DESTINATION:
+        return Failed("SoldOut", f"no rooms left in {destination}")
+    if destination == SLOW_DESTINATION:
+        return Proceed(reply_delay_ms=SLOW_REPLY_MS)
+    return Proceed()
+
 
 BUSINESS_DDL = (
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.bookings (

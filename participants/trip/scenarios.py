@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..participants.effects import SagaEffects
-from ..schemas import wire
-from ..schemas.message_types import StartSaga
-
-TRIP_REQUEST = "saga.v1.trip.TripRequest"
+from ...schemas import wire
+from ...schemas.message_types import StartSaga
+from .definition import TRIP_REQUEST
+from .effects import SagaEffects
 
 EFFECT_NAMES = ("flights_booked", "flights_cancelled", "hotels_booked", "hotels_cancelled", "charged",
                 "refunded", "sent")

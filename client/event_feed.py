@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from ..client.saga_client import topic_partitions
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import TERMINAL_EVENTS, Event
+from .saga_client import topic_partitions
 
 
 async def assign_from_beginning(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:

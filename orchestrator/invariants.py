@@ -1,22 +1,31 @@
 """The invariants ``saga verify`` checks, as pure functions of a saga's folded state and its effect counts.
 
 Effect rules are data, per saga type: for each step, which participant count records its effect and which
-its undoing (``StepEffect``). How a saga ended then says what each step's effect must be now
-(``STATUS_EXPECTATIONS``): held exactly once, undone (no net effect), absent, or left as it is. Register
-rules for your own saga type with ``register_rules``; a type without rules gets the generic checks only.
+its undoing (``StepEffect``), and how to read those counts from the participants' tables. How a saga ended
+then says what each step's effect must be now (``STATUS_EXPECTATIONS``): held exactly once, undone (no net
+effect), absent, or left as it is. A saga type registers its rules with ``register_rules`` when its module is
+loaded (the trip example does, in ``participants/trip/checks.py``); a type without rules gets the generic
+checks only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
-from ..orchestrator.domain.state import SagaState, SagaStatus, StepStatus
-from ..orchestrator.ports import SagaSummaryRow
+from .domain.state import SagaState, SagaStatus, StepStatus
+from .ports import SagaSummaryRow
 
 EffectCounts = Mapping[str, Mapping[str, int]]
 """participant → count name → value, e.g. {"flight": {"booked": 1, "cancelled": 0}}."""
+
+EffectReader = Callable[[Any, str], Awaitable[EffectCounts]]
+"""Reads one saga's effect counts: (a database pool, saga id) → counts."""
+
+DuplicateReader = Callable[[Any], Awaitable[Mapping[str, Mapping[str, int]]]]
+"""Reads the effects recorded more than once: (a database pool) → table → ``{saga_id}:{step}`` → rows."""
 
 
 @dataclass(frozen=True)
@@ -30,9 +39,12 @@ class StepEffect:
 
 @dataclass(frozen=True)
 class EffectRules:
-    """The effect of each step of one saga type (steps without a visible effect are left out)."""
+    """The effect of each step of one saga type (steps without a visible effect are left out), and where
+    ``saga verify`` reads the counts (no reader: only the pure checks here use the rules)."""
 
     steps: Mapping[str, StepEffect]
+    read_effects: EffectReader | None = None
+    read_duplicates: DuplicateReader | None = None
 
 
 class Expect(StrEnum):
@@ -102,14 +114,8 @@ STATUS_EXPECTATIONS: Mapping[SagaStatus, Expectation] = {
     SagaStatus.COMPENSATING: _as_is,
 }
 
-TRIP_RULES = EffectRules(steps={
-    "book_flight": StepEffect("flight", "booked", "cancelled"),
-    "book_hotel": StepEffect("hotel", "booked", "cancelled"),
-    "charge_card": StepEffect("payment", "charged", "refunded"),
-    "send_itinerary": StepEffect("notification", "sent"),
-})
-
-RULES: dict[str, EffectRules] = {"trip": TRIP_RULES}
+RULES: dict[str, EffectRules] = {}
+"""The registered rules, by saga type."""
 
 
 def register_rules(saga_type: str, rules: EffectRules) -> None:

@@ -9,12 +9,24 @@ import asyncpg
 import orjson
 
 from ..kit.bulk import record_each
-from ..kit.outcome import Outcome, ReceivedCommand
+from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Verdict
 from ..kit.participant import Call, Participant
-from .rules import send_itinerary_rule
+from .definition import TRIP_REQUEST
 
 SCHEMA = "notification"
-TRIP_REQUEST = "saga.v1.trip.TripRequest"
+
+# Business rules (pure); their triggers are the demo's scenarios.
+BOUNCE_DOMAIN = "@bounce.test"  # demo trigger: a mailbox that recovers after a few tries
+BOUNCE_FAILURES = 3
+
+
+def send_itinerary_rule(email: str, attempt: int) -> Verdict:
+    """Mailboxes on the bounce domain are unavailable for the first BOUNCE_FAILURES attempts."""
+    if email.endswith(BOUNCE_DOMAIN) and attempt <= BOUNCE_FAILURES:
+        reason = f"mailbox {email} unavailable (attempt {attempt})"
+        return Failed("MailboxUnavailable", reason, retryable=True)
+    return Proceed()
+
 
 BUSINESS_DDL = (
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.sent (

@@ -1,11 +1,12 @@
-"""The trip saga: book a flight and a hotel in parallel, charge the card (the pivot), send the itinerary.
+"""The trip saga's definition: book a flight and a hotel in parallel, charge the card (the pivot), send the
+itinerary.
 
 Backoffs and timeouts are short so that a demo run, including its retries, takes seconds.
 """
 
 from __future__ import annotations
 
-from ..domain.definition import (
+from ...orchestrator.domain.definition import (
     UNLIMITED_RETRY,
     DefinitionRegistry,
     RetryPolicy,
@@ -13,8 +14,11 @@ from ..domain.definition import (
     Step,
 )
 
+TRIP_REQUEST = "saga.v1.trip.TripRequest"
+"""Its input record (``inputs/trip_request.avsc`` beside this module)."""
+
 BOOKING_RETRY = RetryPolicy(max_attempts=3, initial_backoff_ms=100, multiplier=2.0, max_backoff_ms=2_000)
-# Undoing retries forever by default (orchestrator/metrics.py logs a WARNING at attempts 5, 10, 20...); a
+# Undoing retries forever by default (orchestrator/observe.py logs a WARNING at attempts 5, 10, 20...); a
 # refusal to cancel cannot get better by retrying, so it stops the unwinding and waits for a human.
 CANCEL_FLIGHT_RETRY = RetryPolicy(
     max_attempts=None,
@@ -28,7 +32,7 @@ COMPENSATION_RETRY = RetryPolicy(max_attempts=None, initial_backoff_ms=100, max_
 TRIP = SagaDefinition(
     saga_type="trip",
     version=1,
-    input_schema="saga.v1.trip.TripRequest",
+    input_schema=TRIP_REQUEST,
     steps=(
         Step(
             name="book_flight",

@@ -9,12 +9,28 @@ import asyncpg
 import orjson
 
 from ..kit.bulk import record_each
-from ..kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
+from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
 from ..kit.participant import Call, Participant
-from .rules import book_flight_rule, cancel_flight_rule
+from .definition import TRIP_REQUEST
 
 SCHEMA = "flight"
-TRIP_REQUEST = "saga.v1.trip.TripRequest"
+
+# Business rules (pure); their triggers are the demo's scenarios.
+UNCANCELLABLE_CUSTOMER = "cust_uncancellable"  # demo trigger: a compensation that fails for good
+
+
+def book_flight_rule(origin: str, destination: str) -> Verdict:
+    """A flight needs two different airports."""
+    if origin == destination:
+        return Failed("InvalidRoute", f"origin and destination are both {origin!r}")
+    return Proceed()
+
+
+def cancel_flight_rule(customer_id: str) -> Verdict:
+    """Some fares cannot be cancelled."""
+    if customer_id == UNCANCELLABLE_CUSTOMER:
+        return Failed("CancellationRefused", f"the fare of {customer_id} cannot be cancelled")
+    return Proceed()
 
 # (saga_id, step) is deliberately not unique: a second booking for one step would be a double effect
 # that effects_by_idempotency_key_counts must be able to see.

@@ -1,0 +1,179 @@
+"""``saga verify``'s checks over the whole system: every saga (or the given ones) ended, and what it left
+behind is what how it ended says.
+
+Checks: every started saga reached a terminal state (else: where it waits — last event, pending timers, rows
+still in an outbox); each saga's participant effects match how it ended (``invariants``, with the rules its
+saga type registered); no business effect was recorded twice for one idempotency key; the saga_summary read
+model agrees with the fold of the saga's events. Events, summaries, timers and outboxes are read in one
+snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import asyncpg
+
+from ..infra.db import create_pool, datetime_to_ms
+from ..infra.settings import Settings
+from ..schemas import wire
+from ..schemas.event_types import Event, SagaStarted
+from .bootstrap import definitions
+from .domain.definition import DefinitionRegistry
+from .domain.state import SagaState, SagaStatus, fold
+from .invariants import RULES, PendingTimer, effect_problems, summary_problems, why_not_terminal
+from .ports import SagaSummaryRow
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant of one saga."""
+
+    saga_id: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What ``verify_system`` found."""
+
+    started: int  # sagas with a SagaStarted event
+    terminal: dict[str, int]  # by status (REJECTED: ids whose every message was refused; not "started")
+    not_terminal: list[tuple[str, str, str]]  # (saga_id, status, why)
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No violation and nothing unfinished."""
+        return not self.violations and not self.not_terminal
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able view."""
+        return {"ok": self.ok, "started": self.started, "terminal": dict(self.terminal),
+                "not_terminal": [{"saga_id": s, "status": st, "why": why} for s, st, why in self.not_terminal],
+                "violations": [asdict(v) for v in self.violations]}
+
+
+@dataclass
+class _Snapshot:
+    events: dict[str, list[Event]]
+    summaries: dict[str, SagaSummaryRow]
+    timers: dict[str, list[PendingTimer]]
+    outbox_rows: dict[str, dict[str, int]]  # saga id → outbox table → rows waiting
+    now_ms: int
+
+
+async def verify_system(settings: Settings, saga_ids: Collection[str] | None = None,
+                        wait_s: float = 0) -> VerifyReport:
+    """Check every saga (or ``saga_ids``); with ``wait_s`` re-check until all is terminal and consistent
+    or the time is up, and return the last report."""
+    registry = definitions(settings)
+    wanted = None if saga_ids is None else set(saga_ids)
+    deadline = time.monotonic() + wait_s
+    pool = await create_pool(settings.dsn(), 4, connect_timeout_s=15)
+    try:
+        while True:
+            report = await _check(pool, registry, wanted)
+            remaining = deadline - time.monotonic()
+            if report.ok or remaining <= 0:
+                return report
+            await asyncio.sleep(min(0.5, remaining))
+    finally:
+        await pool.close()
+
+
+async def _check(pool: asyncpg.Pool, registry: DefinitionRegistry, wanted: set[str] | None) -> VerifyReport:
+    snapshot = await _read_snapshot(pool, wanted)
+    violations: list[Violation] = []
+    not_terminal: list[tuple[str, str, str]] = []
+    terminal: Counter[str] = Counter()
+    started = 0
+    states: dict[str, SagaState] = {}
+    for saga_id in sorted(wanted if wanted is not None else snapshot.events):
+        events = snapshot.events.get(saga_id)
+        if not events:
+            not_terminal.append((saga_id, "UNKNOWN", "no events recorded: its StartSaga was not handled (yet)"))
+            continue
+        try:
+            state = fold(registry.for_history(events), events)
+        except Exception as error:  # unknown definition, a gap, an illegal transition: all unfoldable
+            violations.append(Violation(saga_id, f"cannot fold its events: {type(error).__name__}: {error}"))
+            continue
+        states[saga_id] = state
+        started += any(isinstance(e, SagaStarted) for e in events)
+        if state.is_terminal:
+            terminal[state.status.value] += 1
+        else:
+            why = why_not_terminal(state, type(events[-1]).__name__, snapshot.timers.get(saga_id, []),
+                                   snapshot.outbox_rows.get(saga_id, {}), snapshot.now_ms)
+            not_terminal.append((saga_id, state.status.value, why))
+        violations += [Violation(saga_id, p) for p in summary_problems(state, snapshot.summaries.get(saga_id))]
+    violations += await _effect_violations(pool, states)
+    violations += await _duplicate_violations(pool, wanted)
+    return VerifyReport(started=started, terminal=dict(sorted(terminal.items())), not_terminal=not_terminal,
+                        violations=violations)
+
+
+async def _effect_violations(pool: asyncpg.Pool, states: dict[str, SagaState]) -> list[Violation]:
+    slots = asyncio.Semaphore(3)
+
+    async def one(saga_id: str, state: SagaState) -> list[Violation]:
+        rules = RULES.get(state.saga_type)
+        if state.status in (SagaStatus.REJECTED, SagaStatus.PURGED) or rules is None or rules.read_effects is None:
+            return []  # nothing started, its steps were purged, or a saga type with the generic checks only
+        async with slots:
+            counts = await rules.read_effects(pool, saga_id)
+        return [Violation(saga_id, p) for p in effect_problems(state, counts, rules)]
+
+    found = await asyncio.gather(*(one(saga_id, state) for saga_id, state in states.items()))
+    return [violation for saga in found for violation in saga]
+
+
+async def _duplicate_violations(pool: asyncpg.Pool, wanted: set[str] | None) -> list[Violation]:
+    violations = []
+    readers = list(dict.fromkeys(rules.read_duplicates for rules in RULES.values() if rules.read_duplicates))
+    duplicates = [(table, keys) for reader in readers for table, keys in (await reader(pool)).items()]
+    for table, keys in duplicates:
+        for key, rows in sorted(keys.items()):
+            saga_id = key.rpartition(":")[0]
+            if wanted is None or saga_id in wanted:
+                violations.append(Violation(saga_id, f"{table}: {rows} rows for idempotency key {key}"))
+    return violations
+
+
+async def _read_snapshot(pool: asyncpg.Pool, wanted: set[str] | None) -> _Snapshot:
+    args: list[object] = [] if wanted is None else [sorted(wanted)]
+    where, key_where = ("WHERE saga_id = ANY($1)", "WHERE message_key = ANY($1)") if args else ("", "")
+    events: dict[str, list[Event]] = {}
+    summaries: dict[str, SagaSummaryRow] = {}
+    timers: dict[str, list[PendingTimer]] = {}
+    outbox_rows: dict[str, dict[str, int]] = {}
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        now_ms = datetime_to_ms(await conn.fetchval("SELECT now()"))
+        if not await conn.fetchval("SELECT to_regclass('saga.events') IS NOT NULL"):
+            return _Snapshot(events, summaries, timers, outbox_rows, now_ms)  # nothing ran here yet
+        for row in await conn.fetch(f"SELECT saga_id, body FROM saga.events {where} ORDER BY saga_id, seq",
+                                    *args):
+            events.setdefault(row["saga_id"], []).append(wire.decode_event(row["body"]))
+        for row in await conn.fetch(f"SELECT * FROM saga.saga_summary {where}", *args):
+            summaries[row["saga_id"]] = SagaSummaryRow(
+                saga_id=row["saga_id"], saga_type=row["saga_type"], tenant_id=row["tenant_id"],
+                status=row["status"], started_at_ms=datetime_to_ms(row["started_at"]),
+                updated_at_ms=datetime_to_ms(row["updated_at"]), last_seq=row["last_seq"],
+                failed_step=row["failed_step"], reason=row["reason"])
+        for row in await conn.fetch(f"SELECT * FROM saga.timers {where} ORDER BY due_at", *args):
+            timers.setdefault(row["saga_id"], []).append(
+                PendingTimer(row["kind"], row["step"], row["attempt"], datetime_to_ms(row["due_at"])))
+        # Every outbox: the orchestrator's and each participant's (same table shape, one per schema).
+        outboxes = await conn.fetch("SELECT table_schema FROM information_schema.tables"
+                                    " WHERE table_name = 'outbox' ORDER BY 1")
+        for schema in (row["table_schema"] for row in outboxes):
+            for row in await conn.fetch(f'SELECT message_key, count(*) AS n FROM "{schema}".outbox {key_where}'
+                                        " GROUP BY 1", *args):
+                outbox_rows.setdefault(row["message_key"], {})[f"{schema}.outbox"] = row["n"]
+    return _Snapshot(events, summaries, timers, outbox_rows, now_ms)

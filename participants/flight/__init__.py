@@ -1,1 +1,0 @@
-"""Flight participant: books and cancels a flight per saga step."""

@@ -1,1 +1,0 @@
-"""Hotel participant: books and cancels a hotel room per saga step."""

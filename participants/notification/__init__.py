@@ -1,1 +1,0 @@
-"""Notification participant: sends the itinerary e-mail."""

@@ -1,1 +1,0 @@
-"""Payment participant: charges and refunds a card per saga step."""
