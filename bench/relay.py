@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.logging import configure_logging
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.outbox.relay import OutboxRelay
 from saga_orchestrator.outbox.table import OutboxMessage, outbox_table_sql, write_outbox
@@ -180,6 +181,7 @@ def parse_args() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    configure_logging("WARNING", "kv")
     arguments = parse_args()
     if not arguments.no_uvloop:
         with contextlib.suppress(ImportError):

@@ -44,6 +44,7 @@ from saga_orchestrator.cli.run_cmd import Services, participant_workers, start_s
 from saga_orchestrator.infra.kafka_admin import delete_topics
 from saga_orchestrator.infra.launcher.kafka import KafkaLauncher
 from saga_orchestrator.infra.launcher.postgres import PostgresLauncher
+from saga_orchestrator.infra.logging import configure_logging
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.participants.runner import hosted_participants, worker_id
@@ -221,6 +222,7 @@ def worker_ids(settings: Settings) -> list[str]:
 
 def main() -> None:
     """Command-line entry."""
+    configure_logging("WARNING", "kv")  # the report is the output; warnings of this process's clients only
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sagas", type=int, default=2000, help="happy trip sagas to run")
     parser.add_argument("--rate", type=float, default=None, help="StartSagas per second (default: all at once)")

@@ -16,4 +16,7 @@ def main() -> None:
             raise
         sys.exit(f"saga: the command line needs {error.name}, which this installation lacks; "
                  "install it with: pip install 'saga-orchestrator[orchestrator]'")
+    from ..infra.logging import configure_logging
+
+    configure_logging("WARNING", "kv")  # a command's own output is its console; `saga run` logs in full
     app()

@@ -66,15 +66,36 @@ def _quote(text: str) -> str:
     return text
 
 
+class RetriedByTheClient(logging.Filter):
+    """Lets through only what the Kafka client does not retry by itself.
+
+    aiokafka logs an error it retries anyway at ERROR or WARNING ("Failed fetch offsets from 1: [Error 6]
+    NotLeaderForPartitionError" while a new topic elects its leaders, "Got error produce response ...
+    retrying"): an expected transient, not news for an operator. A record whose arguments hold a retriable
+    Kafka error is let through only when its logger is enabled for DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if not any(getattr(arg, "retriable", False) and isinstance(arg, Exception) for arg in args):
+            return True
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+LIBRARY_LOGGERS = ("aiokafka", "kafka", "faust", "mode")
+
+
 def configure_logging(level: str | int = "INFO", fmt: Literal["json", "kv"] = "json") -> None:
-    """Send every log record to stderr as JSON lines (``fmt="json"``) or key=value lines (``"kv"``).
+    """Send every log record to stderr as JSON lines (``fmt="json"``) or key=value lines (``"kv"``), the
+    libraries' too (at WARNING at least, without the transients their clients retry by themselves).
 
     Replaces the root logger's handlers, so calling it twice does not duplicate lines.
     """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
+    handler.addFilter(RetriedByTheClient())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper() if isinstance(level, str) else level)
-    # aiokafka logs every reconnect attempt at ERROR/WARNING; our own loops log the retry once with context.
-    logging.getLogger("aiokafka").setLevel(max(root.level, logging.WARNING))
+    # Libraries log every reconnect attempt at ERROR/WARNING; our own loops log the retry once with context.
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(max(root.level, logging.WARNING))

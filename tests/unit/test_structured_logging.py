@@ -44,3 +44,26 @@ def test_configure_logging_replaces_root_handlers(capsys: pytest.CaptureFixture[
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         client.setLevel(saved[2])
+
+
+def test_an_error_the_kafka_client_retries_itself_is_hidden_unless_debugging(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from aiokafka.errors import NotLeaderForPartitionError, TopicAuthorizationFailedError
+
+    configure_logging("INFO", "kv")
+    try:
+        fetcher = logging.getLogger("aiokafka.consumer.fetcher")
+        fetcher.error("Failed fetch offsets from %s: %s", 1, NotLeaderForPartitionError())  # retried by aiokafka
+        fetcher.error("Failed fetch offsets from %s: %s", 1, ValueError("a bug"))
+        assert NotLeaderForPartitionError.retriable and not TopicAuthorizationFailedError.retriable
+        fetcher.error("not allowed: %s", TopicAuthorizationFailedError())
+        logging.getLogger("faust").info("a library's chatter below WARNING")
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 2 and "a bug" in lines[0] and "TopicAuthorizationFailed" in lines[1]
+        logging.getLogger("aiokafka").setLevel(logging.DEBUG)
+        fetcher.error("Failed fetch offsets from %s: %s", 1, NotLeaderForPartitionError())
+        assert "NotLeaderForPartitionError" in capsys.readouterr().err
+    finally:
+        logging.getLogger().handlers.clear()
+        for name in ("aiokafka", "faust"):
+            logging.getLogger(name).setLevel(logging.NOTSET)
