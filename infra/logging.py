@@ -81,12 +81,9 @@ class RetriedByTheClient(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
-LIBRARY_LOGGERS = ("aiokafka", "kafka", "faust", "mode")
-
-
 def configure_logging(level: str | int = "INFO", fmt: Literal["json", "kv"] = "json") -> None:
     """Send every log record to stderr as JSON lines (``fmt="json"``) or key=value lines (``"kv"``), the
-    libraries' too (at WARNING at least, without the transients their clients retry by themselves).
+    libraries' too (the Kafka client's at WARNING at least, and none of the errors it retries by itself).
 
     Replaces the root logger's handlers, so calling it twice does not duplicate lines.
     """
@@ -96,6 +93,5 @@ def configure_logging(level: str | int = "INFO", fmt: Literal["json", "kv"] = "j
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper() if isinstance(level, str) else level)
-    # Libraries log every reconnect attempt at ERROR/WARNING; our own loops log the retry once with context.
-    for name in LIBRARY_LOGGERS:
-        logging.getLogger(name).setLevel(max(root.level, logging.WARNING))
+    # aiokafka logs every reconnect attempt at ERROR/WARNING; our own loops log the retry once with context.
+    logging.getLogger("aiokafka").setLevel(max(root.level, logging.WARNING))
