@@ -47,7 +47,7 @@ class _Poll:
     task: asyncio.Task[None]
 
 
-def to_raw(record: ConsumerRecord) -> ConsumedRecord:
+def consumed(record: ConsumerRecord) -> ConsumedRecord:
     """Keep a consumed record's original bytes and headers."""
     return ConsumedRecord(topic=record.topic, partition=record.partition, offset=record.offset, key=record.key,
                           value=record.value, headers=tuple((k, v) for k, v in (record.headers or ())))
@@ -203,7 +203,7 @@ class OrchestratorConsumer:
         by_saga: dict[bytes | None, list[ConsumedRecord]] = defaultdict(list)
         for records in batches:
             for record in records:
-                by_saga[record.key].append(to_raw(record))
+                by_saga[record.key].append(consumed(record))
         backoff = 0.1
         while True:
             try:

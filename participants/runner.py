@@ -4,7 +4,7 @@
     python -m saga_orchestrator.participants.runner flight hotel  # one worker hosting both
 
 One process holds: a faust app with an agent per hosted participant, which hands the commands that arrived
-together to the kit (one Postgres transaction per batch, ``participants.kit.batch``; every command of the
+together to the kit (one Postgres transaction per batch, ``participants.kit.handling``; every command of the
 batch is acknowledged only after that commit, and faust commits acknowledged offsets every
 ``broker_commit_interval``), and each participant's own outbox relay publishing ``<schema>.outbox`` rows
 (replies to ``<name>.results``, dead letters to ``saga.dlq``), woken right after each commit.
@@ -85,7 +85,7 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     health endpoint, which costs less CPU than a process each (``saga run all`` and SAGA_PARTICIPANTS).
 
     An actor takes up to ``batch_size`` commands (those that arrived within ``batch_within_s``) and handles
-    them in one transaction (``participants.kit.batch``), in their order; 1 handles each on its own.
+    them in one transaction (``participants.kit.handling``), in their order; 1 handles each on its own.
 
     ``per_partition`` runs one agent actor per assigned partition (faust's isolated partitions): commands
     of one saga (one key, one partition) stay in order while partitions proceed in parallel. Without it

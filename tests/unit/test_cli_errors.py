@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -56,3 +58,11 @@ def test_a_worker_refuses_to_host_a_participant_twice() -> None:
     code, output = _run("run", "participant", "flight", "hotel", "flight")
     assert code == 2
     assert "name each participant once: flight hotel flight" in output
+
+
+def test_the_saga_command_says_which_extra_to_install_when_its_libraries_are_missing() -> None:
+    blocked = "import sys; sys.modules['typer'] = None; from saga_orchestrator.cli import main; main()"
+    result = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("saga: the command line needs typer, which this installation lacks; install it "
+                                     "with: pip install 'saga-orchestrator[orchestrator]'")
