@@ -4,11 +4,13 @@ message becomes a RejectedRecord, with the reason a human can act on), and so do
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.headers import MESSAGE_ID, TRACEPARENT, valid_traceparent
+from ..schemas.ids import reply_message_id
 from ..schemas.limits import (
     MAX_MESSAGE_ID_BYTES,
     MAX_REJECTION_REASON_CHARS,
@@ -22,24 +24,46 @@ from ..schemas.registry import SchemaRegistry
 from ..schemas.topics import Topics
 from .domain.definition import DefinitionRegistry
 from .domain.messages import IncomingMessage, RejectedRecord, Timer, TimerFired, TimerKind
-from .ports import TimerRow
+from .ports import InboxKey, TimerRow
+
+CLIENT_IDS = "orchestrator"
+"""Inbox namespace of the ``message_id`` headers clients give their records (saga.start, saga.control)."""
+CONTENT_IDS = "orchestrator:content"
+"""Inbox namespace of the records that come without a ``message_id`` header: a digest of their content."""
+REPLY_IDS = "orchestrator:reply"
+"""Inbox namespace of the participants' replies: the id their idempotency key and attempt derive (the header
+is not trusted for it)."""
+REJECTED_IDS = "orchestrator:rejected"
+"""Inbox namespace of the records refused at the door: their position and a digest of their content."""
 
 
 @dataclass(frozen=True)
 class Envelope:
-    """A message for the core, with the id the inbox dedupes on and the record it came from (None for a
-    timer), which a dead letter keeps whole."""
+    """A message for the core, with the key the inbox dedupes it on (None: no inbox claim, as for a timer,
+    whose row claim is its dedupe), the id its effects name as their cause, and the record it came from (None
+    for a timer), which a dead letter keeps whole."""
 
     message: IncomingMessage
     message_id: str
     raw: ConsumedRecord | None = None
+    inbox_key: InboxKey | None = None
 
 
 def timer_envelope(row: TimerRow) -> Envelope:
-    """A due timer as a message; its id makes a second firing (another instance, a crash) a duplicate."""
+    """A due timer as a message. It is claimed by deleting its row (``UnitOfWork.claim_due``), which makes a
+    second firing (another instance, a crash) impossible, so it takes no inbox id a client could forge."""
     timer = Timer(saga_id=row.saga_id, kind=TimerKind(row.kind), step=row.step, attempt=row.attempt,
                   due_at=row.due_at_ms)
     return Envelope(message=TimerFired(timer=timer), message_id=f"timer:{row.saga_id}:{row.timer_id}")
+
+
+def content_digest(raw: ConsumedRecord) -> str:
+    """A digest of what a record says (topic, key, value): the same for every copy of it, wherever it lands."""
+    digest = hashlib.sha256()
+    for part in (raw.topic.encode(), raw.key or b"", raw.value or b""):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()[:32]
 
 
 class RecordParser:
@@ -62,8 +86,8 @@ class RecordParser:
 
     def parse(self, raw: ConsumedRecord) -> Envelope:
         """The message ``raw`` carries, or a RejectedRecord saying why it carries none; never raises for bad
-        input. A rejected record is deduplicated by its position in the log (a StartSaga refused for what it
-        asks for, by its message id)."""
+        input. Its inbox key: a client's message by its ``message_id`` header (by its content without one), a
+        reply by its idempotency key and attempt, a rejected record by its position and content."""
         parsed = self._parse(raw)
         message = parsed.message
         if isinstance(message, RejectedRecord) and len(message.reason) > MAX_REJECTION_REASON_CHARS:
@@ -77,10 +101,9 @@ class RecordParser:
         # Only an id the stores can key on may receive a SagaRejected event.
         key_id = key if key is not None and id_problem(key, "key") is None else None
 
-        def rejected(reason: str, saga_id: str | None, saga_type: str | None = None,
-                     message_id: str | None = None) -> Envelope:
-            return Envelope(RejectedRecord(saga_id=saga_id, saga_type=saga_type, reason=reason),
-                            message_id or raw.position_id, raw)
+        def rejected(reason: str, saga_id: str | None, saga_type: str | None = None) -> Envelope:
+            return Envelope(RejectedRecord(saga_id=saga_id, saga_type=saga_type, reason=reason), raw.position_id,
+                            raw, (REJECTED_IDS, f"{raw.position_id}:{content_digest(raw)}"))
 
         if raw.value is None:
             return rejected("empty value (tombstone) where a saga message was expected", key_id)
@@ -108,8 +131,14 @@ class RecordParser:
             problem = _start_size_problem(len(raw.value)) or self._check_start(message)
             if problem:
                 saga_type = message.saga_type if id_problem(message.saga_type, "saga_type") is None else None
-                return rejected(problem, message.saga_id, saga_type, message_id)
-        return Envelope(message=message, message_id=message_id or raw.position_id, raw=raw)
+                return rejected(problem, message.saga_id, saga_type)
+        if isinstance(message, StepResult):
+            derived = reply_message_id(message.idempotency_key, message.attempt)
+            return Envelope(message, message_id or derived, raw, (REPLY_IDS, derived))
+        if message_id is not None:
+            return Envelope(message, message_id, raw, (CLIENT_IDS, message_id))
+        digest = content_digest(raw)
+        return Envelope(message, f"content:{digest}", raw, (CONTENT_IDS, digest))
 
     def _decode(self, raw: ConsumedRecord) -> StartSaga | CancelSaga | ResumeCompensation | StepResult:
         assert raw.value is not None

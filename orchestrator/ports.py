@@ -18,6 +18,7 @@ from ..outbox.table import OutboxMessage
 __all__ = [
     "ConcurrencyConflict",
     "EventReader",
+    "InboxKey",
     "OutboxMessage",
     "PurgeStore",
     "PurgeUnitOfWork",
@@ -38,6 +39,11 @@ class ConcurrencyConflict(Exception):
     """
 
     retriable = True
+
+
+InboxKey = tuple[str, str]
+"""A message's key in the inbox: (namespace, message id). Ids a client gives and ids the system derives live in
+namespaces of their own (``orchestrator.inbound``), so no client can claim an id the system will use."""
 
 
 @dataclass(frozen=True)
@@ -98,14 +104,14 @@ class UnitOfWork(Protocol):
     Reads see this transaction's own writes (read-your-writes) and committed data of others.
     """
 
-    async def claim_and_load(self, consumer: str, message_ids: Sequence[str], after_seq: Mapping[str, int]
-                             ) -> tuple[set[str], dict[str, list[StoredEvent]]]:
-        """Record ``message_ids`` as processed by ``consumer`` (the inbox) and read the sagas' newer events, in
-        one round trip where the adapter can.
+    async def claim_and_load(self, claims: Sequence[InboxKey], after_seq: Mapping[str, int]
+                             ) -> tuple[set[InboxKey], dict[str, list[StoredEvent]]]:
+        """Record ``claims`` as processed (the inbox) and read the sagas' newer events, in one round trip where
+        the adapter can.
 
-        Returns the ids claimed now (an id given twice is claimed once; ids already processed are left out:
+        Returns the claims made now (one given twice is claimed once; those already processed are left out:
         the caller skips those messages) and, per saga id, its events with ``seq`` greater than the mapped
-        value, in seq order (sagas with no such event are absent). A concurrent claim of the same id either
+        value, in seq order (sagas with no such event are absent). A concurrent claim of the same key either
         waits for the other transaction and then counts as processed, or raises ConcurrencyConflict. The
         events may be read before such a wait; a decision taken from that read cannot commit (its seq is
         taken), so the caller retries, as after any conflict.

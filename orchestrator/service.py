@@ -25,7 +25,7 @@ from .domain.state import SagaState, SagaStatus, apply_event
 from .inbound import Envelope, timer_envelope
 from .observe import log_decision
 from .outbound import PendingWrites, Settled
-from .ports import ConcurrencyConflict, StoredEvent, UnitOfWork, UnitOfWorkFactory
+from .ports import ConcurrencyConflict, InboxKey, StoredEvent, UnitOfWork, UnitOfWorkFactory
 
 log = logging.getLogger("saga.orchestrator")
 
@@ -137,9 +137,9 @@ class SagaService:
         settled.sagas |= saga_ids
         cached = {saga_id: self._cache.get(saga_id) for saga_id in saga_ids}
         claimed, stored = await uow.claim_and_load(
-            self._consumer, [envelope.message_id for envelope in envelopes],
+            [envelope.inbox_key for envelope in envelopes if envelope.inbox_key is not None],
             {saga_id: state.last_seq if state else 0 for saga_id, state in cached.items()})
-        fresh = _first_claims([envelope.message_id for envelope in envelopes], claimed)
+        fresh = _first_claims([envelope.inbox_key for envelope in envelopes], claimed)
         states = {saga_id: self._fold_onto(state, stored.get(saga_id, ())) for saga_id, state in cached.items()}
         writes = PendingWrites(self._topics, self._consumer)
         outcomes = [self._decide(envelope, states, writes) if new else Outcome.DUPLICATE
@@ -203,11 +203,12 @@ class SagaService:
             self._on_settled(settled)
 
 
-def _first_claims(message_ids: Sequence[str], claimed: set[str]) -> list[bool]:
-    """For each message id, whether this occurrence is the one the inbox claim took (the same message twice
-    in a batch: the second is a duplicate). Consumes ``claimed``."""
+def _first_claims(keys: Sequence[InboxKey | None], claimed: set[InboxKey]) -> list[bool]:
+    """For each inbox key, whether this occurrence is the one the inbox claim took (the same message twice in
+    a batch: the second is a duplicate; no key: nothing to dedupe). Consumes ``claimed``."""
     fresh = []
-    for message_id in message_ids:
-        fresh.append(message_id in claimed)
-        claimed.discard(message_id)
+    for key in keys:
+        fresh.append(key is None or key in claimed)
+        if key is not None:
+            claimed.discard(key)
     return fresh

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 
 from ..ports import (
     ConcurrencyConflict,
+    InboxKey,
     OutboxMessage,
     SagaSummaryRow,
     StoredEvent,
@@ -44,15 +45,14 @@ class MemoryUnitOfWork:
         self._claimed_sagas: set[str] = set()
         self._deleted_through: dict[str, int] = {}
 
-    async def claim_and_load(self, consumer: str, message_ids: Sequence[str], after_seq: Mapping[str, int]
-                             ) -> tuple[set[str], dict[str, list[StoredEvent]]]:
-        """Claim each new id (committed or claimed here already: not again), then read the events."""
+    async def claim_and_load(self, claims: Sequence[InboxKey], after_seq: Mapping[str, int]
+                             ) -> tuple[set[InboxKey], dict[str, list[StoredEvent]]]:
+        """Claim each new key (committed or claimed here already: not again), then read the events."""
         claimed = set()
-        for message_id in message_ids:
-            key = (consumer, message_id)
+        for key in claims:
             if key not in self._store.inbox and key not in self._inbox:
                 self._inbox.add(key)
-                claimed.add(message_id)
+                claimed.add(key)
         return claimed, await self.load_events_after(after_seq)
 
     async def load_events_after(self, after_seq: Mapping[str, int]) -> dict[str, list[StoredEvent]]:

@@ -17,7 +17,7 @@ import asyncpg
 from ...infra.chores import DELETE_BATCH, delete_older_sql, delete_older_than
 from ...infra.db import apply_migrations, check_identifier, datetime_to_ms, ms_to_datetime
 from ...outbox.table import insert_params, insert_sql
-from ..ports import ConcurrencyConflict, SagaSummaryRow, StoredEvent, TimerRow, Writes
+from ..ports import ConcurrencyConflict, InboxKey, SagaSummaryRow, StoredEvent, TimerRow, Writes
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATIONS_TABLE = "saga.schema_migrations"
@@ -46,28 +46,29 @@ class PostgresUnitOfWork:
         self.conn = conn
         self._s = schema
 
-    async def claim_and_load(self, consumer: str, message_ids: Sequence[str], after_seq: Mapping[str, int]
-                             ) -> tuple[set[str], dict[str, list[StoredEvent]]]:
+    async def claim_and_load(self, claims: Sequence[InboxKey], after_seq: Mapping[str, int]
+                             ) -> tuple[set[InboxKey], dict[str, list[StoredEvent]]]:
         """The inbox insert and the events read in one statement (a data-modifying CTE)."""
+        unique = sorted(set(claims))  # sorted: concurrent claimers lock the inbox keys in one order
         rows = await self.conn.fetch(
             f"WITH claimed AS (INSERT INTO {self._s}.inbox (consumer, message_id)"
-            "   SELECT $1, m FROM unnest($2::text[]) AS m ON CONFLICT DO NOTHING RETURNING message_id)"
-            " SELECT message_id, NULL AS saga_id, NULL::bigint AS seq, NULL AS event_type, NULL::bytea AS body,"
-            "        NULL::timestamptz AS recorded_at FROM claimed"
+            "   SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING RETURNING consumer, message_id)"
+            " SELECT consumer, message_id, NULL AS saga_id, NULL::bigint AS seq, NULL AS event_type,"
+            "        NULL::bytea AS body, NULL::timestamptz AS recorded_at FROM claimed"
             " UNION ALL"
-            " SELECT NULL, e.saga_id, e.seq, e.event_type, e.body, e.recorded_at"
+            " SELECT NULL, NULL, e.saga_id, e.seq, e.event_type, e.body, e.recorded_at"
             " FROM unnest($3::text[], $4::bigint[]) AS w(saga_id, after_seq)"
             f" JOIN {self._s}.events e ON e.saga_id = w.saga_id AND e.seq > w.after_seq",
-            consumer,
-            sorted(set(message_ids)),  # sorted: concurrent claimers lock the inbox keys in one order
+            [namespace for namespace, _ in unique],
+            [message_id for _, message_id in unique],
             list(after_seq),
             list(after_seq.values()),
         )
-        claimed: set[str] = set()
+        claimed: set[InboxKey] = set()
         loaded: dict[str, list[StoredEvent]] = {}
         for row in rows:
             if row["message_id"] is not None:
-                claimed.add(row["message_id"])
+                claimed.add((row["consumer"], row["message_id"]))
             else:
                 loaded.setdefault(row["saga_id"], []).append(_event(row))
         for events in loaded.values():

@@ -141,13 +141,14 @@ def events(*rows: StoredEvent) -> Writes:
 
 async def load(uow: UnitOfWork, after_seq: dict[str, int]) -> dict[str, list[int]]:
     """The seqs the unit of work reads for these sagas (claiming nothing)."""
-    _, loaded = await uow.claim_and_load("reader", [], after_seq)
+    _, loaded = await uow.claim_and_load([], after_seq)
     return {sid: [e.seq for e in rows] for sid, rows in loaded.items()}
 
 
 async def claim(uow: UnitOfWork, *message_ids: str, consumer: str = "orchestrator") -> set[str]:
-    claimed, _ = await uow.claim_and_load(consumer, list(message_ids), {})
-    return claimed
+    claimed, _ = await uow.claim_and_load([(consumer, message_id) for message_id in message_ids], {})
+    assert {namespace for namespace, _ in claimed} <= {consumer}
+    return {message_id for _, message_id in claimed}
 
 
 # --- events ---------------------------------------------------------------------------------------------
@@ -175,7 +176,7 @@ async def test_many_sagas_load_in_one_read_with_read_your_writes(h: Harness) -> 
     async with h.store.begin() as uow:
         await uow.write(events(ev(a, 3), ev(b, 2)))
         assert await load(uow, {a: 1, b: 0, c: 0}) == {a: [2, 3], b: [1, 2]}
-        _, loaded = await uow.claim_and_load("reader", [], {a: 0})
+        _, loaded = await uow.claim_and_load([], {a: 0})
         assert all(e.recorded_at_ms is not None for e in loaded[a])
         assert await load(uow, {a: 3}) == {}
         assert await load(uow, {}) == {}
@@ -237,10 +238,12 @@ async def test_claim_and_load_claims_then_reads_in_one_call(h: Harness) -> None:
         await uow.write(events(ev(a, 1), ev(a, 2)))
     async with h.store.begin() as uow:
         await uow.write(events(ev(b, 1)))
-        claimed, loaded = await uow.claim_and_load("orchestrator", ["m-1", "m-2", "m-2"], {a: 1, b: 0})
-        assert claimed == {"m-2"}
+        claimed, loaded = await uow.claim_and_load(
+            [("orchestrator", "m-1"), ("orchestrator", "m-2"), ("orchestrator", "m-2"), ("orchestrator:reply", "m-1")],
+            {a: 1, b: 0})
+        assert claimed == {("orchestrator", "m-2"), ("orchestrator:reply", "m-1")}  # a namespace of its own
         assert {sid: [e.seq for e in rows] for sid, rows in loaded.items()} == {a: [2], b: [1]}
-        assert await uow.claim_and_load("orchestrator", [], {}) == (set(), {})
+        assert await uow.claim_and_load([], {}) == (set(), {})
 
 
 # --- atomicity ------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
-from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
+from saga_orchestrator.orchestrator.inbound import REJECTED_IDS, Envelope, RecordParser
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.outbox.dead_letters import dead_letter_message
@@ -207,7 +207,8 @@ async def test_rejections_are_handled_a_batch_at_a_time_in_order_and_deduplicate
     service = SagaService(store, DefinitionRegistry([TRIP]), TOPICS, lambda: 1_000)
     rejections = [
         Envelope(RejectedRecord(saga_id=saga_id, saga_type=None, reason=f"bad {offset}"), f"saga.start:0:{offset}",
-                 ConsumedRecord(topic="saga.start", partition=0, offset=offset, key=b"s-1", value=b"junk"))
+                 ConsumedRecord(topic="saga.start", partition=0, offset=offset, key=b"s-1", value=b"junk"),
+                 (REJECTED_IDS, f"saga.start:0:{offset}"))
         for offset, saga_id in ((1, "s-1"), (2, "s-1"), (3, None), (4, "s-2"))
     ]
     duplicate = replace(rejections[0])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from saga_orchestrator.orchestrator.inbound import Envelope
+from saga_orchestrator.orchestrator.inbound import CLIENT_IDS, REPLY_IDS, Envelope
 from saga_orchestrator.orchestrator.ports import ConcurrencyConflict
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore, MemoryUnitOfWork
@@ -27,7 +27,7 @@ SAGAS = [f"trip-{n}" for n in range(6)]
 
 
 def start(saga_id: str) -> Envelope:
-    return Envelope(SCENARIOS["happy"].start(saga_id), f"start:{saga_id}")
+    return Envelope(SCENARIOS["happy"].start(saga_id), f"start:{saga_id}", inbox_key=(CLIENT_IDS, f"start:{saga_id}"))
 
 
 def replies(store: MemoryStore, fail: frozenset[str] = frozenset()) -> list[Envelope]:
@@ -43,7 +43,8 @@ def replies(store: MemoryStore, fail: frozenset[str] = frozenset()) -> list[Enve
                             idempotency_key=command.idempotency_key, attempt=command.attempt,
                             status=ResultStatus.FAILED if failed else ResultStatus.SUCCEEDED,
                             error_type="CardDeclined" if failed else None)
-        results.append(Envelope(result, f"{command.idempotency_key}:reply:{command.attempt}"))
+        reply_id = f"{command.idempotency_key}:reply:{command.attempt}"
+        results.append(Envelope(result, reply_id, inbox_key=(REPLY_IDS, reply_id)))
     return results
 
 
