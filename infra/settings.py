@@ -62,6 +62,12 @@ class Settings(BaseSettings):
         default=25, gt=0,
         description="Participant worker: how long it waits to fill a batch of commands (one transaction).",
     )
+    saga_poison_attempts: int = Field(
+        default=3, ge=1,
+        description="How often a message that fails for no known reason is tried alone before its saga is "
+                    "quarantined (orchestrator) or it is dead-lettered (participant worker); an unavailable "
+                    "database or broker is waited out instead.",
+    )
     saga_log_level: str = Field(default="INFO", description="Log level of every service.")
     saga_log_format: str = Field(default="json", description="Log line format: json or kv (key=value).")
     saga_definitions: str = Field(

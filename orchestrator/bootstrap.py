@@ -135,7 +135,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=25, max_poll_ms=200)
              if with_relay else None)
     service = SagaService(store, registry, topics, clock, on_commit=relay.wake if relay is not None else None,
-                          on_settled=SagaMetrics(health).observe)
+                          on_settled=SagaMetrics(health).observe, poison_attempts=settings.saga_poison_attempts)
     consumer = OrchestratorConsumer(service, RecordParser(topics, registry, default_registry(), participants),
                                     settings.kafka_servers(), group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
                                     concurrency=max(1, min(TRANSACTIONS_AT_ONCE, settings.saga_db_pool_size - 2)),

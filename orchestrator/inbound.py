@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.headers import MESSAGE_ID, TRACEPARENT, valid_traceparent
-from ..schemas.ids import reply_message_id
+from ..schemas.ids import compensation_key, forward_key, reply_message_id
 from ..schemas.limits import (
     MAX_MESSAGE_ID_BYTES,
     MAX_REJECTION_REASON_CHARS,
@@ -18,7 +18,7 @@ from ..schemas.limits import (
     id_problem,
     nul_field,
 )
-from ..schemas.message_types import CancelSaga, ResumeCompensation, StartSaga, StepResult
+from ..schemas.message_types import CancelSaga, CommandKind, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
 from ..schemas.records import ConsumedRecord
 from ..schemas.registry import SchemaRegistry
 from ..schemas.topics import Topics
@@ -133,6 +133,13 @@ class RecordParser:
                 saga_type = message.saga_type if id_problem(message.saga_type, "saga_type") is None else None
                 return rejected(problem, message.saga_id, saga_type)
         if isinstance(message, StepResult):
+            # Its inbox id derives from its key, so a key that is not its own saga's (a forged or misrouted
+            # reply) must not take the id of the reply it imitates: refused before any claim.
+            expected = (forward_key if message.kind is CommandKind.FORWARD else compensation_key)(
+                message.saga_id, message.step)
+            if message.idempotency_key != expected:
+                return rejected(f"reply for {message.step!r} ({message.kind}) carries key "
+                                f"{message.idempotency_key!r}, expected {expected!r}", message.saga_id)
             derived = reply_message_id(message.idempotency_key, message.attempt)
             return Envelope(message, message_id or derived, raw, (REPLY_IDS, derived))
         if message_id is not None:
@@ -140,7 +147,7 @@ class RecordParser:
         digest = content_digest(raw)
         return Envelope(message, f"content:{digest}", raw, (CONTENT_IDS, digest))
 
-    def _decode(self, raw: ConsumedRecord) -> StartSaga | CancelSaga | ResumeCompensation | StepResult:
+    def _decode(self, raw: ConsumedRecord) -> StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | StepResult:
         assert raw.value is not None
         if raw.topic == self._topics.start:
             return wire.decode_start(raw.value)
@@ -148,6 +155,8 @@ class RecordParser:
             name, _ = self._registry.decode(raw.value)
             if name == wire.RESUME_COMPENSATION:
                 return wire.decode_resume(raw.value)
+            if name == wire.RELEASE_SAGA:
+                return wire.decode_release(raw.value)
             return wire.decode_cancel(raw.value)
         if raw.topic in self._results_topics:
             return wire.decode_result(raw.value)

@@ -16,8 +16,8 @@ from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
 from .domain.decide import Decision
 from .domain.messages import Timer
-from .domain.state import SagaState
-from .ports import SagaSummaryRow, StoredEvent, TimerRow, UnitOfWork, Writes
+from .domain.state import SagaState, SagaStatus
+from .ports import SagaSummaryRow, StatusMark, StoredEvent, TimerRow, UnitOfWork, Writes
 
 
 @dataclass
@@ -52,6 +52,7 @@ class PendingWrites:
         self.outbox: list[OutboxMessage] = []
         self.timers: dict[tuple[str, str], TimerRow | None] = {}
         self.summaries: dict[str, SagaSummaryRow] = {}
+        self.marks: list[StatusMark] = []
         self.decisions: list[Decision] = []
         self.dead_lettered = 0
 
@@ -60,23 +61,42 @@ class PendingWrites:
         self.timers[(saga_id, timer_id)] = None
 
     def record(self, decision: Decision, causation_id: str) -> SagaState:
-        """Add the events, outbox rows, timers and summary of one decision that recorded events; its new state."""
+        """Add the events, outbox rows, timers and summary of one decision that recorded events; its new state.
+        Every row is encoded before any is added: a value that cannot be encoded (WireError) adds none."""
         state = decision.state
         assert state is not None
+        events, outbox = self._event_rows(decision, causation_id, state.saga_type or None, state.traceparent)
+        outbox += [command_message(self._topics, command, causation_id, state.traceparent)
+                   for command in decision.commands]
         self.decisions.append(decision)
-        saga_type = state.saga_type or None
-        for event in decision.events:
-            body = wire.encode_event(event)
-            self.events.append(StoredEvent(saga_id=event.saga_id, seq=event.seq, event_type=type(event).__name__,
-                                           body=body, recorded_at_ms=event.occurred_at))
-            self.outbox.append(event_message(self._topics, event, body, saga_type, causation_id, state.traceparent))
-        self.outbox += [command_message(self._topics, command, causation_id, state.traceparent)
-                        for command in decision.commands]
+        self.events += events
+        self.outbox += outbox
         for timer in decision.timers:
             row = _timer_row(timer)
             self.timers[(row.saga_id, row.timer_id)] = row
         self.summaries[state.saga_id] = summary_of(state)
         return state
+
+    def record_unfolded(self, decision: Decision, causation_id: str) -> None:
+        """Add the events of a decision about a saga whose history does not fold (a quarantine): their rows and
+        their publication, and the read model marked QUARANTINED (there is no folded state to project)."""
+        events, outbox = self._event_rows(decision, causation_id, None, None)
+        self.decisions.append(decision)
+        self.events += events
+        self.outbox += outbox
+        last = decision.events[-1]
+        self.marks.append(StatusMark(saga_id=last.saga_id, status=SagaStatus.QUARANTINED.value,
+                                     reason=decision.dead_letter, last_seq=last.seq, updated_at_ms=last.occurred_at))
+
+    def _event_rows(self, decision: Decision, causation_id: str, saga_type: str | None,
+                    traceparent: str | None) -> tuple[list[StoredEvent], list[OutboxMessage]]:
+        events, outbox = [], []
+        for event in decision.events:
+            body = wire.encode_event(event)
+            events.append(StoredEvent(saga_id=event.saga_id, seq=event.seq, event_type=type(event).__name__,
+                                      body=body, recorded_at_ms=event.occurred_at))
+            outbox.append(event_message(self._topics, event, body, saga_type, causation_id, traceparent))
+        return events, outbox
 
     def park(self, raw: ConsumedRecord, reason: str, now_ms: int, saga_id: str | None = None,
              saga_type: str | None = None) -> None:
@@ -92,7 +112,7 @@ class PendingWrites:
         saga order, so two multi-saga transactions wait for each other in one direction only (no
         deadlock). Outbox rows keep decision order: that order is the publishing order.
         """
-        if not (self.timers or self.events or self.outbox or self.summaries):
+        if not (self.timers or self.events or self.outbox or self.summaries or self.marks):
             return
         await uow.write(Writes(
             deleted_timers=sorted(key for key, row in self.timers.items() if row is None),
@@ -100,6 +120,7 @@ class PendingWrites:
             outbox=self.outbox,
             timers=[row for _, row in sorted(self.timers.items()) if row is not None],
             summaries=[self.summaries[saga_id] for saga_id in sorted(self.summaries)],
+            marks=sorted(self.marks, key=lambda mark: mark.saga_id),
         ))
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "PurgeStore",
     "PurgeUnitOfWork",
     "SagaSummaryRow",
+    "StatusMark",
     "StoredEvent",
     "TimerRow",
     "UnitOfWork",
@@ -88,6 +89,18 @@ class SagaSummaryRow:
 
 
 @dataclass(frozen=True)
+class StatusMark:
+    """A new status for a saga's read-model row without a fold of its history (a saga quarantined because its
+    history does not fold): the row's other columns stay as they are."""
+
+    saga_id: str
+    status: str
+    reason: str | None
+    last_seq: int
+    updated_at_ms: int
+
+
+@dataclass(frozen=True)
 class Writes:
     """Every write of a batch of decisions, for ``UnitOfWork.write`` (applied in this field order)."""
 
@@ -96,6 +109,7 @@ class Writes:
     outbox: Sequence[OutboxMessage] = ()
     timers: Sequence[TimerRow] = ()
     summaries: Sequence[SagaSummaryRow] = ()
+    marks: Sequence[StatusMark] = ()
 
 
 class UnitOfWork(Protocol):
@@ -124,9 +138,10 @@ class UnitOfWork(Protocol):
         they are being fired, waiting for that unit of work could deadlock with it, and firing an obsolete
         timer is harmless), append the events, queue the outbox rows (published only if this unit of work
         commits, in the given order), insert or replace the timers by (saga_id, timer_id) (the last of
-        duplicates wins) and upsert the summaries (one with a lower ``last_seq`` than the stored row is
+        duplicates wins), upsert the summaries (one with a lower ``last_seq`` than the stored row is
         ignored, so a late writer cannot move the projection backwards; of several rows of one saga the
-        highest ``last_seq`` wins).
+        highest ``last_seq`` wins) and apply the status marks to the summary rows that exist (likewise never
+        backwards).
 
         Raises ConcurrencyConflict if an event's (saga_id, seq) already exists, now or at commit: the key that
         stops two writers of one saga from both appending seq N.
@@ -154,6 +169,11 @@ class UnitOfWorkFactory(Protocol):
 
         The commit itself may raise ConcurrencyConflict (an adapter that checks conflicts late).
         """
+        ...
+
+    def unavailable(self, error: BaseException) -> bool:
+        """True when ``error`` (raised by a unit of work) means the store is away or not serving: wait and try
+        again. False for what the unit of work's own data caused."""
         ...
 
 

@@ -4,6 +4,13 @@ Every consumed record arrives as a message (``inbound``): a record that is no ac
 RejectedRecord the core decides like any other, and every due timer. One message, or a batch of messages of
 many sagas, per transaction: a batch costs the same few statements as one message (claim all, load all, then
 one write), which is where the throughput comes from.
+
+A failure belongs to its saga. A message that contradicts the saga it names (a reply for a step it does not
+have, another saga's key) is refused like a bad record; a saga that cannot go on (its definition version is not
+deployed, its history does not fit its definition, a decision cannot be recorded) is quarantined; a message
+that fails in any other way is tried alone ``poison_attempts`` times, then its saga is quarantined. Each time
+the message is dead-lettered with its bytes, and every other saga goes on. Only an unavailable store (the
+adapter says which errors mean that) is waited out by the caller.
 """
 
 from __future__ import annotations
@@ -12,15 +19,20 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
 from ..schemas import wire
-from ..schemas.message_types import StartSaga
+from ..schemas.codec import WireError
+from ..schemas.event_types import SagaQuarantined, SagaReleased
+from ..schemas.limits import MAX_REJECTION_REASON_CHARS
+from ..schemas.message_types import ReleaseSaga, StartSaga
 from ..schemas.topics import Topics
-from .domain.decide import decide
+from .domain.decide import Decision, decide, quarantine, quarantine_unfolded
 from .domain.definition import DefinitionRegistry, SagaDefinition
-from .domain.messages import RejectedRecord
+from .domain.errors import DomainError, InvalidMessage
+from .domain.messages import RejectedRecord, TimerFired
 from .domain.state import SagaState, SagaStatus, apply_event
 from .inbound import Envelope, timer_envelope
 from .observe import log_decision
@@ -32,6 +44,8 @@ log = logging.getLogger("saga.orchestrator")
 CONSUMER_NAME = "orchestrator"
 MAX_CONFLICT_RETRIES = 8
 STATE_CACHE_SIZE = 20_000
+POISON_ATTEMPTS = 3
+"""How often a message that fails for no known reason is tried alone before its saga is quarantined."""
 
 T = TypeVar("T")
 
@@ -45,6 +59,16 @@ class Outcome(StrEnum):
     DEAD_LETTERED = "dead_lettered"
 
 
+@dataclass
+class _Unfolded:
+    """A saga whose history does not fold: why, and where its history ends."""
+
+    error: Exception
+    last_seq: int
+    definition_version: int
+    quarantined: bool  # its last SagaQuarantined has no SagaReleased after it
+
+
 class SagaService:
     """The orchestrator's application service; every decision comes from the fold of the saga's events.
 
@@ -55,7 +79,8 @@ class SagaService:
     def __init__(self, units: UnitOfWorkFactory, definitions: DefinitionRegistry, topics: Topics,
                  clock_ms: Callable[[], int], consumer_name: str = CONSUMER_NAME,
                  on_commit: Callable[[], None] | None = None,
-                 on_settled: Callable[[Settled], None] | None = None) -> None:
+                 on_settled: Callable[[Settled], None] | None = None,
+                 poison_attempts: int = POISON_ATTEMPTS) -> None:
         self._units = units
         self._definitions = definitions
         self._topics = topics
@@ -64,6 +89,7 @@ class SagaService:
         self._cache: OrderedDict[str, SagaState] = OrderedDict()
         self._on_commit = on_commit  # e.g. an in-process outbox relay's wake()
         self._on_settled = on_settled  # e.g. metrics of what the committed decisions did
+        self._poison_attempts = max(1, poison_attempts)
 
     async def handle(self, envelope: Envelope) -> Outcome:
         """Apply one message exactly once in effect; retried on an optimistic-concurrency conflict."""
@@ -73,8 +99,9 @@ class SagaService:
         """Apply messages, each exactly once in effect, in one transaction; one outcome per message.
 
         Messages of one saga are decided in the given order, each from the state its predecessors left.
-        A batch of several sagas gets one attempt: after a conflict each saga is retried on its own, so
-        one contended saga cannot hold the others back. (Records that name no saga are one group.)
+        A batch of several sagas gets one attempt: after a conflict or a failure each saga is handled on its
+        own, so one contended or poisoned saga cannot hold the others back. (Records that name no saga are
+        one group.) Raises only when the store is unavailable.
         """
         by_saga: dict[str | None, list[int]] = {}
         for index, envelope in enumerate(envelopes):
@@ -85,8 +112,13 @@ class SagaService:
             except ConcurrencyConflict:
                 log.info("concurrency conflict in a batch, retrying saga by saga",
                          extra={"sagas": len(by_saga), "messages": len(envelopes)})
+            except Exception as error:
+                if self._units.unavailable(error):
+                    raise
+                log.warning("batch failed, handling saga by saga",
+                            extra={"sagas": len(by_saga), "messages": len(envelopes), "error": repr(error)})
         groups = list(by_saga.values())
-        results = await asyncio.gather(*(self._retrying([envelopes[i] for i in indexes]) for indexes in groups))
+        results = await asyncio.gather(*(self._saga_alone([envelopes[i] for i in indexes]) for indexes in groups))
         outcomes: dict[int, Outcome] = {}
         for indexes, result in zip(groups, results, strict=True):
             outcomes.update(zip(indexes, result, strict=True))
@@ -94,19 +126,107 @@ class SagaService:
 
     async def fire_due_timers(self, limit: int, due_by_ms: int | None = None) -> int:
         """Claim due timers and handle them in the same transaction (a crash puts them back); with
-        ``due_by_ms``, only those due by then as well as by now."""
+        ``due_by_ms``, only those due by then as well as by now. A batch that fails (not for an unavailable
+        store) is handled a timer at a time."""
+        try:
+            return await self._retrying_unit(lambda uow, settled: self._fire(uow, settled, limit, due_by_ms),
+                                             "timers")
+        except Exception as error:
+            if self._units.unavailable(error) or limit == 1:
+                raise
+            log.warning("timer batch failed, firing one timer at a time", extra={"error": repr(error)})
+        fired = 0
+        while fired < limit and await self._fire_one(due_by_ms):
+            fired += 1
+        return fired
 
-        async def fire(uow: UnitOfWork, settled: Settled) -> int:
+    async def _fire(self, uow: UnitOfWork, settled: Settled, limit: int, due_by_ms: int | None) -> int:
+        now = self._clock_ms()
+        rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), limit)
+        await self._apply(uow, [timer_envelope(row) for row in rows], settled)
+        return len(rows)
+
+    async def _fire_one(self, due_by_ms: int | None) -> bool:
+        """Fire the earliest due timer alone; after ``poison_attempts`` failures, quarantine its saga (the
+        timer goes with the unit of work that does); False when none is due."""
+        error: Exception | None = None
+        for _ in range(self._poison_attempts):
+            try:
+                return await self._retrying_unit(
+                    lambda uow, settled: self._fire(uow, settled, 1, due_by_ms), "a timer") > 0
+            except Exception as failure:
+                if self._units.unavailable(failure):
+                    raise
+                error = failure
+        assert error is not None
+
+        async def quarantine_its_saga(uow: UnitOfWork, settled: Settled) -> bool:
             now = self._clock_ms()
-            rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), limit)
-            await self._apply(uow, [timer_envelope(row) for row in rows], settled)
-            return len(rows)
+            rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), 1)
+            for row in rows:
+                await self._quarantine_alone(uow, settled, timer_envelope(row), error)
+            return bool(rows)
 
-        return await self._retrying_unit(fire, "timers")
+        return await self._retrying_unit(quarantine_its_saga, "a timer's quarantine")
 
-    async def _retrying(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
-        return await self._retrying_unit(lambda uow, settled: self._apply(uow, envelopes, settled),
-                                         f"saga {envelopes[0].message.saga_id}")
+    async def _saga_alone(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
+        """One saga's messages in one unit of work; when that fails (not for an unavailable store), one message
+        at a time."""
+        try:
+            return await self._retrying_unit(lambda uow, settled: self._apply(uow, envelopes, settled),
+                                             f"saga {envelopes[0].message.saga_id}")
+        except Exception as error:
+            if self._units.unavailable(error):
+                raise
+            log.warning("messages of a saga failed, handling them one at a time",
+                        extra={"saga_id": envelopes[0].message.saga_id, "error": repr(error)})
+        return [await self._message_alone(envelope) for envelope in envelopes]
+
+    async def _message_alone(self, envelope: Envelope) -> Outcome:
+        """One message in its own unit of work, tried ``poison_attempts`` times; then it is dead-lettered and
+        its saga quarantined."""
+        error: Exception | None = None
+        for _ in range(self._poison_attempts):
+            try:
+                [outcome] = await self._retrying_unit(lambda uow, settled: self._apply(uow, [envelope], settled),
+                                                      f"saga {envelope.message.saga_id}")
+                return outcome
+            except Exception as failure:
+                if self._units.unavailable(failure):
+                    raise
+                error = failure
+        assert error is not None
+        log.error("message failed every time, quarantining its saga",
+                  extra={"saga_id": envelope.message.saga_id, "message_id": envelope.message_id,
+                         "attempts": self._poison_attempts, "error": repr(error)})
+        return await self._retrying_unit(
+            lambda uow, settled: self._quarantine_alone(uow, settled, envelope, error), "a quarantine")
+
+    async def _quarantine_alone(self, uow: UnitOfWork, settled: Settled, envelope: Envelope,
+                                error: Exception) -> Outcome:
+        """A unit of work that only claims the message, quarantines its saga without folding its history (the
+        fold may be what fails) and dead-letters the message."""
+        saga_id = envelope.message.saga_id
+        claims = [envelope.inbox_key] if envelope.inbox_key is not None else []
+        claimed, stored = await uow.claim_and_load(claims, {saga_id: 0} if saga_id is not None else {})
+        if claims and not claimed:
+            return Outcome.DUPLICATE
+        if saga_id is not None:
+            settled.sagas.add(saga_id)
+        writes = PendingWrites(self._topics, self._consumer)
+        rows = stored.get(saga_id, []) if saga_id is not None else []
+        now = self._clock_ms()
+        if saga_id is not None and rows:
+            outcome = self._decide_unfolded(envelope, _unfolded(saga_id, error, rows), writes, now)
+        elif envelope.raw is not None:  # no saga to quarantine (none named, or none recorded yet)
+            self._park(envelope, _clip(f"the message failed every time it was handled: {_describe(error)}"),
+                       writes, now, None)
+            outcome = Outcome.DEAD_LETTERED
+        else:
+            outcome = Outcome.NOTHING_TO_DO
+        await writes.flush(uow)
+        settled.add({}, writes)
+        return outcome
 
     async def _retrying_unit(self, work: Callable[[UnitOfWork, Settled], Awaitable[T]], what: str) -> T:
         for _ in range(MAX_CONFLICT_RETRIES):
@@ -140,37 +260,105 @@ class SagaService:
             [envelope.inbox_key for envelope in envelopes if envelope.inbox_key is not None],
             {saga_id: state.last_seq if state else 0 for saga_id, state in cached.items()})
         fresh = _first_claims([envelope.inbox_key for envelope in envelopes], claimed)
-        states = {saga_id: self._fold_onto(state, stored.get(saga_id, ())) for saga_id, state in cached.items()}
+        states: dict[str, SagaState | None] = {}
+        unfolded: dict[str, _Unfolded] = {}
+        for saga_id, state in cached.items():
+            rows = stored.get(saga_id, [])
+            try:
+                states[saga_id] = self._fold_onto(state, rows)
+            except (DomainError, WireError) as error:  # the history does not fold: the saga cannot go on
+                unfolded[saga_id] = _unfolded(saga_id, error, rows, state)
         writes = PendingWrites(self._topics, self._consumer)
-        outcomes = [self._decide(envelope, states, writes) if new else Outcome.DUPLICATE
-                    for envelope, new in zip(envelopes, fresh, strict=True)]
+        now = self._clock_ms()
+        outcomes = []
+        for envelope, new in zip(envelopes, fresh, strict=True):
+            named = envelope.message.saga_id
+            if not new:
+                outcomes.append(Outcome.DUPLICATE)
+            elif named is not None and named in unfolded:
+                outcomes.append(self._decide_unfolded(envelope, unfolded[named], writes, now))
+            else:
+                outcomes.append(self._decide(envelope, states, writes, now))
         await writes.flush(uow)
-        settled.add(states, writes)
+        settled.add({saga_id: state for saga_id, state in states.items() if saga_id not in unfolded}, writes)
         return outcomes
 
-    def _decide(self, envelope: Envelope, states: dict[str, SagaState | None], writes: PendingWrites) -> Outcome:
+    def _decide(self, envelope: Envelope, states: dict[str, SagaState | None], writes: PendingWrites,
+                now: int) -> Outcome:
         message = envelope.message
         state = states[message.saga_id] if message.saga_id is not None else None
-        definition = self._definition_of(state)
-        if isinstance(message, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
-            definition = self._definitions.latest(message.saga_type)
-        now = self._clock_ms()
-        decision = decide(definition, state, message, now)
-        after = decision.state  # a decision with obsolete timers or events is one of a saga
-        for timer_id in decision.obsolete_timers:
-            assert after is not None
-            writes.delete_timer(after.saga_id, timer_id)
-        if decision.events:
-            assert after is not None
-            states[after.saga_id] = writes.record(decision, envelope.message_id)
+        definition: SagaDefinition | None = None
+        try:
+            definition = self._definition_of(state)
+            if isinstance(message, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
+                definition = self._definitions.latest(message.saga_type)
+            decision = decide(definition, state, message, now)
+        except InvalidMessage as error:  # the message contradicts its saga: refused like a bad record
+            decision = decide(definition, state, RejectedRecord(saga_id=message.saga_id, saga_type=None,
+                                                                reason=_clip(str(error))), now)
+        except DomainError as error:  # its definition is not deployed, or does not fit its history
+            if state is None:
+                raise
+            decision = quarantine(definition, state, _clip(f"{type(error).__name__}: {error}"), envelope.message_id,
+                                  now)
+        return self._record(envelope, decision, states, writes, now, definition, state)
+
+    def _record(self, envelope: Envelope, decision: Decision, states: dict[str, SagaState | None],
+                writes: PendingWrites, now: int, definition: SagaDefinition | None,
+                before: SagaState | None) -> Outcome:
+        message = envelope.message
+        try:
+            after = self._write(decision, envelope, writes)
+        except WireError as error:  # the decision cannot be written (a value over its limit): the saga stops
+            if before is None:
+                raise
+            decision = quarantine(definition, before, _clip(f"decision not recorded: {error}"),
+                                  envelope.message_id, now)
+            after = self._write(decision, envelope, writes)
+        if after is not None:
+            states[after.saga_id] = after
             log_decision(decision.events)
         if decision.dead_letter is None or envelope.raw is None:  # no record handed over (a test): no bytes
             return Outcome.APPLIED if decision.events else Outcome.NOTHING_TO_DO
         saga_type = message.saga_type if isinstance(message, RejectedRecord) else None
-        writes.park(envelope.raw, decision.dead_letter, now, message.saga_id, saga_type)
-        log.warning("message dead-lettered", extra={"saga_id": message.saga_id, "reason": decision.dead_letter,
-                                                    "topic": envelope.raw.topic})
+        self._park(envelope, decision.dead_letter, writes, now, saga_type)
         return Outcome.DEAD_LETTERED
+
+    @staticmethod
+    def _write(decision: Decision, envelope: Envelope, writes: PendingWrites) -> SagaState | None:
+        """Add ``decision``'s rows to ``writes``, all of them or (WireError) none; the saga's state after it."""
+        if decision.state is not None:
+            for timer_id in decision.obsolete_timers:
+                writes.delete_timer(decision.state.saga_id, timer_id)
+        return writes.record(decision, envelope.message_id) if decision.events else None
+
+    def _decide_unfolded(self, envelope: Envelope, unfolded: _Unfolded, writes: PendingWrites, now: int) -> Outcome:
+        """A message for a saga whose history does not fold (or that failed every time): the saga is quarantined,
+        once; every message for it is dead-lettered, a timer changes nothing."""
+        message = envelope.message
+        if unfolded.quarantined:
+            if isinstance(message, TimerFired):
+                return Outcome.NOTHING_TO_DO
+            what = "cannot be released" if isinstance(message, ReleaseSaga) else "is quarantined"
+            reason = f"saga {message.saga_id!r} {what}: {_describe(unfolded.error)}"
+        else:
+            reason = _clip(_describe(unfolded.error))
+            assert message.saga_id is not None
+            decision = quarantine_unfolded(message.saga_id, unfolded.last_seq, unfolded.definition_version, reason,
+                                           envelope.message_id, now)
+            writes.record_unfolded(decision, envelope.message_id)
+            log_decision(decision.events)
+            unfolded.quarantined, unfolded.last_seq = True, unfolded.last_seq + 1
+        if envelope.raw is None:
+            return Outcome.NOTHING_TO_DO if isinstance(message, TimerFired) else Outcome.DEAD_LETTERED
+        self._park(envelope, reason, writes, now, None)
+        return Outcome.DEAD_LETTERED
+
+    def _park(self, envelope: Envelope, reason: str, writes: PendingWrites, now: int, saga_type: str | None) -> None:
+        assert envelope.raw is not None
+        writes.park(envelope.raw, reason, now, envelope.message.saga_id, saga_type)
+        log.warning("message dead-lettered", extra={"saga_id": envelope.message.saga_id, "reason": reason,
+                                                    "topic": envelope.raw.topic})
 
     def _definition_of(self, state: SagaState | None) -> SagaDefinition | None:
         if state is None or state.definition_version == 0 or state.status is SagaStatus.PURGED:
@@ -201,6 +389,32 @@ class SagaService:
             self._on_commit()
         if self._on_settled is not None:
             self._on_settled(settled)
+
+
+def _unfolded(saga_id: str, error: Exception, rows: Sequence[StoredEvent],
+              cached: SagaState | None = None) -> _Unfolded:
+    """What is known of a saga whose history does not fold: from its stored rows (and the cached state they
+    follow, if any), without folding them."""
+    last_seq = rows[-1].seq if rows else (cached.last_seq if cached is not None else 0)
+    version = cached.definition_version if cached is not None else 0
+    for row in reversed(rows):
+        try:
+            version = wire.decode_event(row.body).definition_version
+            break
+        except WireError:
+            continue
+    marks = [row.event_type for row in rows if row.event_type in (SagaQuarantined.__name__, SagaReleased.__name__)]
+    already = (marks[-1] == SagaQuarantined.__name__ if marks
+               else cached is not None and cached.status is SagaStatus.QUARANTINED)
+    return _Unfolded(error, last_seq, version, already)
+
+
+def _describe(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _clip(reason: str) -> str:
+    return reason if len(reason) <= MAX_REJECTION_REASON_CHARS else reason[:MAX_REJECTION_REASON_CHARS] + "..."
 
 
 def _first_claims(keys: Sequence[InboxKey | None], claimed: set[InboxKey]) -> list[bool]:

@@ -138,6 +138,22 @@ class OperatorAction(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SagaQuarantined(Event):
+    """The saga cannot go on until an operator acts (``reason``); ``message_id`` names the message that met it."""
+
+    reason: str
+    message_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaReleased(Event):
+    """An operator released a quarantined saga."""
+
+    operator: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class SagaCompleted(Event):
     pass
 
@@ -211,6 +227,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SagaCancelRequested,
         SagaCancelRefused,
         OperatorAction,
+        SagaQuarantined,
+        SagaReleased,
         *TERMINAL_EVENTS,
         SagaPurged,
     )

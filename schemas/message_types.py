@@ -1,8 +1,9 @@
 """The messages of the contract other than events: what clients and participants send and receive.
 
 Field names follow the Avro records in ``schemas/`` (commands/, messages/, dlq/), so the codec in ``wire``
-maps them mechanically. Topics: ``saga.start`` (StartSaga), ``saga.control`` (CancelSaga, ResumeCompensation),
-``<participant>.commands`` (StepCommand), ``<participant>.results`` (StepResult), ``saga.dlq`` (DeadLetter).
+maps them mechanically. Topics: ``saga.start`` (StartSaga), ``saga.control`` (CancelSaga, ResumeCompensation,
+ReleaseSaga), ``<participant>.commands`` (StepCommand), ``<participant>.results`` (StepResult), ``saga.dlq``
+(DeadLetter).
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ class CancelSaga:
 @dataclass(frozen=True, kw_only=True)
 class ResumeCompensation:
     """An operator asks a COMPENSATION_FAILED saga to try its compensations again (topic saga.control)."""
+
+    saga_id: str
+    operator: str | None
+    detail: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseSaga:
+    """An operator releases a quarantined saga, its cause fixed (topic saga.control)."""
 
     saga_id: str
     operator: str | None

@@ -18,6 +18,7 @@ from .message_types import (
     CancelSaga,
     CommandKind,
     DeadLetter,
+    ReleaseSaga,
     ResultStatus,
     ResumeCompensation,
     StartSaga,
@@ -30,6 +31,7 @@ EVENTS_NAMESPACE = "saga.v1.events"
 START_SAGA = "saga.v1.StartSaga"
 CANCEL_SAGA = "saga.v1.CancelSaga"
 RESUME_COMPENSATION = "saga.v1.ResumeCompensation"
+RELEASE_SAGA = "saga.v1.ReleaseSaga"
 STEP_COMMAND = "saga.v1.StepCommand"
 STEP_RESULT = "saga.v1.StepResult"
 DEAD_LETTER = "saga.v1.DeadLetter"
@@ -39,7 +41,7 @@ EVENT_SCHEMAS: frozenset[str] = frozenset(f"{EVENTS_NAMESPACE}.{name}" for name 
 """Full Avro names of every event type the domain knows."""
 
 TopicKind = Literal["start", "control", "results"]
-IncomingWire = StartSaga | CancelSaga | ResumeCompensation | StepResult
+IncomingWire = StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | StepResult
 
 T = TypeVar("T")
 E = TypeVar("E", CommandKind, ResultStatus)
@@ -151,6 +153,20 @@ def decode_resume(data: bytes) -> ResumeCompensation:
     return _resume_from(default_registry().decode_as(data, RESUME_COMPENSATION)[1])
 
 
+def encode_release(message: ReleaseSaga) -> bytes:
+    """Encode an operator's ReleaseSaga for topic saga.control."""
+    return default_registry().encode(RELEASE_SAGA, _record(message))
+
+
+def _release_from(record: dict[str, Any]) -> ReleaseSaga:
+    return _build(ReleaseSaga, RELEASE_SAGA, record)
+
+
+def decode_release(data: bytes) -> ReleaseSaga:
+    """Decode a ReleaseSaga command."""
+    return _release_from(default_registry().decode_as(data, RELEASE_SAGA)[1])
+
+
 # --- participant commands and results -----------------------------------------------------------------
 
 
@@ -194,20 +210,22 @@ def decode_command(data: bytes, *, participant: str, message_id: str) -> StepCom
 
 _TOPIC_SCHEMAS: dict[str, frozenset[str]] = {
     "start": frozenset({START_SAGA}),
-    "control": frozenset({CANCEL_SAGA, RESUME_COMPENSATION}),
+    "control": frozenset({CANCEL_SAGA, RESUME_COMPENSATION, RELEASE_SAGA}),
     "results": frozenset({STEP_RESULT}),
 }
 _INCOMING: dict[str, Callable[[dict[str, Any]], IncomingWire]] = {
     START_SAGA: _start_from,
     CANCEL_SAGA: _cancel_from,
     RESUME_COMPENSATION: _resume_from,
+    RELEASE_SAGA: _release_from,
     STEP_RESULT: _result_from,
 }
 
 
 def decode_incoming(topic_kind: TopicKind, data: bytes) -> IncomingWire:
     """Decode a message the orchestrator consumes, checking it is the one its topic carries:
-    ``start`` -> StartSaga, ``control`` -> CancelSaga or ResumeCompensation, ``results`` -> StepResult."""
+    ``start`` -> StartSaga, ``control`` -> CancelSaga, ResumeCompensation or ReleaseSaga, ``results`` ->
+    StepResult."""
     try:
         expected = _TOPIC_SCHEMAS[topic_kind]
     except KeyError:

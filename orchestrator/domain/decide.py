@@ -8,7 +8,7 @@ duplicate replies, stale replies and stale timers are recognised from the state 
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from ...schemas.message_types import CancelSaga, ResumeCompensation, StartSaga, StepResult
+from ...schemas.message_types import CancelSaga, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
 from .builder import (
     DEADLINE_TIMER_ID,
     Decision,
@@ -62,6 +62,8 @@ def decide(
         return Decision(dead_letter=f"no saga {message.saga_id!r}: {type(message).__name__} has nothing to act on")
     if message.saga_id != state.saga_id:
         raise InvalidMessage(f"message for saga {message.saga_id!r} given the state of {state.saga_id!r}")
+    if state.status is SagaStatus.QUARANTINED:
+        return _while_quarantined(definition, state, message, now)
     if state.status in (SagaStatus.REJECTED, SagaStatus.PURGED):
         # Nothing runs: a cancel is refused and recorded, everything else changes nothing.
         b = DecisionBuilder(None, state, now, state.saga_id)
@@ -85,10 +87,49 @@ def decide(
         _resume(b, message)
     elif isinstance(message, StepResult):
         handle_step_result(b, message)
+    elif isinstance(message, ReleaseSaga):
+        pass  # not quarantined: nothing to release, and a repeated release must be harmless
     elif message.timer.kind is TimerKind.SAGA_DEADLINE:
         _deadline(b, definition, message.timer.timer_id)
     else:
         handle_timer_fired(b, message)
+    return b.build()
+
+
+def quarantine(definition: SagaDefinition | None, state: SagaState, reason: str, message_id: str | None,
+               now: int) -> Decision:
+    """The saga cannot go on (``reason``: what the message ``message_id`` met, which no retry mends): record
+    SagaQuarantined and dead-letter the message. Its timers stop (none is live while it is quarantined); only
+    a ReleaseSaga moves it on."""
+    b = DecisionBuilder(definition, state, now, state.saga_id)
+    b.record(ev.SagaQuarantined(**b.base(), reason=reason, message_id=message_id))
+    return b.build(dead_letter=reason)
+
+
+def quarantine_unfolded(saga_id: str, last_seq: int, definition_version: int, reason: str,
+                        message_id: str | None, now: int) -> Decision:
+    """``quarantine`` for a saga whose history cannot be folded (it needs a definition that is not deployed, or
+    it does not fit its definition): SagaQuarantined after its last event, and no state (None)."""
+    event = ev.SagaQuarantined(saga_id=saga_id, seq=last_seq + 1, definition_version=definition_version,
+                               occurred_at=now, reason=reason, message_id=message_id)
+    return Decision(events=(event,), dead_letter=reason)
+
+
+def _while_quarantined(definition: SagaDefinition | None, state: SagaState, message: IncomingMessage,
+                       now: int) -> Decision:
+    """A quarantined saga takes a ReleaseSaga and nothing else: its timers do nothing, every other message is
+    dead-lettered (a release sends every open step again, whose replies come again)."""
+    if isinstance(message, TimerFired):
+        return Decision(state=state)
+    if not isinstance(message, ReleaseSaga):
+        return Decision(state=state, dead_letter=(
+            f"saga {state.saga_id!r} is quarantined ({state.quarantine_reason}); release it with "
+            f"`saga release {state.saga_id}` once the cause is fixed"))
+    b = DecisionBuilder(definition, state, now, state.saga_id)
+    b.record(ev.SagaReleased(**b.base(), operator=message.operator, detail=message.detail))
+    if b.saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+        _resend_open(b)
+        advance(b)
     return b.build()
 
 
@@ -183,8 +224,13 @@ def _resume(b: DecisionBuilder, message: ResumeCompensation) -> None:
             **b.base(), action=RESUME_COMPENSATION, operator=message.operator, detail=message.detail
         )
     )
-    # Timers were ignored while the saga waited for a human, so re-send everything still open, each as a
-    # new attempt under the same key.
+    _resend_open(b)
+    advance(b)
+
+
+def _resend_open(b: DecisionBuilder) -> None:
+    """Timers were ignored while the saga waited for a human (or were stopped): re-send everything still open,
+    each as a new attempt under the same key (a retry that was due keeps its attempt)."""
     for name in reversed(b.defn.order):  # the order compensation waves use
         step = b.saga.steps[name]
         if step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
@@ -195,7 +241,9 @@ def _resume(b: DecisionBuilder, message: ResumeCompensation) -> None:
             StepStatus.COMPENSATION_FAILED,
         ):
             send_compensation(b, name, step.compensation_attempt + 1)
-        elif needs_resolution(b.defn, step):
+        elif needs_resolution(b.defn, step) or (
+            b.saga.status is SagaStatus.RUNNING
+            and step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)
+        ):
             retry_due = step.status is StepStatus.RETRY_SCHEDULED
             send_step(b, name, step.attempt if retry_due else step.attempt + 1)
-    advance(b)

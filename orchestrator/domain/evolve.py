@@ -69,7 +69,8 @@ def apply_event(definition: SagaDefinition | None, state: SagaState | None, even
         raise HistoryMismatch(f"saga {state.saga_id!r}: unexpected {type(event).__name__} seq {event.seq}")
     # A refused StartSaga / cancel changes nothing, so it needs no definition (the StartSaga may even name
     # an unknown type); everything else of a started saga does.
-    needs_definition = not isinstance(event, ev.SagaRejected | ev.SagaCancelRefused | ev.SagaPurged)
+    needs_definition = not isinstance(event, ev.SagaRejected | ev.SagaCancelRefused | ev.SagaPurged
+                                      | ev.SagaQuarantined | ev.SagaReleased)
     if needs_definition and state.status is not SagaStatus.REJECTED and definition is None:
         raise HistoryMismatch(f"saga {state.saga_id!r}: {type(event).__name__} needs the saga's definition")
     moved = evolved(state, last_seq=event.seq, updated_at=event.occurred_at)
@@ -245,6 +246,16 @@ def _on_operator_action(d: _Def, s: SagaState, e: ev.OperatorAction) -> SagaStat
     return s
 
 
+def _on_saga_quarantined(d: _Def, s: SagaState, e: ev.SagaQuarantined) -> SagaState:
+    return _to_status(s, e, SagaStatus.QUARANTINED, quarantined_from=s.status, quarantine_reason=e.reason)
+
+
+def _on_saga_released(d: _Def, s: SagaState, e: ev.SagaReleased) -> SagaState:
+    if s.quarantined_from is None:
+        raise HistoryMismatch(f"saga {s.saga_id!r}: SagaReleased seq {e.seq} of a saga that is not quarantined")
+    return _to_status(s, e, s.quarantined_from, quarantined_from=None, quarantine_reason=None)
+
+
 def _on_saga_completed(d: _Def, s: SagaState, e: ev.SagaCompleted) -> SagaState:
     return _to_status(s, e, SagaStatus.COMPLETED)
 
@@ -298,6 +309,8 @@ _HANDLERS: Mapping[type[ev.Event], _Handler] = {
     ev.SagaCancelRequested: _on_saga_cancel_requested,
     ev.SagaCancelRefused: _on_saga_cancel_refused,
     ev.OperatorAction: _on_operator_action,
+    ev.SagaQuarantined: _on_saga_quarantined,
+    ev.SagaReleased: _on_saga_released,
     ev.SagaCompleted: _on_saga_completed,
     ev.SagaFailed: _on_saga_failed,
     ev.SagaCompensated: _on_saga_compensated,

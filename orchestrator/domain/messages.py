@@ -1,8 +1,9 @@
 """What the core reacts to: the contract's incoming messages, records that are none, and the durable timers
 it arms itself.
 
-The messages that travel on Kafka (StartSaga, CancelSaga, ResumeCompensation, StepResult) and the commands the
-core emits (StepCommand) are the contract's, in ``schemas.message_types``; timers never leave the orchestrator.
+The messages that travel on Kafka (StartSaga, CancelSaga, ResumeCompensation, ReleaseSaga, StepResult) and the
+commands the core emits (StepCommand) are the contract's, in ``schemas.message_types``; timers never leave the
+orchestrator.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ...schemas.message_types import CancelSaga, ResumeCompensation, StartSaga, StepResult
+from ...schemas.message_types import CancelSaga, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
 
 
 class TimerKind(StrEnum):
@@ -58,4 +59,5 @@ class RejectedRecord:
     reason: str
 
 
-IncomingMessage = StartSaga | CancelSaga | StepResult | TimerFired | ResumeCompensation | RejectedRecord
+IncomingMessage = (StartSaga | CancelSaga | StepResult | TimerFired | ResumeCompensation | ReleaseSaga
+                   | RejectedRecord)

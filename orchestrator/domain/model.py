@@ -52,6 +52,8 @@ class SagaState:
     compensation_failed_step: str | None = None
     compensation_failure_reason: str | None = None
     traceparent: str | None = None  # from SagaStarted: the trace context every message of the saga carries
+    quarantined_from: SagaStatus | None = None  # while QUARANTINED: the status a release puts it back to
+    quarantine_reason: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -61,6 +63,8 @@ class SagaState:
     @property
     def reason(self) -> str | None:
         """The most relevant human-readable reason for the saga's current status."""
+        if self.status is SagaStatus.QUARANTINED:
+            return self.quarantine_reason
         if self.status is SagaStatus.COMPENSATION_FAILED:
             return self.compensation_failure_reason
         if self.status is SagaStatus.CANCELLED:

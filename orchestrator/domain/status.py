@@ -24,6 +24,7 @@ class SagaStatus(StrEnum):
     COMPLETED_WITH_FAILURES = "COMPLETED_WITH_FAILURES"
     REJECTED = "REJECTED"  # the saga id's history is only SagaRejected: nothing started (yet)
     PURGED = "PURGED"  # ended, and its events were deleted (retention): SagaPurged stands in for them
+    QUARANTINED = "QUARANTINED"  # a message for it failed in a way no retry mends: it waits for an operator
 
     @property
     def is_terminal(self) -> bool:
@@ -47,8 +48,8 @@ TERMINAL_STATUSES: frozenset[SagaStatus] = frozenset(
 # None is "no saga yet": the first event moves it to RUNNING (SagaStarted) or REJECTED (SagaRejected); a
 # purged history starts with SagaPurged (PURGED).
 _PURGE = frozenset({SagaStatus.PURGED})
-SAGA_TRANSITIONS: Mapping[SagaStatus | None, frozenset[SagaStatus]] = {
-    None: frozenset({SagaStatus.RUNNING, SagaStatus.REJECTED, SagaStatus.PURGED}),
+_QUARANTINE = frozenset({SagaStatus.QUARANTINED})
+_STARTED_TRANSITIONS: Mapping[SagaStatus, frozenset[SagaStatus]] = {
     SagaStatus.RUNNING: frozenset(
         {
             SagaStatus.COMPENSATING,
@@ -72,9 +73,16 @@ SAGA_TRANSITIONS: Mapping[SagaStatus | None, frozenset[SagaStatus]] = {
     SagaStatus.COMPENSATED: _PURGE,
     SagaStatus.CANCELLED: _PURGE,
     SagaStatus.COMPLETED_WITH_FAILURES: _PURGE,
+}
+# A started saga may be quarantined from any status (its history or its definition may be what fails), and a
+# release puts it back where it stood.
+SAGA_TRANSITIONS: Mapping[SagaStatus | None, frozenset[SagaStatus]] = {
+    None: frozenset({SagaStatus.RUNNING, SagaStatus.REJECTED, SagaStatus.PURGED}),
+    **{status: moves | _QUARANTINE for status, moves in _STARTED_TRANSITIONS.items()},
     # Refusals start nothing: a valid StartSaga may still start a saga id whose messages were all refused.
     SagaStatus.REJECTED: frozenset({SagaStatus.RUNNING, SagaStatus.PURGED}),
     SagaStatus.PURGED: frozenset(),  # for good: a later StartSaga of the id is refused and recorded
+    SagaStatus.QUARANTINED: frozenset(_STARTED_TRANSITIONS),
 }
 
 # The ends a saga can be purged from (not COMPENSATION_FAILED: it still waits for an operator).

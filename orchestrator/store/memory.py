@@ -9,6 +9,7 @@ work, like ``FOR UPDATE SKIP LOCKED`` rows.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -80,6 +81,12 @@ class MemoryUnitOfWork:
             current = self._summaries.get(summary.saga_id) or self._store.summaries.get(summary.saga_id)
             if current is None or current.last_seq <= summary.last_seq:
                 self._summaries[summary.saga_id] = summary
+        for mark in writes.marks:
+            current = self._summaries.get(mark.saga_id) or self._store.summaries.get(mark.saga_id)
+            if current is not None and current.last_seq <= mark.last_seq:
+                self._summaries[mark.saga_id] = dataclasses.replace(
+                    current, status=mark.status, reason=mark.reason, last_seq=mark.last_seq,
+                    updated_at_ms=mark.updated_at_ms)
 
     async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
         """Due timers visible to this unit of work and not claimed by another open one; deleted here."""
@@ -178,6 +185,11 @@ class MemoryStore:
         self.summaries: dict[str, SagaSummaryRow] = {}
         self.claimed: set[_TimerKey] = set()  # timers claimed by open units of work
         self.claimed_sagas: set[str] = set()  # ended sagas claimed by open units of work (retention)
+
+    @staticmethod
+    def unavailable(error: BaseException) -> bool:
+        """A memory store is never away; only the platform's own errors count (say, a test's injected ones)."""
+        return isinstance(error, OSError | TimeoutError)
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[MemoryUnitOfWork]:

@@ -35,6 +35,16 @@ class DeploymentMismatch(RuntimeError):
     """The database belongs to a deployment with another topic prefix."""
 
 
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,  # class 08
+    asyncpg.InterfaceError,  # the connection is closed or in a bad state
+    asyncpg.InsufficientResourcesError,  # class 53: disk full, out of memory, too many connections
+    asyncpg.OperatorInterventionError,  # class 57: shutting down, query cancelled, cannot connect now
+    asyncpg.PostgresSystemError,  # class 58: I/O error
+)
+
 _SUMMARY_COLUMNS = "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"
 
 
@@ -123,6 +133,15 @@ class PostgresUnitOfWork:
         except asyncpg.UniqueViolationError as exc:
             sagas = sorted({e.saga_id for e in writes.events})
             raise ConcurrencyConflict(f"events already recorded for saga(s) {sagas}: {exc.detail}") from exc
+        if writes.marks:  # rare (a quarantine of a history that does not fold): a statement of its own
+            await self.conn.execute(
+                f"UPDATE {self._s}.saga_summary AS s SET status = m.status, reason = m.reason, last_seq = m.last_seq,"
+                " updated_at = m.updated_at"
+                " FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[])"
+                "      AS m(saga_id, status, reason, last_seq, updated_at)"
+                " WHERE s.saga_id = m.saga_id AND s.last_seq <= m.last_seq",
+                [m.saga_id for m in writes.marks], [m.status for m in writes.marks], [m.reason for m in writes.marks],
+                [m.last_seq for m in writes.marks], [ms_to_datetime(m.updated_at_ms) for m in writes.marks])
 
     async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
         """Delete-and-return due timers, skipping rows locked by other open transactions."""
@@ -202,6 +221,12 @@ class PostgresStore:
     def pool(self) -> asyncpg.Pool:
         """The connection pool the store uses."""
         return self._pool
+
+    @staticmethod
+    def unavailable(error: BaseException) -> bool:
+        """Errors that mean Postgres is away or not serving (connection lost or refused, shutting down, out of
+        resources, cancelled by an operator or a timeout), not that the statement's data is at fault."""
+        return isinstance(error, _UNAVAILABLE)
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[PostgresUnitOfWork]:

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from saga_orchestrator.orchestrator.domain.decide import Decision, decide
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
 from saga_orchestrator.orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
-from saga_orchestrator.orchestrator.domain.state import SagaState, fold
+from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus, fold
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas.ids import compensation_key, forward_key
 from saga_orchestrator.schemas.message_types import (
     CancelSaga,
     CommandKind,
+    ReleaseSaga,
     ResultStatus,
     ResumeCompensation,
     StartSaga,
@@ -51,10 +52,17 @@ class SagaRun:
         assert state is not None
         return state
 
+    def status(self) -> SagaStatus:
+        """The saga's status now (a call, so that a type checker does not keep an earlier assertion's)."""
+        return self.saga.status
+
     def send(self, message: IncomingMessage, *, at: int | None = None) -> Decision:
         if at is not None:
             self.now = at
-        decision = decide(self.definition, self.state, message, self.now)
+        return self.take(decide(self.definition, self.state, message, self.now))
+
+    def take(self, decision: Decision) -> Decision:
+        """Keep what ``decision`` (made now, of the current state) recorded, checking the core's promises."""
         first_seq = (self.events[-1].seq if self.events else 0) + 1
         assert [e.seq for e in decision.events] == list(range(first_seq, first_seq + len(decision.events)))
         assert all(e.occurred_at == self.now for e in decision.events)
@@ -149,6 +157,9 @@ class SagaRun:
 
     def resume(self) -> Decision:
         return self.send(ResumeCompensation(saga_id=self.saga_id, operator="ops", detail="fixed by hand"))
+
+    def release(self) -> Decision:
+        return self.send(ReleaseSaga(saga_id=self.saga_id, operator="ops", detail="deployed the fix"))
 
 
 Action = Callable[[SagaRun], Decision]

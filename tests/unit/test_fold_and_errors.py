@@ -62,7 +62,11 @@ def _history_through(n: int) -> list[ev.Event]:
 
 def test_saga_table_terminal_states_have_no_way_out_but_the_documented_ones() -> None:
     assert set(SAGA_TRANSITIONS) == {None, *SagaStatus}
-    exits = {s: SAGA_TRANSITIONS[s] - {SagaStatus.PURGED} for s in TERMINAL_STATUSES}
+    # Quarantine (a message no retry mends) may stop any started saga, and a release puts it back where it stood.
+    started = set(SagaStatus) - {SagaStatus.REJECTED, SagaStatus.PURGED, SagaStatus.QUARANTINED}
+    assert {s for s in SAGA_TRANSITIONS if s is not None and SagaStatus.QUARANTINED in SAGA_TRANSITIONS[s]} == started
+    assert SAGA_TRANSITIONS[SagaStatus.QUARANTINED] == started
+    exits = {s: SAGA_TRANSITIONS[s] - {SagaStatus.PURGED, SagaStatus.QUARANTINED} for s in TERMINAL_STATUSES}
     assert {s: out for s, out in exits.items() if out} == {
         SagaStatus.COMPENSATION_FAILED: {SagaStatus.COMPENSATING},  # operator resume
         SagaStatus.REJECTED: {SagaStatus.RUNNING},  # a valid start after refusals
@@ -71,7 +75,8 @@ def test_saga_table_terminal_states_have_no_way_out_but_the_documented_ones() ->
     assert set(PURGEABLE_STATUSES) == {SagaStatus.COMPLETED, SagaStatus.FAILED, SagaStatus.COMPENSATED,
                                        SagaStatus.CANCELLED, SagaStatus.COMPLETED_WITH_FAILURES, SagaStatus.REJECTED}
     assert PURGEABLE_STATUSES <= TERMINAL_STATUSES and not SAGA_TRANSITIONS[SagaStatus.PURGED]
-    assert set(TERMINAL_STATUSES) == set(SagaStatus) - {SagaStatus.RUNNING, SagaStatus.COMPENSATING}
+    assert set(TERMINAL_STATUSES) == set(SagaStatus) - {SagaStatus.RUNNING, SagaStatus.COMPENSATING,
+                                                        SagaStatus.QUARANTINED}
 
 
 @pytest.mark.parametrize(
