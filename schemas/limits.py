@@ -26,6 +26,32 @@ MAX_START_SAGA_BYTES = MAX_VALUE_BYTES - 16 * 1024
 and must still fit the codec's limit and a default Kafka record batch (1 MiB), or recording the saga would
 fail on every redelivery."""
 
+MAX_STEP_OUTPUT_BYTES = 256 * 1024
+"""Largest output one step may give. The participant kit turns a larger one into the definitive failure
+OUTPUT_TOO_LARGE and rolls the change back; one that reaches the orchestrator anyway is refused there
+(OUTPUT_REFUSED). Outputs travel in later commands, so they must leave room for the saga input."""
+
+MAX_STEP_OUTPUTS_BYTES = 512 * 1024
+"""Most bytes of step outputs one command carries (``StepCommand.step_outputs``): an output that would take a
+later command over it is refused like an oversize one."""
+
+MAX_COMMAND_PAYLOAD_BYTES = MAX_START_SAGA_BYTES
+"""Most bytes of saga input plus step outputs one command carries, with the same room for ids and framing a
+StartSaga keeps."""
+
+MAX_ERROR_MESSAGE_CHARS = 4_000
+"""Longest error message a reply's failure keeps: longer ones are cut where they enter (kit and orchestrator),
+as they are copied into events, reasons and dead letters."""
+
+OUTPUT_TOO_LARGE = "OutputTooLarge"
+"""error_type of a step whose handler gave an output over MAX_STEP_OUTPUT_BYTES: the participant kit rolled its
+change back and answered a definitive failure, so there is nothing to undo."""
+
+OUTPUT_REFUSED = "OutputRefused"
+"""error_type the orchestrator records for a success whose output it cannot carry on (over
+MAX_STEP_OUTPUT_BYTES, or a later command would break its budget): the step is failed for good, and as it took
+effect, an unwinding saga compensates it."""
+
 MAX_REJECTION_REASON_CHARS = 2_000
 """Longest reason a refused record is given: it quotes ids and decoder errors, and goes into an event and a
 dead letter."""
@@ -37,6 +63,13 @@ record nobody can publish would stop its outbox, and everything behind it, for g
 
 MAX_DEAD_LETTER_REASON_CHARS = 4_000
 """Longest reason a dead letter keeps."""
+
+
+def clip_text(text: str | None, limit: int = MAX_ERROR_MESSAGE_CHARS) -> str | None:
+    """``text`` cut to ``limit`` characters (marked with "..."), None kept."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + "..."
 
 
 def id_problem(value: str, what: str, limit: int = MAX_SAGA_ID_BYTES) -> str | None:

@@ -12,6 +12,7 @@ from typing import TypedDict
 
 from ...schemas import event_types as ev
 from ...schemas.ids import command_message_id, compensation_key, forward_key
+from ...schemas.limits import MAX_COMMAND_PAYLOAD_BYTES, MAX_STEP_OUTPUT_BYTES, MAX_STEP_OUTPUTS_BYTES
 from ...schemas.message_types import CommandKind, StepCommand
 from .definition import SagaDefinition
 from .evolve import apply_event
@@ -159,6 +160,35 @@ def outputs_for(definition: SagaDefinition, state: SagaState, name: str,
     sources = definition.upstream(name) if forward else definition.upstream(name) | {name}
     found = ((source, state.steps[source].output) for source in sorted(sources))
     return tuple((source, output) for source, output in found if output is not None)
+
+
+def output_problem(definition: SagaDefinition, state: SagaState, name: str, output: bytes | None) -> str | None:
+    """Why step ``name``'s output cannot be taken on (None when it can): it is over MAX_STEP_OUTPUT_BYTES, or a
+    command that would carry it (a later step's, or a compensation's) would break its budget.
+
+    Every command carries the outputs of a fixed set of steps (``outputs_for``), all known by the time the last
+    of them succeeds, so checking each success here means no command is ever decided that cannot be sent.
+    """
+    if output is None:
+        return None
+    if len(output) > MAX_STEP_OUTPUT_BYTES:
+        return f"output of {len(output)} bytes is over the {MAX_STEP_OUTPUT_BYTES} a step output may have"
+    sizes = {other: len(step.output) for other, step in state.steps.items() if step.output is not None}
+    sizes[name] = len(output)
+    for step in definition.steps:
+        upstream = definition.upstream(step.name)
+        carriers = [("command", upstream)] if name in upstream else []
+        if step.compensation is not None and (name in upstream or name == step.name):
+            carriers.append(("compensation", upstream | {step.name}))
+        for what, sources in carriers:
+            outputs = sum(sizes.get(source, 0) for source in sources)
+            if outputs > MAX_STEP_OUTPUTS_BYTES:
+                return (f"the {what} of {step.name} would carry {outputs} bytes of step outputs, over the "
+                        f"{MAX_STEP_OUTPUTS_BYTES} allowed")
+            if outputs + len(state.input) > MAX_COMMAND_PAYLOAD_BYTES:
+                return (f"the {what} of {step.name} would carry {outputs + len(state.input)} bytes of input and "
+                        f"step outputs, over the {MAX_COMMAND_PAYLOAD_BYTES} allowed")
+    return None
 
 
 def _timer(state: SagaState, kind: TimerKind, step: str, attempt: int, due_at: int) -> Timer:

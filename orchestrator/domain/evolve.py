@@ -11,6 +11,7 @@ from typing import Any
 
 from ...schemas import event_types as ev
 from ...schemas.ids import compensation_key, forward_key
+from ...schemas.limits import OUTPUT_REFUSED
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, IllegalTransition
 from .model import RESUME_COMPENSATION, SagaState, StepState, evolved
@@ -178,12 +179,14 @@ def _on_step_failed(d: _Def, s: SagaState, e: ev.StepFailed) -> SagaState:
     # an unwinding saga compensates it.
     before = s.steps.get(e.step)
     gave_up = e.error_type == TIMED_OUT_ERROR and before is not None and before.outcome_unknown
+    # A success whose output the orchestrator refused did take effect.
+    took_effect = gave_up or e.error_type == OUTPUT_REFUSED
     return _step(
         s,
         e,
         e.step,
         StepStatus.FAILED,
-        outcome_unknown=gave_up,
+        outcome_unknown=took_effect,
         last_error_type=e.error_type,
         last_error_message=e.error_message,
     )

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from ...schemas import event_types as ev
 from ...schemas.ids import compensation_key, forward_key
+from ...schemas.limits import OUTPUT_REFUSED, clip_text
 from ...schemas.message_types import CommandKind, ResultStatus, StepResult
 from .builder import (
     DecisionBuilder,
     live_timer_ids,
+    output_problem,
     schedule_compensation_retry,
     schedule_step_retry,
     send_compensation,
@@ -49,10 +51,17 @@ def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
         # Any attempt's success counts while the step is open: all attempts share one idempotency key,
         # so they are one operation. This is how an unknown outcome (timeout) resolves.
         open_statuses = (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)
-        if step.status in open_statuses and 1 <= result.attempt <= step.attempt:
+        if not (step.status in open_statuses and 1 <= result.attempt <= step.attempt):
+            return
+        problem = output_problem(b.defn, state, step.name, result.output)
+        if problem is None:
             b.record(
                 ev.StepSucceeded(**b.base(), step=step.name, attempt=result.attempt, output=result.output)
             )
+            return
+        # It took effect, but nothing can carry its output on: failed for good, and undone when unwinding.
+        b.record(ev.StepFailed(**b.base(), step=step.name, attempt=result.attempt, error_type=OUTPUT_REFUSED,
+                               error_message=problem, retryable=False))
         return
     if step.status not in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or result.attempt != step.attempt:
         return  # a failure of an attempt we no longer wait for
@@ -63,7 +72,7 @@ def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
             step=step.name,
             attempt=result.attempt,
             error_type=error_type,
-            error_message=result.error_message,
+            error_message=clip_text(result.error_message),
             retryable=result.retryable,
         )
     )
@@ -102,7 +111,7 @@ def _compensation_result(b: DecisionBuilder, result: StepResult) -> None:
             step=step.name,
             attempt=result.attempt,
             error_type=error_type,
-            error_message=result.error_message,
+            error_message=clip_text(result.error_message),
             retryable=result.retryable,
         )
     )

@@ -118,8 +118,9 @@ STEP_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     # RUNNING -> RUNNING: an operator's resume re-sends an unanswered command under the same key
     _S.RUNNING: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.TIMED_OUT}),
     _S.TIMED_OUT: frozenset({_S.RETRY_SCHEDULED, _S.FAILED, _S.SUCCEEDED, _S.RUNNING}),
-    # RETRY_SCHEDULED -> SUCCEEDED: a late success of an earlier attempt (same key, same operation)
-    _S.RETRY_SCHEDULED: frozenset({_S.RUNNING, _S.SUCCEEDED}),
+    # RETRY_SCHEDULED -> SUCCEEDED: a late success of an earlier attempt (same key, same operation); -> FAILED:
+    # such a success whose output cannot be carried on
+    _S.RETRY_SCHEDULED: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED}),
     # FAILED -> COMPENSATING: a step given up after its attempts timed out may have taken effect; unwinding
     # undoes it (a compensation of something that never happened is a no-op).
     _S.FAILED: frozenset({_S.RETRY_SCHEDULED, _S.COMPENSATING}),

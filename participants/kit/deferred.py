@@ -13,10 +13,12 @@ before it was answered, the wait is withdrawn (recorded as a ``Withdrawn`` failu
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import asyncpg
 
 from ...outbox.table import write_outbox
+from ...schemas.limits import MAX_STEP_OUTPUT_BYTES, clip_text
 from ...schemas.topics import Topics
 from . import ledger
 from .outcome import Failed, Succeeded
@@ -30,6 +32,11 @@ async def complete(conn: asyncpg.Connection, participant: Participant, topics: T
     in the same commit); False when the key is not awaiting an answer (unknown, or answered already)."""
     if isinstance(outcome, Failed) and outcome.retryable:
         raise ValueError("a deferred answer is definitive: give Succeeded or a non-retryable Failed")
+    if isinstance(outcome, Succeeded) and outcome.output is not None and len(outcome.output) > MAX_STEP_OUTPUT_BYTES:
+        raise ValueError(f"the output of {len(outcome.output)} bytes is over the {MAX_STEP_OUTPUT_BYTES} a step "
+                         "output may have: give a smaller one, or a Failed")
+    if isinstance(outcome, Failed):
+        outcome = replace(outcome, message=clip_text(outcome.message) or "")
     async with conn.transaction():  # a savepoint inside the caller's transaction
         command = await ledger.take_awaiting(conn, participant, idempotency_key)
         if command is None:

@@ -29,13 +29,21 @@ from ...outbox.table import OutboxMessage
 from ...schemas import wire
 from ...schemas.codec import WireError
 from ...schemas.headers import MESSAGE_ID, SAGA_ID, SAGA_TYPE, TRACEPARENT, valid_traceparent
-from ...schemas.limits import MAX_MESSAGE_ID_BYTES, id_problem, nul_field
+from ...schemas.limits import (
+    MAX_ERROR_MESSAGE_CHARS,
+    MAX_MESSAGE_ID_BYTES,
+    MAX_STEP_OUTPUT_BYTES,
+    OUTPUT_TOO_LARGE,
+    clip_text,
+    id_problem,
+    nul_field,
+)
 from ...schemas.records import ConsumedRecord
 from ...schemas.registry import default_registry
 from ...schemas.topics import Topics
 from . import ledger
 from .ledger import RecordedReply
-from .outcome import Deferred, Failed, Outcome, ReceivedCommand
+from .outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
 from .participant import Call, Participant
 from .replies import outcome_message, step_result_message
 
@@ -292,7 +300,7 @@ async def _run_bare(conn: asyncpg.Connection, participant: Participant, calls: S
         run = list(group)
         many = participant.batch_handlers.get(action)
         if many is not None and len(run) > 1 and all(participant.reads(command) for command, _ in run):
-            results = await _guarded(many(conn, run))
+            results = [within_limits(result) for result in await _guarded(many(conn, run))]
             if len(results) != len(run):
                 raise _Careful(f"batch handler {action} returned {len(results)} outcomes for {len(run)} commands")
         else:
@@ -310,7 +318,7 @@ async def _run_one_bare(conn: asyncpg.Connection, participant: Participant, comm
     handler = participant.handler(command.action)
     if handler is None or not participant.reads(command):
         return await _run_in_savepoint(conn, participant, command, saga_input)  # refused before any change
-    return await _guarded(handler(conn, command, saga_input))
+    return within_limits(await _guarded(handler(conn, command, saga_input)))
 
 
 async def _guarded(pending: Awaitable[T]) -> T:
@@ -338,7 +346,7 @@ async def _run_in_savepoint(
         return Failed("UnsupportedInput", f"{participant.name} cannot read input {command.input_type}")
     try:
         async with conn.transaction():
-            outcome = await handler(conn, command, saga_input)
+            outcome = within_limits(await handler(conn, command, saga_input))
             if isinstance(outcome, Failed):
                 raise _Undo(outcome)  # a failed step must leave no business trace
         return outcome
@@ -352,6 +360,18 @@ async def _run_in_savepoint(
                                      "action": command.action, "idempotency_key": command.idempotency_key},
         )
         return Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
+
+
+def within_limits(outcome: Outcome) -> Outcome:
+    """``outcome`` as the kit replies it: an output over MAX_STEP_OUTPUT_BYTES becomes the definitive failure
+    OUTPUT_TOO_LARGE (the caller rolls the change back, so nothing took effect), and an error message is cut to
+    MAX_ERROR_MESSAGE_CHARS."""
+    if isinstance(outcome, Succeeded) and outcome.output is not None and len(outcome.output) > MAX_STEP_OUTPUT_BYTES:
+        return Failed(OUTPUT_TOO_LARGE, f"the handler's output of {len(outcome.output)} bytes is over the "
+                      f"{MAX_STEP_OUTPUT_BYTES} a step output may have; its change was rolled back")
+    if isinstance(outcome, Failed) and len(outcome.message) > MAX_ERROR_MESSAGE_CHARS:
+        return dataclasses.replace(outcome, message=clip_text(outcome.message) or "")
+    return outcome
 
 
 def _log_outcome(

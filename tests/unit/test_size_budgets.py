@@ -1,0 +1,115 @@
+"""Size budgets where the data enters: a step output the orchestrator cannot carry on is a definitive failure
+(undone when unwinding, as it took effect), no command over its budget is ever decided, error messages are cut,
+and the participant kit turns an oversize output into OutputTooLarge before anything commits."""
+
+from __future__ import annotations
+
+import pytest
+
+from saga_orchestrator.orchestrator.domain.builder import output_problem
+from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
+from saga_orchestrator.participants.kit.handling import within_limits
+from saga_orchestrator.participants.kit.outcome import Failed, Succeeded
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.schemas import event_types as ev
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.limits import (
+    MAX_COMMAND_PAYLOAD_BYTES,
+    MAX_ERROR_MESSAGE_CHARS,
+    MAX_STEP_OUTPUT_BYTES,
+    MAX_STEP_OUTPUTS_BYTES,
+    MAX_VALUE_BYTES,
+    OUTPUT_REFUSED,
+    OUTPUT_TOO_LARGE,
+)
+from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus
+
+from .saga_driver import SagaRun, describe_command, event_names
+
+
+def _succeed(run: SagaRun, step: str, output: bytes) -> list[str]:
+    return event_names(run.reply(step, CommandKind.FORWARD, ResultStatus.SUCCEEDED, output=output))
+
+
+def test_an_oversize_output_fails_the_step_for_good_and_is_undone() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    names = _succeed(run, "book_flight", b"x" * (MAX_STEP_OUTPUT_BYTES + 1))
+    assert names[0] == "StepFailed book_flight 1"
+    failed = run.events[-len(names)]
+    assert isinstance(failed, ev.StepFailed) and failed.error_type == OUTPUT_REFUSED and not failed.retryable
+    assert failed.error_message is not None and str(MAX_STEP_OUTPUT_BYTES) in failed.error_message
+    # Not retried (the same output would come back), and as the booking happened (the reply said so), unwinding
+    # cancels it straight away, and the hotel once it is booked.
+    assert not any(name.startswith("StepRetryScheduled") for name in names)
+    assert run.status() is SagaStatus.COMPENSATING
+    assert run.saga.steps["book_flight"].status is StepStatus.COMPENSATING
+    run.ok("book_hotel")
+    run.comp_ok("book_flight")
+    run.comp_ok("book_hotel")
+    assert sorted(c.action for c in run.sent if c.kind is CommandKind.COMPENSATE) == ["cancel_flight", "cancel_hotel"]
+    assert run.status() is SagaStatus.COMPENSATED
+
+
+def test_an_output_that_would_take_a_later_command_over_its_budget_is_refused() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    third = b"o" * (MAX_STEP_OUTPUTS_BYTES // 3 + 1)  # each under its own limit, the three over one budget
+    assert len(third) <= MAX_STEP_OUTPUT_BYTES
+    assert _succeed(run, "book_flight", third) == ["StepSucceeded book_flight 1"]
+    assert _succeed(run, "book_hotel", third)[0] == "StepSucceeded book_hotel 1"
+    problem = output_problem(TRIP, run.saga, "charge_card", third)
+    # The refund of the charge would carry all three (as would the itinerary's command).
+    assert problem is not None and problem.startswith("the compensation of charge_card would carry")
+    assert _succeed(run, "charge_card", third)[0] == "StepFailed charge_card 1"
+    assert run.status() is SagaStatus.COMPENSATING and not any(c.step == "send_itinerary" for c in run.sent)
+
+
+def test_the_input_counts_against_a_command_budget() -> None:
+    run = SagaRun(TRIP)
+    run.start(payload=b"i" * (MAX_COMMAND_PAYLOAD_BYTES - 1000))
+    problem = output_problem(TRIP, run.saga, "book_flight", b"o" * 1001)
+    assert problem is not None and "input and step outputs" in problem
+    assert output_problem(TRIP, run.saga, "book_flight", b"o" * 1000) is None
+
+
+def test_outputs_at_their_limits_make_commands_that_can_be_sent() -> None:
+    run = SagaRun(TRIP)
+    half = MAX_STEP_OUTPUTS_BYTES // 2
+    run.start(payload=b"i" * (MAX_COMMAND_PAYLOAD_BYTES - MAX_STEP_OUTPUTS_BYTES))
+    assert _succeed(run, "book_flight", b"f" * half) == ["StepSucceeded book_flight 1"]
+    assert _succeed(run, "book_hotel", b"h" * half)[0] == "StepSucceeded book_hotel 1"
+    run.fail("charge_card", error="CardDeclined")
+    assert run.status() is SagaStatus.COMPENSATING
+    assert "payment.charge_card FORWARD 1" in [describe_command(command) for command in run.sent]
+    for command in run.sent:  # the largest carries the input and both outputs, with a 300-byte saga id room
+        assert len(wire.encode_command(command)) <= MAX_VALUE_BYTES
+
+
+def test_a_long_error_message_is_cut_where_it_enters() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    run.reply("book_flight", CommandKind.FORWARD, ResultStatus.FAILED, error_type="Boom",
+              error_message="e" * (MAX_ERROR_MESSAGE_CHARS * 10))
+    failed = next(e for e in run.events if isinstance(e, ev.StepFailed))
+    assert failed.error_message is not None and len(failed.error_message) == MAX_ERROR_MESSAGE_CHARS + 3
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [
+        (Succeeded(b"o" * MAX_STEP_OUTPUT_BYTES), Succeeded(b"o" * MAX_STEP_OUTPUT_BYTES)),
+        (Succeeded(None), Succeeded(None)),
+        (Failed("Boom", "short"), Failed("Boom", "short")),
+    ],
+)
+def test_the_kit_keeps_outcomes_within_their_limits(outcome: Succeeded | Failed, expected: object) -> None:
+    assert within_limits(outcome) == expected
+
+
+def test_the_kit_turns_an_oversize_output_into_a_definitive_failure() -> None:
+    checked = within_limits(Succeeded(b"o" * (MAX_STEP_OUTPUT_BYTES + 1)))
+    assert isinstance(checked, Failed) and checked.error_type == OUTPUT_TOO_LARGE and not checked.retryable
+    assert "rolled back" in checked.message
+    cut = within_limits(Failed("Boom", "m" * (MAX_ERROR_MESSAGE_CHARS + 1), retryable=True))
+    assert isinstance(cut, Failed) and cut.retryable and len(cut.message) == MAX_ERROR_MESSAGE_CHARS + 3
