@@ -13,10 +13,11 @@ from ..infra.db import create_pool
 from ..infra.health import current as current_health
 from ..infra.settings import Settings
 from ..outbox.relay import OutboxRelay
+from ..schemas.headers import SAGA_ID
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
 from .kit.ddl import ensure_participant_schema
-from .kit.handling import Disposition, handle_commands
+from .kit.handling import Disposition, dead_letter_poisoned, handle_commands, unavailable
 from .kit.ledger import record_pruner
 from .kit.participant import Participant
 
@@ -102,14 +103,43 @@ class ParticipantRuntime:
         if self._relay is not None:
             self._relay.wake()
 
+    async def _handle(self, pool: asyncpg.Pool, batch: Sequence[ConsumedRecord]) -> list[Disposition]:
+        try:
+            return await handle_commands(pool, self.participant, self.topics, batch)
+        except Exception as exc:
+            if unavailable(exc) or (len(batch) == 1 and self.settings.saga_poison_attempts == 1):
+                raise
+            log.warning("command batch failed, handling its commands one at a time",
+                        extra={"participant": self.participant.name, "commands": len(batch), "error": repr(exc)})
+        return [await self._alone(pool, record) for record in batch]
+
+    async def _alone(self, pool: asyncpg.Pool, record: ConsumedRecord) -> Disposition:
+        error: Exception | None = None
+        for _ in range(self.settings.saga_poison_attempts):
+            try:
+                [disposition] = await handle_commands(pool, self.participant, self.topics, [record])
+                return disposition
+            except Exception as exc:
+                if unavailable(exc):
+                    raise
+                error = exc
+        assert error is not None
+        log.error("command failed every time, dead-lettering it",
+                  extra={"participant": self.participant.name, "saga_id": record.header(SAGA_ID),
+                         "topic": record.topic, "partition": record.partition, "offset": record.offset,
+                         "attempts": self.settings.saga_poison_attempts, "error": repr(error)})
+        return await dead_letter_poisoned(pool, self.participant, self.topics, record, error)
+
     async def process_batch(self, batch: Sequence[ConsumedRecord]) -> list[Disposition]:
         """Handle deliveries in one transaction, retrying the whole batch while Postgres is unavailable (their
-        offsets stay unacknowledged)."""
+        offsets stay unacknowledged). A batch that fails for another reason is handled a delivery at a time,
+        and a delivery that fails ``saga_poison_attempts`` times on its own is dead-lettered: one command's
+        problem never stops the others."""
         delay = _RETRY_FIRST_S
         while True:
             try:
                 pool = await self.start()  # inside the try: Postgres may be away when the pool opens
-                dispositions = await handle_commands(pool, self.participant, self.topics, batch)
+                dispositions = await self._handle(pool, batch)
                 health = current_health()
                 health.handled(len(batch))
                 health.commands_handled(self.participant.name, dispositions)

@@ -25,7 +25,7 @@ import asyncpg
 
 from ...infra.faults import crash_point
 from ...outbox.dead_letters import dead_letter_message
-from ...outbox.table import OutboxMessage
+from ...outbox.table import OutboxMessage, write_outbox
 from ...schemas import wire
 from ...schemas.codec import WireError
 from ...schemas.headers import MESSAGE_ID, SAGA_ID, SAGA_TYPE, TRACEPARENT, valid_traceparent
@@ -56,6 +56,17 @@ _DATABASE_GONE = (
     asyncpg.InterfaceError,
     OSError,
 )
+
+
+UNPROCESSABLE = "Unprocessable"
+"""error_type of the definitive failure a command gets when handling it failed every time for a reason that is
+no outage (``dead_letter_poisoned``): nothing it did was kept."""
+
+
+def unavailable(error: BaseException) -> bool:
+    """True when ``error`` means Postgres is away (the delivery waits, unacknowledged), not that the delivery
+    cannot be handled."""
+    return isinstance(error, _DATABASE_GONE)
 
 
 class Disposition(StrEnum):
@@ -180,6 +191,35 @@ async def handle_command(pool: asyncpg.Pool, participant: Participant, topics: T
                          clock: Callable[[], int] = _now_ms) -> Disposition:
     """``handle_commands`` of one delivery: a lone command is a batch of one."""
     return (await handle_commands(pool, participant, topics, [record], clock=clock))[0]
+
+
+async def dead_letter_poisoned(pool: asyncpg.Pool, participant: Participant, topics: Topics, record: ConsumedRecord,
+                               error: BaseException, *, clock: Callable[[], int] = _now_ms) -> Disposition:
+    """A delivery that failed every time it was handled on its own, for a reason that is no outage: dead-letter
+    it with its bytes and the reason, and when its key has no outcome yet, record and reply the definitive
+    failure UNPROCESSABLE so the saga moves on (the transactions that failed kept nothing)."""
+    reason = clip_text(f"the command failed every time it was handled: {type(error).__name__}: {error}") or ""
+    parsed = dataclasses.replace(parse_delivery(participant, record), reason=reason)
+    rows = [park(participant, topics, parsed, record, clock())]
+    command = parsed.command
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            if command is not None and command.idempotency_key in await ledger.claim(conn, participant, [command]):
+                failed = Failed(UNPROCESSABLE, reason)
+                reply = outcome_message(command, topics.results(participant.name), failed, clock())
+                await ledger.settle(conn, participant, [], [(command.idempotency_key, RecordedReply.of(failed))],
+                                    [reply, *rows])
+                return Disposition.DEAD_LETTERED
+    except Exception as failure:
+        if unavailable(failure):
+            raise
+        # Recording the outcome fails too: the letter alone (the saga's timeout and retries take it on).
+        log.error("could not record a failure for a dead-lettered command",
+                  extra={"participant": participant.name, "saga_id": command.saga_id if command else None,
+                         "error": repr(failure)})
+    async with pool.acquire() as conn, conn.transaction():
+        await write_outbox(conn, participant.outbox_table, rows)
+    return Disposition.DEAD_LETTERED
 
 
 def _runs_of_distinct_keys(parsed: Sequence[ParsedDelivery]) -> list[tuple[int, int]]:
