@@ -16,6 +16,7 @@ from . import (
 )
 from .dlq_cmd import dlq_app
 from .infra_cmd import infra_app
+from .outbox_cmd import outbox_app
 from .run_cmd import run_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -23,6 +24,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 app.add_typer(infra_app, name="infra", help="Local Kafka and Postgres: up, down, status.")
 app.add_typer(run_app, name="run")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(outbox_app, name="outbox")
 app.command("start")(commands.start)
 app.command("cancel")(commands.cancel)
 app.command("resume")(commands.resume)

@@ -63,6 +63,10 @@ class ServiceHealth:
         self.relay_rows_published = Counter(
             "saga_relay_rows_published", "Outbox rows the relay published to Kafka.", ["table"],
             registry=self.registry)
+        self.relay_rows_parked = Counter(
+            "saga_relay_rows_parked", "Outbox rows the relay parked: the broker refused them for good.", ["table"],
+            registry=self.registry,
+        )
         self.messages_dead_lettered = Counter(
             "saga_messages_dead_lettered", "Messages this service could not process and parked on saga.dlq.",
             registry=self.registry)
@@ -141,6 +145,10 @@ class ServiceHealth:
         self.published_total += rows
         self.relay_rows_published.labels(table=table).inc(rows)
         self.progress()
+
+    def parked(self, table: str, rows: int) -> None:
+        """The relay of ``table`` parked ``rows`` rows."""
+        self.relay_rows_parked.labels(table=table).inc(rows)
 
     def progress(self) -> None:
         """The service did useful work just now."""

@@ -14,9 +14,12 @@ Only one relay per table is active: the active one holds a session-level ``pg_tr
 connection it keeps; others stand by and retry the lock. If that connection dies, Postgres releases the
 lock and a standby takes over.
 
-A row Kafka refuses for good (unknown topic, record too large) stops its table at that row: it is retried
-with backoff and logged with its id and saga ids until an operator fixes or deletes it, because skipping it
-would break the order of its key.
+A row Kafka refuses for good (a record over the topic's limit, a topic it refuses) is parked: moved to
+``<table>_parked`` with the reason, and the later rows of its key (its saga) wait behind it in the outbox,
+their order kept, while every other key's rows go on. A batch that fails is published again a row at a time
+to find which rows; a row that keeps failing for another reason while the broker takes other rows
+(``PARK_AFTER`` times) is parked too. ``saga outbox`` lists, requeues and discards parked rows; a requeued row
+keeps its id and so goes first again.
 
 Wake-up: a writer in the same process calls ``wake`` after its commit; otherwise a short adaptive poll
 (``min_poll_ms`` while polls keep finding rows, doubling to ``max_poll_ms`` when idle, none at all while
@@ -37,18 +40,45 @@ from typing import Any
 import asyncpg
 import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidMessageError,
+    InvalidTimestampError,
+    InvalidTopicError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+    UnsupportedForMessageFormatError,
+)
 
 from ..infra.db import check_table
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
 from ..infra.startup import sleep_or_stop
 from .batches import queue_batches
+from .table import parked_table
 
 log = logging.getLogger(__name__)
 
 ProducerFactory = Callable[[], Any]  # an unstarted AIOKafkaProducer (or an object with its start, stop,
 # partitions_for, create_batch and send_batch)
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    RecordListTooLargeError,
+    InvalidTopicError,
+    TopicAuthorizationFailedError,
+    InvalidMessageError,
+    InvalidTimestampError,
+    CorruptRecordException,
+    UnsupportedForMessageFormatError,
+)
+"""Errors the broker (or the producer) gives a record that no retry changes: the row is parked at once."""
+PARK_AFTER = 5
+"""Row-at-a-time passes a row may fail with another error, while the broker takes other rows, before it is
+parked (a topic that does not exist, and is not created, fails its metadata lookup every time)."""
 MIN_POLL_MS = 5  # default wait between polls while they keep finding rows
 MAX_POLL_MS = 50  # default wait between polls once they stop finding rows
 
@@ -107,11 +137,22 @@ class OutboxRelay:
         self._lock_key = relay_lock_key(table)
         self._conn: asyncpg.Connection | None = None  # holds the advisory lock while not None
         self._producer: Any = None
+        self.parked_table = parked_table(table)
+        # An anti-join with a table that is nearly always empty: a hash of nothing, next to no cost.
         self._select_sql = (
-            f"SELECT id, topic, message_key, value, headers::text AS headers, message_id FROM {table}"
-            " WHERE available_at <= now() ORDER BY id LIMIT $1"
+            f"SELECT id, topic, message_key, value, headers::text AS headers, message_id FROM {table} o"
+            f" WHERE available_at <= now() AND NOT EXISTS (SELECT 1 FROM {self.parked_table} p"
+            " WHERE p.message_key = o.message_key) ORDER BY id LIMIT $1"
         )
         self._delete_sql = f"DELETE FROM {table} WHERE id = ANY($1::bigint[])"
+        self._park_sql = (
+            f"WITH moved AS (DELETE FROM {table} WHERE id = $1 RETURNING *)"
+            f" INSERT INTO {self.parked_table} (id, topic, message_key, value, headers, message_id, available_at,"
+            " created_at, reason) SELECT id, topic, message_key, value, headers, message_id, available_at,"
+            " created_at, $2 FROM moved"
+        )
+        self._strikes: dict[int, int] = {}  # row id -> row-at-a-time passes it failed (not for good)
+        self.parked_total = 0
         self.published_total = 0
         self._wakeup = asyncio.Event()
 
@@ -216,24 +257,70 @@ class OutboxRelay:
         rows = await self._conn.fetch(self._select_sql, self._batch_size)
         if not rows:
             return 0
-        # Queue everything first, one record batch per partition, then wait for all acks.
-        futures: list[asyncio.Future[Any]] = []
         try:
-            await queue_batches(producer, [(row["topic"], row["message_key"].encode(), row["value"], _headers(row))
-                                           for row in rows], futures)
-        except Exception as exc:  # e.g. unknown topic (metadata timeout), record too large
-            await asyncio.gather(*futures, return_exceptions=True)
-            raise _BatchFailed(rows, exc) from exc
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            raise _BatchFailed(rows, failures[0]) from failures[0]
+            await _publish(producer, rows)
+        except _BatchFailed as failed:
+            if not isinstance(failed.cause, KafkaError | ValueError):
+                raise  # not the broker's answer about these records (Postgres, a bug): back off
+            log.warning("outbox batch failed, publishing it a row at a time",
+                        extra={"table": self.table, "rows": len(rows), "error": repr(failed.cause),
+                               "saga_ids": failed.saga_ids})
+            return await self._row_at_a_time(producer, rows, failed)
         crash_point("relay.after_publish")  # acknowledged by Kafka, still in the outbox: published again
+        await self._published(rows)
+        log.debug("outbox batch published", extra={"table": self.table, "rows": len(rows)})
+        return len(rows)
+
+    async def _published(self, rows: list[asyncpg.Record]) -> None:
+        assert self._conn is not None
         await self._conn.execute(self._delete_sql, [row["id"] for row in rows])
         self.published_total += len(rows)
         current_health().published(self.table, len(rows))
-        log.debug("outbox batch published", extra={"table": self.table, "rows": len(rows)})
-        return len(rows)
+
+    async def _row_at_a_time(self, producer: Any, rows: list[asyncpg.Record], batch_failure: _BatchFailed) -> int:
+        """Publish ``rows`` one by one, in id order: a row refused for good is parked, and so is one that failed
+        ``PARK_AFTER`` passes while others went through; a key whose row failed keeps its later rows back.
+        Raises the batch's failure when no row went through (the broker is away: back off)."""
+        published = 0
+        held: set[str] = set()  # keys with a row that failed in this pass: their later rows wait
+        failed: list[tuple[asyncpg.Record, BaseException]] = []
+        for row in rows:
+            if row["message_key"] in held:
+                continue
+            try:
+                await _publish(producer, [row])
+            except _BatchFailed as error:
+                # A refused batch may leave the idempotent producer's sequence of that partition broken.
+                await self._drop_producer()
+                producer = await self._ensure_producer()
+                held.add(row["message_key"])
+                if isinstance(error.cause, PERMANENT_ERRORS):
+                    await self._park(row, error.cause)
+                else:
+                    failed.append((row, error.cause))
+                continue
+            await self._published([row])
+            self._strikes.pop(row["id"], None)
+            published += 1
+        if not published and failed:
+            raise batch_failure
+        for row, cause in failed:  # the broker took other rows: these failed for a reason of their own
+            strikes = self._strikes[row["id"]] = self._strikes.get(row["id"], 0) + 1
+            if strikes >= PARK_AFTER:
+                await self._park(row, cause, f"failed {strikes} times while the broker took other records")
+        return published
+
+    async def _park(self, row: asyncpg.Record, cause: BaseException, why: str = "refused for good") -> None:
+        assert self._conn is not None
+        reason = f"{why}: {type(cause).__name__}: {cause}"[:2000]
+        await self._conn.execute(self._park_sql, row["id"], reason)
+        self._strikes.pop(row["id"], None)
+        self.parked_total += 1
+        current_health().parked(self.table, 1)
+        log.error("outbox row parked; the later rows of its key wait behind it",
+                  extra={"table": self.table, "id": row["id"], "topic": row["topic"], "key": row["message_key"],
+                         "saga_id": _saga_id(row), "message_id": row["message_id"], "bytes": len(row["value"]),
+                         "reason": reason})
 
     async def _after_error(self, exc: Exception, retry_in_s: float) -> None:
         fields: dict[str, Any] = {"table": self.table, "error": repr(exc), "retry_in_s": round(retry_in_s, 3)}
@@ -276,6 +363,26 @@ class OutboxRelay:
             except Exception as exc:  # the pool terminates a connection it could not take back
                 log.warning("relay connection release failed", extra={"table": self.table, "error": repr(exc)})
         log.info("outbox relay inactive", extra={"table": self.table})
+
+
+async def _publish(producer: Any, rows: list[asyncpg.Record]) -> None:
+    """Queue every row, one record batch per partition, then wait for all acks; _BatchFailed when any failed."""
+    futures: list[asyncio.Future[Any]] = []
+    try:
+        await queue_batches(producer, [(row["topic"], row["message_key"].encode(), row["value"], _headers(row))
+                                       for row in rows], futures)
+    except Exception as exc:  # e.g. unknown topic (metadata timeout), record too large
+        await asyncio.gather(*futures, return_exceptions=True)
+        raise _BatchFailed(rows, exc) from exc
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    if failures:
+        raise _BatchFailed(rows, failures[0]) from failures[0]
+
+
+def _saga_id(row: asyncpg.Record) -> str:
+    saga_id: str = orjson.loads(row["headers"]).get("saga_id", row["message_key"])
+    return saga_id
 
 
 def _headers(row: asyncpg.Record) -> list[tuple[str, bytes]]:

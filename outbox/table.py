@@ -35,9 +35,9 @@ class OutboxMessage:
 
 
 def outbox_table_sql(schema: str) -> str:
-    """DDL of ``<schema>.outbox`` (idempotent: CREATE ... IF NOT EXISTS).
+    """DDL of ``<schema>.outbox`` and its ``<schema>.outbox_parked`` (idempotent: CREATE ... IF NOT EXISTS).
 
-    The table is a queue (insert, publish, delete), so autovacuum is told to clean it early rather than
+    The outbox is a queue (insert, publish, delete), so autovacuum is told to clean it early rather than
     after the default 20% of dead rows.
     """
     check_identifier(schema)
@@ -53,7 +53,34 @@ CREATE TABLE IF NOT EXISTS {schema}.outbox (
     available_at timestamptz NOT NULL DEFAULT now(),
     created_at   timestamptz NOT NULL DEFAULT now()
 ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000);
+{parked_table_sql(schema)}"""
+
+
+def parked_table_sql(schema: str) -> str:
+    """DDL of ``<schema>.outbox_parked``: rows the broker refused for good, with the reason. A row keeps its
+    outbox id, so a requeued one goes back where it stood; while a key has a parked row, the relay holds that
+    key's later rows back (their order kept) and publishes every other key's."""
+    check_identifier(schema)
+    return f"""
+CREATE TABLE IF NOT EXISTS {schema}.outbox_parked (
+    id           bigint      PRIMARY KEY,
+    topic        text        NOT NULL,
+    message_key  text        NOT NULL,
+    value        bytea       NOT NULL,
+    headers      jsonb       NOT NULL,
+    message_id   text        NOT NULL,
+    available_at timestamptz NOT NULL,
+    created_at   timestamptz NOT NULL,
+    parked_at    timestamptz NOT NULL DEFAULT now(),
+    reason       text        NOT NULL
+);
+CREATE INDEX IF NOT EXISTS outbox_parked_key ON {schema}.outbox_parked (message_key);
 """
+
+
+def parked_table(table: str) -> str:
+    """The parked-rows table of outbox ``table`` (``<schema>.outbox`` -> ``<schema>.outbox_parked``)."""
+    return f"{check_table(table)}_parked"
 
 
 INSERT_PARAMETERS = 6

@@ -44,7 +44,8 @@ async def test_migrate_applies_each_file_once_even_with_concurrent_starters(data
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'saga' ORDER BY 1"
         )
         names = [t["table_name"] for t in tables]
-        assert names == ["deployment", "events", "inbox", "outbox", "saga_summary", "schema_migrations", "timers"]
+        assert names == ["deployment", "events", "inbox", "outbox", "outbox_parked", "saga_summary",
+                         "schema_migrations", "timers"]
     finally:
         for conn in conns:
             await conn.close()
@@ -73,6 +74,8 @@ async def test_saga_outbox_has_the_shape_of_every_outbox(database_url: str) -> N
             await conn.execute(outbox_table_sql("shape_check"))
             await conn.execute(outbox_table_sql("shape_check"))  # idempotent
             assert await _columns(conn, "saga", "outbox") == await _columns(conn, "shape_check", "outbox")
+            parked = await _columns(conn, "saga", "outbox_parked")
+            assert parked == await _columns(conn, "shape_check", "outbox_parked") and parked
     finally:
         await pool.close()
 

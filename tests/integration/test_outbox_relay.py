@@ -16,8 +16,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import DefaultPartitioner
 
 from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.outbox.parked import requeue_parked
 from saga_orchestrator.outbox.relay import OutboxRelay, relay_lock_key
 from saga_orchestrator.outbox.table import OutboxMessage, outbox_table_sql, write_outbox
+from tests.e2e.harness import saga_cli
 
 pytestmark = pytest.mark.integration
 
@@ -326,3 +329,56 @@ async def _wait_until_empty(pool: asyncpg.Pool, table: str, timeout_s: float = 2
     while await rows_left(pool, table):
         assert time.monotonic() < deadline, "relay did not publish in time"
         await asyncio.sleep(0.05)
+
+
+async def test_a_row_the_broker_refuses_is_parked_and_only_its_key_waits(
+        pool: asyncpg.Pool, table: str, kafka_bootstrap: str, topic_prefix: str, database_url: str) -> None:
+    small = f"{topic_prefix}relay-small-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(small, num_partitions=2, replication_factor=1,
+                                            topic_configs={"max.message.bytes": "4096"})])
+    finally:
+        await admin.close()
+    rows = messages(small, ["a", "b", "c"], 3)
+    too_big = OutboxMessage(small, "b", b"x" * 20_000, {"saga_id": "b"}, "b:event:big")
+    await write(pool, table, [*rows[:4], too_big, *rows[4:]])  # b's big row after its first one
+    publisher = relay(pool, table, kafka_bootstrap)
+    try:
+        assert await drain(publisher) == 7  # all of a and c, b's first row; b's last two wait
+        received = ids_by_key(await consume(kafka_bootstrap, small, 7))
+    finally:
+        await publisher.close()
+    assert received == {"a": ["a:event:0", "a:event:1", "a:event:2"], "b": ["b:event:0"],
+                        "c": ["c:event:0", "c:event:1", "c:event:2"]}
+    parked = await pool.fetch(f"SELECT id, message_key, message_id, reason FROM {publisher.parked_table}")
+    assert [(row["message_key"], row["message_id"]) for row in parked] == [("b", "b:event:big")]
+    assert "MessageSizeTooLarge" in parked[0]["reason"] or "RecordTooLarge" in parked[0]["reason"]
+    waiting = await pool.fetch(f"SELECT message_id FROM {table} ORDER BY id")
+    assert [row["message_id"] for row in waiting] == ["b:event:1", "b:event:2"]  # held, in order
+    assert publisher.parked_total == 1
+
+    # Requeued before the cause is fixed, it goes first again and is parked again: b's rows still wait.
+    assert await requeue_parked(pool, table, [parked[0]["id"]]) == 1
+    publisher = relay(pool, table, kafka_bootstrap)
+    try:
+        assert await drain(publisher) == 0 and publisher.parked_total == 1
+    finally:
+        await publisher.close()
+    # The operator lists it and discards it with the CLI: b goes on.
+    schema = table.split(".")[0]
+    current = Settings(database_url=database_url)
+    listed = await saga_cli(current, "outbox", "list", "--schema", schema)
+    assert listed.returncode == 0 and "b:event:big" in listed.stdout, listed.stderr
+    discarded = await saga_cli(current, "outbox", "discard", str(parked[0]["id"]), "--schema", schema)
+    assert discarded.returncode == 0 and "discarded 1 row(s)" in discarded.stdout, discarded.stderr
+    again = await saga_cli(current, "outbox", "discard", str(parked[0]["id"]), "--schema", schema)
+    assert again.returncode == 1 and "not parked" in " ".join(again.stdout.split() + again.stderr.split())
+    publisher = relay(pool, table, kafka_bootstrap)
+    try:
+        assert await drain(publisher) == 2
+        received = ids_by_key(await consume(kafka_bootstrap, small, 9))
+    finally:
+        await publisher.close()
+    assert received["b"] == ["b:event:0", "b:event:1", "b:event:2"]

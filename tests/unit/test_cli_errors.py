@@ -40,6 +40,7 @@ def _run(*args: str) -> tuple[int, str]:
     (["list", "--older-than", "5 minutes"], "--older-than '5 minutes' is not a duration"),
     (["dlq", "list", "--since", "yesterday"], "--since 'yesterday' is not a duration"),
     (["dlq", "replay"], "name the letters to replay: positions as PARTITION:OFFSET, or --saga ID"),
+    (["outbox", "list", "--schema", "Bad-Name"], "--schema 'Bad-Name' is not a schema name"),
     (["dlq", "replay", "3-17"], "'3-17' is not a dead-letter position; use PARTITION:OFFSET"),
 ])
 def test_bad_arguments_are_refused_with_what_to_fix(args: list[str], expected: str) -> None:
