@@ -1,4 +1,4 @@
-"""``saga start``, ``saga cancel`` and ``saga resume``: publish commands onto the saga topics."""
+"""``saga start``, ``saga cancel``, ``saga resume`` and ``saga release``: publish commands onto the saga topics."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import typer
 
 from ..client.saga_client import SagaClient, SagaInputError, client_headers
 from ..orchestrator.bootstrap import definitions
+from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaStatus, fold
 from ..schemas import wire
-from ..schemas.event_types import SagaCompleted, SagaStarted
-from ..schemas.message_types import CancelSaga, ResumeCompensation
+from ..schemas.event_types import SagaCompleted, SagaQuarantined, SagaReleased, SagaStarted
+from ..schemas.message_types import CancelSaga, ReleaseSaga, ResumeCompensation
 from .context import console, fail, producer, run, settings, topics
-from .inspect_cmd import follow, load_events_of
+from .inspect_cmd import folded, follow, load_events_of
 
 
 def _parse_json_object(text: str) -> dict[str, Any]:
@@ -67,7 +68,7 @@ def _status_of(saga_id: str) -> SagaStatus:
     events = run(load_events_of(saga_id))
     if not events:
         fail(f"no saga {saga_id!r} in the event store (check the id, or `saga list`); --force publishes anyway")
-    return fold(definitions().for_history(events), events).status
+    return folded(saga_id, events).status
 
 
 def cancel(
@@ -99,6 +100,36 @@ def resume(
     body = wire.encode_resume(ResumeCompensation(saga_id=saga_id, operator=operator, detail=detail))
     run(_publish(current, topics(current).control, saga_id, body, None))
     console.print(f"published ResumeCompensation for [bold]{saga_id}[/]")
+
+
+def release(
+    saga_id: str = typer.Argument(..., help="A QUARANTINED saga."),
+    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    detail: str | None = typer.Option(None, "--detail", help="What was fixed; recorded."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+) -> None:
+    """Release a QUARANTINED saga once the cause is fixed: it goes on where it stood, its open steps sent again."""
+    if not force:
+        _check_quarantined(saga_id)
+    current = settings()
+    body = wire.encode_release(ReleaseSaga(saga_id=saga_id, operator=operator, detail=detail))
+    run(_publish(current, topics(current).control, saga_id, body, None))
+    console.print(f"published ReleaseSaga for [bold]{saga_id}[/]")
+
+
+def _check_quarantined(saga_id: str) -> None:
+    """Exits with what to do unless the saga's last quarantine has no release after it."""
+    events = run(load_events_of(saga_id))
+    if not events:
+        fail(f"no saga {saga_id!r} in the event store (check the id, or `saga list`); --force publishes anyway")
+    marks = [event for event in events if isinstance(event, SagaQuarantined | SagaReleased)]
+    if not marks or not isinstance(marks[-1], SagaQuarantined):
+        fail(f"saga {saga_id!r} is not quarantined: there is nothing to release")
+    try:
+        fold(definitions().for_history(events), events)
+    except DomainError as error:  # releasing now would only quarantine it again
+        fail(f"saga {saga_id!r} still cannot go on ({type(error).__name__}: {error}); fix that first (for a "
+             "missing definition version, deploy it in SAGA_DEFINITIONS), or --force to publish anyway")
 
 
 async def _publish(current: Any, topic: str, saga_id: str, value: bytes, saga_type: str | None) -> None:

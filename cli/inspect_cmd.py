@@ -14,10 +14,11 @@ import typer
 from rich.table import Table
 
 from ..orchestrator.bootstrap import definitions
-from ..orchestrator.domain.state import SagaStatus, fold
+from ..orchestrator.domain.errors import DomainError
+from ..orchestrator.domain.state import SagaState, SagaStatus, fold
 from ..orchestrator.store.postgres import PostgresStore
 from ..schemas import wire
-from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaPurged, SagaRejected, SagaStarted
+from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaPurged, SagaQuarantined, SagaRejected, SagaStarted
 from .context import console, database, fail, run, settings
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -53,10 +54,22 @@ async def load_history(saga_id: str) -> list[Event]:
     return events
 
 
+def folded(saga_id: str, events: list[Event]) -> SagaState:
+    """The saga's state from ``events``; exits with what to do when they do not fold (a quarantined saga whose
+    definition version is not deployed, say)."""
+    try:
+        return fold(definitions().for_history(events), events)
+    except DomainError as error:
+        quarantined = any(isinstance(event, SagaQuarantined) for event in events)
+        fail(f"saga {saga_id!r} cannot be folded here: {type(error).__name__}: {error}"
+             + ("; it is quarantined: deploy what it needs (SAGA_DEFINITIONS), then `saga release "
+                f"{saga_id}`" if quarantined else "") + f"; `saga history {saga_id}` shows its events")
+
+
 def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
     """Show the saga's state, folded from its events, and each step's state."""
     events = run(load_history(saga_id))
-    state = fold(definitions().for_history(events), events)
+    state = folded(saga_id, events)
     console.print(f"saga [bold]{saga_id}[/] ({state.saga_type} v{state.definition_version}): "
                   f"[bold]{state.status.value}[/]" + (f" — {state.reason}" if state.reason else ""))
     if state.status is SagaStatus.PURGED:
@@ -65,6 +78,9 @@ def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
                       f" purged at {when(purged.occurred_at)}" + (f" by {purged.operator}" if purged.operator else "")
                       + f" (SHA-256 {purged.purged_digest})")
         return
+    if state.status is SagaStatus.QUARANTINED:
+        console.print(f"[red]quarantined:[/] its messages are dead-lettered and its timers stopped; fix the cause, "
+                      f"then `saga release {saga_id}`")
     if state.status is SagaStatus.COMPENSATION_FAILED:
         console.print(f"[red]needs a human:[/] step {state.compensation_failed_step}; fix the cause, then "
                       f"`saga resume {saga_id}`")

@@ -26,7 +26,7 @@ from ..schemas.codec import WireError
 from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted, StepSucceeded
 from ..schemas.headers import kafka_headers, message_headers, valid_traceparent
 from ..schemas.limits import id_problem
-from ..schemas.message_types import CancelSaga, ResumeCompensation, StartSaga
+from ..schemas.message_types import CancelSaga, ReleaseSaga, ResumeCompensation, StartSaga
 from ..schemas.partitioning import partition_for
 from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
@@ -178,6 +178,13 @@ class SagaClient:
         """Publish a ResumeCompensation: a COMPENSATION_FAILED saga retries its failed compensation."""
         message = ResumeCompensation(saga_id=saga_id, operator=operator, detail=detail)
         await self.publish(self.topics.control, saga_id, wire.encode_resume(message))
+
+    async def release(self, saga_id: str, operator: str | None = None, detail: str | None = None) -> None:
+        """Publish a ReleaseSaga: a QUARANTINED saga (SagaQuarantined says why) goes on where it stood, its open
+        steps sent again. Fix the cause first (deploy the missing definition version, say): a saga whose
+        history still does not fold stays quarantined and the release is dead-lettered with the reason."""
+        message = ReleaseSaga(saga_id=saga_id, operator=operator, detail=detail)
+        await self.publish(self.topics.control, saga_id, wire.encode_release(message))
 
     def handle(self, saga_id: str, since_ms: int | None = None) -> SagaHandle:
         """The handle of a saga started earlier: its events from ``since_ms`` (epoch ms; default the
