@@ -16,7 +16,9 @@ def main() -> None:
             raise
         sys.exit(f"saga: the command line needs {error.name}, which this installation lacks; "
                  "install it with: pip install 'saga-orchestrator[orchestrator]'")
+    from ..infra import kafka_records
     from ..infra.logging import configure_logging
 
+    kafka_records.install()  # `saga dlq list` and the services it runs read records of any shape
     configure_logging("WARNING", "kv")  # a command's own output is its console; `saga run` logs in full
     app()

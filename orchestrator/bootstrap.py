@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from ..infra import kafka_records
 from ..infra.chores import Chore
 from ..infra.db import create_pool
 from ..infra.health import ServiceHealth
@@ -129,6 +130,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     ``with_relay`` adds the relay of its outbox, woken by every commit of the service (so it never polls for
     the orchestrator's own rows); ``clock`` is the only clock the core sees.
     """
+    kafka_records.install()  # a record batch no consumer could read past becomes a record to dead-letter
     topics = Topics(settings.saga_topic_prefix)
     participants = participants_of(registry)
     store = PostgresStore(pool)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
+from ..infra import kafka_records
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
 from ..infra.startup import sleep_or_stop
@@ -86,7 +87,8 @@ class OrchestratorConsumer:
                 *self._parser.topic_names(), bootstrap_servers=self._bootstrap, group_id=self._group_id,
                 enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self._max_records,
                 isolation_level="read_committed", fetch_max_wait_ms=self._fetch_wait_ms,
-                fetch_min_bytes=FETCH_MIN_BYTES,
+                fetch_min_bytes=FETCH_MIN_BYTES, fetch_max_bytes=kafka_records.FETCH_MAX_BYTES,
+                max_partition_fetch_bytes=kafka_records.PARTITION_FETCH_BYTES,
             )
             try:
                 await consumer.start()  # returns once the group is joined and partitions are assigned

@@ -105,6 +105,9 @@ class RecordParser:
             return Envelope(RejectedRecord(saga_id=saga_id, saga_type=saga_type, reason=reason), raw.position_id,
                             raw, (REJECTED_IDS, f"{raw.position_id}:{content_digest(raw)}"))
 
+        unreadable = raw.unreadable
+        if unreadable is not None:
+            return rejected(unreadable, key_id)
         if raw.value is None:
             return rejected("empty value (tombstone) where a saga message was expected", key_id)
         message_id = raw.header(MESSAGE_ID)

@@ -43,7 +43,8 @@ log = logging.getLogger("saga.orchestrator")
 
 CONSUMER_NAME = "orchestrator"
 MAX_CONFLICT_RETRIES = 8
-STATE_CACHE_SIZE = 20_000
+STATE_CACHE_BYTES = 256 * 1024 * 1024
+"""How much memory the cache of folded states may take (estimated per state by ``state_bytes``)."""
 POISON_ATTEMPTS = 3
 """How often a message that fails for no known reason is tried alone before its saga is quarantined."""
 
@@ -69,6 +70,47 @@ class _Unfolded:
     quarantined: bool  # its last SagaQuarantined has no SagaReleased after it
 
 
+def state_bytes(state: SagaState) -> int:
+    """An estimate of the memory a folded state takes: its input, outputs and texts, and a fixed overhead for
+    the objects around them (a four-step trip state with a tiny input measures about 2 kB, as estimated)."""
+    steps = sum(320 + len(step.output or b"") + len(step.last_error_message or "") for step in state.steps.values())
+    texts = sum(len(text or "") for text in (state.failure_reason, state.cancel_reason, state.quarantine_reason,
+                                             state.compensation_failure_reason))
+    return 700 + len(state.input) + steps + texts
+
+
+class StateCache:
+    """Folded states by saga id, least recently used first, held within ``max_bytes`` (``state_bytes``)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._states: OrderedDict[str, tuple[SagaState, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def get(self, saga_id: str) -> SagaState | None:
+        entry = self._states.get(saga_id)
+        return entry[0] if entry is not None else None
+
+    def put(self, state: SagaState) -> None:
+        self.drop(state.saga_id)
+        size = state_bytes(state)
+        if size > self.max_bytes:
+            return  # larger than the whole cache: read again each time rather than push everything out
+        self._states[state.saga_id] = (state, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes and self._states:
+            _, (_, evicted) = self._states.popitem(last=False)
+            self.bytes -= evicted
+
+    def drop(self, saga_id: str) -> None:
+        entry = self._states.pop(saga_id, None)
+        if entry is not None:
+            self.bytes -= entry[1]
+
+
 class SagaService:
     """The orchestrator's application service; every decision comes from the fold of the saga's events.
 
@@ -80,13 +122,13 @@ class SagaService:
                  clock_ms: Callable[[], int], consumer_name: str = CONSUMER_NAME,
                  on_commit: Callable[[], None] | None = None,
                  on_settled: Callable[[Settled], None] | None = None,
-                 poison_attempts: int = POISON_ATTEMPTS) -> None:
+                 poison_attempts: int = POISON_ATTEMPTS, cache_bytes: int = STATE_CACHE_BYTES) -> None:
         self._units = units
         self._definitions = definitions
         self._topics = topics
         self._clock_ms = clock_ms
         self._consumer = consumer_name
-        self._cache: OrderedDict[str, SagaState] = OrderedDict()
+        self._cache = StateCache(cache_bytes)
         self._on_commit = on_commit  # e.g. an in-process outbox relay's wake()
         self._on_settled = on_settled  # e.g. metrics of what the committed decisions did
         self._poison_attempts = max(1, poison_attempts)
@@ -244,7 +286,7 @@ class SagaService:
                 result = await work(uow, settled)
         except BaseException:
             for saga_id in settled.sagas:  # the cache may be ahead of what is stored now
-                self._cache.pop(saga_id, None)
+                self._cache.drop(saga_id)
             raise
         self._committed(settled)
         return result
@@ -381,10 +423,7 @@ class SagaService:
         ``on_settled`` (what it decided)."""
         # Only states whose transaction committed: a cached state must be a prefix of the stored history.
         for state in settled.states.values():
-            self._cache[state.saga_id] = state
-            self._cache.move_to_end(state.saga_id)
-        while len(self._cache) > STATE_CACHE_SIZE:
-            self._cache.popitem(last=False)
+            self._cache.put(state)
         if self._on_commit is not None:
             self._on_commit()
         if self._on_settled is not None:

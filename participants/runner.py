@@ -21,6 +21,7 @@ from typing import Any
 import faust
 import mode.loop
 
+from ..infra import kafka_records
 from ..infra.db import create_pool
 from ..infra.health import configure as configure_health
 from ..infra.health_server import run_health
@@ -93,6 +94,7 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     all partitions: that costs less CPU per command than many small per-partition batches, and an idle
     actor wakes up every ``batch_within_s``, so one actor instead of one per partition.
     """
+    kafka_records.install()  # a record batch no consumer could read past becomes a record to dead-letter
     participants = hosted_participants(names)
     hosted = [participant.name for participant in participants]
     ident = worker_id(hosted, settings)
@@ -109,6 +111,7 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
         topic_replication_factor=1,
         consumer_auto_offset_reset="earliest",
         broker_commit_interval=1.0,
+        consumer_max_fetch_size=kafka_records.PARTITION_FETCH_BYTES,
         # A killed worker's partitions move to the others after this (faust's default is 60 s).
         broker_session_timeout=10.0,
     )

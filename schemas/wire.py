@@ -25,6 +25,7 @@ from .message_types import (
     StepCommand,
     StepResult,
 )
+from .records import printable_header_name
 from .registry import SchemaRegistry, default_registry
 
 EVENTS_NAMESPACE = "saga.v1.events"
@@ -270,7 +271,7 @@ def encode_dead_letter(letter: DeadLetter, registry: SchemaRegistry | None = Non
     record["reason"] = letter.reason[:MAX_DEAD_LETTER_REASON_CHARS]
     if letter.saga_id is not None and id_problem(letter.saga_id, "saga_id"):
         record["saga_id"] = None
-    record["original_headers"] = [{"key": k, "value": v} for k, v in letter.original_headers]
+    record["original_headers"] = [{"key": printable_header_name(k), "value": v} for k, v in letter.original_headers]
     size = 0
     for shed in ("nothing", "value", "key and headers"):
         if shed == "value" and letter.original_value is not None:

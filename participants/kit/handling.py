@@ -135,6 +135,8 @@ class ParsedDelivery:
 def parse_delivery(participant: Participant, record: ConsumedRecord) -> ParsedDelivery:
     """Decode and check one delivery; anything unusable gets the reason it goes to the DLQ instead."""
     message_id = record.header(MESSAGE_ID) or record.position_id
+    if record.unreadable is not None:
+        return ParsedDelivery(message_id, reason=record.unreadable)
     try:
         reason = id_problem(message_id, "message_id header", MAX_MESSAGE_ID_BYTES)
         command, saga_input = decode_command(participant.name, record, message_id)

@@ -8,6 +8,7 @@ import pytest
 
 from saga_orchestrator.orchestrator.domain.builder import output_problem
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
+from saga_orchestrator.orchestrator.service import StateCache, state_bytes
 from saga_orchestrator.participants.kit.handling import within_limits
 from saga_orchestrator.participants.kit.outcome import Failed, Succeeded
 from saga_orchestrator.participants.trip.definition import TRIP
@@ -113,3 +114,24 @@ def test_the_kit_turns_an_oversize_output_into_a_definitive_failure() -> None:
     assert "rolled back" in checked.message
     cut = within_limits(Failed("Boom", "m" * (MAX_ERROR_MESSAGE_CHARS + 1), retryable=True))
     assert isinstance(cut, Failed) and cut.retryable and len(cut.message) == MAX_ERROR_MESSAGE_CHARS + 3
+
+
+def test_the_state_cache_is_held_within_its_bytes() -> None:
+    runs = [SagaRun(TRIP, saga_id=f"s{n}") for n in range(4)]
+    for n, run in enumerate(runs):
+        run.start(payload=b"i" * (100_000 if n == 2 else 10))
+    small, large = state_bytes(runs[0].saga), state_bytes(runs[2].saga)
+    cache = StateCache(max_bytes=3 * small)
+    for run in runs[:3]:
+        cache.put(run.saga)
+    # A state larger than the whole cache is not kept, and pushes nothing out.
+    assert [cache.get(run.saga_id) is not None for run in runs[:3]] == [True, True, False]
+    assert cache.bytes == 2 * small
+    cache = StateCache(max_bytes=large + small)
+    for run in runs:
+        cache.put(run.saga)
+    assert cache.get("s0") is None and cache.get("s1") is None  # least recently used go first
+    assert cache.get("s2") is not None and cache.get("s3") is not None
+    assert cache.bytes == large + small == cache.max_bytes
+    cache.drop("s2")
+    assert cache.bytes == small and len(cache) == 1
