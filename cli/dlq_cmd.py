@@ -24,10 +24,11 @@ from rich.table import Table
 
 from ..client.event_feed import assign_from_beginning
 from ..infra.settings import Settings
+from ..orchestrator.domain.status import SagaStatus
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.message_types import DeadLetter
-from .context import console, fail, producer, run, settings, topics
+from .context import console, database, fail, producer, run, settings, topics
 from .inspect_cmd import parse_duration, when
 
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters on saga.dlq: list them, replay them.")
@@ -204,8 +205,12 @@ def replay(
         help="Letters to replay, as PARTITION:OFFSET (`saga dlq list`).")] = None,
     saga_id: str | None = typer.Option(None, "--saga", help="Replay every letter of this saga id, oldest first."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be published; publish nothing."),
+    force: bool = typer.Option(False, "--force", help="Replay commands and replies of sagas that ended too."),
 ) -> None:
-    """Publish dead-lettered records again to their source topics, once their cause is fixed."""
+    """Publish dead-lettered records again to their source topics, once their cause is fixed.
+
+    A step command or reply of a saga that has ended is not replayed (without --force): the saga may have
+    undone that step since, and a late command would do it again."""
     wanted = [parse_position(text) for text in positions or []]
     if not wanted and saga_id is None:
         fail("name the letters to replay: positions as PARTITION:OFFSET, or --saga ID (see `saga dlq list`)")
@@ -221,6 +226,21 @@ def replay(
         except NotReplayable as why:
             refused += 1
             console.print(f"[red]{item.position} not replayed:[/] {why}")
+    if not force:
+        ended = run(ended_sagas(current, {item.letter.saga_id for item, record in replays
+                                          if item.letter and item.letter.saga_id and is_step_topic(record.topic)}))
+        kept = []
+        for item, record in replays:
+            status = ended.get(item.letter.saga_id or "") if item.letter and is_step_topic(record.topic) else None
+            if status is None:
+                kept.append((item, record))
+                continue
+            refused += 1
+            console.print(f"[red]{item.position} not replayed:[/] saga {item.letter.saga_id if item.letter else ''} "
+                          f"ended {status}, and a step's command or reply after its end could redo what it undid"
+                          + ("; `saga resume` retries its compensation" if status == "COMPENSATION_FAILED" else "")
+                          + "; --force replays it anyway")
+        replays = kept
     if not dry_run and replays:
         run(_publish([record for _, record in replays], current))
     verb = "would publish" if dry_run else "published"
@@ -230,6 +250,21 @@ def replay(
     console.print(f"{len(replays)} {verb}, {refused} not replayable")
     if refused:
         raise typer.Exit(1)
+
+
+def is_step_topic(topic: str) -> bool:
+    """True for a participant's commands or results topic (``<prefix><participant>.commands|results``)."""
+    return topic.endswith((".commands", ".results"))
+
+
+async def ended_sagas(current: Settings, saga_ids: set[str]) -> dict[str, str]:
+    """The status of each of ``saga_ids`` that has ended (the read model's), by saga id."""
+    if not saga_ids:
+        return {}
+    async with database(current) as pool:
+        rows = await pool.fetch("SELECT saga_id, status FROM saga.saga_summary WHERE saga_id = ANY($1::text[])",
+                                sorted(saga_ids))
+    return {row["saga_id"]: row["status"] for row in rows if SagaStatus(row["status"]).is_terminal}
 
 
 def select(parked: Sequence[Parked], wanted: Iterable[tuple[int, int]], saga_id: str | None,

@@ -6,7 +6,8 @@ While a command waits, its idempotency key is recorded as AWAITING and the comma
 the awaited attempt on, so the answer carries the attempt the orchestrator waits for. ``complete`` records the
 final outcome under the key and writes the reply into the participant's outbox, where its relay finds it.
 The step's ``timeout_ms`` and retries bound how long the saga waits. When the saga compensates the step
-before it was answered, the wait is withdrawn (recorded as a ``Withdrawn`` failure): a later answer is refused.
+before it was answered, the wait is withdrawn (its key fenced, error type ``Withdrawn``): a later answer is
+refused, and so is a later delivery of the command.
 ``ledger.awaiting`` lists what is outstanding.
 """
 

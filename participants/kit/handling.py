@@ -29,6 +29,7 @@ from ...outbox.table import OutboxMessage, write_outbox
 from ...schemas import wire
 from ...schemas.codec import WireError
 from ...schemas.headers import MESSAGE_ID, SAGA_ID, SAGA_TYPE, TRACEPARENT, valid_traceparent
+from ...schemas.ids import forward_key
 from ...schemas.limits import (
     MAX_ERROR_MESSAGE_CHARS,
     MAX_MESSAGE_ID_BYTES,
@@ -38,6 +39,7 @@ from ...schemas.limits import (
     id_problem,
     nul_field,
 )
+from ...schemas.message_types import CommandKind
 from ...schemas.records import ConsumedRecord
 from ...schemas.registry import default_registry
 from ...schemas.topics import Topics
@@ -75,6 +77,7 @@ class Disposition(StrEnum):
     RECORDED = "recorded"  # handled; the final outcome (success or definitive failure) is recorded
     TRANSIENT = "transient"  # retryable failure replied; nothing recorded, business change rolled back
     DUPLICATE = "duplicate"  # key already recorded: the recorded reply was sent again
+    FENCED = "fenced"  # a forward whose step the saga compensated: answered Compensated, not run
     DEAD_LETTERED = "dead_lettered"  # undecodable: a DeadLetter went to the DLQ topic
     AWAITING = "awaiting"  # the handler deferred its answer (or it is still outstanding): nothing replied
 
@@ -225,16 +228,20 @@ async def dead_letter_poisoned(pool: asyncpg.Pool, participant: Participant, top
 
 
 def _runs_of_distinct_keys(parsed: Sequence[ParsedDelivery]) -> list[tuple[int, int]]:
-    """(start, end) of consecutive deliveries in which no idempotency key is given twice."""
+    """(start, end) of consecutive deliveries in which no idempotency key is given twice, and no forward
+    command follows its own compensation (it must see the tombstone the compensation leaves)."""
     runs: list[tuple[int, int]] = []
     start, keys = 0, set[str]()
     for index, delivery in enumerate(parsed):
-        key = delivery.command.idempotency_key if delivery.command is not None else None
+        command = delivery.command
+        key = command.idempotency_key if command is not None else None
         if key is not None and key in keys:
             runs.append((start, index))
             start, keys = index, set[str]()
-        if key is not None:
+        if command is not None and key is not None:
             keys.add(key)
+            if command.kind is CommandKind.COMPENSATE:
+                keys.add(forward_key(command.saga_id, command.step))  # a later forward of it starts a new run
     if start < len(parsed):
         runs.append((start, len(parsed)))
     return runs
@@ -302,7 +309,8 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
                 done.append((Disposition.AWAITING, command, reply, None))
                 continue
             replies.append(step_result_message(command, results_topic, reply))
-            done.append((Disposition.DUPLICATE, command, reply, reply.error_type))
+            done.append((Disposition.FENCED if reply.fenced else Disposition.DUPLICATE, command, reply,
+                         reply.error_type))
         else:
             outcome = outcomes[command.idempotency_key]
             done.append(_settled(outcome, command, transient, final, awaited))

@@ -28,8 +28,14 @@ from .outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from .participant import Participant
 
 AWAITING = "AWAITING"
+FENCED = "COMPENSATED"
+"""Status of a forward key whose step the saga compensated before the forward had an outcome here (or after
+it failed): a tombstone. It is never taken up again, so a forward command that arrives later (a replay, a
+zombie relay, a partition move) is answered FAILED with its error type and does not run."""
+COMPENSATED = "Compensated"
+"""error_type of the answer a fenced forward command gets."""
 WITHDRAWN = "Withdrawn"
-"""error_type recorded for a deferred command whose saga compensated the step before it was answered."""
+"""error_type of a fenced deferred command: its saga compensated the step before it was answered."""
 
 
 def processed_commands_sql(schema: str) -> str:
@@ -94,6 +100,16 @@ class RecordedReply:
     def awaiting(self) -> bool:
         """The handler deferred its answer: there is nothing to reply yet."""
         return self.status == AWAITING
+
+    @property
+    def fenced(self) -> bool:
+        """A tombstone: the saga compensated this forward step, so the command must not run."""
+        return self.status == FENCED
+
+    @property
+    def result_status(self) -> str:
+        """The StepResult status this record answers with (a tombstone answers FAILED)."""
+        return "FAILED" if self.fenced else self.status
 
 
 # A key's recorded outcome answers every redelivery of its attempt. A definitive failure is taken up again by
@@ -185,19 +201,28 @@ async def await_answers(conn: asyncpg.Connection, participant: Participant,
 
 async def withdraw(conn: asyncpg.Connection, participant: Participant,
                    compensations: Sequence[ReceivedCommand]) -> None:
-    """The saga is undoing these steps: their forward commands no longer await an answer (nothing is replied;
-    the orchestrator stopped waiting)."""
-    keys = [forward_key(c.saga_id, c.step) for c in compensations if c.kind is CommandKind.COMPENSATE]
-    if not keys:
+    """The saga is undoing these steps: fence their forward keys with a tombstone (FENCED) unless the forward
+    succeeded here (then the compensation undoes it, and a later forward gets that success again). A forward
+    that was awaiting a deferred answer no longer does (WITHDRAWN: a later answer is refused); one with no
+    record, or a failed one, is answered COMPENSATED from now on instead of running."""
+    commands = [c for c in compensations if c.kind is CommandKind.COMPENSATE]
+    if not commands:
         return
+    keys = [forward_key(c.saga_id, c.step) for c in commands]
     await conn.execute(
         f"""WITH gone AS (DELETE FROM {participant.awaiting_table} WHERE idempotency_key = ANY($1::text[])
                           RETURNING idempotency_key)
-            UPDATE {participant.processed_table} AS p
-            SET status = 'FAILED', error_type = '{WITHDRAWN}', processed_at = now(),
-                error_message = 'the saga compensated this step before it was answered'
-            FROM gone WHERE p.idempotency_key = gone.idempotency_key""",
-        keys,
+            INSERT INTO {participant.processed_table} AS p
+                (idempotency_key, saga_id, step, kind, action, attempt, status, error_type, error_message)
+            SELECT k, s, st, 'FORWARD', '', 0, '{FENCED}',
+                   CASE WHEN k IN (SELECT idempotency_key FROM gone) THEN '{WITHDRAWN}' ELSE '{COMPENSATED}' END,
+                   'the saga compensated this step: its forward command does not run'
+            FROM unnest($1::text[], $2::text[], $3::text[]) AS c(k, s, st)
+            ON CONFLICT (idempotency_key) DO UPDATE
+            SET status = EXCLUDED.status, error_type = EXCLUDED.error_type, error_message = EXCLUDED.error_message,
+                output = NULL, processed_at = now()
+            WHERE p.status IN ('FAILED', '{AWAITING}')""",
+        keys, [c.saga_id for c in commands], [c.step for c in commands],
     )
 
 

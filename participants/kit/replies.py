@@ -16,7 +16,7 @@ def step_result_message(command: ReceivedCommand, results_topic: str, reply: Rec
     """The ``saga.v1.StepResult`` answering ``command`` (this delivery's attempt), as an outbox row."""
     result = StepResult(saga_id=command.saga_id, step=command.step, kind=command.kind,
                         idempotency_key=command.idempotency_key, attempt=command.attempt,
-                        status=ResultStatus(reply.status), retryable=retryable, error_type=reply.error_type,
+                        status=ResultStatus(reply.result_status), retryable=retryable, error_type=reply.error_type,
                         error_message=reply.error_message, output=reply.output)
     message_id = reply_message_id(command.idempotency_key, command.attempt)
     headers = message_headers(message_id, causation_id=command.message_id, saga_id=command.saga_id,

@@ -122,5 +122,5 @@ async def test_a_compensation_withdraws_the_wait_and_a_later_answer_is_refused(
     assert await awaiting(pool, DESK, saga_id) == []
     assert not await _answer(pool, f"{saga_id}:flight", Succeeded(b"too late"))
     forward = [r for r in await processed(pool, "deferredtest", saga_id) if r["kind"] == "FORWARD"]
-    assert [(r["status"], r["error_type"]) for r in forward] == [("FAILED", "Withdrawn")]
+    assert [(r["status"], r["error_type"]) for r in forward] == [("COMPENSATED", "Withdrawn")]
     assert [r["result"]["kind"] for r in await replies(pool, "deferredtest", saga_id)] == ["COMPENSATE"]
