@@ -47,13 +47,14 @@ def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]])
 def orchestrator(with_relay: bool = typer.Option(
         False, "--with-relay", help="Also relay the outbox, woken by each commit (as saga run all does).")) -> None:
     """Consume saga.start, saga.control and the results topics; fire durable timers."""
+    from ..infra.kafka_admin import RetentionTooShort
     from ..orchestrator.bootstrap import run_orchestrator
     from ..orchestrator.store.postgres import DeploymentMismatch
 
     try:
         _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay))
-    except DeploymentMismatch as mismatch:
-        fail(str(mismatch))
+    except (DeploymentMismatch, RetentionTooShort) as refused:
+        fail(str(refused))
 
 
 @run_app.command("relay")
@@ -75,8 +76,13 @@ def participant(names: Annotated[list[str], typer.Argument(
         hosted_participants(names)
     except (ValueError, ImportError) as error:
         fail(str(error))
+    from ..infra.kafka_admin import RetentionTooShort
+
     settle_service_heap()
-    run_participant(names, settings())
+    try:
+        run_participant(names, settings())
+    except RetentionTooShort as refused:
+        fail(str(refused))
 
 
 def service_commands(current: Settings) -> dict[str, list[str]]:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 _NO_ERROR = 0
@@ -112,3 +113,58 @@ async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], deadli
         if time.monotonic() >= deadline:
             raise TimeoutError(f"topics without a leader: {', '.join(sorted(pending))}")
         await asyncio.sleep(0.1)
+
+
+async def topic_retention_ms(bootstrap: str, names: list[str]) -> dict[str, int]:
+    """Each topic's ``retention.ms`` as the broker reports it (-1: kept forever); topics that do not exist are
+    left out."""
+    if not names:
+        return {}
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="saga-topics")
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [name for name in dict.fromkeys(names) if name in existing]
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name, configs={"retention.ms": None}) for name in wanted])
+    finally:
+        await admin.close()
+    found: dict[str, int] = {}
+    for response in responses:
+        for code, message, _type, name, entries, *_ in response.resources:
+            if code != _NO_ERROR:
+                raise for_code(code)(f"reading the configuration of topic {name}: {message}")
+            for key, value, *_ in entries:
+                if key == "retention.ms" and value is not None:
+                    found[name] = int(value)
+    return found
+
+
+class RetentionTooShort(RuntimeError):
+    """A service would keep its idempotency records shorter than a topic it reads keeps its records."""
+
+
+async def check_retention(bootstrap: str, topics: list[str], setting: str, hours: float) -> None:
+    """Raise RetentionTooShort (which says what to change) unless records kept ``hours`` (``setting``) outlive
+    the records of ``topics``."""
+    problem = retention_problem(setting, hours, await topic_retention_ms(bootstrap, topics) if hours else {})
+    if problem is not None:
+        raise RetentionTooShort(problem)
+
+
+def retention_problem(setting: str, hours: float, retentions_ms: dict[str, int]) -> str | None:
+    """Why idempotency records kept ``hours`` (setting ``setting``; 0 keeps them forever) do not outlive the
+    records of the topics a service reads, or None: a record read again after its idempotency record is gone
+    would be handled twice."""
+    if hours == 0:
+        return None
+    kept_ms = hours * 3_600_000
+    longer = {name: ms for name, ms in retentions_ms.items() if ms < 0 or ms > kept_ms}
+    if not longer:
+        return None
+    name, ms = max(longer.items(), key=lambda item: (item[1] < 0, item[1]))
+    kept = "forever" if ms < 0 else f"{ms / 3_600_000:g} h"
+    fix = "0 (keep them)" if ms < 0 else f"at least {ms / 3_600_000:g} (or 0 to keep them)"
+    return (f"{setting.upper()}={hours:g} keeps idempotency records {hours:g} h, but topic {name} keeps its records "
+            f"{kept}: a record read again after its idempotency record is gone would be handled twice. Set "
+            f"{setting.upper()} to {fix}, or lower the topic's retention.ms")

@@ -17,7 +17,7 @@ from ..infra.chores import Chore
 from ..infra.db import create_pool
 from ..infra.health import ServiceHealth
 from ..infra.health_server import health_running
-from ..infra.kafka_admin import ensure_topics
+from ..infra.kafka_admin import check_retention, ensure_topics
 from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..infra.startup import StartupStopped, retry_startup
@@ -102,6 +102,9 @@ async def prepare(settings: Settings) -> tuple[DefinitionRegistry, Topics, tuple
     topics = Topics(settings.saga_topic_prefix)
     participants = participants_of(registry)
     await ensure_topics(settings.kafka_servers(), topics.all(participants), settings.saga_topic_partitions)
+    await check_retention(settings.kafka_servers(),
+                          [topics.start, topics.control, *(topics.results(name) for name in participants)],
+                          "saga_inbox_retention_hours", settings.saga_inbox_retention_hours)
     return registry, topics, participants
 
 

@@ -25,7 +25,7 @@ from ..infra import kafka_records
 from ..infra.db import create_pool
 from ..infra.health import configure as configure_health
 from ..infra.health_server import run_health
-from ..infra.kafka_admin import ensure_topics
+from ..infra.kafka_admin import check_retention, ensure_topics
 from ..infra.logging import configure_logging
 from ..infra.settings import Settings
 from ..infra.startup import retry_startup, start_over
@@ -195,6 +195,8 @@ async def prepare(name: str, settings: Settings) -> None:
     participant = get_participant(name)
     await ensure_topics(settings.kafka_servers(), participant_topics(participant.name, settings),
                         settings.saga_topic_partitions)
+    await check_retention(settings.kafka_servers(), [Topics(settings.saga_topic_prefix).commands(participant.name)],
+                          "saga_participant_retention_hours", settings.saga_participant_retention_hours)
     pool = await create_pool(settings.dsn(), 1)
     try:
         await ensure_participant_schema(pool, participant)
