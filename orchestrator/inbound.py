@@ -15,6 +15,7 @@ from ..schemas.limits import (
     MAX_MESSAGE_ID_BYTES,
     MAX_REJECTION_REASON_CHARS,
     MAX_START_SAGA_BYTES,
+    MAX_TEXT_CHARS,
     id_problem,
     nul_field,
 )
@@ -135,6 +136,9 @@ class RecordParser:
             if problem:
                 saga_type = message.saga_type if id_problem(message.saga_type, "saga_type") is None else None
                 return rejected(problem, message.saga_id, saga_type)
+        problem = _text_problem(message)
+        if problem:
+            return rejected(problem, message.saga_id)
         if isinstance(message, StepResult):
             # Its inbox id derives from its key, so a key that is not its own saga's (a forged or misrouted
             # reply) must not take the id of the reply it imitates: refused before any claim.
@@ -182,6 +186,16 @@ class RecordParser:
         if field:
             return f"input field {field} contains a NUL character"
         return None
+
+
+def _text_problem(message: wire.IncomingWire) -> str | None:
+    """Why an operator's or client's text is too long to record (it goes into an event and the read model)."""
+    texts = {"reason": getattr(message, "reason", None), "operator": getattr(message, "operator", None),
+             "detail": getattr(message, "detail", None)}
+    for name, text in texts.items():
+        if text is not None and len(text) > MAX_TEXT_CHARS:
+            return f"{name} of {len(text)} characters is longer than the {MAX_TEXT_CHARS} allowed"
+    return None
 
 
 def _start_size_problem(size: int) -> str | None:

@@ -52,6 +52,10 @@ OUTPUT_REFUSED = "OutputRefused"
 MAX_STEP_OUTPUT_BYTES, or a later command would break its budget): the step is failed for good, and as it took
 effect, an unwinding saga compensates it."""
 
+MAX_TEXT_CHARS = 4_000
+"""Longest text a client or an operator gives a message (a cancel's reason, a release's operator and detail): it
+goes into an event; a longer one is refused at the door."""
+
 MAX_REJECTION_REASON_CHARS = 2_000
 """Longest reason a refused record is given: it quotes ids and decoder errors, and goes into an event and a
 dead letter."""

@@ -10,14 +10,23 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
-from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
+from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
+from saga_orchestrator.orchestrator.inbound import CLIENT_IDS, Envelope, RecordParser
 from saga_orchestrator.orchestrator.ports import Writes
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore, MemoryUnitOfWork
 from saga_orchestrator.participants.trip import PARTICIPANTS, TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
-from saga_orchestrator.schemas.message_types import CommandKind, DeadLetter, ReleaseSaga, ResultStatus, StepResult
+from saga_orchestrator.schemas.limits import MAX_TEXT_CHARS
+from saga_orchestrator.schemas.message_types import (
+    CancelSaga,
+    CommandKind,
+    DeadLetter,
+    ReleaseSaga,
+    ResultStatus,
+    StepResult,
+)
 from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
 from saga_orchestrator.schemas.topics import Topics
@@ -184,3 +193,26 @@ async def test_a_message_that_fails_every_time_quarantines_its_saga_alone() -> N
     first, second = world.letters
     assert first.saga_id == "bad" and "RuntimeError: check constraint violated by bad" in first.reason
     assert first.original_value and "is quarantined" in second.reason
+
+
+async def test_a_decision_that_cannot_be_recorded_quarantines_its_saga() -> None:
+    world = World()
+    await world.run_to_rest([world.start("s-1")])
+    assert world.status("s-1") == "COMPLETED"
+    await world.service.handle_many([world.start("s-2")])
+    # A cancel whose reason would make an event over the codec's limit (the door refuses such a record; this one
+    # is handed over as a message, as a bug in the door would): the decision cannot be written.
+    huge = Envelope(CancelSaga(saga_id="s-2", reason="r" * 1_100_000), "m-huge", inbox_key=(CLIENT_IDS, "m-huge"))
+    assert await world.service.handle(huge) is Outcome.APPLIED  # the quarantine (no record handed over to park)
+    events = world.store.events["s-2"]
+    assert events[-1].event_type == "SagaQuarantined" and world.status("s-2") == "QUARANTINED"
+    assert "decision not recorded" in (world.store.summaries["s-2"].reason or "")
+
+
+def test_the_door_refuses_texts_over_their_limit() -> None:
+    world = World()
+    cancel = wire.encode_cancel(CancelSaga(saga_id="s-1", reason="r" * (MAX_TEXT_CHARS + 1)))
+    parsed = world.record(TOPICS.control, "s-1", cancel)
+    assert isinstance(parsed.message, RejectedRecord)
+    assert parsed.message.reason == (f"reason of {MAX_TEXT_CHARS + 1} characters is longer than the "
+                                     f"{MAX_TEXT_CHARS} allowed")
