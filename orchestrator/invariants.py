@@ -181,6 +181,9 @@ def why_not_terminal(state: SagaState, last_event: str, timers: list[PendingTime
                      outbox_rows: Mapping[str, int], now_ms: int) -> str:
     """A one-line explanation of where a saga that has not ended is waiting."""
     parts = [f"last event {last_event} (seq {state.last_seq}, {(now_ms - state.updated_at) / 1000:.1f}s ago)"]
+    if state.status is SagaStatus.QUARANTINED:
+        parts.insert(0, f"quarantined ({state.quarantine_reason}): release it with `saga release {state.saga_id}` "
+                        "once the cause is fixed")
     if timers:
         parts.append("timers: " + ", ".join(
             f"{t.kind} {t.step}#{t.attempt} due in {(t.due_at_ms - now_ms) / 1000:.1f}s" for t in timers))

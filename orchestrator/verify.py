@@ -170,10 +170,11 @@ async def _read_snapshot(pool: asyncpg.Pool, wanted: set[str] | None) -> _Snapsh
             timers.setdefault(row["saga_id"], []).append(
                 PendingTimer(row["kind"], row["step"], row["attempt"], datetime_to_ms(row["due_at"])))
         # Every outbox: the orchestrator's and each participant's (same table shape, one per schema).
-        outboxes = await conn.fetch("SELECT table_schema FROM information_schema.tables"
-                                    " WHERE table_name = 'outbox' ORDER BY 1")
-        for schema in (row["table_schema"] for row in outboxes):
-            for row in await conn.fetch(f'SELECT message_key, count(*) AS n FROM "{schema}".outbox {key_where}'
+        # Their parked rows too (refused by the broker: the saga's later rows wait behind them).
+        outboxes = await conn.fetch("SELECT table_schema, table_name FROM information_schema.tables"
+                                    " WHERE table_name IN ('outbox', 'outbox_parked') ORDER BY 1, 2")
+        for schema, table in ((row["table_schema"], row["table_name"]) for row in outboxes):
+            for row in await conn.fetch(f'SELECT message_key, count(*) AS n FROM "{schema}".{table} {key_where}'
                                         " GROUP BY 1", *args):
-                outbox_rows.setdefault(row["message_key"], {})[f"{schema}.outbox"] = row["n"]
+                outbox_rows.setdefault(row["message_key"], {})[f"{schema}.{table}"] = row["n"]
     return _Snapshot(events, summaries, timers, outbox_rows, now_ms)
