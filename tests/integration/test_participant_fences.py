@@ -4,6 +4,8 @@ answered FAILED Compensated from the tombstone and does not run, in whatever ord
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 import pytest
 
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.integration
 __all__ = ["pool"]  # the module fixture, shared
 
 
-def _book(saga_id: str, attempt: int = 1, **trip: str) -> tuple[bytes, dict[str, bytes]]:
+def _book(saga_id: str, attempt: int = 1, **trip: Any) -> tuple[bytes, dict[str, bytes]]:
     return command(saga_id, "flight", "book_flight", attempt=attempt, **trip)
 
 

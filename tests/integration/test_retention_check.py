@@ -11,6 +11,7 @@ import uuid
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from saga_orchestrator.cli.run_cmd import service_environment
 from saga_orchestrator.infra.kafka_admin import (
     RetentionTooShort,
     check_retention,
@@ -18,7 +19,6 @@ from saga_orchestrator.infra.kafka_admin import (
     topic_retention_ms,
 )
 from saga_orchestrator.infra.settings import Settings
-from tests.e2e.harness import service_environment
 
 pytestmark = pytest.mark.integration
 
