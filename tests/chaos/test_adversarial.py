@@ -275,6 +275,12 @@ async def test_wrong_replies_for_a_live_saga_are_dead_lettered_and_it_goes_on(li
     assert type(system.feed.terminal[target]).__name__ == "SagaCompensated"  # the hotel booked, and undone
     assert type(system.feed.terminal[other]).__name__ == "SagaCompleted"  # its key was not taken
     await system.check_unharmed(wave)
+    # The saga has ended: its replies are not replayed from saga.dlq unless the operator insists.
+    replay = await saga_cli(system.settings, "dlq", "replay", "--saga", target)
+    said = " ".join(replay.stdout.split())
+    assert replay.returncode == 1 and said.count("ended COMPENSATED") == 2 and "0 published" in said, said
+    forced = await saga_cli(system.settings, "dlq", "replay", "--saga", target, "--force")
+    assert forced.returncode == 0 and "2 published" in " ".join(forced.stdout.split()), forced
 
 
 async def test_forged_message_ids_swallow_no_reply_and_no_timer(live: System) -> None:
