@@ -60,7 +60,9 @@ class Settings(BaseSettings):
     )
     saga_participant_batch_ms: float = Field(
         default=25, gt=0,
-        description="Participant worker: how long it waits to fill a batch of commands (one transaction).",
+        description="Participant worker: the longest it lets a batch of commands (one transaction) fill after a "
+                    "full batch, in proportion to how full the last one was; after a batch of one it takes what "
+                    "has arrived at once.",
     )
     saga_poison_attempts: int = Field(
         default=3, ge=1,

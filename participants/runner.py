@@ -32,6 +32,7 @@ from ..infra.startup import retry_startup, start_over
 from ..schemas.headers import header_pairs
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
+from .batching import natural_batches
 from .kit.ddl import ensure_participant_schema
 from .kit.participant import Participant
 from .registry import get_participant
@@ -85,14 +86,15 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     relay (``ParticipantRuntime``); the participants of one worker share its Kafka consumer, event loop and
     health endpoint, which costs less CPU than a process each (``saga run all`` and SAGA_PARTICIPANTS).
 
-    An actor takes up to ``batch_size`` commands (those that arrived within ``batch_within_s``) and handles
-    them in one transaction (``participants.kit.handling``), in their order; 1 handles each on its own.
+    An actor takes up to ``batch_size`` commands, those that arrived while it handled the previous batch
+    (``participants.batching``: after a large batch it lets the next one fill for up to ``batch_within_s``),
+    and handles them in one transaction (``participants.kit.handling``), in their order; 1 handles each on
+    its own.
 
     ``per_partition`` runs one agent actor per assigned partition (faust's isolated partitions): commands
     of one saga (one key, one partition) stay in order while partitions proceed in parallel. Without it
     (the default) one actor handles every assigned partition in turn, in batches that take the commands of
-    all partitions: that costs less CPU per command than many small per-partition batches, and an idle
-    actor wakes up every ``batch_within_s``, so one actor instead of one per partition.
+    all partitions: that costs less CPU per command than many small per-partition batches.
     """
     kafka_records.install()  # a record batch no consumer could read past becomes a record to dead-letter
     participants = hosted_participants(names)
@@ -174,9 +176,9 @@ def _add_agent(app: faust.App, runtime: ParticipantRuntime, agent_name: str, *, 
     async def consume_batches(stream: Any) -> None:
         # Manual acks: faust's own iterators ack an event in a ``finally`` around their ``yield``, so an event
         # whose processing raised (e.g. Postgres down while the worker stops) would be acked and its offset
-        # committed unprocessed. noack_take yields events unacknowledged: each is acked after its batch
+        # committed unprocessed. natural_batches yields events unacknowledged: each is acked after its batch
         # committed. message.headers, not event.headers: faust folds those into a dict, losing a repeat.
-        async for events in stream.noack_take(batch_size, within=batch_within_s):
+        async for events in natural_batches(stream, batch_size, batch_within_s):
             batch = [consumed(event.message, event.value) for event in events]
             try:
                 await runtime.process_batch(batch)
