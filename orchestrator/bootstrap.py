@@ -29,6 +29,7 @@ from .domain.definition import DefinitionRegistry, SagaDefinition
 from .housekeeping import inbox_pruner, retention_policy
 from .inbound import RecordParser
 from .observe import SagaMetrics
+from .outbound import Settled
 from .service import SagaService
 from .store.postgres import PostgresStore, migrate
 from .timers import TimerScheduler
@@ -139,15 +140,25 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     store = PostgresStore(pool)
     relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=25, max_poll_ms=200)
              if with_relay else None)
+    metrics = SagaMetrics(health)
+    scheduler: list[TimerScheduler] = []  # set below: the service wakes it when it arms a timer
+
+    def settled(done: Settled) -> None:
+        metrics.observe(done)
+        for timers_of in scheduler:
+            timers_of.armed([timer.due_at for decision in done.decisions for timer in decision.timers])
+
     service = SagaService(store, registry, topics, clock, on_commit=relay.wake if relay is not None else None,
-                          on_settled=SagaMetrics(health).observe, poison_attempts=settings.saga_poison_attempts)
+                          on_settled=settled, poison_attempts=settings.saga_poison_attempts)
     consumer = OrchestratorConsumer(service, RecordParser(topics, registry, default_registry(), participants),
                                     settings.kafka_servers(), group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
                                     concurrency=max(1, min(TRANSACTIONS_AT_ONCE, settings.saga_db_pool_size - 2)),
                                     fetch_wait_ms=settings.saga_fetch_wait_ms)
     # Not consuming yet (a restart waits for the group to drop the old member): replies may be waiting
     # unread, so a step timeout now would blame participants for our own downtime.
-    timers = TimerScheduler(service, hold=timer_hold(consumer, health), horizon=lambda: consumer.read_horizon_ms)
+    timers = TimerScheduler(service, hold=timer_hold(consumer, health), horizon=lambda: consumer.read_horizon_ms,
+                            clock_ms=clock)
+    scheduler.append(timers)
     chores = []
     if settings.saga_inbox_retention_hours:
         chores.append(inbox_pruner(store, settings.saga_inbox_retention_hours * 3600))

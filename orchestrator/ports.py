@@ -176,6 +176,10 @@ class UnitOfWorkFactory(Protocol):
         again. False for what the unit of work's own data caused."""
         ...
 
+    async def next_due_ms(self) -> int | None:
+        """When the earliest stored timer is due (epoch ms), None when there is none."""
+        ...
+
 
 class PurgeUnitOfWork(UnitOfWork, Protocol):
     """A unit of work of retention (``orchestrator.housekeeping``): ended sagas give up their events."""

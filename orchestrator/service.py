@@ -182,6 +182,10 @@ class SagaService:
             fired += 1
         return fired
 
+    async def next_timer_due_ms(self) -> int | None:
+        """When the earliest stored timer is due (epoch ms), None when there is none."""
+        return await self._units.next_due_ms()
+
     async def _fire(self, uow: UnitOfWork, settled: Settled, limit: int, due_by_ms: int | None) -> int:
         now = self._clock_ms()
         rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), limit)

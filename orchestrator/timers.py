@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 
 from ..infra.health import current as current_health
 from ..infra.startup import sleep_or_stop
@@ -13,8 +14,17 @@ from .service import SagaService
 log = logging.getLogger("saga.orchestrator.timers")
 
 
+MAX_SLEEP_S = 1.0
+"""Longest the scheduler sleeps without a look at the table: timers another orchestrator wrote wake nobody here."""
+
+
 class TimerScheduler:
-    """Polls for due timers; they survive restarts because they live in the database.
+    """Fires due timers; they survive restarts because they live in the database.
+
+    Between scans it sleeps until the earliest stored timer is due (at most ``MAX_SLEEP_S``), and a timer this
+    process arms earlier than that wakes it (``armed``): a quiet orchestrator does not scan at all, a busy one
+    scans as its timers come due. While a due timer waits for the read horizon it looks every
+    ``poll_interval_s``.
 
     ``hold`` (when given) is asked before each scan: while it returns True no timer fires, so an outage of
     Kafka or Postgres is not mistaken for participants that do not answer. ``horizon`` (when given) is the
@@ -23,14 +33,25 @@ class TimerScheduler:
     """
 
     def __init__(self, service: SagaService, poll_interval_s: float = 0.05, batch: int = 100,
-                 hold: Callable[[], bool] | None = None, horizon: Callable[[], int] | None = None) -> None:
+                 hold: Callable[[], bool] | None = None, horizon: Callable[[], int] | None = None,
+                 clock_ms: Callable[[], int] | None = None) -> None:
         self._service = service
         self._poll_interval_s = poll_interval_s
         self._batch = batch
         self._hold = hold or (lambda: False)
         self._horizon = horizon
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._holding = False
+        self._sleeping_until_ms: int | None = None
+        self._woken = asyncio.Event()
         self.fired = 0
+        self.scans = 0
+
+    def armed(self, due_at_ms: Iterable[int]) -> None:
+        """Timers were committed: wake the scheduler when one is due before it means to look again."""
+        earliest = min(due_at_ms, default=None)
+        if earliest is not None and (self._sleeping_until_ms is None or earliest < self._sleeping_until_ms):
+            self._woken.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fire due timers until ``stop`` is set; database outages are waited out with backoff."""
@@ -40,18 +61,38 @@ class TimerScheduler:
                 await sleep_or_stop(stop, 0.2)
                 continue
             try:
+                self.scans += 1
                 fired = await self._service.fire_due_timers(self._batch, due_by_ms=self._due_by())
                 self.fired += fired
                 if fired:
                     current_health().progress()
+                if fired < self._batch:
+                    await self._sleep(stop, await self._service.next_timer_due_ms())
                 backoff = 0.1
             except Exception as error:
                 log.error("timer scan failed, retrying", extra={"error": repr(error), "backoff_s": backoff})
-                fired = 0
                 await sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, 5.0)
-            if fired < self._batch:
-                await sleep_or_stop(stop, self._poll_interval_s)
+
+    async def _sleep(self, stop: asyncio.Event, next_due_ms: int | None) -> None:
+        """Until ``next_due_ms`` (at most MAX_SLEEP_S; ``poll_interval_s`` when it is due already and waits
+        for the read horizon), ``stop``, or a timer armed earlier."""
+        now = self._clock_ms()
+        if next_due_ms is not None and next_due_ms <= now:
+            seconds = self._poll_interval_s
+        else:
+            seconds = MAX_SLEEP_S if next_due_ms is None else min(MAX_SLEEP_S, (next_due_ms - now) / 1000)
+        self._sleeping_until_ms = now + int(seconds * 1000)
+        self._woken.clear()
+        try:
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._woken.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+        finally:
+            self._sleeping_until_ms = None
 
     def _due_by(self) -> int | None:
         return None if self._horizon is None else self._horizon()

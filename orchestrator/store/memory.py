@@ -191,6 +191,10 @@ class MemoryStore:
         """A memory store is never away; only the platform's own errors count (say, a test's injected ones)."""
         return isinstance(error, OSError | TimeoutError)
 
+    async def next_due_ms(self) -> int | None:
+        """When the earliest committed timer is due, None when there is none."""
+        return min((timer.due_at_ms for timer in self.timers.values()), default=None)
+
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[MemoryUnitOfWork]:
         """Commit on normal exit (may raise ConcurrencyConflict), discard on exception."""

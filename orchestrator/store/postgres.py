@@ -228,6 +228,11 @@ class PostgresStore:
         resources, cancelled by an operator or a timeout), not that the statement's data is at fault."""
         return isinstance(error, _UNAVAILABLE)
 
+    async def next_due_ms(self) -> int | None:
+        """When the earliest timer is due (epoch ms; an index lookup), None when there is none."""
+        due = await self._pool.fetchval(f"SELECT min(due_at) FROM {self._s}.timers")
+        return None if due is None else datetime_to_ms(due)
+
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[PostgresUnitOfWork]:
         """One pooled connection, one transaction: commit on normal exit, rollback on exception."""

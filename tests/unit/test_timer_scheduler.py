@@ -1,0 +1,51 @@
+"""The timer scheduler sleeps until the next timer is due instead of scanning on a clock, and a timer armed
+earlier wakes it (in-memory store, real asyncio time, bounds far from the values they guard)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from saga_orchestrator.orchestrator.service import SagaService
+from saga_orchestrator.orchestrator.store.memory import MemoryStore
+from saga_orchestrator.orchestrator.timers import MAX_SLEEP_S, TimerScheduler
+from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.schemas.topics import Topics
+
+
+def _clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def _running(scheduler: TimerScheduler, seconds: float) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(scheduler.run(stop))
+    await asyncio.sleep(seconds)
+    stop.set()
+    await task
+
+
+async def test_a_quiet_scheduler_scans_about_once_a_second_not_twenty_times() -> None:
+    store = MemoryStore(clock_ms=_clock)
+    scheduler = TimerScheduler(SagaService(store, default_registry(), Topics(), _clock), clock_ms=_clock)
+    await _running(scheduler, 0.6)
+    assert MAX_SLEEP_S >= 1.0
+    assert scheduler.scans == 1  # polling every 50 ms would have scanned 12 times
+
+
+async def test_a_timer_armed_earlier_wakes_it() -> None:
+    store = MemoryStore(clock_ms=_clock)
+    scheduler = TimerScheduler(SagaService(store, default_registry(), Topics(), _clock), clock_ms=_clock)
+    stop = asyncio.Event()
+    task = asyncio.create_task(scheduler.run(stop))
+    await asyncio.sleep(0.1)
+    assert scheduler.scans == 1
+    scheduler.armed([_clock() + 5])  # due before the scheduler meant to look again
+    await asyncio.sleep(0.2)
+    assert scheduler.scans >= 2
+    later = scheduler.scans
+    scheduler.armed([_clock() + 60_000])  # due after it looks anyway: no reason to wake
+    await asyncio.sleep(0.2)
+    assert scheduler.scans == later
+    stop.set()
+    await task
