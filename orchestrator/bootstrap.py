@@ -21,7 +21,7 @@ from ..infra.kafka_admin import check_retention, ensure_topics
 from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..infra.startup import StartupStopped, retry_startup
-from ..outbox.relay import MAX_POLL_MS, OutboxRelay
+from ..outbox.relay import MAX_POLL_MS, WOKEN_MAX_POLL_MS, OutboxRelay
 from ..schemas.registry import default_registry
 from ..schemas.topics import Topics
 from .consumer import OrchestratorConsumer
@@ -138,7 +138,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     topics = Topics(settings.saga_topic_prefix)
     participants = participants_of(registry)
     store = PostgresStore(pool)
-    relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=25, max_poll_ms=200)
+    relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=25, max_poll_ms=WOKEN_MAX_POLL_MS)
              if with_relay else None)
     metrics = SagaMetrics(health)
     scheduler: list[TimerScheduler] = []  # set below: the service wakes it when it arms a timer

@@ -79,6 +79,9 @@ PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
 PARK_AFTER = 5
 """Row-at-a-time passes a row may fail with another error, while the broker takes other rows, before it is
 parked (a topic that does not exist, and is not created, fails its metadata lookup every time)."""
+WOKEN_MAX_POLL_MS = 1000
+"""Longest idle wait of a relay whose writers wake it after each commit (in their process): its polls only find
+rows of writers elsewhere (another replica) or held-back rows, whose due time it asks for."""
 MIN_POLL_MS = 5  # default wait between polls while they keep finding rows
 MAX_POLL_MS = 50  # default wait between polls once they stop finding rows
 
@@ -145,6 +148,8 @@ class OutboxRelay:
             " WHERE p.message_key = o.message_key) ORDER BY id LIMIT $1"
         )
         self._delete_sql = f"DELETE FROM {table} WHERE id = ANY($1::bigint[])"
+        self._held_back_sql = (f"SELECT extract(epoch FROM min(available_at) - now()) FROM {table}"
+                               " WHERE available_at > now()")
         self._park_sql = (
             f"WITH moved AS (DELETE FROM {table} WHERE id = $1 RETURNING *)"
             f" INSERT INTO {self.parked_table} (id, topic, message_key, value, headers, message_id, available_at,"
@@ -189,7 +194,7 @@ class OutboxRelay:
                 if published >= self._batch_size:
                     continue  # more is waiting: no sleep
                 idle_s = self._next_poll_s(idle_s, published, woken)
-                woken = await self._nap(stop, idle_s)
+                woken = await self._nap(stop, await self._until_held_back(idle_s))
         finally:
             await self.close()
 
@@ -205,6 +210,18 @@ class OutboxRelay:
         if not published:
             return min(idle_s * 2, self._max_poll_s)
         return idle_s if woken else self._min_poll_s
+
+    async def _until_held_back(self, idle_s: float) -> float:
+        """``idle_s``, or less when a row held back (``available_at``) comes due sooner: it is published on
+        time without a short poll. Asked only after a poll that did not fill a batch."""
+        if self._conn is None or idle_s <= self._min_poll_s:
+            return idle_s
+        try:
+            wait_s = await self._conn.fetchval(self._held_back_sql)
+        except Exception as error:  # the connection is gone: the next poll fails too, and reconnects
+            log.debug("could not read when held-back rows are due", extra={"table": self.table, "error": repr(error)})
+            return idle_s
+        return idle_s if wait_s is None else max(0.0, min(idle_s, float(wait_s)))
 
     async def _nap(self, stop: asyncio.Event, seconds: float) -> bool:
         """Sleep until the next poll, a ``wake`` or ``stop``, whichever comes first; True when woken."""

@@ -12,7 +12,7 @@ import asyncpg
 from ..infra.db import create_pool
 from ..infra.health import current as current_health
 from ..infra.settings import Settings
-from ..outbox.relay import OutboxRelay
+from ..outbox.relay import WOKEN_MAX_POLL_MS, OutboxRelay
 from ..schemas.headers import SAGA_ID
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
@@ -27,9 +27,9 @@ log = logging.getLogger("participants.runner")
 _RETRY_FIRST_S = 0.1
 _RETRY_MAX_S = 5.0
 # The worker's own commits wake its relay; the poll only finds rows another replica of the participant
-# wrote (or replies whose delay is over), so it can be slow and cost little.
+# wrote (replies whose delay is over it asks for), so it can be slow and cost little.
 RELAY_MIN_POLL_MS = 25
-RELAY_MAX_POLL_MS = 200
+RELAY_MAX_POLL_MS = WOKEN_MAX_POLL_MS
 
 
 class DeliveryAbandoned(Exception):

@@ -382,3 +382,24 @@ async def test_a_row_the_broker_refuses_is_parked_and_only_its_key_waits(
     finally:
         await publisher.close()
     assert received["b"] == ["b:event:0", "b:event:1", "b:event:2"]
+
+
+async def test_a_failing_look_between_polls_does_not_stop_the_relay(
+        pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str) -> None:
+    # Between polls an idle relay asks when held-back rows come due; a Postgres restart can fail that query
+    # (here every time). The relay must carry on, as it does when a poll fails.
+    runner = relay(pool, table, kafka_bootstrap, max_poll_ms=200)
+    runner._held_back_sql = "SELECT 1 / 0"
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        await write(pool, table, messages(topic, ["k"], 2))
+        await _wait_until_empty(pool, table)
+        await asyncio.sleep(0.5)  # idle polls, each followed by the failing look
+        assert not task.done()
+        await write(pool, table, messages(topic, ["k"], 2, start=2))
+        await _wait_until_empty(pool, table)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    assert [m for _, m, _, _ in await consume(kafka_bootstrap, topic, 4)] == [f"k:event:{n}" for n in range(4)]
