@@ -24,6 +24,7 @@ The patch checks the aiokafka version and the internals it relies on, and refuse
 
 from __future__ import annotations
 
+import inspect
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -233,6 +234,11 @@ def install() -> None:
                            f"({', '.join(v + 'x' for v in PATCHED_VERSIONS)}): install the version in constraints.txt")
     needed = [(fetcher, "MemoryRecords"), (fetcher.PartitionRecords, "_unpack_records"),
               (_MemoryRecordsPy, "_next_slice"), (_DefaultRecordBatchPy, "HEADER_STRUCT")]
+    # orchestrator.consumer.FetchPacing sets these between fetch requests.
+    source = inspect.getsource(fetcher.Fetcher.__init__)
+    missing_fields = [name for name in ("_fetch_min_bytes", "_fetch_max_wait_ms") if f"self.{name} =" not in source]
+    if missing_fields:
+        raise RuntimeError(f"aiokafka {version} lacks what the fetch pacing relies on: {missing_fields}")
     probe = _MemoryRecordsPy(b"")
     missing = [name for owner, name in needed if not hasattr(owner, name) and not hasattr(probe, name)]
     if missing:
