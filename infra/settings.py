@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,7 +39,14 @@ class Settings(BaseSettings):
     )
     saga_fetch_wait_ms: int = Field(
         default=75, ge=1,
-        description="Orchestrator: how long a Kafka fetch waits for more records before it returns.",
+        description="Orchestrator: the longest a Kafka fetch waits for more records before it returns.",
+    )
+    saga_fetch_pacing: Literal["adaptive", "fixed"] = Field(
+        default="adaptive",
+        description="Orchestrator: `adaptive` answers a fetch as soon as a record arrives while polls are small "
+                    "and waits longer, up to SAGA_FETCH_WAIT_MS, as they grow (lowest latency); `fixed` waits "
+                    "SAGA_FETCH_WAIT_MS whenever records flow (bigger batches at low rates: about half the CPU "
+                    "per saga at 15 sagas/s, five times the latency).",
     )
     saga_inbox_retention_hours: float = Field(
         default=168, ge=0,

@@ -153,7 +153,8 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     consumer = OrchestratorConsumer(service, RecordParser(topics, registry, default_registry(), participants),
                                     settings.kafka_servers(), group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
                                     concurrency=max(1, min(TRANSACTIONS_AT_ONCE, settings.saga_db_pool_size - 2)),
-                                    fetch_wait_ms=settings.saga_fetch_wait_ms)
+                                    fetch_wait_ms=settings.saga_fetch_wait_ms,
+                                    adaptive_fetch=settings.saga_fetch_pacing == "adaptive")
     # Not consuming yet (a restart waits for the group to drop the old member): replies may be waiting
     # unread, so a step timeout now would blame participants for our own downtime.
     timers = TimerScheduler(service, hold=timer_hold(consumer, health), horizon=lambda: consumer.read_horizon_ms,

@@ -27,50 +27,90 @@ MAX_BACKOFF_S = 5.0
 HORIZON_EVERY_S = 0.05
 POLLS_IN_FLIGHT = 3  # polls handled at once (their transactions overlap); offsets still commit in poll order
 MIN_BATCH = 20  # messages: below this, splitting a poll over more transactions costs more than it saves
-# A fetch returns after FETCH_WAIT_MS (SAGA_FETCH_WAIT_MS sets it) unless FETCH_MIN_BYTES arrived first
-# (at this system's rates they rarely do). With aiokafka's default of one byte every arriving record ends a
-# fetch of all ~50 partitions the orchestrator reads, which at tens of messages per second cost the broker
-# and this process more CPU than handling the messages did; a record now waits at most FETCH_WAIT_MS to be
-# read. An idle fetch also answers within FETCH_WAIT_MS, which is how often the read horizon (timers) moves on.
-# At 210 sagas/s (bench/throughput, 6 interleaved runs each) 75 ms against 100 took about 0.5 ms more CPU per
-# saga (7.2-8.2 against 6.7-8.1) and gave p99 0.68-0.93 s against 0.82-1.19 s: four such waits are on a
-# trip's path.
+# The fetch follows the load (FetchPacing, SAGA_FETCH_PACING=adaptive). A poll of at most SMALL_POLL records
+# means the orchestrator keeps up: the next fetch answers as soon as one record arrives (a trip has four
+# orchestrator hops, and a fixed wait sat on each) and otherwise long-polls IDLE_FETCH_WAIT_MS, which is how
+# often a quiet read horizon (timers) moves on. A bigger poll means records pile up: the next fetch waits for
+# FETCH_MIN_BYTES for up to FETCH_WAIT_MS * (records - SMALL_POLL) / FULL_POLL, capped at FETCH_WAIT_MS
+# (SAGA_FETCH_WAIT_MS), so the wait, and the batch, grow with the arrival rate; from about 130 sagas/s on it
+# is the cap. At 15 sagas/s (bench/throughput, interleaved with the fixed wait) a trip took p50 58 ms instead
+# of 281 and 61 ms of CPU instead of 34 (a poll of one message costs about as much as one of ten); at 200
+# sagas/s p99 380 ms against 346 and 5.6 ms of CPU against 5.2.
+# SAGA_FETCH_PACING=fixed waits FETCH_WAIT_MS whenever records flow, and answers at once only after
+# IDLE_AFTER_EMPTY_POLLS empty polls. 75 ms measured best under load (at 210 sagas/s, 6 interleaved runs each,
+# against 100: about 0.5 ms more CPU per saga, 7.2-8.2 against 6.7-8.1, and p99 0.68-0.93 s against 0.82-1.19).
 FETCH_WAIT_MS = 75
 FETCH_MIN_BYTES = 1 << 20
-# When polls keep coming back empty, the fetch changes mode: it answers as soon as one record arrives (the
-# first message after a quiet spell is not held for a batch) and otherwise waits IDLE_FETCH_WAIT_MS, so a
-# quiet orchestrator fetches twice a second instead of 13 times. The first poll with records switches back.
-# An idle read horizon moves on as often (timers due meanwhile fire up to that much later).
 IDLE_FETCH_WAIT_MS = 500
 IDLE_AFTER_EMPTY_POLLS = 3
+SMALL_POLL = 2
+FULL_POLL = 50
+# Offsets are committed at most every COMMIT_EVERY_S while records flow, and at once when a poll comes back
+# empty. Committing after every poll cost a broker write per poll (an offset commit of 16 partitions took the
+# local broker about 1.8 ms of CPU); a crash re-reads at most this much more, which the inbox skips.
+COMMIT_EVERY_S = 0.5
 
 
 class FetchPacing:
-    """Switches the consumer's fetch between waiting for a batch (records flowing) and answering at once
-    (after ``IDLE_AFTER_EMPTY_POLLS`` empty polls). It sets aiokafka's fetcher parameters between requests
-    (private attributes of the pinned aiokafka, checked by ``infra.kafka_records.install``)."""
+    """Sets the wait of the consumer's next fetch from the last polls (see ``SMALL_POLL``). It changes
+    aiokafka's fetcher parameters between requests (private attributes of the pinned aiokafka, checked by
+    ``infra.kafka_records.install``)."""
 
-    def __init__(self, busy_wait_ms: int) -> None:
-        self._busy = (FETCH_MIN_BYTES, busy_wait_ms)
-        self._idle = (1, max(busy_wait_ms, IDLE_FETCH_WAIT_MS))
+    def __init__(self, busy_wait_ms: int, adaptive: bool = True) -> None:
+        self._busy_wait_ms = busy_wait_ms
+        self._adaptive = adaptive
+        self._answering = (1, max(busy_wait_ms, IDLE_FETCH_WAIT_MS))
         self._empty_polls = 0
-        self.idle = False
+        self.mode = self._answering
+
+    def next_fetch(self, records: int) -> tuple[int, int]:
+        """``(fetch_min_bytes, fetch_max_wait_ms)`` for the fetch after a poll of ``records`` records."""
+        if not self._adaptive:
+            self._empty_polls = 0 if records else self._empty_polls + 1
+            if records or (self.mode != self._answering and self._empty_polls < IDLE_AFTER_EMPTY_POLLS):
+                return FETCH_MIN_BYTES, self._busy_wait_ms
+            return self._answering
+        wait_ms = min(self._busy_wait_ms, self._busy_wait_ms * max(0, records - SMALL_POLL) // FULL_POLL)
+        return (FETCH_MIN_BYTES, wait_ms) if wait_ms > 0 else self._answering
 
     def polled(self, consumer: AIOKafkaConsumer, records: int) -> None:
-        """A poll returned ``records`` records: keep or change the mode of the next fetches."""
-        if records:
-            self._empty_polls = 0
-            if self.idle:
-                self._set(consumer, idle=False)
-        else:
-            self._empty_polls += 1
-            if not self.idle and self._empty_polls >= IDLE_AFTER_EMPTY_POLLS:
-                self._set(consumer, idle=True)
+        """A poll returned ``records`` records: set the next fetches' mode."""
+        mode = self.next_fetch(records)
+        if mode != self.mode:
+            fetcher = consumer._fetcher
+            fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms = mode
+            self.mode = mode
 
-    def _set(self, consumer: AIOKafkaConsumer, idle: bool) -> None:
-        fetcher = consumer._fetcher
-        fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms = self._idle if idle else self._busy
-        self.idle = idle
+
+class _Offsets:
+    """Offsets of handled polls not committed yet; committed at most every ``COMMIT_EVERY_S`` while records
+    flow (``due``) and whenever the caller sees a quiet moment."""
+
+    def __init__(self) -> None:
+        self._pending: dict[TopicPartition, int] = {}
+        self._committed_at = time.monotonic()
+
+    def handled(self, offsets: dict[TopicPartition, int]) -> None:
+        self._pending.update(offsets)
+
+    def due(self) -> bool:
+        return bool(self._pending) and time.monotonic() - self._committed_at >= COMMIT_EVERY_S
+
+    async def commit(self, consumer: AIOKafkaConsumer, quietly: bool = False) -> None:
+        """Commit the pending offsets (``quietly``: while stopping, when Kafka may be gone; they are read again)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        self._committed_at = time.monotonic()
+        try:
+            await consumer.commit(pending)
+        except CommitFailedError as error:
+            # A rebalance took the partitions away; the new owner re-reads, the inbox dedupes.
+            log.warning("offset commit failed after rebalance", extra={"error": repr(error)})
+        except KafkaError as error:
+            if not quietly:
+                raise
+            log.warning("offsets not committed while stopping", extra={"error": repr(error)})
 
 
 @dataclass(frozen=True)
@@ -93,7 +133,7 @@ class OrchestratorConsumer:
 
     def __init__(self, service: SagaService, parser: RecordParser, bootstrap_servers: str, group_id: str,
                  concurrency: int = 8, max_records: int = 500, batch_size: int = 100,
-                 fetch_wait_ms: int = FETCH_WAIT_MS) -> None:
+                 fetch_wait_ms: int = FETCH_WAIT_MS, adaptive_fetch: bool = True) -> None:
         self._service = service
         self._parser = parser
         self._bootstrap = bootstrap_servers
@@ -103,6 +143,7 @@ class OrchestratorConsumer:
         self._batch_size = batch_size
         self._max_records = max_records
         self._fetch_wait_ms = fetch_wait_ms
+        self._adaptive_fetch = adaptive_fetch
         self.handled = 0
         # True while a consumer is in the group with its partitions; until then replies waiting on the
         # results topics are unread, so the timer scheduler holds step timeouts (see bootstrap).
@@ -120,8 +161,9 @@ class OrchestratorConsumer:
             consumer = AIOKafkaConsumer(
                 *self._parser.topic_names(), bootstrap_servers=self._bootstrap, group_id=self._group_id,
                 enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self._max_records,
-                isolation_level="read_committed", fetch_max_wait_ms=self._fetch_wait_ms,
-                fetch_min_bytes=FETCH_MIN_BYTES, fetch_max_bytes=kafka_records.FETCH_MAX_BYTES,
+                isolation_level="read_committed", fetch_min_bytes=1,
+                fetch_max_wait_ms=max(self._fetch_wait_ms, IDLE_FETCH_WAIT_MS),
+                fetch_max_bytes=kafka_records.FETCH_MAX_BYTES,
                 max_partition_fetch_bytes=kafka_records.PARTITION_FETCH_BYTES,
             )
             try:
@@ -157,7 +199,8 @@ class OrchestratorConsumer:
         """
         in_flight: deque[_Poll] = deque()
         fetch: asyncio.Future[dict[TopicPartition, list[ConsumerRecord]]] | None = None
-        pacing = FetchPacing(self._fetch_wait_ms)
+        pacing = FetchPacing(self._fetch_wait_ms, self._adaptive_fetch)
+        offsets = _Offsets()
         try:
             while not stop.is_set():
                 if fetch is None and len(in_flight) < POLLS_IN_FLIGHT:
@@ -171,11 +214,13 @@ class OrchestratorConsumer:
                         in_flight.append(self._dispatch(batches, in_flight, stop))
                     elif not in_flight:
                         await self._advance_horizon(consumer, {}, in_flight)
+                        await offsets.commit(consumer)
                 while in_flight and in_flight[0].task.done():
-                    await self._finish(consumer, in_flight)
+                    await self._finish(consumer, in_flight, offsets)
         finally:
             if fetch is not None:
                 fetch.cancel()
+            await offsets.commit(consumer, quietly=True)
             # Transactions already under way finish (or fail) on their own; their offsets stay uncommitted,
             # so whoever owns the partitions next reads them again and the inbox skips what committed.
             await asyncio.gather(*(poll.task for poll in in_flight), return_exceptions=True)
@@ -196,18 +241,15 @@ class OrchestratorConsumer:
         await asyncio.gather(*blockers, return_exceptions=True)
         await self._process_until_done(batches.values(), stop)
 
-    async def _finish(self, consumer: AIOKafkaConsumer, in_flight: deque[_Poll]) -> None:
-        """The oldest poll is done: move the read horizon past it and commit its offsets."""
+    async def _finish(self, consumer: AIOKafkaConsumer, in_flight: deque[_Poll], offsets: _Offsets) -> None:
+        """The oldest poll is done: move the read horizon past it and mark its offsets for commit."""
         poll = in_flight.popleft()
         poll.task.result()  # re-raises when it failed (only while stopping: failed transactions are retried)
         await self._advance_horizon(consumer, poll.batches, in_flight)
-        offsets = {tp: records[-1].offset + 1 for tp, records in poll.batches.items()}
+        offsets.handled({tp: records[-1].offset + 1 for tp, records in poll.batches.items()})
         crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
-        try:
-            await consumer.commit(offsets)
-        except CommitFailedError as error:
-            # A rebalance took the partitions away; the new owner re-reads, the inbox dedupes.
-            log.warning("offset commit failed after rebalance", extra={"error": repr(error)})
+        if offsets.due():
+            await offsets.commit(consumer)
 
     async def _advance_horizon(self, consumer: AIOKafkaConsumer, handled: dict[TopicPartition, list[ConsumerRecord]],
                                in_flight: Iterable[_Poll]) -> None:
