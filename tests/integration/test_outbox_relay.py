@@ -236,7 +236,8 @@ async def test_a_crash_between_publish_and_delete_republishes_with_the_same_mess
 ) -> None:
     await write(pool, table, messages(topic, ["k"], 3))
     crashing = relay(pool, table, kafka_bootstrap)
-    crashing._delete_sql = "SELECT pg_terminate_backend(pg_backend_pid())"  # dies right after the acks
+    dying = "SELECT pg_terminate_backend(pg_backend_pid())"  # dies right after the acks
+    crashing._delete_sql = crashing._delete_asking_sql = dying
     with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError)):
         await crashing.publish_once()
     await crashing.close()
@@ -403,3 +404,25 @@ async def test_a_failing_look_between_polls_does_not_stop_the_relay(
         stop.set()
         await asyncio.wait_for(task, 10)
     assert [m for _, m, _, _ in await consume(kafka_bootstrap, topic, 4)] == [f"k:event:{n}" for n in range(4)]
+
+
+async def test_a_woken_relay_publishes_a_held_back_row_when_it_is_due_not_at_its_next_poll(
+        pool: asyncpg.Pool, table: str, topic: str, kafka_bootstrap: str) -> None:
+    # An idle relay's polls grow apart (here past 3 s); a writer's wake makes it publish the due row, and the
+    # delete of that pass also tells when the held-back row is due, so the relay naps only until then.
+    runner = relay(pool, table, kafka_bootstrap, max_poll_ms=20_000)
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        await asyncio.sleep(4.0)  # empty polls: 0.05, 0.1, ... 1.6 s apart, now a 3.2 s nap
+        written = time.monotonic()
+        due_ms = time.time_ns() // 1_000_000 + 1000
+        await write(pool, table, messages(topic, ["late"], 1, available_at=due_ms) + messages(topic, ["now"], 1))
+        runner.wake()
+        await _wait_until_empty(pool, table)
+        took_s = time.monotonic() - written
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    assert 1.0 <= took_s < 2.5, f"held-back row published {took_s:.2f} s after it was written, due after 1 s"
+    assert sorted(m for _, m, _, _ in await consume(kafka_bootstrap, topic, 2)) == ["late:event:0", "now:event:0"]
