@@ -34,7 +34,7 @@ def ms(seconds: float) -> str:
 
 def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s: float,
            messages: dict[str, int], handled: int, timeouts: int, cpu: dict[str, float],
-           fold: tuple[float, int]) -> RunSummary | None:
+           fold: tuple[float, int], wal_bytes: int) -> RunSummary | None:
     """Print the results; return the headline numbers (None when no saga ended)."""
     ended = [s for s in saga_ids if s in seen.terminal_at]
     if not ended:
@@ -53,6 +53,8 @@ def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s
                     f"{relayed / wall_s:,.0f}  ({messages['events']:,} + {messages['commands']:,} + "
                     f"{messages['results']:,} msgs)")
     summary.add_row("orchestrator msgs handled/s (inbox rows)", f"{handled / wall_s:,.0f}  ({handled:,} msgs)")
+    summary.add_row("Postgres WAL written (whole server)",
+                    f"{wal_bytes / len(ended):,.0f} bytes per saga  ({wal_bytes / 1e6:,.1f} MB)")
     folds, length = fold
     summary.add_row(f"fold events/s (in-process, {length}-event trip)", f"{folds:,.0f}")
     console.print(summary)
@@ -81,7 +83,7 @@ def report(args: argparse.Namespace, saga_ids: list[str], seen: Observed, wall_s
     return RunSummary(sagas_per_s=len(ended) / wall_s, p50_ms=1000 * percentile(observed, 0.50),
                       p95_ms=1000 * percentile(observed, 0.95), p99_ms=1000 * percentile(observed, 0.99),
                       cpu_percent=100 * ours / wall_s, cpu_ms_per_saga=1000 * ours / len(ended),
-                      fold_events_per_s=folds)
+                      fold_events_per_s=folds, wal_bytes_per_saga=wal_bytes / len(ended))
 
 
 def latency_over_time(ended: list[str], seen: Observed, rows: int = 15) -> Table:

@@ -28,6 +28,7 @@ class RunSummary:
     cpu_percent: float  # of one core, every watched process together
     cpu_ms_per_saga: float
     fold_events_per_s: float  # the machine's speed just before the run (bench.probes.fold_events_per_s)
+    wal_bytes_per_saga: float = 0.0  # Postgres WAL written during the run (whole server), per saga
 
 
 _COLUMNS: tuple[tuple[str, Callable[[RunSummary], float], str], ...] = (
@@ -37,6 +38,7 @@ _COLUMNS: tuple[tuple[str, Callable[[RunSummary], float], str], ...] = (
     ("p99 ms", lambda run: run.p99_ms, "{:,.0f}"),
     ("CPU % of one core", lambda run: run.cpu_percent, "{:.0f}%"),
     ("CPU ms per saga", lambda run: run.cpu_ms_per_saga, "{:.1f}"),
+    ("WAL bytes per saga", lambda run: run.wal_bytes_per_saga, "{:,.0f}"),
     ("fold ev/s", lambda run: run.fold_events_per_s, "{:,.0f}"),
 )
 

@@ -9,7 +9,8 @@ warms them up (3 s of sagas at the measured rate, waited for), then publishes N 
 ``--rate`` per second, or as fast as possible) and reads ``saga.events`` until every saga has a terminal event.
 Reported: sagas/s (terminal count / time from first publish to last terminal), saga latency percentiles
 (publish → terminal event on Kafka; SagaStarted.occurred_at → terminal occurred_at), messages/s the relays
-published, messages/s the orchestrator handled, CPU per process, the latency of every hop a step takes
+published, messages/s the orchestrator handled, Postgres WAL bytes per saga (``pg_current_wal_lsn`` before and after,
+the whole server), CPU per process, the latency of every hop a step takes
 (``bench/hops.py``), and an in-process fold benchmark.
 Everything is stopped, and the database and topics dropped, at the end (unless ``--keep``).
 """
@@ -151,6 +152,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
         postmaster = PostgresLauncher(settings).pid()
         backends_before = backend_cpu(postmaster) if postmaster else {}
         cpu_before = sample_cpu(watched)
+        wal_before = await admin.fetchval("SELECT pg_current_wal_lsn()")
 
         saga_ids = [f"bench-{run_id}-{n:06d}" for n in range(args.sagas)]
         with Progress(TextColumn("[bold]sagas"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -164,6 +166,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
             await publisher
 
         cpu = cpu_delta(cpu_before, sample_cpu(watched))
+        wal_bytes = int(await admin.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)", wal_before))
         if postmaster:
             split = cpu_by_application(backends_before, backend_cpu(postmaster), await applications(settings.dsn()))
             cpu = with_backend_split(cpu, split)
@@ -176,7 +179,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
         first_publish = min(watcher.seen.published_at[s] for s in saga_ids)
         ends = [watcher.seen.terminal_at[s] for s in saga_ids if s in watcher.seen.terminal_at]
         wall_s = max(ends, default=first_publish) - first_publish
-        summary = report(args, saga_ids, watcher.seen, wall_s, messages, handled, timeouts, cpu, fold)
+        summary = report(args, saga_ids, watcher.seen, wall_s, messages, handled, timeouts, cpu, fold, wal_bytes)
         if summary is not None and summary.p99_ms > STALL_FACTOR * summary.p50_ms:
             console.print(f"[yellow]p99 is more than {STALL_FACTOR}x p50: a stall, not a slow machine; the service "
                           "logs are kept for a look")

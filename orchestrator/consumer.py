@@ -32,19 +32,22 @@ MIN_BATCH = 20  # messages: below this, splitting a poll over more transactions 
 # orchestrator hops, and a fixed wait sat on each) and otherwise long-polls IDLE_FETCH_WAIT_MS, which is how
 # often a quiet read horizon (timers) moves on. A bigger poll means records pile up: the next fetch waits for
 # FETCH_MIN_BYTES for up to FETCH_WAIT_MS * (records - SMALL_POLL) / FULL_POLL, capped at FETCH_WAIT_MS
-# (SAGA_FETCH_WAIT_MS), so the wait, and the batch, grow with the arrival rate; from about 130 sagas/s on it
-# is the cap. At 15 sagas/s (bench/throughput, interleaved with the fixed wait) a trip took p50 58 ms instead
-# of 281 and 61 ms of CPU instead of 34 (a poll of one message costs about as much as one of ten); at 200
-# sagas/s p99 380 ms against 346 and 5.6 ms of CPU against 5.2.
+# (SAGA_FETCH_WAIT_MS), so the wait, and the batch, grow with the arrival rate. A poll costs about as much
+# CPU whether it holds one message or ten (across the stack, some 6 ms here: the fetch of every partition,
+# the transaction, the relay's pass), so the wait reaches the cap early, from about 25 sagas/s on
+# (FULL_POLL / FETCH_WAIT_MS messages/s). bench/throughput, interleaved, 2 runs each, FULL_POLL 15 against 50:
+# at 15 sagas/s p50 54-57 ms against 55-60, 55-58 ms of CPU per saga against 55-62; at 50 sagas/s p50
+# 282-294 ms against 147-160, but 15-16 ms of CPU per saga against 34-37 (1.7-1.8 of the 2 cores busy).
 # SAGA_FETCH_PACING=fixed waits FETCH_WAIT_MS whenever records flow, and answers at once only after
-# IDLE_AFTER_EMPTY_POLLS empty polls. 75 ms measured best under load (at 210 sagas/s, 6 interleaved runs each,
-# against 100: about 0.5 ms more CPU per saga, 7.2-8.2 against 6.7-8.1, and p99 0.68-0.93 s against 0.82-1.19).
+# IDLE_AFTER_EMPTY_POLLS empty polls: at 15 sagas/s p50 281 ms, 34 ms of CPU per saga. 75 ms measured best
+# under load (at 210 sagas/s, 6 interleaved runs each, against 100: about 0.5 ms more CPU per saga, 7.2-8.2
+# against 6.7-8.1, and p99 0.68-0.93 s against 0.82-1.19).
 FETCH_WAIT_MS = 75
 FETCH_MIN_BYTES = 1 << 20
 IDLE_FETCH_WAIT_MS = 500
 IDLE_AFTER_EMPTY_POLLS = 3
-SMALL_POLL = 2
-FULL_POLL = 50
+SMALL_POLL = 1
+FULL_POLL = 15
 # Offsets are committed at most every COMMIT_EVERY_S while records flow, and at once when a poll comes back
 # empty. Committing after every poll cost a broker write per poll (an offset commit of 16 partitions took the
 # local broker about 1.8 ms of CPU); a crash re-reads at most this much more, which the inbox skips.

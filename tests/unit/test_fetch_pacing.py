@@ -33,7 +33,7 @@ def test_small_and_empty_polls_make_the_next_fetch_answer_as_soon_as_a_record_ar
 def test_the_wait_grows_with_the_poll_and_stops_at_the_setting() -> None:
     pacing = FetchPacing(75)
     waits = [pacing.next_fetch(SMALL_POLL + extra)[1] for extra in (FULL_POLL // 5, FULL_POLL // 2, FULL_POLL)]
-    assert waits == [15, 37, 75]
+    assert waits == [15, 35, 75]
     assert pacing.next_fetch(10_000) == (FETCH_MIN_BYTES, 75)
 
 
@@ -41,7 +41,7 @@ def test_a_big_poll_sets_the_batching_fetch_and_a_small_one_sets_it_back() -> No
     consumer, pacing = _consumer(), FetchPacing(75)
     pacing.polled(consumer, 500)
     assert _mode(consumer) == (FETCH_MIN_BYTES, 75)
-    pacing.polled(consumer, 2)
+    pacing.polled(consumer, SMALL_POLL)
     assert _mode(consumer) == (1, IDLE_FETCH_WAIT_MS)
 
 
