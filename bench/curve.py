@@ -159,7 +159,7 @@ def main() -> None:
                   + ("none of the rates" if best is None else f"[bold]{best.offered:,.0f} sagas/s"))
     draw(rungs, args.png)
     console.print(f"curve drawn in {args.png}")
-    console.print(markdown(rungs), markup=False, highlight=False)
+    print(markdown(rungs))  # plain: a terminal-wide console would wrap the table's lines
 
 
 if __name__ == "__main__":
