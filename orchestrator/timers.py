@@ -21,10 +21,11 @@ MAX_SLEEP_S = 1.0
 class TimerScheduler:
     """Fires due timers; they survive restarts because they live in the database.
 
-    Between scans it sleeps until the earliest stored timer is due (at most ``MAX_SLEEP_S``), and a timer this
-    process arms earlier than that wakes it (``armed``): a quiet orchestrator does not scan at all, a busy one
-    scans as its timers come due. While a due timer waits for the read horizon it looks every
-    ``poll_interval_s``.
+    It looks when the earliest stored timer is due (an index lookup), and sleeps until then (at most
+    ``MAX_SLEEP_S``); a timer this process arms earlier than that wakes it (``armed``). Only a look that finds
+    a timer due scans (claims and fires due timers in a transaction): a quiet orchestrator looks once a
+    second and never scans, a busy one scans as its timers come due. While a due timer waits for the read
+    horizon it looks every ``poll_interval_s``.
 
     ``hold`` (when given) is asked before each scan: while it returns True no timer fires, so an outage of
     Kafka or Postgres is not mistaken for participants that do not answer. ``horizon`` (when given) is the
@@ -45,7 +46,8 @@ class TimerScheduler:
         self._sleeping_until_ms: int | None = None
         self._woken = asyncio.Event()
         self.fired = 0
-        self.scans = 0
+        self.scans = 0  # transactions that claimed due timers
+        self.looks = 0  # lookups of the earliest due time
 
     def armed(self, due_at_ms: Iterable[int]) -> None:
         """Timers were committed: wake the scheduler when one is due before it means to look again."""
@@ -61,13 +63,19 @@ class TimerScheduler:
                 await sleep_or_stop(stop, 0.2)
                 continue
             try:
-                self.scans += 1
-                fired = await self._service.fire_due_timers(self._batch, due_by_ms=self._due_by())
-                self.fired += fired
-                if fired:
-                    current_health().progress()
-                if fired < self._batch:
-                    await self._sleep(stop, await self._service.next_timer_due_ms())
+                self.looks += 1
+                next_due_ms = await self._service.next_timer_due_ms()
+                if next_due_ms is not None and next_due_ms <= self._clock_ms():
+                    self.scans += 1
+                    fired = await self._service.fire_due_timers(self._batch, due_by_ms=self._due_by())
+                    self.fired += fired
+                    if fired:
+                        current_health().progress()
+                    if fired == self._batch:
+                        continue  # more may be due: look again at once
+                    self.looks += 1
+                    next_due_ms = await self._service.next_timer_due_ms()
+                await self._sleep(stop, next_due_ms)
                 backoff = 0.1
             except Exception as error:
                 log.error("timer scan failed, retrying", extra={"error": repr(error), "backoff_s": backoff})
