@@ -45,6 +45,7 @@ MIN_BATCH = 20  # messages: below this, splitting a poll over more transactions 
 FETCH_WAIT_MS = 75
 FETCH_MIN_BYTES = 1 << 20
 IDLE_FETCH_WAIT_MS = 500
+POLL_TIMEOUT_MS = 100  # longest a poll waits for records while fetches wait for batches
 IDLE_AFTER_EMPTY_POLLS = 3
 SMALL_POLL = 1
 FULL_POLL = 15
@@ -207,7 +208,11 @@ class OrchestratorConsumer:
         try:
             while not stop.is_set():
                 if fetch is None and len(in_flight) < POLLS_IN_FLIGHT:
-                    fetch = asyncio.ensure_future(consumer.getmany(timeout_ms=100, max_records=self._max_records))
+                    # While fetches answer at once, an empty poll comes only when the broker's long poll ended
+                    # empty; polling more often than that would find nothing new, not even for the horizon.
+                    timeout_ms = pacing.mode[1] if pacing.mode[0] == 1 else POLL_TIMEOUT_MS
+                    fetch = asyncio.ensure_future(consumer.getmany(timeout_ms=timeout_ms,
+                                                                   max_records=self._max_records))
                 waiting = {task for task in (fetch, in_flight[0].task if in_flight else None) if task is not None}
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if fetch is not None and fetch.done():
