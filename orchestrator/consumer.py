@@ -53,6 +53,7 @@ FULL_POLL = 15
 # empty. Committing after every poll cost a broker write per poll (an offset commit of 16 partitions took the
 # local broker about 1.8 ms of CPU); a crash re-reads at most this much more, which the inbox skips.
 COMMIT_EVERY_S = 0.5
+QUIET_COMMIT_S = 5.0  # the longest a consumer that stops waits to commit (a coordinator that went away)
 
 
 class FetchPacing:
@@ -101,17 +102,19 @@ class _Offsets:
         return bool(self._pending) and time.monotonic() - self._committed_at >= COMMIT_EVERY_S
 
     async def commit(self, consumer: AIOKafkaConsumer, quietly: bool = False) -> None:
-        """Commit the pending offsets (``quietly``: while stopping, when Kafka may be gone; they are read again)."""
+        """Commit the pending offsets. ``quietly``: while stopping, when Kafka may be gone; a failure or
+        ``QUIET_COMMIT_S`` without an answer is logged, and the offsets are read again by the next owner."""
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
         self._committed_at = time.monotonic()
         try:
-            await consumer.commit(pending)
+            async with asyncio.timeout(QUIET_COMMIT_S if quietly else None):
+                await consumer.commit(pending)
         except CommitFailedError as error:
             # A rebalance took the partitions away; the new owner re-reads, the inbox dedupes.
             log.warning("offset commit failed after rebalance", extra={"error": repr(error)})
-        except KafkaError as error:
+        except (KafkaError, TimeoutError) as error:
             if not quietly:
                 raise
             log.warning("offsets not committed while stopping", extra={"error": repr(error)})

@@ -53,3 +53,17 @@ def test_a_commit_that_fails_while_stopping_is_logged_not_raised() -> None:
         asyncio.run(offsets.commit(kafka))
 
 
+
+
+class _Hanging:
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        await asyncio.sleep(3600)  # a coordinator that never answers
+
+
+def test_a_stopping_consumer_waits_for_a_commit_only_so_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumer_module, "QUIET_COMMIT_S", 0.05)
+    offsets = _Offsets()
+    offsets.handled({TopicPartition("saga.start", 0): 1})
+    started = time.monotonic()
+    asyncio.run(offsets.commit(_Hanging(), quietly=True))
+    assert time.monotonic() - started < 2
