@@ -120,9 +120,11 @@ def draw(rungs: list[Rung], path: Path) -> None:
 def rung_args(args: argparse.Namespace, rate: float | None) -> argparse.Namespace:
     """The ``bench.throughput`` arguments of one rung."""
     sagas = args.unpaced if rate is None else max(MIN_SAGAS, int(rate * args.seconds))
-    return argparse.Namespace(sagas=sagas, rate=rate, prefix=None, partitions=args.partitions,
-                              participants=args.participants, timeout=args.timeout, admin_dsn=args.admin_dsn,
-                              keep=False, runs=1)
+    options = ["--sagas", str(sagas), "--partitions", str(args.partitions), "--timeout", str(args.timeout)]
+    options += [] if rate is None else ["--rate", str(rate)]
+    options += [] if args.participants is None else ["--participants", args.participants]
+    options += [] if args.admin_dsn is None else ["--admin-dsn", args.admin_dsn]
+    return throughput.arguments().parse_args(options)
 
 
 def main() -> None:

@@ -223,9 +223,8 @@ def worker_ids(settings: Settings) -> list[str]:
             for worker in participant_workers(settings)]
 
 
-def main() -> None:
-    """Command-line entry."""
-    configure_logging("WARNING", "kv")  # the report is the output; warnings of this process's clients only
+def arguments() -> argparse.ArgumentParser:
+    """The command line of one run (``run`` reads what it parses; bench.curve builds its rungs with it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sagas", type=int, default=2000, help="happy trip sagas to run")
     parser.add_argument("--rate", type=float, default=None, help="StartSagas per second (default: all at once)")
@@ -240,6 +239,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1,
                         help="repeat the run (fresh database, topics and services each time) and end with a "
                              "table of every run, their median and range")
+    return parser
+
+
+def main() -> None:
+    """Command-line entry."""
+    configure_logging("WARNING", "kv")  # the report is the output; warnings of this process's clients only
+    parser = arguments()
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")

@@ -26,16 +26,6 @@ from .settings import Settings
 log = logging.getLogger("saga.health")
 
 
-async def kafka_error(bootstrap: str, timeout_s: float = 2.0) -> str | None:
-    """None when a broker of ``bootstrap`` answers a metadata request within ``timeout_s`` on a fresh
-    connection, else why not."""
-    probe = KafkaProbe(bootstrap, timeout_s)
-    try:
-        return await probe.error()
-    finally:
-        probe.close()
-
-
 class KafkaProbe:
     """A metadata request on a dedicated connection, reconnecting after a failure (as ``PostgresProbe``).
 
@@ -132,7 +122,6 @@ class HealthMonitor:
         self._kafka = KafkaProbe(bootstrap_servers, timeout_s) if bootstrap_servers else None
         self._postgres = PostgresProbe(dsn, timeout_s) if dsn else None
         self._interval_s = interval_s
-        self._timeout_s = timeout_s
 
     async def probe_once(self) -> None:
         """Probe every dependency once (concurrently) and report."""

@@ -43,6 +43,19 @@ async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
 
 
+async def sleep_or_woken(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> bool:
+    """Sleep ``seconds``, or less when ``stop`` or ``wake`` is set meanwhile (at once when one already is);
+    True when ``wake`` is set. Clearing ``wake`` is the caller's."""
+    if not stop.is_set() and not wake.is_set() and seconds > 0:
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+    return wake.is_set()
+
+
 class StartupStopped(Exception):
     """The service was asked to stop while it waited for a dependency."""
 

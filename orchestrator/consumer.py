@@ -78,6 +78,13 @@ class FetchPacing:
         wait_ms = min(self._busy_wait_ms, self._busy_wait_ms * max(0, records - SMALL_POLL) // FULL_POLL)
         return (FETCH_MIN_BYTES, wait_ms) if wait_ms > 0 else self._answering
 
+    @property
+    def poll_timeout_ms(self) -> int:
+        """How long the next poll may wait for records. While fetches answer at once, an empty poll comes
+        only when the broker's long poll ended empty; polling more often would find nothing new, not even
+        for the read horizon."""
+        return self.mode[1] if self.mode == self._answering else POLL_TIMEOUT_MS
+
     def polled(self, consumer: AIOKafkaConsumer, records: int) -> None:
         """A poll returned ``records`` records: set the next fetches' mode."""
         mode = self.next_fetch(records)
@@ -211,10 +218,7 @@ class OrchestratorConsumer:
         try:
             while not stop.is_set():
                 if fetch is None and len(in_flight) < POLLS_IN_FLIGHT:
-                    # While fetches answer at once, an empty poll comes only when the broker's long poll ended
-                    # empty; polling more often than that would find nothing new, not even for the horizon.
-                    timeout_ms = pacing.mode[1] if pacing.mode[0] == 1 else POLL_TIMEOUT_MS
-                    fetch = asyncio.ensure_future(consumer.getmany(timeout_ms=timeout_ms,
+                    fetch = asyncio.ensure_future(consumer.getmany(timeout_ms=pacing.poll_timeout_ms,
                                                                    max_records=self._max_records))
                 waiting = {task for task in (fetch, in_flight[0].task if in_flight else None) if task is not None}
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)

@@ -195,16 +195,10 @@ class SagaService:
     async def _fire_one(self, due_by_ms: int | None) -> bool:
         """Fire the earliest due timer alone; after ``poison_attempts`` failures, quarantine its saga (the
         timer goes with the unit of work that does); False when none is due."""
-        error: Exception | None = None
-        for _ in range(self._poison_attempts):
-            try:
-                return await self._retrying_unit(
-                    lambda uow, settled: self._fire(uow, settled, 1, due_by_ms), "a timer") > 0
-            except Exception as failure:
-                if self._units.unavailable(failure):
-                    raise
-                error = failure
-        assert error is not None
+        fired = await self._tried_alone(lambda uow, settled: self._fire(uow, settled, 1, due_by_ms), "a timer")
+        if not isinstance(fired, Exception):
+            return fired > 0
+        error = fired
 
         async def quarantine_its_saga(uow: UnitOfWork, settled: Settled) -> bool:
             now = self._clock_ms()
@@ -231,22 +225,31 @@ class SagaService:
     async def _message_alone(self, envelope: Envelope) -> Outcome:
         """One message in its own unit of work, tried ``poison_attempts`` times; then it is dead-lettered and
         its saga quarantined."""
-        error: Exception | None = None
-        for _ in range(self._poison_attempts):
-            try:
-                [outcome] = await self._retrying_unit(lambda uow, settled: self._apply(uow, [envelope], settled),
-                                                      f"saga {envelope.message.saga_id}")
-                return outcome
-            except Exception as failure:
-                if self._units.unavailable(failure):
-                    raise
-                error = failure
-        assert error is not None
+        outcomes = await self._tried_alone(lambda uow, settled: self._apply(uow, [envelope], settled),
+                                           f"saga {envelope.message.saga_id}")
+        if not isinstance(outcomes, Exception):
+            [outcome] = outcomes
+            return outcome
+        error = outcomes
         log.error("message failed every time, quarantining its saga",
                   extra={"saga_id": envelope.message.saga_id, "message_id": envelope.message_id,
                          "attempts": self._poison_attempts, "error": repr(error)})
         return await self._retrying_unit(
             lambda uow, settled: self._quarantine_alone(uow, settled, envelope, error), "a quarantine")
+
+    async def _tried_alone(self, work: Callable[[UnitOfWork, Settled], Awaitable[T]], what: str) -> T | Exception:
+        """``work``'s result, tried up to ``poison_attempts`` times; the last failure when every try failed
+        (an unavailable store is raised instead: waited out, never blamed on the message)."""
+        error: Exception | None = None
+        for _ in range(self._poison_attempts):
+            try:
+                return await self._retrying_unit(work, what)
+            except Exception as failure:
+                if self._units.unavailable(failure):
+                    raise
+                error = failure
+        assert error is not None
+        return error
 
     async def _quarantine_alone(self, uow: UnitOfWork, settled: Settled, envelope: Envelope,
                                 error: Exception) -> Outcome:

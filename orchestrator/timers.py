@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from ..infra.health import current as current_health
-from ..infra.startup import sleep_or_stop
+from ..infra.startup import sleep_or_stop, sleep_or_woken
 from .service import SagaService
 
 log = logging.getLogger("saga.orchestrator.timers")
@@ -93,12 +93,7 @@ class TimerScheduler:
         self._sleeping_until_ms = now + int(seconds * 1000)
         self._woken.clear()
         try:
-            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._woken.wait())]
-            try:
-                await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
+            await sleep_or_woken(stop, self._woken, seconds)
         finally:
             self._sleeping_until_ms = None
 

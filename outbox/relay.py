@@ -56,7 +56,7 @@ from aiokafka.errors import (
 from ..infra.db import check_table
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
-from ..infra.startup import sleep_or_stop
+from ..infra.startup import sleep_or_stop, sleep_or_woken
 from .batches import queue_batches
 from .table import parked_table
 
@@ -232,14 +232,7 @@ class OutboxRelay:
 
     async def _nap(self, stop: asyncio.Event, seconds: float) -> bool:
         """Sleep until the next poll, a ``wake`` or ``stop``, whichever comes first; True when woken."""
-        if not self._wakeup.is_set() and not stop.is_set():
-            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wakeup.wait())]
-            try:
-                await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
-        woken = self._wakeup.is_set()
+        woken = await sleep_or_woken(stop, self._wakeup, seconds)
         self._wakeup.clear()
         return woken
 
