@@ -102,11 +102,11 @@ class ChaosRun:
         self.result = ChaosResult(plan)
         self._rng = random.Random(plan.seed)
         self._note = note or (lambda text: log.info(text))
-        self._publisher = Publisher(self.settings.kafka_servers())
+        self._publisher = Publisher(self.settings.kafka())
         self._down: set[str] = set()  # services killed by us and not restarted yet
         self._pending: set[asyncio.Task[None]] = set()
         self._to_cancel: set[str] = set()
-        self._feed = EventFeed(self.settings.kafka_servers(), self.topics.events)
+        self._feed = EventFeed(self.settings.kafka(), self.topics.events)
         self._run_id = uuid.uuid4().hex[:6]
 
     # -- the run -----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from saga_orchestrator.cli.demo_cmd import publish_starts
 from saga_orchestrator.cli.run_cmd import health_port
 from saga_orchestrator.client.event_feed import EventFeed
 from saga_orchestrator.infra.health_server import fetch_health
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.schemas.topics import Topics
 from tests.e2e.harness import Stack, start_stack
@@ -31,8 +32,8 @@ class Publisher:
     after a second, with the same message id, so a retry is a duplicate the consumer drops.
     """
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        self._bootstrap = bootstrap_servers
+    def __init__(self, kafka: KafkaClients) -> None:
+        self._kafka = kafka
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
 
@@ -60,7 +61,7 @@ class Publisher:
     async def _current(self) -> AIOKafkaProducer:
         async with self._lock:
             while self._producer is None:
-                producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True,
+                producer = self._kafka.producer(acks="all", enable_idempotence=True,
                                             linger_ms=5, request_timeout_ms=20_000)
                 try:
                     await producer.start()
@@ -105,7 +106,7 @@ async def wait_ready(stack: Stack, timeout_s: float = 120.0) -> None:
                 raise TimeoutError(f"{label} is not healthy on port {health_port(settings, label)}: {body!r}")
             await asyncio.sleep(0.5)
     saga_id = f"warm-up-{uuid.uuid4().hex[:8]}"
-    feed = EventFeed(settings.kafka_servers(), Topics(settings.saga_topic_prefix).events)
+    feed = EventFeed(settings.kafka(), Topics(settings.saga_topic_prefix).events)
     await feed.start()
     try:
         await publish_starts(settings, {saga_id: "happy"})

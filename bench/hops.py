@@ -14,10 +14,11 @@ from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from rich.table import Table
 
 from bench.probes import percentile
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.participants.registry import get_participant
 from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.schemas import wire
@@ -39,10 +40,10 @@ Key = tuple[str, str]  # (saga_id, step)
 K = TypeVar("K")
 
 
-async def first_timestamps(bootstrap: str, topics: Iterable[str], saga_ids: set[str]) -> dict[str, dict[Key, int]]:
+async def first_timestamps(kafka: KafkaClients, topics: Iterable[str], saga_ids: set[str]) -> dict[str, dict[Key, int]]:
     """For each topic, the Kafka timestamp (ms) of the first record per (saga id, step) of ``saga_ids``
     (step "" for a StartSaga)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    consumer = kafka.consumer(enable_auto_commit=False, group_id=None)
     await consumer.start()
     try:
         cluster = await consumer._client.fetch_all_metadata()
@@ -104,10 +105,11 @@ async def store_timestamps(dsn: str, saga_ids: set[str]) -> tuple[dict[str, int]
     return started, decided, handled, recorded
 
 
-async def hop_latencies(bootstrap: str, dsn: str, topics: Topics, saga_ids: Iterable[str]) -> dict[str, list[int]]:
+async def hop_latencies(kafka_clients: KafkaClients, dsn: str, topics: Topics,
+                        saga_ids: Iterable[str]) -> dict[str, list[int]]:
     """Milliseconds of every hop of ``HOPS`` taken by ``saga_ids``, keyed by hop."""
     wanted = set(saga_ids)
-    kafka = await first_timestamps(bootstrap, [topics.start, *(topics.commands(p) for p in PARTICIPANTS),
+    kafka = await first_timestamps(kafka_clients, [topics.start, *(topics.commands(p) for p in PARTICIPANTS),
                                                *(topics.results(p) for p in PARTICIPANTS)], wanted)
     started, decided, handled, recorded = await store_timestamps(dsn, wanted)
     commands = merged(kafka[topics.commands(p)] for p in PARTICIPANTS)

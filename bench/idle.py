@@ -51,14 +51,14 @@ async def measure(seconds: float, settle_s: float, participants: str | None) -> 
     log_dir = os.path.join(settings.saga_home, "logs", database)
     os.makedirs(log_dir, exist_ok=True)
     services: dict[str, subprocess.Popen[bytes]] = {}
-    watcher = Watcher(settings.kafka_servers(), topics.events)
+    watcher = Watcher(settings.kafka(), topics.events)
     try:
         await prepare(settings)
         services.update(start_services(settings, log_dir))
         await watcher.start()
         warmup = [f"warm-{run_id}-{n}" for n in range(WARMUP_SAGAS)]
         with console.status("warming up (services start, consumer groups join, pools fill)"):
-            await publish(settings.kafka_servers(), topics.start, warmup, None, watcher.seen.published_at)
+            await publish(settings.kafka(), topics.start, warmup, None, watcher.seen.published_at)
             if not await wait_for(watcher, warmup, 180, services):
                 raise TimeoutError("the warm-up sagas did not end within 180 s: see the service logs")
         await watcher.stop()  # this process stays quiet too while it measures
@@ -74,7 +74,7 @@ async def measure(seconds: float, settle_s: float, participants: str | None) -> 
         stop_services(services)
         await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         try:
-            await delete_topics(settings.kafka_servers(), run_topics(settings))
+            await delete_topics(settings.kafka(), run_topics(settings))
         except Exception as error:
             console.print(f"[yellow]could not delete topics: {error!r}")
         for ident in worker_ids(settings):

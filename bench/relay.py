@@ -20,10 +20,10 @@ import time
 import uuid
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 
 from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.logging import configure_logging
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.outbox.relay import OutboxRelay
@@ -39,8 +39,8 @@ def _messages(topic: str, first: int, count: int, sagas: int) -> list[OutboxMess
     ]
 
 
-async def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def _create_topic(kafka: KafkaClients, name: str, partitions: int) -> None:
+    admin = kafka.admin()
     await admin.start()
     try:
         await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
@@ -67,7 +67,7 @@ async def bench_backlog(pool: asyncpg.Pool, table: str, topic: str, args: argpar
         f"insert   : {args.rows} rows in {insert_s:.2f} s = {args.rows / insert_s:,.0f} rows/s (write_outbox)"
     )
 
-    relay = OutboxRelay(pool, table, args.bootstrap, batch_size=args.batch_size)
+    relay = OutboxRelay(pool, table, KafkaClients(args.bootstrap), batch_size=args.batch_size)
     stop = asyncio.Event()
     await relay.publish_once()  # connect producer and take the lock outside the timed part
     started = time.perf_counter()
@@ -83,10 +83,10 @@ async def bench_backlog(pool: asyncpg.Pool, table: str, topic: str, args: argpar
 
 
 async def bench_latency(pool: asyncpg.Pool, table: str, topic: str, args: argparse.Namespace) -> None:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=args.bootstrap, auto_offset_reset="latest")
+    consumer = KafkaClients(args.bootstrap).consumer(topic, auto_offset_reset="latest")
     await consumer.start()
     await consumer.seek_to_end()
-    relay = OutboxRelay(pool, table, args.bootstrap)
+    relay = OutboxRelay(pool, table, KafkaClients(args.bootstrap))
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     latencies_ms: list[float] = []
@@ -145,7 +145,7 @@ async def bench_notify_cost(pool: asyncpg.Pool, table: str, topic: str, args: ar
 
 async def main(args: argparse.Namespace) -> None:
     topic = f"bench-relay-{uuid.uuid4().hex[:8]}"
-    await _create_topic(args.bootstrap, topic, args.partitions)
+    await _create_topic(KafkaClients(args.bootstrap), topic, args.partitions)
     pool = await create_pool(args.dsn, args.writers + 4)
     schema = f"bench_{uuid.uuid4().hex[:8]}"
     table = f"{schema}.outbox"

@@ -127,7 +127,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
                   f"{' '.join('+'.join(worker) for worker in participant_workers(settings))}")
     services: dict[str, subprocess.Popen[bytes]] = {}
     keep_logs = False  # set when something went wrong: what the services logged explains it
-    watcher = Watcher(settings.kafka_servers(), topics.events)
+    watcher = Watcher(settings.kafka(), topics.events)
     try:
         await prepare(settings)
         services.update(start_services(settings, log_dir))
@@ -135,7 +135,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
         warmup = [f"warm-{run_id}-{n}" for n in range(warmup_sagas(args.rate))]
         with console.status(f"warming up with {len(warmup)} sagas (services start, consumer groups join, "
                             "connection pools fill)"):
-            await publish(settings.kafka_servers(), topics.start, warmup, args.rate, watcher.seen.published_at)
+            await publish(settings.kafka(), topics.start, warmup, args.rate, watcher.seen.published_at)
             if not await wait_for(watcher, warmup, 180, services):
                 raise TimeoutError("the warm-up sagas did not end within 180 s: see the service logs")
         for saga_id in warmup:
@@ -157,7 +157,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
         saga_ids = [f"bench-{run_id}-{n:06d}" for n in range(args.sagas)]
         with Progress(TextColumn("[bold]sagas"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.description}"), console=console, refresh_per_second=2) as progress:
-            publisher = asyncio.create_task(publish(settings.kafka_servers(), topics.start, saga_ids,
+            publisher = asyncio.create_task(publish(settings.kafka(), topics.start, saga_ids,
                                                     args.rate, watcher.seen.published_at))
             if not await wait_for(watcher, saga_ids, args.timeout, services, progress):
                 console.print(f"[red]{len(saga_ids) - watcher.done(saga_ids)} of {len(saga_ids)} sagas did not "
@@ -185,7 +185,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
                           "logs are kept for a look")
             keep_logs = True
         with console.status("reading every hop's timestamps"):
-            hops = await hop_latencies(settings.kafka_servers(), settings.dsn(), topics, saga_ids)
+            hops = await hop_latencies(settings.kafka(), settings.dsn(), topics, saga_ids)
         console.print(hop_table(hops))
     except BaseException:
         keep_logs = True
@@ -198,7 +198,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
         else:
             await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
             try:
-                await delete_topics(settings.kafka_servers(), run_topics(settings))
+                await delete_topics(settings.kafka(), run_topics(settings))
             except Exception as error:  # leftovers of a benchmark are not worth failing the report for
                 console.print(f"[yellow]could not delete topics: {error!r}")
             for ident in worker_ids(settings):

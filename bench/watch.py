@@ -7,11 +7,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 from rich.progress import Progress
 
 from saga_orchestrator.cli.run_cmd import Services, exited_services
 from saga_orchestrator.client.event_feed import assign_from_beginning
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import TERMINAL_EVENTS, SagaStarted
@@ -43,10 +44,10 @@ class Observed:
 class Watcher:
     """Reads saga.events and decodes only SagaStarted and terminal events (picked by writer fingerprint)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, kafka: KafkaClients, topic: str) -> None:
         # The watcher reads at most every POLL_EVERY_S anyway: a fetch that returned as soon as one event
         # arrived (aiokafka's default) would cost the broker and this process a round trip per relay batch.
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+        self._consumer = kafka.consumer(enable_auto_commit=False, group_id=None,
                                           fetch_max_wait_ms=FETCH_WAIT_MS, fetch_min_bytes=1 << 20)
         self._topic = topic
         registry = default_registry()
@@ -98,7 +99,7 @@ class Watcher:
         return self.ended[cursor:], len(self.ended)
 
 
-async def publish(bootstrap: str, topic: str, saga_ids: list[str], rate: float | None,
+async def publish(kafka: KafkaClients, topic: str, saga_ids: list[str], rate: float | None,
                   published_at: dict[str, float]) -> None:
     """One StartSaga per saga id (happy trips), paced at ``rate`` per second when given.
 
@@ -106,7 +107,7 @@ async def publish(bootstrap: str, topic: str, saga_ids: list[str], rate: float |
     generator costs one wake-up and one produce request per tick rather than per saga: ``send`` queues without
     giving the producer's sender a turn, so a tick's records leave together with no linger (which would add to
     every saga's measured latency what ``SagaClient``, without one, does not)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    producer = kafka.producer(acks="all", enable_idempotence=True)
     await producer.start()
     try:
         bodies = [wire.encode_start(SCENARIOS["happy"].start(saga_id)) for saga_id in saga_ids]

@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaProducer
 from rich.console import Console
 
 from ..infra.db import create_pool
+from ..infra.kafka_clients import KafkaClients, KafkaSetupError
 from ..infra.settings import Settings
 from ..schemas.topics import Topics
 
@@ -59,14 +60,28 @@ async def database(current: Settings) -> AsyncIterator[asyncpg.Pool]:
 @asynccontextmanager
 async def producer(current: Settings) -> AsyncIterator[AIOKafkaProducer]:
     """A started Kafka producer, with a clear error when the broker is not reachable."""
-    kafka = AIOKafkaProducer(bootstrap_servers=current.kafka_servers(), acks="all", enable_idempotence=True)
+    kafka = await kafka_clients(current)
+    producer = kafka.producer(acks="all", enable_idempotence=True)
     try:
-        await asyncio.wait_for(kafka.start(), timeout=15)
+        await asyncio.wait_for(producer.start(), timeout=15)
     except Exception as error:
-        await kafka.stop()
+        await producer.stop()
         fail(f"cannot reach Kafka at {current.kafka_servers()} ({error!r}); run `saga infra up` "
              "or set KAFKA_BOOTSTRAP_SERVERS")
     try:
-        yield kafka
+        yield producer
     finally:
-        await kafka.stop()
+        await producer.stop()
+
+
+async def kafka_clients(current: Settings) -> KafkaClients:
+    """The settings' Kafka clients, once a broker accepted a connection with them; a clear error otherwise."""
+    kafka = current.kafka()
+    try:
+        await asyncio.wait_for(kafka.check(), timeout=15)
+    except KafkaSetupError as error:
+        fail(str(error))
+    except Exception as error:
+        fail(f"cannot reach Kafka at {current.kafka_servers()} ({error}); run `saga infra up` "
+             "or set KAFKA_BOOTSTRAP_SERVERS")
+    return kafka

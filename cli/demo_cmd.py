@@ -69,7 +69,7 @@ async def drive(current: Settings, planned: dict[str, str], timeout_s: float,
                 services: Services | None = None) -> dict[str, str]:
     """Start the sagas, cancel those whose scenario says so, and wait for every terminal event; raises
     ``ServicesExited`` as soon as one of ``services`` stopped."""
-    feed = EventFeed(current.kafka_servers(), topics(current).events)
+    feed = EventFeed(current.kafka(), topics(current).events)
     await feed.start()
     cancelled: set[str] = set()
     to_cancel = {saga_id for saga_id, name in planned.items() if SCENARIOS[name].cancel}

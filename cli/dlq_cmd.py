@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import typer
-from aiokafka import AIOKafkaConsumer
 from rich.table import Table
 
 from ..client.event_feed import assign_from_beginning
@@ -28,7 +27,7 @@ from ..orchestrator.domain.status import SagaStatus
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.message_types import DeadLetter
-from .context import console, database, fail, producer, run, settings, topics
+from .context import console, database, fail, kafka_clients, producer, run, settings, topics
 from .inspect_cmd import parse_duration, when
 
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters on saga.dlq: list them, replay them.")
@@ -127,8 +126,8 @@ def letter_record(parked: Parked) -> dict[str, object]:
 
 async def read_parked(current: Settings) -> list[Parked]:
     """Every record on saga.dlq up to its end when called, in partition then offset order."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=current.kafka_servers(), enable_auto_commit=False,
-                                group_id=None, isolation_level="read_committed")
+    consumer = (await kafka_clients(current)).consumer(enable_auto_commit=False, group_id=None,
+                                                       isolation_level="read_committed")
     try:
         await consumer.start()
         partitions = await assign_from_beginning(consumer, topics(current).dlq)

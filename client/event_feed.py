@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from ..infra.kafka_clients import KafkaClients
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import TERMINAL_EVENTS, Event
@@ -25,9 +26,8 @@ async def assign_from_beginning(consumer: AIOKafkaConsumer, topic: str) -> list[
 class EventFeed:
     """Collects every saga event on the topic, deduplicated by (saga_id, seq)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str) -> None:
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
-                                          group_id=None, isolation_level="read_committed")
+    def __init__(self, kafka: KafkaClients, topic: str) -> None:
+        self._consumer = kafka.consumer(enable_auto_commit=False, group_id=None, isolation_level="read_committed")
         self._topic = topic
         self.events: dict[str, dict[int, Event]] = {}
         self.bodies: dict[tuple[str, int], set[bytes]] = {}

@@ -18,7 +18,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Protocol, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaConnectionError
 
+from ..infra.kafka_clients import KafkaClients, KafkaSecurity
 from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..schemas import wire
@@ -86,8 +88,9 @@ class SagaClient:
     """
 
     def __init__(self, bootstrap_servers: str, input_records: Mapping[str, str], *, topic_prefix: str = "",
-                 schemas: SchemaRegistry | None = None) -> None:
+                 schemas: SchemaRegistry | None = None, security: KafkaSecurity | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.kafka = KafkaClients(bootstrap_servers, security)
         self.topics = Topics(topic_prefix)
         self._input_records = dict(input_records)
         self._schemas = schemas or default_registry()
@@ -96,8 +99,9 @@ class SagaClient:
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, schemas: SchemaRegistry | None = None) -> SagaClient:
-        """A client for the deployment the environment describes (KAFKA_BOOTSTRAP_SERVERS, SAGA_TOPIC_PREFIX,
-        and SAGA_DEFINITIONS for the saga types and their input records)."""
+        """A client for the deployment the environment describes (KAFKA_BOOTSTRAP_SERVERS, the SAGA_KAFKA_*
+        security settings, SAGA_TOPIC_PREFIX, and SAGA_DEFINITIONS for the saga types and their input
+        records)."""
         current = settings or Settings()
         found = load_references(current.saga_definitions)
         for reference, definition in found.items():
@@ -105,7 +109,7 @@ class SagaClient:
                 raise ValueError(f"{reference} is not a saga definition (it has no saga_type, version and "
                                  "input_schema)")
         return cls(current.kafka_servers(), input_records(cast(list[SagaType], list(found.values()))),
-                   topic_prefix=current.saga_topic_prefix, schemas=schemas)
+                   topic_prefix=current.saga_topic_prefix, schemas=schemas, security=current.kafka().security)
 
     async def __aenter__(self) -> SagaClient:
         await self.connect()
@@ -115,11 +119,16 @@ class SagaClient:
         await self.close()
 
     async def connect(self) -> None:
-        """Connect to Kafka; ConnectionError says where it could not."""
+        """Connect to Kafka; ConnectionError says where it could not, KafkaSetupError which setting a broker
+        refused (credentials, TLS)."""
         if self._producer is not None:
             return
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True)
-        lookup = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False)
+        try:
+            await self.kafka.check(CONNECT_TIMEOUT_S)
+        except KafkaConnectionError as error:
+            raise ConnectionError(f"cannot reach Kafka at {self.bootstrap_servers} ({error})") from error
+        producer = self.kafka.producer(acks="all", enable_idempotence=True)
+        lookup = self.kafka.consumer(enable_auto_commit=False)
         try:
             await asyncio.wait_for(producer.start(), CONNECT_TIMEOUT_S)
             await asyncio.wait_for(lookup.start(), CONNECT_TIMEOUT_S)
@@ -246,8 +255,7 @@ class SagaHandle:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         partition, offset = self._position or await self._first_position()
         key = self.saga_id.encode()
-        consumer = AIOKafkaConsumer(bootstrap_servers=self._client.bootstrap_servers, enable_auto_commit=False,
-                                    isolation_level="read_committed")
+        consumer = self._client.kafka.consumer(enable_auto_commit=False, isolation_level="read_committed")
         await consumer.start()
         try:
             consumer.assign([partition])

@@ -17,10 +17,10 @@ from typing import Any
 
 import asyncpg
 import orjson
-from aiokafka.conn import collect_hosts, create_conn
 from aiokafka.protocol.metadata import MetadataRequest
 
 from .health import Dependency, ServiceHealth, configure
+from .kafka_clients import KafkaClients
 from .settings import Settings
 
 log = logging.getLogger("saga.health")
@@ -35,8 +35,9 @@ class KafkaProbe:
     broker's CPU with the five services of ``saga run all``.
     """
 
-    def __init__(self, bootstrap: str, timeout_s: float = 2.0) -> None:
-        self._hosts = [(host, port) for host, port, _ in collect_hosts(bootstrap)]
+    def __init__(self, kafka: KafkaClients, timeout_s: float = 2.0) -> None:
+        self._kafka = kafka
+        self._hosts = kafka.hosts()
         self._timeout_s = timeout_s
         self._conn: Any = None
 
@@ -49,8 +50,8 @@ class KafkaProbe:
         for host, port in self._hosts:
             try:
                 async with asyncio.timeout(self._timeout_s):
-                    self._conn = await create_conn(host, port, client_id="saga-health",
-                                                   request_timeout_ms=int(self._timeout_s * 1000))
+                    self._conn = await self._kafka.connection(host, port, client_id="saga-health",
+                                                              request_timeout_ms=int(self._timeout_s * 1000))
             except Exception as exc:  # refused, reset, timed out: not usable now
                 error = repr(exc)
                 continue
@@ -116,10 +117,10 @@ class PostgresProbe:
 class HealthMonitor:
     """Probes the service's dependencies until stopped; each verdict goes to ``health``."""
 
-    def __init__(self, health: ServiceHealth, bootstrap_servers: str | None, dsn: str | None,
+    def __init__(self, health: ServiceHealth, kafka: KafkaClients | None, dsn: str | None,
                  interval_s: float = 1.0, timeout_s: float = 2.0) -> None:
         self._health = health
-        self._kafka = KafkaProbe(bootstrap_servers, timeout_s) if bootstrap_servers else None
+        self._kafka = KafkaProbe(kafka, timeout_s) if kafka is not None else None
         self._postgres = PostgresProbe(dsn, timeout_s) if dsn else None
         self._interval_s = interval_s
 
@@ -201,7 +202,7 @@ async def fetch_health(host: str, port: int, path: str = "/health", timeout_s: f
     return body if head.startswith(b"HTTP/1.1 200") else None
 
 
-async def run_health(health: ServiceHealth, bootstrap_servers: str | None, dsn: str | None,
+async def run_health(health: ServiceHealth, kafka: KafkaClients | None, dsn: str | None,
                      host: str, port: int, stop: asyncio.Event) -> None:
     """Probe the dependencies and, when ``port`` is not 0, serve the endpoint; both until ``stop``."""
     server = None
@@ -211,7 +212,7 @@ async def run_health(health: ServiceHealth, bootstrap_servers: str | None, dsn: 
         except OSError as error:  # e.g. the port is taken: the service still works, without its endpoint
             log.error("health endpoint not started", extra={"host": host, "port": port, "error": repr(error)})
     try:
-        await HealthMonitor(health, bootstrap_servers, dsn).run(stop)
+        await HealthMonitor(health, kafka, dsn).run(stop)
     finally:
         if server is not None:
             server.close()
@@ -226,7 +227,7 @@ async def health_running(service: str, settings: Settings) -> AsyncIterator[Serv
     health = configure(service)
     done = asyncio.Event()
     task = asyncio.create_task(
-        run_health(health, settings.kafka_servers(), settings.dsn(), settings.saga_health_host,
+        run_health(health, settings.kafka(), settings.dsn(), settings.saga_health_host,
                    settings.saga_health_port, done),
         name=f"health-{service}",
     )

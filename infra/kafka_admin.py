@@ -1,4 +1,4 @@
-"""Kafka administration: wait for a broker, create the topics a service needs, delete topics."""
+"""Kafka administration: wait for a broker, create (or check) the topics a service needs, delete topics."""
 
 from __future__ import annotations
 
@@ -7,19 +7,38 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
+from .kafka_clients import KafkaClients
+
 _NO_ERROR = 0
 
 
-async def broker_answers(bootstrap: str, seconds: float = 5.0) -> bool:
-    """Whether a broker at `bootstrap` answers a metadata request within `seconds`."""
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(seconds * 1000), client_id="saga-probe"
-    )
+@dataclass(frozen=True)
+class TopicLayout:
+    """How the services create their topics (SAGA_TOPIC_PARTITIONS, SAGA_TOPIC_REPLICATION_FACTOR,
+    SAGA_TOPIC_MIN_INSYNC_REPLICAS), or, with ``create`` off (SAGA_CREATE_TOPICS=false), only check them."""
+
+    partitions: int
+    replication_factor: int = 1
+    min_insync_replicas: int | None = None
+    create: bool = True
+
+    def configs(self) -> dict[str, str]:
+        return {} if self.min_insync_replicas is None else {"min.insync.replicas": str(self.min_insync_replicas)}
+
+
+class TopicsMissing(RuntimeError):
+    """SAGA_CREATE_TOPICS is off and topics the service needs do not exist (or have too few partitions)."""
+
+
+async def broker_answers(kafka: KafkaClients, seconds: float = 5.0) -> bool:
+    """Whether a broker of ``kafka`` answers a metadata request within `seconds`."""
+    admin = kafka.admin(request_timeout_ms=int(seconds * 1000), client_id="saga-probe")
     try:
         async with asyncio.timeout(seconds):
             await admin.start()
@@ -32,7 +51,7 @@ async def broker_answers(bootstrap: str, seconds: float = 5.0) -> bool:
             await admin.close()
 
 
-async def wait_for_broker(bootstrap: str, seconds: float, alive: Callable[[], bool] | None = None) -> bool:
+async def wait_for_broker(kafka: KafkaClients, seconds: float, alive: Callable[[], bool] | None = None) -> bool:
     """Poll until the broker answers (True), or `seconds` pass or `alive()` turns False (False)."""
     deadline = time.monotonic() + seconds
     # aiokafka logs every refused connection at ERROR; while we poll a starting broker that is expected.
@@ -43,7 +62,7 @@ async def wait_for_broker(bootstrap: str, seconds: float, alive: Callable[[], bo
         while time.monotonic() < deadline:
             if alive is not None and not alive():
                 return False
-            if await broker_answers(bootstrap, seconds=min(5.0, max(0.5, deadline - time.monotonic()))):
+            if await broker_answers(kafka, seconds=min(5.0, max(0.5, deadline - time.monotonic()))):
                 return True
             await asyncio.sleep(0.2)
         return False
@@ -51,25 +70,32 @@ async def wait_for_broker(bootstrap: str, seconds: float, alive: Callable[[], bo
         client_log.setLevel(previous_level)
 
 
-async def ensure_topics(
-    bootstrap: str, names: list[str], partitions: int, replication_factor: int = 1, seconds: float = 30.0
-) -> None:
-    """Create the topics that do not exist yet (idempotent) and wait until each partition has a leader.
+async def ensure_topics(kafka: KafkaClients, names: list[str], layout: TopicLayout | int,
+                        seconds: float = 30.0) -> None:
+    """Create the topics that do not exist yet (idempotent) and wait until each partition has a leader; with
+    ``layout.create`` off, raise TopicsMissing naming every topic that is missing or has fewer than
+    ``layout.partitions`` partitions. ``layout`` may be a partition count (one replica).
 
-    Existing topics are left as they are, whatever their partition count. A concurrent creator winning
-    the race (TopicAlreadyExists) is fine.
+    Existing topics are otherwise left as they are, whatever their partition count. A concurrent creator
+    winning the race (TopicAlreadyExists) is fine.
     """
+    layout = layout if isinstance(layout, TopicLayout) else TopicLayout(layout)
     wanted = list(dict.fromkeys(names))
     if not wanted:
         return
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="saga-topics")
+    admin = kafka.admin(client_id="saga-topics")
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         missing = [name for name in wanted if name not in existing]
-        if missing:
+        if not layout.create:
+            short = await _short_of_partitions(admin, [name for name in wanted if name in existing], layout.partitions)
+            if missing or short:
+                raise TopicsMissing(_missing_message(missing, short, layout.partitions))
+        elif missing:
             response = await admin.create_topics(
-                [NewTopic(name, partitions, replication_factor) for name in missing],
+                [NewTopic(name, layout.partitions, layout.replication_factor, topic_configs=layout.configs())
+                 for name in missing],
                 timeout_ms=int(seconds * 1000),
             )
             for topic, code, *_message in response.topic_errors:
@@ -80,12 +106,12 @@ async def ensure_topics(
         await admin.close()
 
 
-async def delete_topics(bootstrap: str, names: list[str] | None = None, *, prefix: str | None = None) -> list[str]:
+async def delete_topics(kafka: KafkaClients, names: list[str] | None = None, *, prefix: str | None = None) -> list[str]:
     """Delete the topics ``names``, or every topic whose name starts with ``prefix`` (not empty); returns the
     names it asked the broker to delete."""
     if (names is None) == (prefix is None) or prefix == "":
         raise ValueError("give the topic names or a non-empty prefix")
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="saga-topics")
+    admin = kafka.admin(client_id="saga-topics")
     await admin.start()
     try:
         doomed = names if names is not None else [
@@ -95,6 +121,25 @@ async def delete_topics(bootstrap: str, names: list[str] | None = None, *, prefi
         return doomed
     finally:
         await admin.close()
+
+
+async def _short_of_partitions(admin: AIOKafkaAdminClient, names: list[str], partitions: int) -> dict[str, int]:
+    """The topics of ``names`` with fewer than ``partitions`` partitions, and how many they have."""
+    if not names:
+        return {}
+    return {topic["topic"]: len(topic["partitions"]) for topic in await admin.describe_topics(names)
+            if len(topic["partitions"]) < partitions}
+
+
+def _missing_message(missing: list[str], short: dict[str, int], partitions: int) -> str:
+    parts = []
+    if missing:
+        parts.append(f"these topics do not exist: {', '.join(missing)}")
+    if short:
+        parts.append("these have fewer than SAGA_TOPIC_PARTITIONS=" + str(partitions) + " partitions: "
+                     + ", ".join(f"{name} ({count})" for name, count in sorted(short.items())))
+    return ("SAGA_CREATE_TOPICS is off and " + "; ".join(parts)
+            + f". Create them with {partitions} partitions each, or set SAGA_CREATE_TOPICS=true")
 
 
 async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], deadline: float) -> None:
@@ -115,12 +160,12 @@ async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], deadli
         await asyncio.sleep(0.1)
 
 
-async def topic_retention_ms(bootstrap: str, names: list[str]) -> dict[str, int]:
+async def topic_retention_ms(kafka: KafkaClients, names: list[str]) -> dict[str, int]:
     """Each topic's ``retention.ms`` as the broker reports it (-1: kept forever); topics that do not exist are
     left out."""
     if not names:
         return {}
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="saga-topics")
+    admin = kafka.admin(client_id="saga-topics")
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -144,10 +189,10 @@ class RetentionTooShort(RuntimeError):
     """A service would keep its idempotency records shorter than a topic it reads keeps its records."""
 
 
-async def check_retention(bootstrap: str, topics: list[str], setting: str, hours: float) -> None:
+async def check_retention(kafka: KafkaClients, topics: list[str], setting: str, hours: float) -> None:
     """Raise RetentionTooShort (which says what to change) unless records kept ``hours`` (``setting``) outlive
     the records of ``topics``."""
-    problem = retention_problem(setting, hours, await topic_retention_ms(bootstrap, topics) if hours else {})
+    problem = retention_problem(setting, hours, await topic_retention_ms(kafka, topics) if hours else {})
     if problem is not None:
         raise RetentionTooShort(problem)
 

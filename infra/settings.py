@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..schemas.registry import DEFAULT_SCHEMA_PATH
+from .kafka_admin import TopicLayout
+from .kafka_clients import KafkaClients, KafkaSecurity
 
 
 class Settings(BaseSettings):
@@ -18,6 +20,39 @@ class Settings(BaseSettings):
 
     kafka_bootstrap_servers: str | None = Field(
         default=None, description="Kafka bootstrap servers; unset → the local launcher's broker."
+    )
+    saga_kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="How every Kafka client connects: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
+    )
+    saga_kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = Field(
+        default=None,
+        description="SASL mechanism (SASL_* protocols): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.",
+    )
+    saga_kafka_sasl_username: str | None = Field(default=None, description="SASL user (PLAIN and SCRAM).")
+    saga_kafka_sasl_password: SecretStr | None = Field(default=None, description="SASL password (PLAIN and SCRAM).")
+    saga_kafka_oauth_token_provider: str | None = Field(
+        default=None,
+        description="OAUTHBEARER: module:attribute of an aiokafka AbstractTokenProvider (an instance, or a class "
+                    "made with no arguments), e.g. one wrapping aws-msk-iam-sasl-signer for MSK IAM.",
+    )
+    saga_kafka_ssl_cafile: str | None = Field(
+        default=None, description="TLS: CA bundle that signed the brokers' certificates (default: the system's).",
+    )
+    saga_kafka_ssl_certfile: str | None = Field(default=None, description="TLS: client certificate (mutual TLS).")
+    saga_kafka_ssl_keyfile: str | None = Field(default=None, description="TLS: the client certificate's key.")
+    saga_kafka_ssl_key_password: SecretStr | None = Field(default=None, description="TLS: the key's password.")
+    saga_topic_replication_factor: int = Field(
+        default=1, ge=1, description="Replicas of every topic the services create (3 on a production cluster).",
+    )
+    saga_topic_min_insync_replicas: int | None = Field(
+        default=None, ge=1,
+        description="min.insync.replicas of the topics the services create (unset: the broker's default); with "
+                    "acks=all a write succeeds once this many replicas have it.",
+    )
+    saga_create_topics: bool = Field(
+        default=True,
+        description="Create missing topics at start. Off: check that they exist with SAGA_TOPIC_PARTITIONS "
+                    "partitions and refuse to start, naming the missing ones (where topics are managed apart).",
     )
     database_url: str | None = Field(
         default=None, description="Postgres DSN; unset → the local launcher's database."
@@ -106,6 +141,29 @@ class Settings(BaseSettings):
         """The bootstrap servers to use: the environment's, else the local launcher's."""
         return self.kafka_bootstrap_servers or f"127.0.0.1:{self.saga_kafka_port}"
 
+    def kafka(self) -> KafkaClients:
+        """The builder of every Kafka client: the bootstrap servers and the SAGA_KAFKA_* security settings."""
+        return KafkaClients(self.kafka_servers(), KafkaSecurity(
+            protocol=self.saga_kafka_security_protocol,
+            sasl_mechanism=self.saga_kafka_sasl_mechanism,
+            username=self.saga_kafka_sasl_username,
+            password=_secret(self.saga_kafka_sasl_password),
+            token_provider=self.saga_kafka_oauth_token_provider,
+            ca_file=self.saga_kafka_ssl_cafile,
+            cert_file=self.saga_kafka_ssl_certfile,
+            key_file=self.saga_kafka_ssl_keyfile,
+            key_password=_secret(self.saga_kafka_ssl_key_password),
+        ))
+
+    def topic_layout(self) -> TopicLayout:
+        """How the services create (or, with SAGA_CREATE_TOPICS off, check) their topics."""
+        return TopicLayout(self.saga_topic_partitions, self.saga_topic_replication_factor,
+                           self.saga_topic_min_insync_replicas, self.saga_create_topics)
+
     def dsn(self) -> str:
         """The Postgres DSN to use: the environment's, else the local launcher's."""
         return self.database_url or f"postgresql://saga@127.0.0.1:{self.saga_postgres_port}/saga"
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return None if value is None else value.get_secret_value()

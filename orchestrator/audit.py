@@ -71,7 +71,7 @@ def compare_states(registry: DefinitionRegistry, from_store: Mapping[str, list[E
 
 async def audit_all(current: Settings) -> tuple[list[Difference], Counter[str], dict[str, int]]:
     """Read both sources in full and compare them."""
-    feed = EventFeed(current.kafka_servers(), Topics(current.saga_topic_prefix).events)
+    feed = EventFeed(current.kafka(), Topics(current.saga_topic_prefix).events)
     await feed.start()
     try:
         await feed.read_to_end()

@@ -102,8 +102,10 @@ async def prepare(settings: Settings) -> tuple[DefinitionRegistry, Topics, tuple
     registry = definitions(settings)
     topics = Topics(settings.saga_topic_prefix)
     participants = participants_of(registry)
-    await ensure_topics(settings.kafka_servers(), topics.all(participants), settings.saga_topic_partitions)
-    await check_retention(settings.kafka_servers(),
+    kafka = settings.kafka()
+    await kafka.check()
+    await ensure_topics(kafka, topics.all(participants), settings.topic_layout())
+    await check_retention(kafka,
                           [topics.start, topics.control, *(topics.results(name) for name in participants)],
                           "saga_inbox_retention_hours", settings.saga_inbox_retention_hours)
     return registry, topics, participants
@@ -138,7 +140,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     topics = Topics(settings.saga_topic_prefix)
     participants = participants_of(registry)
     store = PostgresStore(pool)
-    relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=25, max_poll_ms=WOKEN_MAX_POLL_MS)
+    relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka(), min_poll_ms=25, max_poll_ms=WOKEN_MAX_POLL_MS)
              if with_relay else None)
     metrics = SagaMetrics(health)
     scheduler: list[TimerScheduler] = []  # set below: the service wakes it when it arms a timer
@@ -151,7 +153,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     service = SagaService(store, registry, topics, clock, on_commit=relay.wake if relay is not None else None,
                           on_settled=settled, poison_attempts=settings.saga_poison_attempts)
     consumer = OrchestratorConsumer(service, RecordParser(topics, registry, default_registry(), participants),
-                                    settings.kafka_servers(), group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
+                                    settings.kafka(), group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
                                     concurrency=max(1, min(TRANSACTIONS_AT_ONCE, settings.saga_db_pool_size - 2)),
                                     fetch_wait_ms=settings.saga_fetch_wait_ms,
                                     adaptive_fetch=settings.saga_fetch_pacing == "adaptive")
@@ -215,7 +217,7 @@ async def run_relay(settings: Settings, stop: asyncio.Event) -> None:
         try:
             await retry_startup(lambda: migrate(pool), "migrate", stop)
             poll_ms = settings.saga_relay_poll_ms
-            await OutboxRelay(pool, OUTBOX_TABLE, settings.kafka_servers(), min_poll_ms=poll_ms,
+            await OutboxRelay(pool, OUTBOX_TABLE, settings.kafka(), min_poll_ms=poll_ms,
                               max_poll_ms=max(poll_ms, MAX_POLL_MS)).run(stop)
         except StartupStopped:
             return

@@ -15,6 +15,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from ..infra import kafka_records
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
+from ..infra.kafka_clients import KafkaClients
 from ..infra.startup import sleep_or_stop
 from ..schemas.records import ConsumedRecord
 from .horizon import HOLD_ALL, PartitionProgress, read_horizon
@@ -145,12 +146,12 @@ def consumed(record: ConsumerRecord) -> ConsumedRecord:
 class OrchestratorConsumer:
     """Consumes start, control and result topics; offsets are committed only after Postgres commits."""
 
-    def __init__(self, service: SagaService, parser: RecordParser, bootstrap_servers: str, group_id: str,
+    def __init__(self, service: SagaService, parser: RecordParser, kafka: KafkaClients, group_id: str,
                  concurrency: int = 8, max_records: int = 500, batch_size: int = 100,
                  fetch_wait_ms: int = FETCH_WAIT_MS, adaptive_fetch: bool = True) -> None:
         self._service = service
         self._parser = parser
-        self._bootstrap = bootstrap_servers
+        self._kafka = kafka
         self._group_id = group_id
         self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
@@ -172,8 +173,8 @@ class OrchestratorConsumer:
         """Consume until ``stop`` is set, reconnecting with backoff when Kafka is away."""
         backoff = 0.2
         while not stop.is_set():
-            consumer = AIOKafkaConsumer(
-                *self._parser.topic_names(), bootstrap_servers=self._bootstrap, group_id=self._group_id,
+            consumer = self._kafka.consumer(
+                *self._parser.topic_names(), group_id=self._group_id,
                 enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self._max_records,
                 isolation_level="read_committed", fetch_min_bytes=1,
                 fetch_max_wait_ms=max(self._fetch_wait_ms, IDLE_FETCH_WAIT_MS),

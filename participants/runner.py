@@ -26,6 +26,7 @@ from ..infra.db import create_pool
 from ..infra.health import configure as configure_health
 from ..infra.health_server import run_health
 from ..infra.kafka_admin import check_retention, ensure_topics
+from ..infra.kafka_faust import faust_app
 from ..infra.logging import configure_logging
 from ..infra.settings import Settings
 from ..infra.startup import retry_startup, start_over
@@ -102,15 +103,15 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     ident = worker_id(hosted, settings)
     datadir = settings.saga_home / "faust" / ident
     datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level itself
-    app = faust.App(
+    app = faust_app(
         ident,
-        broker=[f"kafka://{server.strip()}" for server in settings.kafka_servers().split(",")],
+        settings.kafka(),
+        settings.topic_layout(),
         value_serializer="raw",
         key_serializer="raw",
         web_enabled=False,
         datadir=str(datadir),
         topic_partitions=settings.saga_topic_partitions,
-        topic_replication_factor=1,
         consumer_auto_offset_reset="earliest",
         broker_commit_interval=1.0,
         consumer_max_fetch_size=kafka_records.PARTITION_FETCH_BYTES,
@@ -135,7 +136,7 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
             await retry_startup(runtime.start, f"start participant {runtime.participant.name}")
 
     async def watch_health() -> None:
-        await run_health(health, settings.kafka_servers(), settings.dsn(), settings.saga_health_host,
+        await run_health(health, settings.kafka(), settings.dsn(), settings.saga_health_host,
                          settings.saga_health_port, health_stop)
 
     app.task(start_runtimes)
@@ -195,9 +196,10 @@ def _add_agent(app: faust.App, runtime: ParticipantRuntime, agent_name: str, *, 
 async def prepare(name: str, settings: Settings) -> None:
     """Create the participant's topics (before faust subscribes) and its tables; idempotent."""
     participant = get_participant(name)
-    await ensure_topics(settings.kafka_servers(), participant_topics(participant.name, settings),
-                        settings.saga_topic_partitions)
-    await check_retention(settings.kafka_servers(), [Topics(settings.saga_topic_prefix).commands(participant.name)],
+    kafka = settings.kafka()
+    await kafka.check()
+    await ensure_topics(kafka, participant_topics(participant.name, settings), settings.topic_layout())
+    await check_retention(kafka, [Topics(settings.saga_topic_prefix).commands(participant.name)],
                           "saga_participant_retention_hours", settings.saga_participant_retention_hours)
     pool = await create_pool(settings.dsn(), 1)
     try:

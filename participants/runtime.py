@@ -74,7 +74,7 @@ class ParticipantRuntime:
                 except BaseException:
                     await pool.close()  # the next call opens a new one
                     raise
-                relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka_servers(),
+                relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka(),
                                     min_poll_ms=RELAY_MIN_POLL_MS, max_poll_ms=RELAY_MAX_POLL_MS)
                 self._relay = relay
                 name = self.participant.name

@@ -33,6 +33,7 @@ from rich.console import Console
 
 from saga_orchestrator.infra import launcher
 from saga_orchestrator.infra.kafka_admin import delete_topics, wait_for_broker
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.settings import Settings
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def _kafka_container(stack: ExitStack) -> str:
     )
     stack.enter_context(container)
     bootstrap = f"{host}:{port}"
-    if not run_sync(wait_for_broker(bootstrap, seconds=60)):
+    if not run_sync(wait_for_broker(KafkaClients(bootstrap), seconds=60)):
         raise RuntimeError(f"the Kafka container at {bootstrap} does not answer")
     return bootstrap
 
@@ -244,7 +245,7 @@ def topic_prefix(kafka_bootstrap: str) -> Iterator[str]:
     prefix = f"t{uuid.uuid4().hex[:10]}."
     yield prefix
     try:
-        run_sync(delete_topics(kafka_bootstrap, prefix=prefix))
+        run_sync(delete_topics(KafkaClients(kafka_bootstrap), prefix=prefix))
     except Exception as error:  # a leftover topic is untidy, not a failed test
         Console(stderr=True).print(f"[yellow]could not delete the topics of {prefix}*: {error!r}")
 

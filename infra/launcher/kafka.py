@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from ..kafka_admin import wait_for_broker
+from ..kafka_clients import KafkaClients
 from ..settings import Settings
 from .process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
 
@@ -123,7 +124,7 @@ class KafkaLauncher:
         def alive() -> bool:
             return is_alive(pid)
 
-        if not await wait_for_broker(self.bootstrap, seconds, alive):
+        if not await wait_for_broker(KafkaClients(self.bootstrap), seconds, alive):
             state = "exited" if not alive() else f"did not answer within {seconds:.0f} s"
             raise LauncherError(
                 f"Kafka {state}. Last lines of {self.logs_dir / 'server.log'}:\n"

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..kafka_admin import wait_for_broker
+from ..kafka_clients import KafkaClients
 from ..settings import Settings
 from .kafka import KafkaLauncher
 from .postgres import PostgresLauncher
@@ -85,7 +86,7 @@ async def _stop(settings: Settings, service: str, call: Callable[[Report], bool]
 
 async def _check_external_kafka(bootstrap: str, report: Report) -> str:
     report(f"checking KAFKA_BOOTSTRAP_SERVERS={bootstrap}")
-    if not await wait_for_broker(bootstrap, seconds=30.0):
+    if not await wait_for_broker(KafkaClients(bootstrap), seconds=30.0):
         raise LauncherError(f"KAFKA_BOOTSTRAP_SERVERS={bootstrap} does not answer")
     return f"Kafka (external) answers at {bootstrap}"
 

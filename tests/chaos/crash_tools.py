@@ -124,7 +124,7 @@ class SagaWatch:
 
     def __init__(self, stack: Stack) -> None:
         self.settings = stack.settings
-        self.feed = EventFeed(self.settings.kafka_servers(), Topics(self.settings.saga_topic_prefix).events)
+        self.feed = EventFeed(self.settings.kafka(), Topics(self.settings.saga_topic_prefix).events)
 
     async def __aenter__(self) -> SagaWatch:
         await self.feed.start()

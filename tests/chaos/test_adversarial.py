@@ -99,7 +99,7 @@ class System:
         self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_servers(), acks="all",
                                           max_request_size=32 * 1024 * 1024)
         await self._producer.start()
-        self._feed = EventFeed(self.settings.kafka_servers(), self.topics.events)
+        self._feed = EventFeed(self.settings.kafka(), self.topics.events)
         await self._feed.start()
 
     async def close(self) -> None:

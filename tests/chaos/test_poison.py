@@ -228,7 +228,7 @@ async def test_a_header_name_that_is_not_utf8_can_be_read_past(settings: Setting
     # decodes header names as strict UTF-8), and the records of other partitions drained by that call are lost.
     kafka_records.install()
     topic = f"{settings.saga_topic_prefix}raw-header-names"
-    await ensure_topics(settings.kafka_servers(), [topic], 3)
+    await ensure_topics(settings.kafka(), [topic], 3)
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_servers())
     await producer.start()
     try:

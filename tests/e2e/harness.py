@@ -102,7 +102,7 @@ async def read_topic(settings: Settings, topic: str, timeout_s: float = 5.0) -> 
 
 async def terminal_events(settings: Settings, saga_ids: Iterable[str], timeout_s: float) -> dict[str, Event]:
     """The terminal event of each saga, read from saga.events, waiting up to ``timeout_s`` for them."""
-    feed = EventFeed(settings.kafka_servers(), Topics(settings.saga_topic_prefix).events)
+    feed = EventFeed(settings.kafka(), Topics(settings.saga_topic_prefix).events)
     await feed.start()
     try:
         return await feed.wait_terminal(saga_ids, timeout_s)

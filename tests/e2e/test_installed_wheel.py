@@ -103,7 +103,7 @@ def environment(settings: Settings) -> dict[str, str]:
 def services(venv: Path, application: Path, environment: dict[str, str], settings: Settings) -> Iterator[Path]:
     """``saga run all`` of the installed package, started in the application folder; its log folder."""
     topics = Topics(settings.saga_topic_prefix)
-    asyncio.run(ensure_topics(settings.kafka_servers(), topics.all(PARTICIPANTS), settings.saga_topic_partitions))
+    asyncio.run(ensure_topics(settings.kafka(), topics.all(PARTICIPANTS), settings.topic_layout()))
     logs = application / "logs"
     logs.mkdir()
     with (logs / "run-all.log").open("wb") as output:

@@ -112,7 +112,7 @@ async def test_slow_charge_is_retried_with_the_same_key_and_charged_once(
         trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
     planned, _ = trip_run
     saga_id = next(saga for saga, name in planned.items() if name == "card_slow")
-    feed = EventFeed(stack.settings.kafka_servers(), Topics(stack.settings.saga_topic_prefix).events)
+    feed = EventFeed(stack.settings.kafka(), Topics(stack.settings.saga_topic_prefix).events)
     await feed.start()
     try:
         await feed.read_to_end()
@@ -132,7 +132,7 @@ async def test_duplicate_start_starts_nothing_and_is_recorded(stack: Stack) -> N
     body = wire.encode_start(SCENARIOS["happy"].start(saga_id))
     await publish(stack.settings, topics.start, saga_id.encode(), body)
     await publish(stack.settings, topics.start, saga_id.encode(), body)
-    feed = EventFeed(stack.settings.kafka_servers(), topics.events)
+    feed = EventFeed(stack.settings.kafka(), topics.events)
     await feed.start()
     try:
         await feed.wait_terminal([saga_id], TIMEOUT_S)
@@ -156,7 +156,7 @@ async def test_cancel_after_the_pivot_is_refused_and_recorded(stack: Stack) -> N
     ended = await drive(stack.settings, {saga_id: "happy"}, TIMEOUT_S)
     assert ended[saga_id] == "SagaCompleted"
     await cancel(stack.settings, saga_id, "too late")
-    feed = EventFeed(stack.settings.kafka_servers(), topics.events)
+    feed = EventFeed(stack.settings.kafka(), topics.events)
     await feed.start()
     try:
         refused: list[SagaCancelRefused] = []

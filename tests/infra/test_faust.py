@@ -9,6 +9,7 @@ import faust
 from aiokafka import AIOKafkaProducer
 
 from saga_orchestrator.infra.kafka_admin import ensure_topics
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 
 MESSAGES = 50
 
@@ -17,7 +18,7 @@ async def test_faust_agent_receives_every_message(
     kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topic_name = f"{topic_prefix}faust-input"
-    await ensure_topics(kafka_bootstrap, [topic_name], partitions=1)
+    await ensure_topics(KafkaClients(kafka_bootstrap), [topic_name], 1)
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
     await producer.start()
     try:

@@ -7,6 +7,7 @@ import asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from saga_orchestrator.infra.kafka_admin import ensure_topics
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 
 MESSAGES = 1000
 PROCESSED_BY_FIRST = 400
@@ -39,8 +40,8 @@ async def test_second_consumer_of_a_group_resumes_from_the_committed_offsets(
     kafka_bootstrap: str, topic_prefix: str
 ) -> None:
     topic, group = f"{topic_prefix}numbers", f"{topic_prefix}numbers-group"
-    await ensure_topics(kafka_bootstrap, [topic], partitions=3)
-    await ensure_topics(kafka_bootstrap, [topic], partitions=3)  # a second call is a no-op
+    await ensure_topics(KafkaClients(kafka_bootstrap), [topic], 3)
+    await ensure_topics(KafkaClients(kafka_bootstrap), [topic], 3)  # a second call is a no-op
     await _produce_numbers(kafka_bootstrap, topic, MESSAGES)
 
     first_seen: set[int] = set()
@@ -105,7 +106,7 @@ async def test_read_committed_consumer_sees_committed_transactions_only(
     kafka_bootstrap: str, topic_prefix: str
 ) -> None:
     topic = f"{topic_prefix}transactions"
-    await ensure_topics(kafka_bootstrap, [topic], partitions=1)
+    await ensure_topics(KafkaClients(kafka_bootstrap), [topic], 1)
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=f"{topic_prefix}tx")
     await producer.start()
     try:

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from saga_orchestrator.infra import launcher
 from saga_orchestrator.infra.kafka_admin import broker_answers
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.launcher.process import port_open
 from saga_orchestrator.infra.settings import Settings
 from tests.conftest import run_sync
@@ -108,7 +109,7 @@ async def test_restart_kafka_keeps_acknowledged_records(private_stack: Settings)
         await producer.stop()
 
     timings = await launcher.restart_kafka(private_stack)
-    assert await broker_answers(bootstrap)
+    assert await broker_answers(KafkaClients(bootstrap))
 
     consumer = AIOKafkaConsumer("restart-probe", bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     await consumer.start()

@@ -4,10 +4,11 @@ kept one fails (real broker)."""
 from __future__ import annotations
 
 from saga_orchestrator.infra.health_server import KafkaProbe
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 
 
 async def test_the_probe_keeps_its_connection_and_replaces_a_dropped_one(kafka_bootstrap: str) -> None:
-    probe = KafkaProbe(kafka_bootstrap, timeout_s=5)
+    probe = KafkaProbe(KafkaClients(kafka_bootstrap), timeout_s=5)
     try:
         assert await probe.error() is None
         kept = probe._conn
@@ -23,7 +24,7 @@ async def test_the_probe_keeps_its_connection_and_replaces_a_dropped_one(kafka_b
 
 
 async def test_an_unreachable_broker_is_reported_with_the_reason() -> None:
-    probe = KafkaProbe("127.0.0.1:1", timeout_s=1)
+    probe = KafkaProbe(KafkaClients("127.0.0.1:1"), timeout_s=1)
     error = await probe.error()
     assert error is not None and "ConnectionRefusedError" in error and "('127.0.0.1', 1)" in error
     assert probe._conn is None

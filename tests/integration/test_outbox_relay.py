@@ -16,6 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import DefaultPartitioner
 
 from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.outbox.parked import requeue_parked
 from saga_orchestrator.outbox.relay import OutboxRelay, relay_lock_key
@@ -55,7 +56,7 @@ async def topic(kafka_bootstrap: str, topic_prefix: str) -> str:
 
 
 def relay(pool: asyncpg.Pool, table: str, bootstrap: str, **options: Any) -> OutboxRelay:
-    return OutboxRelay(pool, table, bootstrap, **{"standby_retry_ms": 50, **options})
+    return OutboxRelay(pool, table, KafkaClients(bootstrap), **{"standby_retry_ms": 50, **options})
 
 
 def messages(topic: str, keys: list[str], count: int, start: int = 0, **fields: Any) -> list[OutboxMessage]:

@@ -20,6 +20,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.handling import Disposition, handle_command
 from saga_orchestrator.participants.kit.participant import Participant
@@ -464,5 +465,11 @@ async def test_one_worker_hosts_several_participants(
     for schema in ("flight", "hotel"):
         assert await pool.fetchval(f"SELECT count(*) FROM {schema}.bookings WHERE saga_id = $1", saga_id) == 1
     # One consumer group for the worker, named after both participants.
-    assert f"{prefix}saga-participant-flight_hotel" in log_text, log_text
+    admin = KafkaClients(kafka_bootstrap).admin()
+    await admin.start()
+    try:
+        groups = {group for group, _protocol in await admin.list_consumer_groups()}
+    finally:
+        await admin.close()
+    assert {group for group in groups if group.startswith(prefix)} == {f"{prefix}saga-participant-flight_hotel"}
     assert worker.returncode == 0, log_text

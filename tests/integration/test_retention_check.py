@@ -18,6 +18,7 @@ from saga_orchestrator.infra.kafka_admin import (
     retention_problem,
     topic_retention_ms,
 )
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -42,11 +43,11 @@ async def test_check_reads_the_topic_configuration(kafka_bootstrap: str, topic_p
         await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"retention.ms": str(30 * DAY_MS)})])
     finally:
         await admin.close()
-    assert await topic_retention_ms(kafka_bootstrap, [topic, f"{topic}-missing"]) == {topic: 30 * DAY_MS}
+    assert await topic_retention_ms(KafkaClients(kafka_bootstrap), [topic, f"{topic}-missing"]) == {topic: 30 * DAY_MS}
     with pytest.raises(RetentionTooShort, match="SAGA_PARTICIPANT_RETENTION_HOURS to at least 720"):
-        await check_retention(kafka_bootstrap, [topic], "saga_participant_retention_hours", 168)
-    await check_retention(kafka_bootstrap, [topic], "saga_participant_retention_hours", 720)
-    await check_retention(kafka_bootstrap, [topic], "saga_participant_retention_hours", 0)
+        await check_retention(KafkaClients(kafka_bootstrap), [topic], "saga_participant_retention_hours", 168)
+    await check_retention(KafkaClients(kafka_bootstrap), [topic], "saga_participant_retention_hours", 720)
+    await check_retention(KafkaClients(kafka_bootstrap), [topic], "saga_participant_retention_hours", 0)
 
 
 async def test_a_participant_worker_refuses_to_start_and_says_what_to_change(settings: Settings) -> None:

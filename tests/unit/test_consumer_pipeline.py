@@ -12,6 +12,7 @@ from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.orchestrator.consumer import OrchestratorConsumer, _Poll
 from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.schemas.records import ConsumedRecord
@@ -57,7 +58,7 @@ def record(saga: str, offset: int, timestamp: int = 0, partition: int = 0) -> Co
 def consumer_of(service: SlowService) -> OrchestratorConsumer:
     parser: Any = EchoParser()
     handler: Any = service
-    return OrchestratorConsumer(handler, parser, "unused:9092", "group")
+    return OrchestratorConsumer(handler, parser, KafkaClients("unused:9092"), "group")
 
 
 def poll_of(*records: ConsumerRecord[bytes, bytes]) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:

@@ -11,6 +11,7 @@ import pytest
 from saga_orchestrator.cli.run_cmd import health_port, service_commands
 from saga_orchestrator.infra.health import Dependency, ServiceHealth
 from saga_orchestrator.infra.health_server import HealthMonitor, KafkaProbe, fetch_health, serve_health
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.infra.startup import StartupStopped, retry_startup
 from saga_orchestrator.orchestrator.bootstrap import TIMER_HOLD_AFTER_JOIN_S, TIMER_HOLD_AFTER_OUTAGE_S, timer_hold
@@ -110,9 +111,10 @@ async def test_the_endpoint_serves_health_and_metrics() -> None:
 
 
 async def test_probes_report_unreachable_servers() -> None:
-    assert await KafkaProbe("127.0.0.1:1", timeout_s=1).error() is not None
+    assert await KafkaProbe(KafkaClients("127.0.0.1:1"), timeout_s=1).error() is not None
     health = ServiceHealth("flight")
-    await HealthMonitor(health, "127.0.0.1:1", "postgresql://saga@127.0.0.1:1/saga", timeout_s=1).probe_once()
+    await HealthMonitor(health, KafkaClients("127.0.0.1:1"), "postgresql://saga@127.0.0.1:1/saga",
+                        timeout_s=1).probe_once()
     assert health.states[Dependency.KAFKA].ok is False and health.states[Dependency.POSTGRES].ok is False
 
 
