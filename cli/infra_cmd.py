@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..infra import launcher
+from ..infra.launcher.security import SCRAM_USER
 from ..infra.settings import Settings
 
 infra_app = typer.Typer(no_args_is_help=True, help="Local Kafka and Postgres: start, stop, inspect.")
@@ -35,6 +36,11 @@ def up() -> None:
     except launcher.LauncherError as error:
         raise _fail(error) from None
     _err.print(f"ready in {time.monotonic() - started:.1f} s")
+    if endpoints.secure_kafka_bootstrap and endpoints.kafka_secrets:
+        _err.print(f"the broker's SASL_SSL listener: {endpoints.secure_kafka_bootstrap}, SCRAM user {SCRAM_USER} "
+                   f"(password in {endpoints.kafka_secrets / 'scram.password'}), CA "
+                   f"{endpoints.kafka_secrets / 'ca.pem'}",
+                   highlight=False, soft_wrap=True)
     # stdout carries only these lines, so `eval "$(saga infra up)"` exports them into a shell.
     _out.print(f"export KAFKA_BOOTSTRAP_SERVERS={endpoints.kafka_bootstrap}", highlight=False, soft_wrap=True)
     _out.print(f"export DATABASE_URL={endpoints.database_url}", highlight=False, soft_wrap=True)

@@ -14,9 +14,14 @@ from typing import Annotated, Any
 import typer
 
 from ..infra.heap import settle_service_heap
+from ..infra.kafka_admin import RetentionTooShort, TopicsMissing
+from ..infra.kafka_clients import KafkaSetupError
 from ..infra.logging import configure_logging
 from ..infra.settings import Settings
 from .context import console, fail, settings
+
+# Start-up refusals about Kafka that no retry changes: each names the setting to fix, and the service exits.
+_REFUSED_KAFKA = (RetentionTooShort, TopicsMissing, KafkaSetupError)
 
 Services = Mapping[str, subprocess.Popen[bytes]]  # started services by label
 
@@ -47,13 +52,12 @@ def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]])
 def orchestrator(with_relay: bool = typer.Option(
         False, "--with-relay", help="Also relay the outbox, woken by each commit (as saga run all does).")) -> None:
     """Consume saga.start, saga.control and the results topics; fire durable timers."""
-    from ..infra.kafka_admin import RetentionTooShort
     from ..orchestrator.bootstrap import run_orchestrator
     from ..orchestrator.store.postgres import DeploymentMismatch
 
     try:
         _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay))
-    except (DeploymentMismatch, RetentionTooShort) as refused:
+    except (DeploymentMismatch, *_REFUSED_KAFKA) as refused:
         fail(str(refused))
 
 
@@ -62,7 +66,10 @@ def relay() -> None:
     """Publish the orchestrator's outbox (commands and saga.events) to Kafka."""
     from ..orchestrator.bootstrap import run_relay
 
-    _serve(run_relay)
+    try:
+        _serve(run_relay)
+    except _REFUSED_KAFKA as refused:
+        fail(str(refused))
 
 
 @run_app.command("participant")
@@ -76,12 +83,10 @@ def participant(names: Annotated[list[str], typer.Argument(
         hosted_participants(names)
     except (ValueError, ImportError) as error:
         fail(str(error))
-    from ..infra.kafka_admin import RetentionTooShort
-
     settle_service_heap()
     try:
         run_participant(names, settings())
-    except RetentionTooShort as refused:
+    except _REFUSED_KAFKA as refused:
         fail(str(refused))
 
 

@@ -216,7 +216,11 @@ class KafkaClients:
                 continue
             conn.close()
             return
-        raise KafkaConnectionError(f"no Kafka bootstrap server answered ({'; '.join(errors) or 'none given'})")
+        hint = ""
+        if any("closed" in error for error in errors):  # TLS or SASL expected where we spoke something else
+            hint = (f"; a broker that closes the connection at once may expect another "
+                    f"SAGA_KAFKA_SECURITY_PROTOCOL than {self.security.protocol}")
+        raise KafkaConnectionError(f"no Kafka bootstrap server answered ({'; '.join(errors) or 'none given'}){hint}")
 
     def _refused(self, error: BaseException) -> str:
         mechanism = self.security.sasl_mechanism

@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     )
     saga_kafka_port: int = Field(default=19092, description="Local launcher: Kafka broker port.")
     saga_kafka_controller_port: int = Field(default=19093, description="Local launcher: KRaft controller port.")
+    saga_kafka_secure_port: int = Field(
+        default=19094, description="Local launcher: the broker's SASL_SSL (SCRAM) listener port.",
+    )
     saga_postgres_port: int = Field(default=15432, description="Local launcher: Postgres port.")
     saga_db_pool_size: int = Field(default=8, ge=1, description="Postgres connections per service.")
     saga_relay_poll_ms: float = Field(

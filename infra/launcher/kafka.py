@@ -1,11 +1,13 @@
 """Local Kafka: a single-node KRaft broker+controller from Maven Central jars, run as a detached java process.
 
 Layout under $SAGA_HOME/kafka/: lib/ (jars), m2/ (Maven's local repository), build/pom.xml, server.properties,
-log4j2.properties, data/ (KRaft log dir), logs/ (server.log, server.out), kafka.pid.
+log4j2.properties, data/ (KRaft log dir), logs/ (server.log, server.out), kafka.pid, secrets/ (the SASL_SSL
+listener's CA, keystore and SCRAM password: ``infra.launcher.security``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import os
@@ -19,6 +21,7 @@ from ..kafka_admin import wait_for_broker
 from ..kafka_clients import KafkaClients
 from ..settings import Settings
 from .process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
+from .security import SCRAM_MECHANISMS, SCRAM_USER, LocalSecrets, add_scram_user
 
 INFRA_DIR = Path(__file__).resolve().parent.parent
 POM = INFRA_DIR / "pom.xml"
@@ -64,17 +67,24 @@ class KafkaLauncher:
     def __init__(self, settings: Settings) -> None:
         self.port = settings.saga_kafka_port
         self.controller_port = settings.saga_kafka_controller_port
+        self.secure_port = settings.saga_kafka_secure_port
         self.home = settings.saga_home.expanduser().resolve() / "kafka"
         self.lib_dir = self.home / "lib"
         self.data_dir = self.home / "data"
         self.logs_dir = self.home / "logs"
         self.config_path = self.home / "server.properties"
         self.pid_file = self.home / "kafka.pid"
+        self.secrets = LocalSecrets(self.home / "secrets")
 
     @property
     def bootstrap(self) -> str:
         """The bootstrap servers of the local broker."""
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def secure_bootstrap(self) -> str:
+        """The bootstrap servers of the local broker's SASL_SSL listener (SCRAM, ``self.secrets``)."""
+        return f"127.0.0.1:{self.secure_port}"
 
     def pid(self) -> int | None:
         """The broker's pid when it runs (checked against its command line), else None."""
@@ -88,15 +98,18 @@ class KafkaLauncher:
             report(f"resolving Kafka {KAFKA_VERSION} jars with Maven (first run only)")
             self._fetch_jars()
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.secrets.ensure()
         shutil.copyfile(LOG4J2, self.home / "log4j2.properties")
         self.config_path.write_text(self._server_properties())
+        self.config_path.chmod(0o600)  # it holds the keystore password
         if not (self.data_dir / "meta.properties").exists():
             report("formatting the KRaft log folder")
             self._format()
 
     def start(self, report: Report) -> int:
         """Start the broker detached from this process (own session, parent init); returns its pid."""
-        ports = ((self.port, "SAGA_KAFKA_PORT"), (self.controller_port, "SAGA_KAFKA_CONTROLLER_PORT"))
+        ports = ((self.port, "SAGA_KAFKA_PORT"), (self.controller_port, "SAGA_KAFKA_CONTROLLER_PORT"),
+                 (self.secure_port, "SAGA_KAFKA_SECURE_PORT"))
         for port, variable in ports:
             if port_open(port):
                 raise LauncherError(f"port {port} is taken by another program; pick another with {variable}")
@@ -130,6 +143,10 @@ class KafkaLauncher:
                 f"Kafka {state}. Last lines of {self.logs_dir / 'server.log'}:\n"
                 f"{tail(self.logs_dir / 'server.log')}\n{tail(self.logs_dir / 'server.out', 5)}"
             )
+        # A log folder formatted before the SASL_SSL listener existed gets its user now (once).
+        java = _tool("java", "openjdk-17-jre-headless")
+        await asyncio.to_thread(add_scram_user, java, self._jvm_args(), self.bootstrap, self.secrets,
+                                self._scram_marker)
 
     def stop(self, report: Report, timeout: float = 60.0) -> bool:
         """Stop the broker (SIGTERM: controlled shutdown; SIGKILL after `timeout`); False if it was down."""
@@ -152,6 +169,10 @@ class KafkaLauncher:
             "-cp",
             f"{self.lib_dir}/*",
         ]
+
+    @property
+    def _scram_marker(self) -> Path:
+        return self.data_dir / ".scram-user"
 
     def _pom_digest(self) -> str:
         return hashlib.sha256(POM.read_bytes()).hexdigest()
@@ -205,6 +226,9 @@ class KafkaLauncher:
                 "--config",
                 str(self.config_path),
                 "--ignore-formatted",
+                # The SASL_SSL listener's user goes into the first metadata records: no tool run after start.
+                *(argument for mechanism in SCRAM_MECHANISMS for argument in (
+                    "--add-scram", f"{mechanism}=[name={SCRAM_USER},password={self.secrets.scram_password}]")),
             ],
             cwd=self.home,
             capture_output=True,
@@ -212,6 +236,7 @@ class KafkaLauncher:
         )
         if result.returncode != 0:
             raise LauncherError(f"formatting the Kafka storage failed:\n{result.stdout}{result.stderr}")
+        self._scram_marker.write_text(f"{SCRAM_USER}\n")
 
     def _server_properties(self) -> str:
         """Combined broker+controller on 127.0.0.1 with a static one-voter quorum; every factor is 1.
@@ -223,11 +248,20 @@ class KafkaLauncher:
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": (f"PLAINTEXT://127.0.0.1:{self.port},SASL_SSL://127.0.0.1:{self.secure_port},"
+                          f"CONTROLLER://127.0.0.1:{self.controller_port}"),
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},SASL_SSL://127.0.0.1:{self.secure_port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            # The SASL_SSL listener: TLS with the launcher's own CA, SCRAM users (infra.launcher.security).
+            "sasl.enabled.mechanisms": ",".join(SCRAM_MECHANISMS),
+            **{f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config":
+               "org.apache.kafka.common.security.scram.ScramLoginModule required;" for mechanism in SCRAM_MECHANISMS},
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self.secrets.keystore),
+            "ssl.keystore.password": self.secrets.keystore_password,
+            "ssl.key.password": self.secrets.keystore_password,
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
             "default.replication.factor": "1",

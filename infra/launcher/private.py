@@ -61,10 +61,11 @@ def private_settings(base: Settings, home: Path) -> Settings:
     lib = home / "kafka" / "lib"
     if shared_lib.is_dir() and not lib.exists():
         lib.symlink_to(shared_lib)  # the jars are large and resolving them needs the network
-    kafka_port, controller_port, postgres_port = free_ports(3)
+    kafka_port, controller_port, secure_port, postgres_port = free_ports(4)
     return base.model_copy(update={
         "kafka_bootstrap_servers": None, "database_url": None, "saga_home": home,
         "saga_kafka_port": kafka_port, "saga_kafka_controller_port": controller_port,
+        "saga_kafka_secure_port": secure_port,
         "saga_postgres_port": postgres_port,
     })
 

@@ -31,6 +31,8 @@ class Endpoints:
 
     kafka_bootstrap: str
     database_url: str
+    secure_kafka_bootstrap: str | None = None  # the local broker's SASL_SSL listener (None: Kafka is external)
+    kafka_secrets: Path | None = None  # its CA, SCRAM password (infra.launcher.security)
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,11 @@ async def up(settings: Settings | None = None, console: Console | None = None) -
     else:
         jobs["postgres"] = lambda report: _start_postgres(settings, report)
     await _with_progress(console, jobs)
-    return Endpoints(kafka_bootstrap=settings.kafka_servers(), database_url=settings.dsn())
+    if settings.kafka_bootstrap_servers:
+        return Endpoints(kafka_bootstrap=settings.kafka_servers(), database_url=settings.dsn())
+    local = KafkaLauncher(settings)
+    return Endpoints(kafka_bootstrap=settings.kafka_servers(), database_url=settings.dsn(),
+                     secure_kafka_bootstrap=local.secure_bootstrap, kafka_secrets=local.secrets.folder)
 
 
 async def down(settings: Settings | None = None, console: Console | None = None) -> None:

@@ -6,7 +6,6 @@ session's services, which other tests and developers may be using.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from rich.console import Console
 from saga_orchestrator.infra import launcher
 from saga_orchestrator.infra.kafka_admin import broker_answers
 from saga_orchestrator.infra.kafka_clients import KafkaClients
+from saga_orchestrator.infra.launcher.private import private_settings
 from saga_orchestrator.infra.launcher.process import port_open
 from saga_orchestrator.infra.settings import Settings
 from tests.conftest import run_sync
@@ -40,33 +40,13 @@ def test_status_shows_both_services_up(launcher_settings: Settings) -> None:
         assert row.pid is not None and row.data_dir is not None and row.data_dir.is_dir()
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for probe in sockets:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in sockets]
-    finally:
-        for probe in sockets:
-            probe.close()
-
-
 @pytest.fixture(scope="module")
 def private_stack(
     launcher_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Settings]:
     """A second, private launcher instance, started from an empty home and stopped afterwards."""
-    home = tmp_path_factory.mktemp("saga-home")
-    (home / "kafka").mkdir()
-    # Reuse the session's jar cache instead of downloading the jars again.
-    (home / "kafka" / "lib").symlink_to(launcher_settings.saga_home.expanduser().resolve() / "kafka" / "lib")
-    kafka_port, controller_port, postgres_port = _free_ports(3)
-    settings = Settings(
-        saga_home=home,
-        saga_kafka_port=kafka_port,
-        saga_kafka_controller_port=controller_port,
-        saga_postgres_port=postgres_port,
-    )
+    # Free ports, and the session's jar cache instead of downloading the jars again.
+    settings = private_settings(launcher_settings, tmp_path_factory.mktemp("saga-home"))
     try:
         run_sync(launcher.up(settings, Console(quiet=True)))
         yield settings
@@ -78,6 +58,7 @@ def test_up_starts_both_from_an_empty_home(private_stack: Settings) -> None:
     home = Path(private_stack.saga_home)
     assert (home / "kafka" / "data" / "meta.properties").is_file()
     assert (home / "postgres" / "data" / "PG_VERSION").is_file()
+    assert (home / "kafka" / "secrets" / "ca.pem").is_file()  # the SASL_SSL listener's CA
     assert all(row.running for row in launcher.status(private_stack))
 
 
