@@ -25,14 +25,18 @@ def _fail(error: launcher.LauncherError) -> typer.Exit:
 
 
 @infra_app.command()
-def up() -> None:
+def up(brokers: int = typer.Option(
+        None, "--brokers", min=1, max=9,
+        help="Kafka brokers to run (default SAGA_KAFKA_BROKERS, 1); 3: a KRaft cluster on loopback whose topics "
+             "can be replicated three times.")) -> None:
     """Start Kafka and Postgres unless already running, wait until they answer, print where they are.
 
     KAFKA_BOOTSTRAP_SERVERS / DATABASE_URL, when set, are used as they are: nothing is started for them.
     """
     started = time.monotonic()
+    current = Settings() if brokers is None else Settings(saga_kafka_brokers=brokers)
     try:
-        endpoints = asyncio.run(launcher.up(Settings(), _err))
+        endpoints = asyncio.run(launcher.up(current, _err))
     except launcher.LauncherError as error:
         raise _fail(error) from None
     _err.print(f"ready in {time.monotonic() - started:.1f} s")

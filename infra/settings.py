@@ -12,6 +12,9 @@ from ..schemas.registry import DEFAULT_SCHEMA_PATH
 from .kafka_admin import TopicLayout
 from .kafka_clients import KafkaClients, KafkaSecurity
 
+KAFKA_NODE_PORT_STEP = 10
+"""Node k of a local cluster listens on the SAGA_KAFKA_* ports plus KAFKA_NODE_PORT_STEP * (k - 1)."""
+
 
 class Settings(BaseSettings):
     """One place for every knob; each field is read from the upper-case environment variable."""
@@ -65,6 +68,11 @@ class Settings(BaseSettings):
     )
     saga_kafka_port: int = Field(default=19092, description="Local launcher: Kafka broker port.")
     saga_kafka_controller_port: int = Field(default=19093, description="Local launcher: KRaft controller port.")
+    saga_kafka_brokers: int = Field(
+        default=1, ge=1, le=9,
+        description="Local launcher: brokers to run; more than one is a KRaft cluster on loopback, node k on "
+                    "the ports below plus 10 * (k - 1) (`saga infra up --brokers 3`).",
+    )
     saga_kafka_secure_port: int = Field(
         default=19094, description="Local launcher: the broker's SASL_SSL (SCRAM) listener port.",
     )
@@ -142,7 +150,9 @@ class Settings(BaseSettings):
 
     def kafka_servers(self) -> str:
         """The bootstrap servers to use: the environment's, else the local launcher's."""
-        return self.kafka_bootstrap_servers or f"127.0.0.1:{self.saga_kafka_port}"
+        return self.kafka_bootstrap_servers or ",".join(
+            f"127.0.0.1:{self.saga_kafka_port + KAFKA_NODE_PORT_STEP * node}"
+            for node in range(self.saga_kafka_brokers))
 
     def kafka(self) -> KafkaClients:
         """The builder of every Kafka client: the bootstrap servers and the SAGA_KAFKA_* security settings."""

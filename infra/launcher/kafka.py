@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..kafka_admin import wait_for_broker
 from ..kafka_clients import KafkaClients
-from ..settings import Settings
+from ..settings import KAFKA_NODE_PORT_STEP, Settings
 from .process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
 from .security import SCRAM_MECHANISMS, SCRAM_USER, LocalSecrets, add_scram_user
 
@@ -61,20 +61,44 @@ def _tool(name: str, package: str) -> str:
     return path
 
 
-class KafkaLauncher:
-    """Prepare, start, stop and inspect the local broker of one SAGA_HOME."""
+def kafka_nodes(settings: Settings) -> list[KafkaLauncher]:
+    """The local brokers SAGA_KAFKA_BROKERS asks for: one (the default), or the nodes of a cluster."""
+    return [KafkaLauncher(settings, node) for node in range(1, settings.saga_kafka_brokers + 1)]
 
-    def __init__(self, settings: Settings) -> None:
-        self.port = settings.saga_kafka_port
-        self.controller_port = settings.saga_kafka_controller_port
-        self.secure_port = settings.saga_kafka_secure_port
-        self.home = settings.saga_home.expanduser().resolve() / "kafka"
-        self.lib_dir = self.home / "lib"
+
+def every_kafka_node(settings: Settings) -> list[KafkaLauncher]:
+    """The single broker and the nodes of the cluster last started in this SAGA_HOME, whatever
+    SAGA_KAFKA_BROKERS says now (``saga infra down`` stops them all)."""
+    single = settings.model_copy(update={"saga_kafka_brokers": 1})
+    recorded = KafkaLauncher(single).home / "cluster" / "brokers"
+    count = int(recorded.read_text()) if recorded.exists() else 1
+    cluster = settings.model_copy(update={"saga_kafka_brokers": count})
+    return kafka_nodes(single) + (kafka_nodes(cluster) if count > 1 else [])
+
+
+class KafkaLauncher:
+    """Prepare, start, stop and inspect one local broker of a SAGA_HOME: the single broker (the default), or
+    node ``node`` of a local cluster of SAGA_KAFKA_BROKERS brokers (each broker and controller, a static
+    quorum of all of them, every internal topic replicated to three) under ``$SAGA_HOME/kafka/cluster``."""
+
+    def __init__(self, settings: Settings, node: int = 1) -> None:
+        self.node = node
+        self.nodes = settings.saga_kafka_brokers
+        shift = KAFKA_NODE_PORT_STEP * (node - 1)
+        self.port = settings.saga_kafka_port + shift
+        self.controller_port = settings.saga_kafka_controller_port + shift
+        self.secure_port = settings.saga_kafka_secure_port + shift
+        self._controller_ports = [settings.saga_kafka_controller_port + KAFKA_NODE_PORT_STEP * (n - 1)
+                                  for n in range(1, self.nodes + 1)]
+        kafka_home = settings.saga_home.expanduser().resolve() / "kafka"
+        self.home = kafka_home if self.nodes == 1 else kafka_home / "cluster" / f"node-{node}"
+        self.lib_dir = kafka_home / "lib"
         self.data_dir = self.home / "data"
         self.logs_dir = self.home / "logs"
         self.config_path = self.home / "server.properties"
         self.pid_file = self.home / "kafka.pid"
-        self.secrets = LocalSecrets(self.home / "secrets")
+        self.secrets = LocalSecrets(kafka_home / "secrets")
+        self._cluster_id_file = kafka_home / "cluster" / "cluster.id"
 
     @property
     def bootstrap(self) -> str:
@@ -94,7 +118,7 @@ class KafkaLauncher:
 
     def prepare(self, report: Report) -> None:
         """Fetch the jars (first run), write the configuration and format the KRaft storage (first run)."""
-        if not self._jars_current():
+        if self.node == 1 and not self._jars_current():
             report(f"resolving Kafka {KAFKA_VERSION} jars with Maven (first run only)")
             self._fetch_jars()
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -174,6 +198,16 @@ class KafkaLauncher:
     def _scram_marker(self) -> Path:
         return self.data_dir / ".scram-user"
 
+    def _cluster_id(self) -> str:
+        """A fresh id for a single broker; one id shared by the nodes of a cluster (made by the first)."""
+        if self.nodes == 1:
+            return _cluster_id()
+        self._cluster_id_file.parent.mkdir(parents=True, exist_ok=True)
+        (self._cluster_id_file.parent / "brokers").write_text(f"{self.nodes}\n")  # for every_kafka_node
+        if not self._cluster_id_file.exists():
+            self._cluster_id_file.write_text(_cluster_id())
+        return self._cluster_id_file.read_text().strip()
+
     def _pom_digest(self) -> str:
         return hashlib.sha256(POM.read_bytes()).hexdigest()
 
@@ -222,7 +256,7 @@ class KafkaLauncher:
                 "kafka.tools.StorageTool",
                 "format",
                 "--cluster-id",
-                _cluster_id(),
+                self._cluster_id(),
                 "--config",
                 str(self.config_path),
                 "--ignore-formatted",
@@ -239,15 +273,19 @@ class KafkaLauncher:
         self._scram_marker.write_text(f"{SCRAM_USER}\n")
 
     def _server_properties(self) -> str:
-        """Combined broker+controller on 127.0.0.1 with a static one-voter quorum; every factor is 1.
+        """Combined broker+controller on 127.0.0.1 with a static quorum: one voter and every factor 1 for a
+        single broker; every node a voter, internal topics on three replicas (two in sync) in a cluster.
 
         A static quorum (controller.quorum.voters) keeps the formatted storage independent of the ports,
         so changing SAGA_KAFKA_PORT / SAGA_KAFKA_CONTROLLER_PORT later needs no re-format.
         """
+        replicas = str(min(3, self.nodes))
+        in_sync = str(min(2, self.nodes))
         settings = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node),
+            "controller.quorum.voters": ",".join(f"{n}@127.0.0.1:{port}"
+                                                 for n, port in enumerate(self._controller_ports, start=1)),
             "listeners": (f"PLAINTEXT://127.0.0.1:{self.port},SASL_SSL://127.0.0.1:{self.secure_port},"
                           f"CONTROLLER://127.0.0.1:{self.controller_port}"),
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},SASL_SSL://127.0.0.1:{self.secure_port}",
@@ -264,18 +302,18 @@ class KafkaLauncher:
             "ssl.key.password": self.secrets.keystore_password,
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
-            "default.replication.factor": "1",
-            "min.insync.replicas": "1",
+            "default.replication.factor": replicas,
+            "min.insync.replicas": in_sync,
             "auto.create.topics.enable": "true",
-            "offsets.topic.replication.factor": "1",
+            "offsets.topic.replication.factor": replicas,
             # Fewer internal partitions than the default 50: the first consumer group and the first
             # transactional producer on a fresh broker wait for these topics to be created.
             "offsets.topic.num.partitions": "10",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": in_sync,
             "transaction.state.log.num.partitions": "10",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": in_sync,
             "group.initial.rebalance.delay.ms": "0",
             # The compaction buffer is 128 MB by default and allocated up front; 2 MB is plenty here.
             "log.cleaner.dedupe.buffer.size": str(2 * 1024 * 1024),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..settings import Settings
+from ..settings import KAFKA_NODE_PORT_STEP, Settings
 from .stack import down, up
 
 
@@ -50,8 +50,9 @@ def free_port_block(count: int, attempts: int = 50) -> int:
     raise RuntimeError(f"no block of {count} free ports found")
 
 
-def private_settings(base: Settings, home: Path) -> Settings:
-    """Settings of a launcher instance in ``home`` on free ports, reusing ``base``'s Kafka jar cache.
+def private_settings(base: Settings, home: Path, brokers: int = 1) -> Settings:
+    """Settings of a launcher instance in ``home`` on free ports, reusing ``base``'s Kafka jar cache; with
+    ``brokers`` > 1, a local cluster (its nodes' ports a block of consecutive free ports).
 
     The result names no KAFKA_BOOTSTRAP_SERVERS / DATABASE_URL, so the launcher's restart helpers accept it.
     """
@@ -62,18 +63,22 @@ def private_settings(base: Settings, home: Path) -> Settings:
     if shared_lib.is_dir() and not lib.exists():
         lib.symlink_to(shared_lib)  # the jars are large and resolving them needs the network
     kafka_port, controller_port, secure_port, postgres_port = free_ports(4)
+    if brokers > 1:
+        kafka_port = free_port_block(KAFKA_NODE_PORT_STEP * (brokers - 1) + 3)
+        controller_port, secure_port = kafka_port + 1, kafka_port + 2
     return base.model_copy(update={
         "kafka_bootstrap_servers": None, "database_url": None, "saga_home": home,
         "saga_kafka_port": kafka_port, "saga_kafka_controller_port": controller_port,
-        "saga_kafka_secure_port": secure_port,
+        "saga_kafka_secure_port": secure_port, "saga_kafka_brokers": brokers,
         "saga_postgres_port": postgres_port,
     })
 
 
 @asynccontextmanager
-async def private_infrastructure(base: Settings, home: Path) -> AsyncIterator[Settings]:
-    """Start a private Kafka + Postgres in ``home``, yield their settings, stop both afterwards."""
-    settings = private_settings(base, home)
+async def private_infrastructure(base: Settings, home: Path, brokers: int = 1) -> AsyncIterator[Settings]:
+    """Start a private Kafka (``brokers`` > 1: a cluster) + Postgres in ``home``, yield their settings, stop
+    both afterwards."""
+    settings = private_settings(base, home, brokers)
     quiet = Console(quiet=True)
     try:
         await up(settings, quiet)

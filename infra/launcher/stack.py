@@ -7,8 +7,10 @@ A service given by the environment (KAFKA_BOOTSTRAP_SERVERS / DATABASE_URL) is n
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +22,9 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from ..kafka_admin import wait_for_broker
 from ..kafka_clients import KafkaClients
 from ..settings import Settings
-from .kafka import KafkaLauncher
+from .kafka import KafkaLauncher, every_kafka_node, kafka_nodes
 from .postgres import PostgresLauncher
-from .process import LauncherError, Report, file_lock
+from .process import LauncherError, Report, file_lock, stop_process
 
 
 @dataclass(frozen=True)
@@ -53,30 +55,45 @@ def _lock(settings: Settings, service: str) -> AbstractAsyncContextManager[None]
     return file_lock(settings.saga_home.expanduser() / f"{service}.lock")
 
 
-async def _start_kafka(settings: Settings, report: Report) -> str:
-    launcher = KafkaLauncher(settings)
+async def _started(server: KafkaLauncher | PostgresLauncher, report: Report) -> int:
+    """The pid of ``server``: the running one's, else that of one prepared and started now."""
+    pid = server.pid()
+    if pid is not None:
+        report(f"already running (pid {pid}); checking it answers")
+        return pid
+    await asyncio.to_thread(server.prepare, report)
+    return await asyncio.to_thread(server.start, report)
+
+
+async def _start_kafka(settings: Settings, report: Report, only_node: int | None = None) -> str:
+    """Start the local broker, or every node of the local cluster (``only_node``: that one), then wait until
+    each answers: a cluster's nodes start together, since none is ready before a quorum of them runs."""
+    nodes = [node for node in kafka_nodes(settings) if only_node is None or node.node == only_node]
     async with _lock(settings, "kafka"):
-        pid = launcher.pid()
-        if pid is not None:
-            report(f"already running (pid {pid}); checking it answers")
-        else:
-            await asyncio.to_thread(launcher.prepare, report)
-            pid = await asyncio.to_thread(launcher.start, report)
-            report(f"waiting for the broker (pid {pid}) to answer")
-        await launcher.wait_ready(pid)
-    return f"Kafka ready at {launcher.bootstrap} (pid {pid})"
+        _refuse_other_layout(settings)
+        pids = {node.node: await _started(node, report) for node in nodes}
+        report("waiting for the broker to answer" if len(nodes) == 1 else f"waiting for {len(nodes)} brokers")
+        for node in nodes:  # they come up together; asking in turn costs no time
+            await node.wait_ready(pids[node.node])
+    where = ", ".join(f"{node.bootstrap} (pid {pids[node.node]})" for node in nodes)
+    return f"Kafka ready at {where}"
+
+
+def _refuse_other_layout(settings: Settings) -> None:
+    """A single broker and a local cluster share ports: only one of them runs in a SAGA_HOME at a time."""
+    wanted = {node.home for node in kafka_nodes(settings)}
+    running = [node for node in every_kafka_node(settings) if node.home not in wanted and node.pid() is not None]
+    if running:
+        layout = "a local cluster" if running[0].nodes > 1 else "the single local broker"
+        raise LauncherError(f"{layout} runs in this SAGA_HOME (pid {running[0].pid()}); stop it with "
+                            "`saga infra down` first")
 
 
 async def _start_postgres(settings: Settings, report: Report) -> str:
     launcher = PostgresLauncher(settings)
     async with _lock(settings, "postgres"):
-        pid = launcher.pid()
-        if pid is not None:
-            report(f"already running (pid {pid}); checking it answers")
-        else:
-            await asyncio.to_thread(launcher.prepare, report)
-            pid = await asyncio.to_thread(launcher.start, report)
-            report(f"waiting for Postgres (pid {pid}) to accept connections")
+        pid = await _started(launcher, report)
+        report(f"waiting for Postgres (pid {pid}) to accept connections")
         await launcher.wait_ready(pid)
     return f"Postgres ready at {launcher.dsn} (pid {pid})"
 
@@ -142,16 +159,23 @@ async def up(settings: Settings | None = None, console: Console | None = None) -
     await _with_progress(console, jobs)
     if settings.kafka_bootstrap_servers:
         return Endpoints(kafka_bootstrap=settings.kafka_servers(), database_url=settings.dsn())
-    local = KafkaLauncher(settings)
+    nodes = kafka_nodes(settings)
     return Endpoints(kafka_bootstrap=settings.kafka_servers(), database_url=settings.dsn(),
-                     secure_kafka_bootstrap=local.secure_bootstrap, kafka_secrets=local.secrets.folder)
+                     secure_kafka_bootstrap=",".join(node.secure_bootstrap for node in nodes),
+                     kafka_secrets=nodes[0].secrets.folder)
 
 
 async def down(settings: Settings | None = None, console: Console | None = None) -> None:
     """Stop the local services (external ones are left alone)."""
     settings = settings or Settings()
     console = console or Console(stderr=True)
-    kafka, postgres = KafkaLauncher(settings), PostgresLauncher(settings)
+    postgres = PostgresLauncher(settings)
+
+    def stop_kafka_nodes(report: Report) -> bool:
+        # A cluster's nodes stop together: one left alone has no quorum for its controlled shutdown and
+        # waits out the timeout.
+        with ThreadPoolExecutor() as pool:
+            return any(list(pool.map(lambda node: node.stop(report), every_kafka_node(settings))))
 
     async def stop(name: str, external: bool, call: Callable[[Report], bool], report: Report) -> str:
         if external:
@@ -162,7 +186,7 @@ async def down(settings: Settings | None = None, console: Console | None = None)
     await _with_progress(
         console,
         {
-            "kafka": lambda report: stop("kafka", bool(settings.kafka_bootstrap_servers), kafka.stop, report),
+            "kafka": lambda report: stop("kafka", bool(settings.kafka_bootstrap_servers), stop_kafka_nodes, report),
             "postgres": lambda report: stop("postgres", bool(settings.database_url), postgres.stop, report),
         },
     )
@@ -171,15 +195,18 @@ async def down(settings: Settings | None = None, console: Console | None = None)
 def status(settings: Settings | None = None) -> list[ServiceStatus]:
     """Each service's state; local ones by pid file and process, external ones as configured (not probed)."""
     settings = settings or Settings()
-    kafka, postgres = KafkaLauncher(settings), PostgresLauncher(settings)
+    postgres = PostgresLauncher(settings)
     rows = []
     if settings.kafka_bootstrap_servers:
         rows.append(ServiceStatus("kafka", True, True, settings.kafka_bootstrap_servers, None, None, None))
     else:
-        pid = kafka.pid()
-        rows.append(
-            ServiceStatus("kafka", pid is not None, False, kafka.bootstrap, kafka.port, pid, kafka.data_dir)
-        )
+        wanted = kafka_nodes(settings)
+        others = [node for node in every_kafka_node(settings)
+                  if node.home not in {shown.home for shown in wanted} and node.pid() is not None]
+        for node in wanted + others:
+            pid = node.pid()
+            name = "kafka" if node.nodes == 1 else f"kafka-{node.node}"
+            rows.append(ServiceStatus(name, pid is not None, False, node.bootstrap, node.port, pid, node.data_dir))
     if settings.database_url:
         rows.append(ServiceStatus("postgres", True, True, "DATABASE_URL", None, None, None))
     else:
@@ -207,18 +234,30 @@ def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
     timings[key] = time.monotonic() - started
 
 
-async def stop_kafka(settings: Settings | None = None) -> None:
-    """Stop the local broker (cleanly: SIGTERM, SIGKILL after the timeout)."""
+async def stop_kafka(settings: Settings | None = None, node: int = 1) -> None:
+    """Stop the local broker, or node ``node`` of the local cluster (cleanly: SIGTERM, SIGKILL after the
+    timeout)."""
     settings = settings or Settings()
     _local_only(settings, "Kafka", settings.kafka_bootstrap_servers)
-    await _stop(settings, "kafka", KafkaLauncher(settings).stop, _quiet)
+    await _stop(settings, "kafka", KafkaLauncher(settings, node).stop, _quiet)
 
 
-async def start_kafka(settings: Settings | None = None) -> None:
-    """Start the local broker if it is not running and wait until it answers."""
+async def kill_kafka(settings: Settings, node: int) -> None:
+    """kill -9 node ``node`` of the local broker or cluster (a crash: no controlled shutdown)."""
+    _local_only(settings, "Kafka", settings.kafka_bootstrap_servers)
+    launcher = KafkaLauncher(settings, node)
+    pid = launcher.pid()
+    if pid is None:
+        raise LauncherError(f"Kafka node {node} is not running")
+    await asyncio.to_thread(stop_process, pid, signal.SIGKILL, 10)
+
+
+async def start_kafka(settings: Settings | None = None, node: int | None = None) -> None:
+    """Start the local broker (or cluster; ``node``: that node only) if it is not running and wait until it
+    answers."""
     settings = settings or Settings()
     _local_only(settings, "Kafka", settings.kafka_bootstrap_servers)
-    await _start_kafka(settings, _quiet)
+    await _start_kafka(settings, _quiet, node)
 
 
 async def restart_kafka(settings: Settings | None = None) -> dict[str, float]:
