@@ -9,8 +9,9 @@ from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from ..infra import kafka_records
 from ..infra.faults import crash_point
@@ -18,6 +19,7 @@ from ..infra.health import current as current_health
 from ..infra.kafka_clients import KafkaClients
 from ..infra.startup import sleep_or_stop
 from ..schemas.records import ConsumedRecord
+from .assignment import CoPartitionedAssignor
 from .horizon import HOLD_ALL, PartitionProgress, read_horizon
 from .inbound import RecordParser
 from .service import SagaService
@@ -55,6 +57,7 @@ FULL_POLL = 15
 # local broker about 1.8 ms of CPU); a crash re-reads at most this much more, which the inbox skips.
 COMMIT_EVERY_S = 0.5
 QUIET_COMMIT_S = 5.0  # the longest a consumer that stops waits to commit (a coordinator that went away)
+HAND_OVER_WAIT_S = 10.0  # the longest a rebalance waits for the polls under way (then the next owner re-reads)
 
 
 class FetchPacing:
@@ -110,17 +113,20 @@ class _Offsets:
         return bool(self._pending) and time.monotonic() - self._committed_at >= COMMIT_EVERY_S
 
     async def commit(self, consumer: AIOKafkaConsumer, quietly: bool = False) -> None:
-        """Commit the pending offsets. ``quietly``: while stopping, when Kafka may be gone; a failure or
-        ``QUIET_COMMIT_S`` without an answer is logged, and the offsets are read again by the next owner."""
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, {}
+        """Commit the pending offsets of the partitions still assigned (a revoked one's belong to its next
+        owner, who reads them again; the inbox skips what committed). ``quietly``: while stopping or handing
+        partitions over, when Kafka may be gone; a failure or ``QUIET_COMMIT_S`` without an answer is logged."""
+        assigned = consumer.assignment()
+        pending = {tp: offset for tp, offset in self._pending.items() if tp in assigned}
+        self._pending = {}
         self._committed_at = time.monotonic()
+        if not pending:
+            return
         try:
             async with asyncio.timeout(QUIET_COMMIT_S if quietly else None):
                 await consumer.commit(pending)
-        except CommitFailedError as error:
-            # A rebalance took the partitions away; the new owner re-reads, the inbox dedupes.
+        except (CommitFailedError, IllegalStateError) as error:
+            # A rebalance took the partitions away meanwhile; the new owner re-reads, the inbox dedupes.
             log.warning("offset commit failed after rebalance", extra={"error": repr(error)})
         except (KafkaError, TimeoutError) as error:
             if not quietly:
@@ -135,6 +141,21 @@ class _Poll:
     batches: dict[TopicPartition, list[ConsumerRecord]]
     keys: set[bytes | None]
     task: asyncio.Task[None]
+
+
+class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's base is untyped
+    """Before partitions are revoked, the polls under way finish and their offsets are committed."""
+
+    def __init__(self, owner: OrchestratorConsumer, consumer: AIOKafkaConsumer) -> None:
+        self._owner = owner
+        self._consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        if revoked:
+            await self._owner.hand_over(self._consumer)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        log.info("partitions assigned", extra={"partitions": len(assigned)})
 
 
 def consumed(record: ConsumerRecord) -> ConsumedRecord:
@@ -168,19 +189,28 @@ class OrchestratorConsumer:
         self._last_record_ms: dict[TopicPartition, int] = {}
         self._horizon_at = 0.0
         self._result_topics = parser.result_topic_names()
+        # The current consumer's polls under way and offsets to commit, shared with the rebalance listener,
+        # which finishes them before partitions move to another instance.
+        self._in_flight: deque[_Poll] = deque()
+        self._offsets = _Offsets()
+        self._finishing = asyncio.Lock()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, reconnecting with backoff when Kafka is away."""
         backoff = 0.2
         while not stop.is_set():
             consumer = self._kafka.consumer(
-                *self._parser.topic_names(), group_id=self._group_id,
+                group_id=self._group_id,
+                # Partition k of every topic to one instance; round robin while older instances still
+                # in the group know nothing else (the group picks a strategy all its members have).
+                partition_assignment_strategy=(CoPartitionedAssignor, RoundRobinPartitionAssignor),
                 enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self._max_records,
                 isolation_level="read_committed", fetch_min_bytes=1,
                 fetch_max_wait_ms=max(self._fetch_wait_ms, IDLE_FETCH_WAIT_MS),
                 fetch_max_bytes=kafka_records.FETCH_MAX_BYTES,
                 max_partition_fetch_bytes=kafka_records.PARTITION_FETCH_BYTES,
             )
+            consumer.subscribe(self._parser.topic_names(), listener=_HandOver(self, consumer))
             try:
                 await consumer.start()  # returns once the group is joined and partitions are assigned
                 self.consuming = True
@@ -213,9 +243,10 @@ class OrchestratorConsumer:
         finished after every earlier one did.
         """
         in_flight: deque[_Poll] = deque()
+        self._in_flight = in_flight
+        self._offsets = offsets = _Offsets()
         fetch: asyncio.Future[dict[TopicPartition, list[ConsumerRecord]]] | None = None
         pacing = FetchPacing(self._fetch_wait_ms, self._adaptive_fetch)
-        offsets = _Offsets()
         try:
             while not stop.is_set():
                 if fetch is None and len(in_flight) < POLLS_IN_FLIGHT:
@@ -231,8 +262,7 @@ class OrchestratorConsumer:
                     elif not in_flight:
                         await self._advance_horizon(consumer, {}, in_flight)
                         await offsets.commit(consumer)
-                while in_flight and in_flight[0].task.done():
-                    await self._finish(consumer, in_flight, offsets)
+                await self._finish_done(consumer)
         finally:
             if fetch is not None:
                 fetch.cancel()
@@ -257,15 +287,30 @@ class OrchestratorConsumer:
         await asyncio.gather(*blockers, return_exceptions=True)
         await self._process_until_done(batches.values(), stop)
 
-    async def _finish(self, consumer: AIOKafkaConsumer, in_flight: deque[_Poll], offsets: _Offsets) -> None:
-        """The oldest poll is done: move the read horizon past it and mark its offsets for commit."""
-        poll = in_flight.popleft()
-        poll.task.result()  # re-raises when it failed (only while stopping: failed transactions are retried)
-        await self._advance_horizon(consumer, poll.batches, in_flight)
-        offsets.handled({tp: records[-1].offset + 1 for tp, records in poll.batches.items()})
-        crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
-        if offsets.due():
-            await offsets.commit(consumer)
+    async def _finish_done(self, consumer: AIOKafkaConsumer) -> None:
+        """Finish the oldest polls that are done, in poll order: move the read horizon past each and mark its
+        offsets for commit (and commit them when due)."""
+        async with self._finishing:  # the poll loop and the rebalance listener both finish polls
+            while self._in_flight and self._in_flight[0].task.done():
+                poll = self._in_flight.popleft()
+                poll.task.result()  # re-raises when it failed (only while stopping: failed ones are retried)
+                await self._advance_horizon(consumer, poll.batches, self._in_flight)
+                self._offsets.handled({tp: records[-1].offset + 1 for tp, records in poll.batches.items()})
+                crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
+                if self._offsets.due():
+                    await self._offsets.commit(consumer)
+
+    async def hand_over(self, consumer: AIOKafkaConsumer) -> None:
+        """Partitions are about to move (a rebalance): let the polls under way commit in Postgres, then
+        commit their offsets while the partitions are still ours, so the next owner starts after them."""
+        tasks = [poll.task for poll in self._in_flight]
+        if tasks:  # bounded: a poll waiting out a Postgres outage must not stall the group's rebalance
+            await asyncio.wait(tasks, timeout=HAND_OVER_WAIT_S)
+        try:
+            await self._finish_done(consumer)
+        except Exception as error:  # a poll that failed is read again by the next owner
+            log.warning("a poll failed before the hand-over", extra={"error": repr(error)})
+        await self._offsets.commit(consumer, quietly=True)
 
     async def _advance_horizon(self, consumer: AIOKafkaConsumer, handled: dict[TopicPartition, list[ConsumerRecord]],
                                in_flight: Iterable[_Poll]) -> None:
