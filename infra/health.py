@@ -52,6 +52,9 @@ class ServiceHealth:
         self._started = clock()
         self.states = {dependency: DependencyState() for dependency in Dependency}
         self.last_progress: float | None = None  # wall clock
+        # True while the service's consumer is in its group with partitions assigned (GET /ready); a service
+        # without a consumer (the separate relay) sets it once it runs.
+        self.consuming = False
         self.handled_total = 0
         self.published_total = 0
         # Async callables run before each scrape, e.g. to refresh a gauge from the database.
@@ -154,6 +157,18 @@ class ServiceHealth:
         """The service did useful work just now."""
         self.last_progress = self._wall()
         self.last_progress_gauge.set(self.last_progress)
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        """Whether the service should get traffic (GET /ready): its consumer joined its group and Postgres
+        and Kafka answer; else why not."""
+        waiting = []
+        if not self.consuming:
+            waiting.append("the consumer has not joined its group yet")
+        for dependency in (Dependency.POSTGRES, Dependency.KAFKA):
+            if self.states[dependency].ok is not True:
+                waiting.append(f"{dependency.value} has not answered" if self.states[dependency].ok is None
+                               else f"{dependency.value} does not answer: {self.states[dependency].error}")
+        return not waiting, waiting
 
     def snapshot(self) -> dict[str, Any]:
         """The body of GET /health."""

@@ -163,10 +163,15 @@ async def _answer(health: ServiceHealth, reader: asyncio.StreamReader, writer: a
             status, kind, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
         elif path == "/health":
             status, kind, body = "200 OK", "application/json", orjson.dumps(health.snapshot())
+        elif path == "/ready":
+            ready, waiting = health.readiness()
+            status = "200 OK" if ready else "503 Service Unavailable"
+            kind, body = "application/json", orjson.dumps({"service": health.service, "ready": ready,
+                                                            "waiting_for": waiting})
         elif path == "/metrics":
             status, kind, body = "200 OK", "text/plain; version=0.0.4; charset=utf-8", await health.metrics()
         else:
-            status, kind, body = "404 Not Found", "text/plain", b"try /health or /metrics\n"
+            status, kind, body = "404 Not Found", "text/plain", b"try /health, /ready or /metrics\n"
         head = f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         writer.write(head.encode() + (body if request[:1] != ["HEAD"] else b""))
         await writer.drain()

@@ -207,7 +207,7 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
 
 async def run_relay(settings: Settings, stop: asyncio.Event) -> None:
     """Publish the orchestrator's outbox until ``stop``; outages are waited out."""
-    async with health_running("relay", settings):
+    async with health_running("relay", settings) as health:
         try:
             await retry_startup(lambda: prepare(settings), "create topics", stop)
             pool = await retry_startup(lambda: create_pool(settings.dsn(), 2, application_name="saga-relay"),
@@ -216,6 +216,7 @@ async def run_relay(settings: Settings, stop: asyncio.Event) -> None:
             return
         try:
             await retry_startup(lambda: migrate(pool), "migrate", stop)
+            health.consuming = True  # no consumer to wait for: ready once Kafka and Postgres answer
             poll_ms = settings.saga_relay_poll_ms
             await OutboxRelay(pool, OUTBOX_TABLE, settings.kafka(), min_poll_ms=poll_ms,
                               max_poll_ms=max(poll_ms, MAX_POLL_MS)).run(stop)

@@ -213,7 +213,7 @@ class OrchestratorConsumer:
             consumer.subscribe(self._parser.topic_names(), listener=_HandOver(self, consumer))
             try:
                 await consumer.start()  # returns once the group is joined and partitions are assigned
-                self.consuming = True
+                self.consuming = current_health().consuming = True
                 backoff = 0.2
                 log.info("orchestrator consumer started", extra={"group": self._group_id})
                 await self._poll(consumer, stop)
@@ -228,7 +228,7 @@ class OrchestratorConsumer:
                 await sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
             finally:
-                self.consuming = False
+                self.consuming = current_health().consuming = False
                 self.read_horizon_ms = HOLD_ALL
                 self._last_record_ms.clear()
                 self._horizon_at = 0.0

@@ -142,6 +142,11 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     app.task(start_runtimes)
     app.task(watch_health)
 
+    async def on_partitions_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        health.consuming = True  # the worker's consumer is in its group: GET /ready may say so
+
+    app.on_partitions_assigned.connect(on_partitions_assigned, weak=False)  # type: ignore[arg-type]
+
     async def on_before_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         health_stop.set()
         await asyncio.gather(*(runtime.stop() for runtime in runtimes))

@@ -6,6 +6,7 @@ leading ``saga.events`` partitions is killed with -9 and started again.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from rich.console import Console
 
 from bench.chaos_support import Publisher, started_and_ready
+from saga_orchestrator.cli.run_cmd import health_port
 from saga_orchestrator.infra import launcher
+from saga_orchestrator.infra.health_server import fetch_health
 from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.launcher.private import private_settings
 from saga_orchestrator.infra.settings import Settings
@@ -83,6 +86,14 @@ async def test_topics_are_replicated_three_times_two_in_sync(stack: Stack) -> No
         assert {len(partition["replicas"]) for partition in partitions} == {3}, topic
         assert {partition["leader"] for partition in partitions} <= {1, 2, 3}, topic
     assert min_insync == {name: "2" for name in names}
+
+
+async def test_every_service_is_ready(stack: Stack) -> None:
+    # GET /ready answers 200 only once the service's consumer joined its group and both servers answer
+    settings = stack.settings
+    for label in stack.labels:
+        body = await fetch_health(settings.saga_health_host, health_port(settings, label), "/ready")
+        assert body is not None and json.loads(body)["ready"] is True, (label, body)
 
 
 async def _leaders(kafka: KafkaClients, topic: str) -> Counter[int]:

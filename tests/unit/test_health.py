@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -108,6 +109,40 @@ async def test_the_endpoint_serves_health_and_metrics() -> None:
         server.close()
         await server.wait_closed()
     assert await fetch_health("127.0.0.1", port, timeout_s=0.5) is None
+
+
+async def _status_and_body(port: int, path: str) -> tuple[str, dict[str, Any]]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    head, _, body = response.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0].decode(), json.loads(body)
+
+
+async def test_ready_waits_for_the_group_and_both_dependencies() -> None:
+    health = ServiceHealth("orchestrator")
+    server = await serve_health(health, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        status, body = await _status_and_body(port, "/ready")
+        assert status == "HTTP/1.1 503 Service Unavailable" and body["ready"] is False
+        assert len(body["waiting_for"]) == 3  # the group, Postgres, Kafka
+        health.report(Dependency.KAFKA, True)
+        health.report(Dependency.POSTGRES, False, "connection refused")
+        health.consuming = True
+        status, body = await _status_and_body(port, "/ready")
+        assert status.endswith("503 Service Unavailable")
+        assert body["waiting_for"] == ["postgres does not answer: connection refused"]
+        health.report(Dependency.POSTGRES, True)
+        status, body = await _status_and_body(port, "/ready")
+        assert status == "HTTP/1.1 200 OK" and body == {"service": "orchestrator", "ready": True, "waiting_for": []}
+        health.consuming = False  # the consumer left its group (a rebalance, Kafka away)
+        assert (await _status_and_body(port, "/ready"))[0].endswith("503 Service Unavailable")
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_probes_report_unreachable_servers() -> None:
