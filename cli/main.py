@@ -10,6 +10,7 @@ from . import (
     deferred_cmd,
     definitions_cmd,
     inspect_cmd,
+    migrate_cmd,
     purge_cmd,
     reproject_cmd,
     verify_cmd,
@@ -35,6 +36,7 @@ app.command("list")(inspect_cmd.list_sagas)
 app.command("effects")(inspect_cmd.effects)
 app.command("audit")(audit_cmd.audit)
 app.command("verify")(verify_cmd.verify)
+app.command("migrate")(migrate_cmd.migrate_command)
 app.command("reproject")(reproject_cmd.reproject_command)
 app.command("purge")(purge_cmd.purge)
 app.command("definitions")(definitions_cmd.definitions_command)
@@ -48,20 +50,6 @@ def demo(keep_running: bool = typer.Option(False, "--keep-running", help="Leave 
     from .demo_cmd import run_demo
 
     raise typer.Exit(run_demo(keep_running))
-
-
-@app.command("migrate")
-def migrate() -> None:
-    """Apply the database migrations (services also do this at start)."""
-    from ..orchestrator.store.postgres import migrate as apply
-    from .context import console, database, run, settings
-
-    async def body() -> list[str]:
-        async with database(settings()) as pool:
-            return await apply(pool)
-
-    applied = run(body())
-    console.print(f"applied: {', '.join(applied) or 'nothing (up to date)'}")
 
 
 if __name__ == "__main__":

@@ -130,8 +130,33 @@ async def apply_migrations(conn_or_pool: asyncpg.Connection | asyncpg.Pool, dire
     return await _migrate(conn_or_pool, directory, check_table(table), adopt_from)
 
 
+class MigrationsPending(RuntimeError):
+    """The schema is behind and the connected role may not run DDL: the migration role has to."""
+
+
+async def _applied(conn: asyncpg.Connection, table: str) -> set[str]:
+    """The versions ``table`` records (none when it does not exist); read-only."""
+    if await conn.fetchval("SELECT to_regclass($1)", table) is None:
+        return set()
+    return {row["version"] for row in await conn.fetch(f"SELECT version FROM {table}")}
+
+
 async def _migrate(conn: asyncpg.Connection, directory: Path, table: str, adopt_from: str | None) -> list[str]:
     files = migration_files(directory)
+    # Up to date: nothing to do, and no DDL a least-privilege role could not run (infra.roles).
+    if {path.stem for path in files} <= await _applied(conn, table):
+        return []
+    try:
+        return await _migrate_locked(conn, files, table, adopt_from)
+    except asyncpg.InsufficientPrivilegeError as error:
+        role = await conn.fetchval("SELECT current_user")
+        raise MigrationsPending(
+            f"the tables of {table.partition('.')[0]} are missing or behind, and role {role} may not create them "
+            f"({error}): run `saga migrate` with the DATABASE_URL of the migration role first") from error
+
+
+async def _migrate_locked(conn: asyncpg.Connection, files: list[Path], table: str, adopt_from: str | None
+                          ) -> list[str]:
     await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK_KEY)
     try:
         schema = table.partition(".")[0] if "." in table else "public"

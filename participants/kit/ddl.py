@@ -6,6 +6,8 @@ import zlib
 
 import asyncpg
 
+from ...infra.db import MigrationsPending
+from ...infra.roles import may_create_in
 from ...outbox.table import outbox_table_sql
 from .ledger import awaiting_commands_sql, processed_commands_sql
 from .participant import Participant
@@ -17,9 +19,25 @@ def _lock_id(schema: str) -> int:
     return zlib.crc32(f"participant-ddl:{schema}".encode())
 
 
+KIT_TABLES = ("processed_commands", "awaiting_commands", "outbox", "outbox_parked")
+
+
 async def ensure_participant_schema(pool: asyncpg.Pool, participant: Participant) -> None:
-    """Create the participant's schema and tables if missing (idempotent, safe to run concurrently)."""
+    """Create the participant's schema and tables if missing (idempotent, safe to run concurrently).
+
+    A role that may not create in the schema (a least-privilege role, ``infra.roles``) creates nothing: it
+    checks that the kit's tables exist, made by ``saga migrate``, and MigrationsPending says so when not."""
     schema = participant.schema
+    async with pool.acquire() as conn:
+        if not await may_create_in(conn, schema):
+            missing = [table for table in KIT_TABLES
+                       if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{table}") is None]
+            if missing:
+                role = await conn.fetchval("SELECT current_user")
+                raise MigrationsPending(f"tables {', '.join(f'{schema}.{t}' for t in missing)} are missing and role "
+                                        f"{role} may not create them: run `saga migrate` with the DATABASE_URL of "
+                                        "the migration role first")
+            return
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_id(schema))
         await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")

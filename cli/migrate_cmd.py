@@ -1,0 +1,72 @@
+"""``saga migrate``: the schema of the orchestrator and of participants, made by the migration role, and the
+least-privilege roles granted their own schema (``infra.roles``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import asyncpg
+import typer
+from rich.table import Table
+
+from ..infra.db import create_pool
+from ..infra.roles import ORCHESTRATOR_ROLE, ORCHESTRATOR_SCHEMA, ensure_role, grant, participant_role
+from ..infra.settings import Settings
+from ..orchestrator.store.postgres import migrate as migrate_orchestrator
+from ..participants.kit.ddl import ensure_participant_schema
+from ..participants.kit.participant import Participant
+from ..participants.runner import hosted_participants
+from .context import console, fail, run, settings
+from .run_cmd import participant_workers
+
+
+def migrate_command(
+    participants: Annotated[list[str] | None, typer.Argument(
+        help="Participants whose tables to make (names or module:attribute; default: SAGA_PARTICIPANTS).")] = None,
+    orchestrator: bool = typer.Option(True, "--orchestrator/--no-orchestrator",
+                                      help="Make (or bring up to date) the orchestrator's tables too."),
+    create_roles: bool = typer.Option(False, "--create-roles",
+                                      help="Create the missing roles first (LOGIN, no password: for the local "
+                                           "launcher's trusted Postgres; elsewhere create them yourself)."),
+) -> None:
+    """Create or bring up to date the tables, connected as DATABASE_URL (the migration role: the schemas'
+    owner), then grant each least-privilege role that exists its own schema: saga_orchestrator on saga,
+    saga_<schema> on each participant's. Safe to run again."""
+    current = settings()
+    names = participants or [name for worker in participant_workers(current) for name in worker]
+    try:
+        hosted = hosted_participants(names)
+    except (ValueError, ImportError) as error:
+        fail(str(error))
+    try:
+        rows = run(_migrate(current, orchestrator, hosted, create_roles))
+    except (OSError, asyncpg.PostgresError, TimeoutError) as error:
+        fail(f"migrating failed ({error}); DATABASE_URL must be the migration role (owner of the schemas)")
+    table = Table("schema", "made by", "granted to")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+async def _migrate(current: Settings, orchestrator: bool, hosted: list[Participant], create_roles: bool
+                   ) -> list[tuple[str, str, str]]:
+    pool = await create_pool(current.dsn(), 2)
+    rows = []
+    try:
+        async with pool.acquire() as conn:
+            if create_roles:
+                for role in [ORCHESTRATOR_ROLE] * orchestrator + [participant_role(p.schema) for p in hosted]:
+                    await ensure_role(conn, role)
+            if orchestrator:
+                applied = await migrate_orchestrator(pool)
+                granted = await grant(conn, ORCHESTRATOR_SCHEMA, ORCHESTRATOR_ROLE)
+                rows.append((ORCHESTRATOR_SCHEMA, f"{len(applied)} migrations applied now",
+                             ORCHESTRATOR_ROLE if granted else "-"))
+            for participant in hosted:
+                await ensure_participant_schema(pool, participant)
+                role = participant_role(participant.schema)
+                granted = await grant(conn, participant.schema, role)
+                rows.append((participant.schema, f"participant {participant.name}", role if granted else "-"))
+    finally:
+        await pool.close()
+    return rows

@@ -1,0 +1,70 @@
+"""Least privilege in Postgres: who may touch which schema.
+
+A migration role (the owner of the schemas, the one ``saga migrate`` connects as) runs every DDL statement.
+The orchestrator's role may read and write the tables of schema ``saga`` only; each participant's role the
+tables of its own schema only (its ledger, its outbox, its business tables). A participant's role is refused on
+``saga.events``, and the orchestrator's on a participant's schema. The services run DDL at start only where
+their role may (a single superuser DSN keeps working as before); with these roles they find their tables
+made and create nothing.
+
+``saga migrate --create-roles`` creates the roles (``ORCHESTRATOR_ROLE`` and ``participant_role(schema)``,
+LOGIN without a password: the local launcher's Postgres trusts 127.0.0.1); on a managed Postgres, create them
+yourself, with passwords, and let ``saga migrate`` grant (README, "Production", gives the statements).
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from .db import check_identifier
+
+ORCHESTRATOR_ROLE = "saga_orchestrator"
+ORCHESTRATOR_SCHEMA = "saga"
+
+
+def participant_role(schema: str) -> str:
+    """The role of the participant whose tables live in ``schema``."""
+    return f"saga_{check_identifier(schema)}"
+
+
+def grant_statements(schema: str, role: str) -> list[str]:
+    """What ``role`` needs to use the tables of ``schema`` (and nothing else): usage of the schema, reading and
+    writing its tables and sequences, the same on tables the migration role makes there later."""
+    schema, role = check_identifier(schema), check_identifier(role)
+    return [
+        f"GRANT USAGE ON SCHEMA {schema} TO {role}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
+        f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}",
+        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {role}",
+        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO {role}",
+    ]
+
+
+async def ensure_role(conn: asyncpg.Connection, role: str) -> bool:
+    """Create the LOGIN role ``role`` unless it exists; True when it was created now."""
+    role = check_identifier(role)
+    if await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role):
+        return False
+    try:
+        await conn.execute(f"CREATE ROLE {role} LOGIN")
+    except asyncpg.DuplicateObjectError:  # created meanwhile by a concurrent start
+        return False
+    return True
+
+
+async def grant(conn: asyncpg.Connection, schema: str, role: str) -> bool:
+    """Grant ``role`` the use of ``schema``'s tables when the role exists; whether it did."""
+    if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", check_identifier(role)):
+        return False
+    async with conn.transaction():
+        for statement in grant_statements(schema, role):
+            await conn.execute(statement)
+    return True
+
+
+async def may_create_in(conn: asyncpg.Connection, schema: str) -> bool:
+    """Whether the connected role may run this schema's DDL: create in it, or create it when it is missing."""
+    exists = await conn.fetchval("SELECT 1 FROM pg_namespace WHERE nspname = $1", check_identifier(schema))
+    if exists:
+        return bool(await conn.fetchval("SELECT has_schema_privilege($1, 'CREATE')", schema))
+    return bool(await conn.fetchval("SELECT has_database_privilege(current_database(), 'CREATE')"))

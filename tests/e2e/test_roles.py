@@ -1,0 +1,142 @@
+"""Least privilege in Postgres: ``saga migrate`` (as the migration role) makes the tables and grants each role
+its own schema; a participant's role is refused on the orchestrator's event store and the orchestrator's on a
+participant's tables; every service runs under its own role, creating nothing, and the sagas end as planned.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from saga_orchestrator.cli.demo_cmd import drive
+from saga_orchestrator.infra.db import MigrationsPending, create_pool
+from saga_orchestrator.infra.roles import ORCHESTRATOR_ROLE, participant_role
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.bootstrap import prepare
+from saga_orchestrator.orchestrator.store.postgres import migrate
+from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
+from saga_orchestrator.participants.registry import get_participant
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from tests.conftest import run_sync
+from tests.e2e.harness import Stack
+
+PARTICIPANTS = ("flight", "hotel", "payment", "notification")
+
+
+def as_role(dsn: str, role: str) -> str:
+    """``dsn`` with ``role`` as its user (the local launcher's Postgres trusts 127.0.0.1, so no password)."""
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
+
+
+def _saga_migrate(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DATABASE_URL": settings.dsn(), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "saga_orchestrator.cli", "migrate", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def migrated(settings: Settings, launcher_settings: Settings) -> Settings:
+    result = _saga_migrate(settings, "--create-roles")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for role in (ORCHESTRATOR_ROLE, *(participant_role(name) for name in PARTICIPANTS)):
+        assert role in result.stdout, result.stdout
+    return settings
+
+
+async def test_a_participant_role_is_refused_on_the_event_store(migrated: Settings) -> None:
+    conn = await asyncpg.connect(as_role(migrated.dsn(), participant_role("flight")))
+    try:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.fetchval("SELECT count(*) FROM saga.events")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("DELETE FROM saga.outbox")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.fetchval("SELECT count(*) FROM hotel.processed_commands")  # nor another participant's
+        assert await conn.fetchval("SELECT count(*) FROM flight.processed_commands") == 0  # its own: yes
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("CREATE TABLE flight.mine (id int)")  # and no DDL
+    finally:
+        await conn.close()
+
+
+async def test_the_orchestrator_role_has_its_schema_only(migrated: Settings) -> None:
+    conn = await asyncpg.connect(as_role(migrated.dsn(), ORCHESTRATOR_ROLE))
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM saga.events") >= 0
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.fetchval("SELECT count(*) FROM payment.outbox")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("DROP TABLE saga.events")
+    finally:
+        await conn.close()
+    # what the services run at start finds everything made and creates nothing
+    pool = await create_pool(as_role(migrated.dsn(), ORCHESTRATOR_ROLE), 1)
+    try:
+        assert await migrate(pool) == []
+    finally:
+        await pool.close()
+    pool = await create_pool(as_role(migrated.dsn(), participant_role("hotel")), 1)
+    try:
+        await ensure_participant_schema(pool, get_participant("hotel"))
+    finally:
+        await pool.close()
+
+
+async def test_a_role_that_may_not_create_says_to_run_saga_migrate(postgres_admin_dsn: str) -> None:
+    name = f"test_roles_empty_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(postgres_admin_dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        empty = urlunsplit(urlsplit(postgres_admin_dsn)._replace(path=f"/{name}"))
+        await admin.execute(f"DO $$ BEGIN CREATE ROLE {ORCHESTRATOR_ROLE} LOGIN; "
+                            "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        pool = await create_pool(as_role(empty, ORCHESTRATOR_ROLE), 1)
+        try:
+            with pytest.raises(MigrationsPending, match="run `saga migrate`"):
+                await migrate(pool)
+        finally:
+            await pool.close()
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture(scope="module")
+def least_privilege_stack(migrated: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    log_dir: Path = tmp_path_factory.mktemp("roles-logs")
+    run_sync(prepare(migrated))  # the topics
+    stack = Stack(migrated, log_dir)
+    for label in stack.labels:
+        role = ORCHESTRATOR_ROLE if label == "orchestrator" else participant_role(label)
+        stack.start(label, extra_env={"DATABASE_URL": as_role(migrated.dsn(), role)})
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+async def test_every_service_runs_under_its_own_role(least_privilege_stack: Stack) -> None:
+    run_id = uuid.uuid4().hex[:6]
+    planned = {f"roles-{run_id}-{name}": name for name in ("happy", "card_declined", "invalid_route", "cancelled")}
+    ended = await drive(least_privilege_stack.settings, planned, 120)
+    assert ended == {saga_id: SCENARIOS[name].terminal for saga_id, name in planned.items()}
+    conn = await asyncpg.connect(least_privilege_stack.settings.dsn())
+    try:
+        users = {row["usename"] for row in await conn.fetch(
+            "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = current_database()")}
+    finally:
+        await conn.close()
+    assert {ORCHESTRATOR_ROLE, *(participant_role(name) for name in PARTICIPANTS)} <= users, users
+    assert least_privilege_stack.exited() == {}
+    for label in least_privilege_stack.labels:
+        log = least_privilege_stack.log(label)
+        assert "permission denied" not in log and "InsufficientPrivilege" not in log, (label, log[-2000:])
