@@ -139,7 +139,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     kafka_records.install()  # a record batch no consumer could read past becomes a record to dead-letter
     topics = Topics(settings.saga_topic_prefix)
     participants = participants_of(registry)
-    store = PostgresStore(pool)
+    store = PostgresStore(pool, topic_partitions=settings.saga_topic_partitions)
     relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka(), min_poll_ms=25, max_poll_ms=WOKEN_MAX_POLL_MS)
              if with_relay else None)
     metrics = SagaMetrics(health)
@@ -160,7 +160,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     # Not consuming yet (a restart waits for the group to drop the old member): replies may be waiting
     # unread, so a step timeout now would blame participants for our own downtime.
     timers = TimerScheduler(service, hold=timer_hold(consumer, health), horizon=lambda: consumer.read_horizon_ms,
-                            clock_ms=clock)
+                            clock_ms=clock, partitions=lambda: consumer.owned_partitions)
     scheduler.append(timers)
     chores = []
     if settings.saga_inbox_retention_hours:

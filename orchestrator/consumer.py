@@ -151,11 +151,13 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's 
         self._consumer = consumer
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._owner.owned_partitions = frozenset()  # its timers are the next owner's from now on
         if revoked:
             await self._owner.hand_over(self._consumer)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        log.info("partitions assigned", extra={"partitions": len(assigned)})
+        self._owner.owned_partitions = frozenset(tp.partition for tp in assigned)
+        log.info("partitions assigned", extra={"partitions": sorted(self._owner.owned_partitions)})
 
 
 def consumed(record: ConsumerRecord) -> ConsumedRecord:
@@ -186,6 +188,9 @@ class OrchestratorConsumer:
         self.consuming = False
         # Wall-clock ms up to which every reply has been read (orchestrator/horizon.py); timers due later wait.
         self.read_horizon_ms = HOLD_ALL
+        # The partition numbers assigned to this instance (orchestrator/assignment.py gives it the same ones
+        # on every topic): its timer scheduler fires the timers of sagas on them. None until assigned.
+        self.owned_partitions: frozenset[int] | None = None
         self._last_record_ms: dict[TopicPartition, int] = {}
         self._horizon_at = 0.0
         self._result_topics = parser.result_topic_names()
@@ -229,6 +234,7 @@ class OrchestratorConsumer:
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
             finally:
                 self.consuming = current_health().consuming = False
+                self.owned_partitions = frozenset()
                 self.read_horizon_ms = HOLD_ALL
                 self._last_record_ms.clear()
                 self._horizon_at = 0.0

@@ -8,7 +8,7 @@ Times are epoch milliseconds everywhere in these types; adapters convert.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -148,9 +148,10 @@ class UnitOfWork(Protocol):
         """
         ...
 
-    async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
+    async def claim_due(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
         """Claim (and delete, pending commit) up to ``limit`` timers with ``due_at_ms <= now_ms``, earliest
-        first, skipping timers another open unit of work has claimed.
+        first, skipping timers another open unit of work has claimed; with ``partitions``, only timers of sagas
+        on those partitions (an instance's share: it fires them against its own read horizon).
 
         Claiming is deleting, inside the unit of work that handles the timers (Postgres: ``DELETE ... WHERE
         ... IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``), so: commit → the timer is gone and its
@@ -176,8 +177,9 @@ class UnitOfWorkFactory(Protocol):
         again. False for what the unit of work's own data caused."""
         ...
 
-    async def next_due_ms(self) -> int | None:
-        """When the earliest stored timer is due (epoch ms), None when there is none."""
+    async def next_due_ms(self, partitions: Collection[int] | None = None) -> int | None:
+        """When the earliest stored timer (of sagas on ``partitions``, when given) is due (epoch ms), None when
+        there is none."""
         ...
 
 

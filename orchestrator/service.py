@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
@@ -166,43 +166,47 @@ class SagaService:
             outcomes.update(zip(indexes, result, strict=True))
         return [outcomes[index] for index in range(len(envelopes))]
 
-    async def fire_due_timers(self, limit: int, due_by_ms: int | None = None) -> int:
+    async def fire_due_timers(self, limit: int, due_by_ms: int | None = None,
+                              partitions: Collection[int] | None = None) -> int:
         """Claim due timers and handle them in the same transaction (a crash puts them back); with
-        ``due_by_ms``, only those due by then as well as by now. A batch that fails (not for an unavailable
-        store) is handled a timer at a time."""
+        ``due_by_ms``, only those due by then as well as by now; with ``partitions``, only those of sagas on
+        them. A batch that fails (not for an unavailable store) is handled a timer at a time."""
         try:
-            return await self._retrying_unit(lambda uow, settled: self._fire(uow, settled, limit, due_by_ms),
-                                             "timers")
+            return await self._retrying_unit(
+                lambda uow, settled: self._fire(uow, settled, limit, due_by_ms, partitions), "timers")
         except Exception as error:
             if self._units.unavailable(error) or limit == 1:
                 raise
             log.warning("timer batch failed, firing one timer at a time", extra={"error": repr(error)})
         fired = 0
-        while fired < limit and await self._fire_one(due_by_ms):
+        while fired < limit and await self._fire_one(due_by_ms, partitions):
             fired += 1
         return fired
 
-    async def next_timer_due_ms(self) -> int | None:
-        """When the earliest stored timer is due (epoch ms), None when there is none."""
-        return await self._units.next_due_ms()
+    async def next_timer_due_ms(self, partitions: Collection[int] | None = None) -> int | None:
+        """When the earliest stored timer (of sagas on ``partitions``, when given) is due (epoch ms), None when
+        there is none."""
+        return await self._units.next_due_ms(partitions)
 
-    async def _fire(self, uow: UnitOfWork, settled: Settled, limit: int, due_by_ms: int | None) -> int:
+    async def _fire(self, uow: UnitOfWork, settled: Settled, limit: int, due_by_ms: int | None,
+                    partitions: Collection[int] | None) -> int:
         now = self._clock_ms()
-        rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), limit)
+        rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), limit, partitions)
         await self._apply(uow, [timer_envelope(row) for row in rows], settled)
         return len(rows)
 
-    async def _fire_one(self, due_by_ms: int | None) -> bool:
+    async def _fire_one(self, due_by_ms: int | None, partitions: Collection[int] | None) -> bool:
         """Fire the earliest due timer alone; after ``poison_attempts`` failures, quarantine its saga (the
         timer goes with the unit of work that does); False when none is due."""
-        fired = await self._tried_alone(lambda uow, settled: self._fire(uow, settled, 1, due_by_ms), "a timer")
+        fired = await self._tried_alone(lambda uow, settled: self._fire(uow, settled, 1, due_by_ms, partitions),
+                                        "a timer")
         if not isinstance(fired, Exception):
             return fired > 0
         error = fired
 
         async def quarantine_its_saga(uow: UnitOfWork, settled: Settled) -> bool:
             now = self._clock_ms()
-            rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), 1)
+            rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), 1, partitions)
             for row in rows:
                 await self._quarantine_alone(uow, settled, timer_envelope(row), error)
             return bool(rows)

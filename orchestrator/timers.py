@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from ..infra.health import current as current_health
 from ..infra.startup import sleep_or_stop, sleep_or_woken
@@ -31,16 +31,20 @@ class TimerScheduler:
     Kafka or Postgres is not mistaken for participants that do not answer. ``horizon`` (when given) is the
     read horizon in epoch ms (orchestrator/horizon.py): only timers due at or before it fire, so a reply
     still unread in a backlog is not mistaken for a missing one. Held timers fire late, never not.
+    ``partitions`` (when given) are the partition numbers this instance's consumer owns: only timers of sagas
+    on them fire here, against this instance's read horizon (None: every timer).
     """
 
     def __init__(self, service: SagaService, poll_interval_s: float = 0.05, batch: int = 100,
                  hold: Callable[[], bool] | None = None, horizon: Callable[[], int] | None = None,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None,
+                 partitions: Callable[[], Collection[int] | None] | None = None) -> None:
         self._service = service
         self._poll_interval_s = poll_interval_s
         self._batch = batch
         self._hold = hold or (lambda: False)
         self._horizon = horizon
+        self._partitions = partitions or (lambda: None)
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._holding = False
         self._sleeping_until_ms: int | None = None
@@ -64,17 +68,19 @@ class TimerScheduler:
                 continue
             try:
                 self.looks += 1
-                next_due_ms = await self._service.next_timer_due_ms()
+                owned = self._partitions()
+                next_due_ms = await self._service.next_timer_due_ms(owned)
                 if next_due_ms is not None and next_due_ms <= self._clock_ms():
                     self.scans += 1
-                    fired = await self._service.fire_due_timers(self._batch, due_by_ms=self._due_by())
+                    fired = await self._service.fire_due_timers(self._batch, due_by_ms=self._due_by(),
+                                                                partitions=owned)
                     self.fired += fired
                     if fired:
                         current_health().progress()
                     if fired == self._batch:
                         continue  # more may be due: look again at once
                     self.looks += 1
-                    next_due_ms = await self._service.next_timer_due_ms()
+                    next_due_ms = await self._service.next_timer_due_ms(owned)
                 await self._sleep(stop, next_due_ms)
                 backoff = 0.1
             except Exception as error:

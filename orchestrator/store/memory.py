@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 
+from ...schemas.partitioning import partition_for
 from ..ports import (
     ConcurrencyConflict,
     InboxKey,
@@ -88,8 +89,9 @@ class MemoryUnitOfWork:
                     current, status=mark.status, reason=mark.reason, last_seq=mark.last_seq,
                     updated_at_ms=mark.updated_at_ms)
 
-    async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
-        """Due timers visible to this unit of work and not claimed by another open one; deleted here."""
+    async def claim_due(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
+        """Due timers visible to this unit of work (of sagas on ``partitions``, when given) and not claimed by
+        another open one; deleted here."""
         visible = dict(self._store.timers)
         for key, timer in self._timers.items():
             if timer is None:
@@ -97,7 +99,8 @@ class MemoryUnitOfWork:
             else:
                 visible[key] = timer
         due = sorted(
-            (t for key, t in visible.items() if t.due_at_ms <= now_ms and key not in self._store.claimed),
+            (t for key, t in visible.items() if t.due_at_ms <= now_ms and key not in self._store.claimed
+             and self._store.owned(t.saga_id, partitions)),
             key=lambda t: (t.due_at_ms, t.saga_id, t.timer_id),
         )[:limit]
         for timer in due:
@@ -174,8 +177,9 @@ class MemoryStore:
     """``UnitOfWorkFactory``, ``PurgeStore`` and ``EventReader`` over dictionaries; state is public for test
     assertions."""
 
-    def __init__(self, clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
+    def __init__(self, clock_ms: Callable[[], int] = _wall_clock_ms, topic_partitions: int | None = None) -> None:
         self.clock_ms = clock_ms
+        self._partitions = tuple(range(topic_partitions)) if topic_partitions else None
         self.events: dict[str, list[StoredEvent]] = {}
         self.event_keys: set[tuple[str, int]] = set()
         self.inbox: set[tuple[str, str]] = set()
@@ -191,9 +195,18 @@ class MemoryStore:
         """A memory store is never away; only the platform's own errors count (say, a test's injected ones)."""
         return isinstance(error, OSError | TimeoutError)
 
-    async def next_due_ms(self) -> int | None:
-        """When the earliest committed timer is due, None when there is none."""
-        return min((timer.due_at_ms for timer in self.timers.values()), default=None)
+    async def next_due_ms(self, partitions: Collection[int] | None = None) -> int | None:
+        """When the earliest committed timer (of sagas on ``partitions``, when given) is due, None when there is
+        none."""
+        return min((timer.due_at_ms for timer in self.timers.values() if self.owned(timer.saga_id, partitions)),
+                   default=None)
+
+    def owned(self, saga_id: str, partitions: Collection[int] | None) -> bool:
+        """Whether a timer of ``saga_id`` belongs to an instance owning ``partitions`` (as the Postgres store:
+        every timer when either is unknown)."""
+        if partitions is None or self._partitions is None:
+            return True
+        return partition_for(saga_id.encode(), self._partitions) in partitions
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[MemoryUnitOfWork]:

@@ -7,7 +7,7 @@ data-modifying CTE writes every table in one statement.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import asyncpg
 from ...infra.chores import DELETE_BATCH, delete_older_sql, delete_older_than
 from ...infra.db import apply_migrations, check_identifier, datetime_to_ms, ms_to_datetime
 from ...outbox.table import insert_params, insert_sql
+from ...schemas.partitioning import partition_for
 from ..ports import ConcurrencyConflict, InboxKey, SagaSummaryRow, StoredEvent, TimerRow, Writes
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -45,6 +46,13 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.PostgresSystemError,  # class 58: I/O error
 )
 
+
+def _owned(param: str) -> str:
+    """A timer whose saga is on one of the partitions ``param`` holds (any, when it is NULL); NULL-partition
+    timers (armed before migration 004, or by a store without the partition count) fire on any instance."""
+    return f"({param}::int[] IS NULL OR partition IS NULL OR partition = ANY({param}::int[]))"
+
+
 _SUMMARY_COLUMNS = "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"
 
 
@@ -52,9 +60,14 @@ class PostgresUnitOfWork:
     """``UnitOfWork`` and ``PurgeUnitOfWork`` on one connection inside an open transaction (see
     ``PostgresStore.begin``)."""
 
-    def __init__(self, conn: asyncpg.Connection, schema: str) -> None:
+    def __init__(self, conn: asyncpg.Connection, schema: str, topic_partitions: int | None = None) -> None:
         self.conn = conn
         self._s = schema
+        self._partitions = tuple(range(topic_partitions)) if topic_partitions else None
+
+    def _partition_of(self, saga_id: str) -> int | None:
+        """The partition a saga's records land on (its key, the producers' partitioner), or None."""
+        return None if self._partitions is None else partition_for(saga_id.encode(), self._partitions)
 
     async def claim_and_load(self, claims: Sequence[InboxKey], after_seq: Mapping[str, int]
                              ) -> tuple[set[InboxKey], dict[str, list[StoredEvent]]]:
@@ -102,11 +115,12 @@ class PostgresUnitOfWork:
                              FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::timestamptz[])
                                   AS e(saga_id, seq, event_type, body, recorded_at)),
                 queued AS ({insert_sql(f"{self._s}.outbox", 8)}),
-                armed AS (INSERT INTO {self._s}.timers (saga_id, timer_id, kind, step, attempt, due_at)
+                armed AS (INSERT INTO {self._s}.timers (saga_id, timer_id, kind, step, attempt, due_at, partition)
                           SELECT * FROM unnest($14::text[], $15::text[], $16::text[], $17::text[], $18::int[],
-                                               $19::timestamptz[])
+                                               $19::timestamptz[], $29::int[])
                           ON CONFLICT (saga_id, timer_id) DO UPDATE SET kind = excluded.kind,
-                              step = excluded.step, attempt = excluded.attempt, due_at = excluded.due_at),
+                              step = excluded.step, attempt = excluded.attempt, due_at = excluded.due_at,
+                              partition = excluded.partition),
                 summarized AS (INSERT INTO {self._s}.saga_summary AS s ({_SUMMARY_COLUMNS})
                                SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[],
                                                     $24::timestamptz[], $25::timestamptz[], $26::bigint[],
@@ -129,6 +143,7 @@ class PostgresUnitOfWork:
                 [t.attempt for t in timers],
                 [ms_to_datetime(t.due_at_ms) for t in timers],
                 *_summary_columns(summaries),
+                [self._partition_of(t.saga_id) for t in timers],
             )
         except asyncpg.UniqueViolationError as exc:
             sagas = sorted({e.saga_id for e in writes.events})
@@ -143,18 +158,20 @@ class PostgresUnitOfWork:
                 [m.saga_id for m in writes.marks], [m.status for m in writes.marks], [m.reason for m in writes.marks],
                 [m.last_seq for m in writes.marks], [ms_to_datetime(m.updated_at_ms) for m in writes.marks])
 
-    async def claim_due(self, now_ms: int, limit: int) -> list[TimerRow]:
-        """Delete-and-return due timers, skipping rows locked by other open transactions."""
+    async def claim_due(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
+        """Delete-and-return due timers (of sagas on ``partitions``, when given), skipping rows locked by other
+        open transactions."""
         # ctid = ANY(ARRAY(...)): the claiming subquery runs once, then a TID scan deletes exactly its rows.
         # The IN (subquery) form let the planner, misled by statistics taken while the queue was empty, loop
         # over the whole table and re-run the subquery for each row.
         rows = await self.conn.fetch(
             f"DELETE FROM {self._s}.timers WHERE ctid = ANY(ARRAY("
-            f"  SELECT ctid FROM {self._s}.timers WHERE due_at <= $1"
+            f"  SELECT ctid FROM {self._s}.timers WHERE due_at <= $1 AND {_owned('$3')}"
             "   ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
             " RETURNING saga_id, timer_id, kind, step, attempt, due_at",
             ms_to_datetime(now_ms),
             limit,
+            None if partitions is None else list(partitions),
         )
         timers = [
             TimerRow(
@@ -212,8 +229,11 @@ class PostgresStore:
     """``UnitOfWorkFactory``, ``PurgeStore`` and ``EventReader`` over an asyncpg pool, and the deployment
     claim and inbox pruning of the orchestrator's schema."""
 
-    def __init__(self, pool: asyncpg.Pool, schema: str = "saga") -> None:
+    def __init__(self, pool: asyncpg.Pool, schema: str = "saga", topic_partitions: int | None = None) -> None:
+        """``topic_partitions``: the partition count of the topics the orchestrator reads; timers armed here
+        then record their saga's partition, and only the instance owning it fires them (None: any instance)."""
         self._pool = pool
+        self._topic_partitions = topic_partitions
         self._s = check_identifier(schema)
         self._prune_inbox_sql = delete_older_sql(f"{schema}.inbox", ("consumer", "message_id"), "received_at")
 
@@ -228,9 +248,11 @@ class PostgresStore:
         resources, cancelled by an operator or a timeout), not that the statement's data is at fault."""
         return isinstance(error, _UNAVAILABLE)
 
-    async def next_due_ms(self) -> int | None:
-        """When the earliest timer is due (epoch ms; an index lookup), None when there is none."""
-        due = await self._pool.fetchval(f"SELECT min(due_at) FROM {self._s}.timers")
+    async def next_due_ms(self, partitions: Collection[int] | None = None) -> int | None:
+        """When the earliest timer (of sagas on ``partitions``, when given) is due (epoch ms; an index lookup),
+        None when there is none."""
+        due = await self._pool.fetchval(f"SELECT min(due_at) FROM {self._s}.timers WHERE {_owned('$1')}",
+                                        None if partitions is None else list(partitions))
         return None if due is None else datetime_to_ms(due)
 
     @asynccontextmanager
@@ -238,7 +260,7 @@ class PostgresStore:
         """One pooled connection, one transaction: commit on normal exit, rollback on exception."""
         try:
             async with self._pool.acquire() as conn, conn.transaction():
-                yield PostgresUnitOfWork(conn, self._s)
+                yield PostgresUnitOfWork(conn, self._s, self._topic_partitions)
         except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
             # Both mean "a concurrent transaction won": the same remedy as a duplicate seq.
             raise ConcurrencyConflict(str(exc)) from exc

@@ -44,6 +44,7 @@ from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaCancelRequested, SagaPurged
+from saga_orchestrator.schemas.partitioning import partition_for
 from saga_orchestrator.schemas.topics import Topics
 from tests.unit.saga_driver import trip_run
 
@@ -54,6 +55,9 @@ class Store(UnitOfWorkFactory, PurgeStore, EventReader, Protocol):
     """Every port, as one type for the tests (every adapter implements them all)."""
 
     def begin(self) -> AbstractAsyncContextManager[PurgeUnitOfWork]: ...
+
+
+PARTITIONS = 4  # the stores record each timer's partition among these
 
 
 @dataclass
@@ -72,7 +76,7 @@ async def pg_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 def _memory_harness() -> Harness:
-    store = MemoryStore()
+    store = MemoryStore(topic_partitions=PARTITIONS)
 
     async def outbox() -> list[OutboxMessage]:
         return [message for _, message in store.outbox]
@@ -99,7 +103,7 @@ def _postgres_harness(pool: asyncpg.Pool) -> Harness:
     async def reset() -> None:
         await pool.execute("TRUNCATE saga.events, saga.inbox, saga.outbox, saga.timers, saga.saga_summary")
 
-    return Harness(PostgresStore(pool), outbox, reset)
+    return Harness(PostgresStore(pool, topic_partitions=PARTITIONS), outbox, reset)
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -332,6 +336,27 @@ async def test_claim_due_returns_due_timers_earliest_first_and_removes_them(h: H
     async with h.store.begin() as uow:
         assert await uow.claim_due(T0 + 500, 10) == []
         assert await uow.claim_due(T0 + 10_000, 10) == [timer(a, "late", T0 + 10_000)]
+
+
+def _saga_on(partition: int) -> str:
+    """A fresh saga id whose key lands on ``partition`` of PARTITIONS."""
+    while partition_for((found := saga_id()).encode(), tuple(range(PARTITIONS))) != partition:
+        pass
+    return found
+
+
+async def test_an_instance_claims_the_timers_of_its_partitions_only(h: Harness) -> None:
+    mine, theirs = _saga_on(1), _saga_on(2)
+    async with h.store.begin() as uow:
+        await uow.write(Writes(timers=[timer(mine, "s1", T0 + 200), timer(theirs, "s1", T0 + 100)]))
+    assert await h.store.next_due_ms({0, 1}) == T0 + 200  # the other one is due earlier, but not ours
+    assert await h.store.next_due_ms() == T0 + 100
+    assert await h.store.next_due_ms({3}) is None
+    async with h.store.begin() as uow:
+        assert await uow.claim_due(T0 + 500, 10, {0, 1}) == [timer(mine, "s1", T0 + 200)]
+        assert await uow.claim_due(T0 + 500, 10, {3}) == []
+    async with h.store.begin() as uow:
+        assert await uow.claim_due(T0 + 500, 10, {2}) == [timer(theirs, "s1", T0 + 100)]
 
 
 async def test_timers_upsert_and_deletes_cancel_only_the_given_ones(h: Harness) -> None:

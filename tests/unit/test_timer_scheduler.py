@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+from saga_orchestrator.orchestrator.ports import TimerRow
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.orchestrator.timers import MAX_SLEEP_S, TimerScheduler
 from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.schemas.partitioning import partition_for
 from saga_orchestrator.schemas.topics import Topics
 
 
@@ -50,3 +52,18 @@ async def test_a_timer_armed_earlier_wakes_it() -> None:
     assert scheduler.looks == later
     stop.set()
     await task
+
+
+async def test_an_instance_fires_only_the_timers_of_its_partitions() -> None:
+    partitions = (0, 1, 2, 3)
+    store = MemoryStore(clock_ms=_clock, topic_partitions=len(partitions))
+    on = {partition_for(f"saga-{n}".encode(), partitions): f"saga-{n}" for n in range(40)}
+    mine, theirs = on[0], on[3]
+    for saga in (mine, theirs):  # due already; an unknown saga's timer is quarantined, which is a firing too
+        store.timers[(saga, "STEP_TIMEOUT:s:1")] = TimerRow(saga, "STEP_TIMEOUT:s:1", "STEP_TIMEOUT", "s", 1,
+                                                            _clock() - 1000)
+    scheduler = TimerScheduler(SagaService(store, default_registry(), Topics(), _clock), clock_ms=_clock,
+                               partitions=lambda: frozenset({0, 1}))
+    await _running(scheduler, 0.3)
+    assert scheduler.fired == 1
+    assert list(store.timers) == [(theirs, "STEP_TIMEOUT:s:1")]  # the other instance's, left for it
