@@ -142,3 +142,21 @@ async def poll_until(condition: Callable[[], bool], deadline: float, every_s: fl
             return True
         await asyncio.sleep(every_s)
     return condition()
+
+
+async def publish_paced(settings: Settings, starts: dict[str, bytes], rate: float) -> None:
+    """Publish each saga's StartSaga (``starts``: saga id → encoded StartSaga) at ``rate`` per second, each
+    retried until Kafka acknowledged it (through broker restarts)."""
+    publisher = Publisher(settings.kafka())
+    topic = Topics(settings.saga_topic_prefix).start
+    started = time.monotonic()
+    sending: set[asyncio.Task[None]] = set()
+    try:
+        for index, (saga_id, body) in enumerate(starts.items()):
+            await asyncio.sleep(max(0.0, started + index / rate - time.monotonic()))
+            task = asyncio.create_task(publisher.publish(topic, saga_id, body, f"start-{saga_id}"))
+            sending.add(task)
+            task.add_done_callback(sending.discard)
+        await asyncio.gather(*sending)
+    finally:
+        await publisher.close()

@@ -151,7 +151,8 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
             timers_of.armed([timer.due_at for decision in done.decisions for timer in decision.timers])
 
     service = SagaService(store, registry, topics, clock, on_commit=relay.wake if relay is not None else None,
-                          on_settled=settled, poison_attempts=settings.saga_poison_attempts)
+                          on_settled=settled, poison_attempts=settings.saga_poison_attempts,
+                          on_conflict=metrics.conflicts.inc)
     consumer = OrchestratorConsumer(service, RecordParser(topics, registry, default_registry(), participants),
                                     settings.kafka(), group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
                                     concurrency=max(1, min(TRANSACTIONS_AT_ONCE, settings.saga_db_pool_size - 2)),

@@ -56,6 +56,10 @@ class SagaMetrics:
                              "compensated...", ["saga_type", "step", "outcome"], registry=registry)
         self.rejected = Counter("saga_sagas_rejected", "SagaRejected events recorded (bad or duplicate starts).",
                                 registry=registry)
+        self.conflicts = Counter(
+            "saga_concurrency_conflicts", "Units of work retried because another writer appended to one of their "
+            "sagas first (two instances handling one saga: 0 while each saga stays on one instance).",
+            registry=registry)
 
     def observe(self, settled: Settled) -> None:
         """Count what the committed decisions recorded."""

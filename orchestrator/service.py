@@ -122,7 +122,8 @@ class SagaService:
                  clock_ms: Callable[[], int], consumer_name: str = CONSUMER_NAME,
                  on_commit: Callable[[], None] | None = None,
                  on_settled: Callable[[Settled], None] | None = None,
-                 poison_attempts: int = POISON_ATTEMPTS, cache_bytes: int = STATE_CACHE_BYTES) -> None:
+                 poison_attempts: int = POISON_ATTEMPTS, cache_bytes: int = STATE_CACHE_BYTES,
+                 on_conflict: Callable[[], None] | None = None) -> None:
         self._units = units
         self._definitions = definitions
         self._topics = topics
@@ -131,6 +132,7 @@ class SagaService:
         self._cache = StateCache(cache_bytes)
         self._on_commit = on_commit  # e.g. an in-process outbox relay's wake()
         self._on_settled = on_settled  # e.g. metrics of what the committed decisions did
+        self._on_conflict = on_conflict  # e.g. saga_concurrency_conflicts_total: another writer won a saga
         self._poison_attempts = max(1, poison_attempts)
 
     async def handle(self, envelope: Envelope) -> Outcome:
@@ -154,6 +156,7 @@ class SagaService:
             except ConcurrencyConflict:
                 log.info("concurrency conflict in a batch, retrying saga by saga",
                          extra={"sagas": len(by_saga), "messages": len(envelopes)})
+                self._conflicted()
             except Exception as error:
                 if self._units.unavailable(error):
                     raise
@@ -281,12 +284,17 @@ class SagaService:
         settled.add({}, writes)
         return outcome
 
+    def _conflicted(self) -> None:
+        if self._on_conflict is not None:
+            self._on_conflict()
+
     async def _retrying_unit(self, work: Callable[[UnitOfWork, Settled], Awaitable[T]], what: str) -> T:
         for _ in range(MAX_CONFLICT_RETRIES):
             try:
                 return await self._in_unit(work)
             except ConcurrencyConflict:
                 log.info("concurrency conflict, retrying", extra={"work": what})
+                self._conflicted()
         raise ConcurrencyConflict(f"{what}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
 
     async def _in_unit(self, work: Callable[[UnitOfWork, Settled], Awaitable[T]]) -> T:

@@ -13,9 +13,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from saga_orchestrator.cli.run_cmd import service_commands, service_environment, start_service, stop_services
 from saga_orchestrator.client.event_feed import EventFeed, assign_from_beginning
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.schemas.event_types import Event
@@ -52,6 +54,15 @@ class Stack:
     def exited(self) -> dict[str, int]:
         """Services that have exited, with their exit codes."""
         return {k: p.returncode for k, p in self.processes.items() if p.poll() is not None}
+
+    def start_another(self, label: str, name: str, extra_env: dict[str, str] | None = None) -> None:
+        """Start one more process of service ``label`` as ``name`` (its log ``name``.log), with its own
+        SAGA_HOME (its faust data folder) and ``extra_env``."""
+        env = {**service_environment(self.settings), "SAGA_HOME": str(self.log_dir / f"{name}-home"),
+               "SAGA_HEALTH_PORT": "0", **(extra_env or {})}
+        log = open(self.log_dir / f"{name}.log", "ab")  # the process keeps writing to it
+        self.processes[name] = subprocess.Popen(service_commands(self.settings)[label], stdout=log, stderr=log,
+                                                env=env)
 
     def log(self, label: str) -> str:
         """What a service logged so far."""
@@ -125,3 +136,31 @@ async def saga_cli(settings: Settings, *args: str, timeout_s: float = 60) -> sub
     return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "saga_orchestrator.cli", *args],
                                    env=service_environment(settings), capture_output=True, text=True,
                                    timeout=timeout_s)
+
+
+async def group_members(kafka: KafkaClients, group: str) -> list[set[int]]:
+    """The partition numbers of each member of consumer group ``group`` (empty while it rebalances)."""
+    admin = kafka.admin()
+    await admin.start()
+    try:
+        [response] = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    members = []
+    for _error, _group, state, _type, _protocol, found, *_ in response.groups:
+        if state != "Stable":
+            return []
+        for _id, *_client, assignment in found:
+            decoded = ConsumerProtocolMemberAssignment.decode(assignment)
+            members.append({number for _topic, numbers in decoded.assignment for number in numbers})
+    return members
+
+
+async def settled_group(kafka: KafkaClients, group: str, members: int, timeout_s: float = 60) -> list[set[int]]:
+    """The partitions of each member once ``group`` is stable with ``members`` members, each with some."""
+    deadline = time.monotonic() + timeout_s
+    while len(found := await group_members(kafka, group)) != members or not all(found):
+        assert time.monotonic() < deadline, f"{group} never settled with {members} members: {found}"
+        await asyncio.sleep(0.5)
+    return found
+

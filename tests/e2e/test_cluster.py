@@ -17,7 +17,7 @@ import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from rich.console import Console
 
-from bench.chaos_support import Publisher, started_and_ready
+from bench.chaos_support import publish_paced, started_and_ready
 from saga_orchestrator.cli.run_cmd import health_port
 from saga_orchestrator.infra import launcher
 from saga_orchestrator.infra.health_server import fetch_health
@@ -117,29 +117,14 @@ async def _led_elsewhere(kafka: KafkaClients, topic: str, gone: int, timeout_s: 
         await asyncio.sleep(0.2)
 
 
-async def _publish_all(settings: Settings, saga_ids: list[str]) -> None:
-    publisher = Publisher(settings.kafka())
-    topic = Topics(settings.saga_topic_prefix).start
-    started = time.monotonic()
-    sending: set[asyncio.Task[None]] = set()
-    try:
-        for index, saga_id in enumerate(saga_ids):
-            await asyncio.sleep(max(0.0, started + index / RATE - time.monotonic()))
-            body = wire.encode_start(SCENARIOS[MIX[index % len(MIX)]].start(saga_id))
-            task = asyncio.create_task(publisher.publish(topic, saga_id, body, f"start-{saga_id}"))
-            sending.add(task)
-            task.add_done_callback(sending.discard)
-        await asyncio.gather(*sending)
-    finally:
-        await publisher.close()
-
-
 async def test_sagas_ride_out_the_events_leader_killed(stack: Stack, cluster: Settings) -> None:
     settings = stack.settings
     saga_ids = [f"cluster-{index:04d}" for index in range(SAGAS)]
     events = Topics(settings.saga_topic_prefix).events
     leader = (await _leaders(settings.kafka(), events)).most_common(1)[0][0]
-    publishing = asyncio.create_task(_publish_all(settings, saga_ids))
+    starts = {saga_id: wire.encode_start(SCENARIOS[MIX[index % len(MIX)]].start(saga_id))
+              for index, saga_id in enumerate(saga_ids)}
+    publishing = asyncio.create_task(publish_paced(settings, starts, RATE))
     await asyncio.sleep(KILL_AT_S)
     await launcher.kill_kafka(cluster, leader)
     killed_at = time.monotonic()

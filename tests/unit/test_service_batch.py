@@ -122,6 +122,15 @@ async def test_after_a_conflict_a_batch_is_retried_saga_by_saga() -> None:
     assert retried.facts() == one_by_one.facts()
 
 
+async def test_every_conflict_is_counted() -> None:
+    conflicts: list[int] = []
+    retried = Recorder(ConflictOnce())
+    retried.service = SagaService(retried.store, default_registry(), TOPICS, lambda: T0,
+                                  on_conflict=lambda: conflicts.append(1))
+    await drive(retried, batched=True)
+    assert len(conflicts) == 1  # saga_concurrency_conflicts_total: the one lost race, no more
+
+
 async def test_due_timers_fire_in_one_unit_of_work() -> None:
     now = [T0]
     store = MemoryStore(clock_ms=lambda: now[0])
