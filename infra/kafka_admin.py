@@ -83,9 +83,7 @@ async def ensure_topics(kafka: KafkaClients, names: list[str], layout: TopicLayo
     wanted = list(dict.fromkeys(names))
     if not wanted:
         return
-    admin = kafka.admin(client_id="saga-topics")
-    await admin.start()
-    try:
+    async with kafka.started_admin(client_id="saga-topics") as admin:
         existing = set(await admin.list_topics())
         missing = [name for name in wanted if name not in existing]
         if not layout.create:
@@ -102,8 +100,6 @@ async def ensure_topics(kafka: KafkaClients, names: list[str], layout: TopicLayo
                 if code not in (_NO_ERROR, TopicAlreadyExistsError.errno):
                     raise for_code(code)(f"creating topic {topic}")
         await _wait_for_leaders(admin, wanted, time.monotonic() + seconds)
-    finally:
-        await admin.close()
 
 
 async def delete_topics(kafka: KafkaClients, names: list[str] | None = None, *, prefix: str | None = None) -> list[str]:
@@ -111,16 +107,12 @@ async def delete_topics(kafka: KafkaClients, names: list[str] | None = None, *, 
     names it asked the broker to delete."""
     if (names is None) == (prefix is None) or prefix == "":
         raise ValueError("give the topic names or a non-empty prefix")
-    admin = kafka.admin(client_id="saga-topics")
-    await admin.start()
-    try:
+    async with kafka.started_admin(client_id="saga-topics") as admin:
         doomed = names if names is not None else [
             name for name in await admin.list_topics() if prefix is not None and name.startswith(prefix)]
         if doomed:
             await admin.delete_topics(doomed)
         return doomed
-    finally:
-        await admin.close()
 
 
 async def _short_of_partitions(admin: AIOKafkaAdminClient, names: list[str], partitions: int) -> dict[str, int]:
@@ -165,15 +157,11 @@ async def topic_retention_ms(kafka: KafkaClients, names: list[str]) -> dict[str,
     left out."""
     if not names:
         return {}
-    admin = kafka.admin(client_id="saga-topics")
-    await admin.start()
-    try:
+    async with kafka.started_admin(client_id="saga-topics") as admin:
         existing = set(await admin.list_topics())
         wanted = [name for name in dict.fromkeys(names) if name in existing]
         responses = await admin.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, name, configs={"retention.ms": None}) for name in wanted])
-    finally:
-        await admin.close()
     found: dict[str, int] = {}
     for response in responses:
         for code, message, _type, name, entries, *_ in response.resources:

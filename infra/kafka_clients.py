@@ -18,6 +18,8 @@ the package or the benches.
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +153,7 @@ class KafkaClients:
 
     Options given to a builder are the caller's (acks, group, fetch sizes); the connection's (bootstrap
     servers, security) are this object's. The security options are built once, on first use, so a TLS
-    context and a token provider are shared by every client of the process.
+    context and a token provider are shared by every client this object builds.
     """
 
     def __init__(self, bootstrap_servers: str, security: KafkaSecurity | None = None) -> None:
@@ -177,6 +179,16 @@ class KafkaClients:
     def admin(self, **options: Any) -> AIOKafkaAdminClient:
         return AIOKafkaAdminClient(**self.connection_options(), **options)
 
+    @asynccontextmanager
+    async def started_admin(self, **options: Any) -> AsyncIterator[AIOKafkaAdminClient]:
+        """An admin client, started, and closed after the block."""
+        admin = self.admin(**options)
+        await admin.start()
+        try:
+            yield admin
+        finally:
+            await admin.close()
+
     def hosts(self) -> list[tuple[str, int]]:
         """The bootstrap servers as (host, port) pairs."""
         return [(host, port) for host, port, _ in collect_hosts(self.bootstrap_servers, randomize=False)]
@@ -195,24 +207,18 @@ class KafkaClients:
         for host, port in self.hosts():
             try:
                 conn = await self.connection(host, port, request_timeout_ms=int(timeout_s * 1000))
-            except _REFUSED_SASL as error:
-                raise KafkaSetupError(self._refused(error)) from error
-            except ssl.SSLError as error:
-                raise KafkaSetupError(
-                    f"the TLS handshake with the Kafka broker {host}:{port} failed ({error.reason or error}): check "
-                    f"SAGA_KAFKA_SSL_CAFILE={self.security.ca_file} (the CA that signed the broker's certificate) "
-                    f"and SAGA_KAFKA_SECURITY_PROTOCOL={self.security.protocol}") from error
-            except (OSError, TimeoutError, ConnectionError) as error:
-                errors.append(f"{host}:{port}: {error!r}")
-                continue
-            except Exception as error:  # aiokafka wraps what the handshake raised
-                cause = error.__cause__ or error.__context__
-                if isinstance(cause, _REFUSED_SASL):
-                    raise KafkaSetupError(self._refused(cause)) from error
-                if isinstance(cause, ssl.SSLError):
-                    raise KafkaSetupError(f"the TLS handshake with {host}:{port} failed ({cause}): check "
-                                          "SAGA_KAFKA_SSL_CAFILE") from error
-                errors.append(f"{host}:{port}: {error!r}")
+            except Exception as error:
+                # aiokafka raises a refusal as it is, or wraps what the handshake raised
+                refusal = (error if isinstance(error, (*_REFUSED_SASL, ssl.SSLError))
+                           else error.__cause__ or error.__context__)
+                if isinstance(refusal, _REFUSED_SASL):
+                    raise KafkaSetupError(self._refused(refusal)) from error
+                if isinstance(refusal, ssl.SSLError):
+                    raise KafkaSetupError(
+                        f"the TLS handshake with the Kafka broker {host}:{port} failed ({refusal.reason or refusal}): "
+                        f"check SAGA_KAFKA_SSL_CAFILE={self.security.ca_file} (the CA that signed the broker's "
+                        f"certificate) and SAGA_KAFKA_SECURITY_PROTOCOL={self.security.protocol}") from error
+                errors.append(f"{host}:{port}: {error!r}")  # refused, reset, timed out: not reachable now
                 continue
             conn.close()
             return
@@ -231,6 +237,3 @@ class KafkaClients:
         user = f" for user {self.security.username!r}" if self.security.username else ""
         return (f"the Kafka brokers at {self.bootstrap_servers} refused the {mechanism} credentials{user}: "
                 f"check {what} ({error})")
-
-
-

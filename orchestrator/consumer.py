@@ -303,8 +303,9 @@ class OrchestratorConsumer:
                 await self._advance_horizon(consumer, poll.batches, self._in_flight)
                 self._offsets.handled({tp: records[-1].offset + 1 for tp, records in poll.batches.items()})
                 crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
-                if self._offsets.due():
-                    await self._offsets.commit(consumer)
+        # Outside the lock: a commit during a rebalance waits for it, and the rebalance's listener for the lock.
+        if self._offsets.due():
+            await self._offsets.commit(consumer)
 
     async def hand_over(self, consumer: AIOKafkaConsumer) -> None:
         """Partitions are about to move (a rebalance): let the polls under way commit in Postgres, then

@@ -140,12 +140,8 @@ async def saga_cli(settings: Settings, *args: str, timeout_s: float = 60) -> sub
 
 async def group_members(kafka: KafkaClients, group: str) -> list[set[int]]:
     """The partition numbers of each member of consumer group ``group`` (empty while it rebalances)."""
-    admin = kafka.admin()
-    await admin.start()
-    try:
+    async with kafka.started_admin() as admin:
         [response] = await admin.describe_consumer_groups([group])
-    finally:
-        await admin.close()
     members = []
     for _error, _group, state, _type, _protocol, found, *_ in response.groups:
         if state != "Stable":

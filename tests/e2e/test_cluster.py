@@ -61,14 +61,10 @@ def stack(cluster: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 async def _described(kafka: KafkaClients, names: list[str]) -> tuple[list[dict[str, object]], dict[str, str]]:
-    admin = kafka.admin()
-    await admin.start()
-    try:
+    async with kafka.started_admin() as admin:
         topics = await admin.describe_topics(names)
         responses = await admin.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, name, configs={"min.insync.replicas": None}) for name in names])
-    finally:
-        await admin.close()
     min_insync = {name: str(value) for response in responses
                   for _code, _message, _type, name, entries, *_ in response.resources
                   for key, value, *_rest in entries if key == "min.insync.replicas"}

@@ -11,13 +11,9 @@ from saga_orchestrator.infra.kafka_clients import KafkaClients
 
 
 async def _min_insync(kafka: KafkaClients, topic: str) -> str | None:
-    admin = kafka.admin()
-    await admin.start()
-    try:
+    async with kafka.started_admin() as admin:
         [response] = await admin.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"min.insync.replicas": None})])
-    finally:
-        await admin.close()
     for _code, _message, _type, _name, entries, *_ in response.resources:
         for key, value, *_rest in entries:
             if key == "min.insync.replicas":
@@ -30,12 +26,8 @@ async def test_topics_are_created_with_the_layout(kafka_bootstrap: str, topic_pr
     topic = f"{topic_prefix}laid-out"
     await ensure_topics(kafka, [topic], TopicLayout(3, replication_factor=1, min_insync_replicas=1))
     assert await _min_insync(kafka, topic) == "1"
-    admin = kafka.admin()
-    await admin.start()
-    try:
+    async with kafka.started_admin() as admin:
         [described] = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
     assert len(described["partitions"]) == 3
     assert {len(partition["replicas"]) for partition in described["partitions"]} == {1}
 
@@ -54,12 +46,8 @@ async def test_without_creating_missing_topics_are_named(kafka_bootstrap: str, t
     assert f"{small} (2)" in message and "SAGA_TOPIC_PARTITIONS=4" in message
     assert present not in message
     assert "SAGA_CREATE_TOPICS" in message
-    admin = kafka.admin()
-    await admin.start()
-    try:
+    async with kafka.started_admin() as admin:
         assert absent not in await admin.list_topics()  # checking created nothing
-    finally:
-        await admin.close()
 
 
 async def test_the_connection_check(kafka_bootstrap: str) -> None:

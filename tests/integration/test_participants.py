@@ -465,11 +465,7 @@ async def test_one_worker_hosts_several_participants(
     for schema in ("flight", "hotel"):
         assert await pool.fetchval(f"SELECT count(*) FROM {schema}.bookings WHERE saga_id = $1", saga_id) == 1
     # One consumer group for the worker, named after both participants.
-    admin = KafkaClients(kafka_bootstrap).admin()
-    await admin.start()
-    try:
+    async with KafkaClients(kafka_bootstrap).started_admin() as admin:
         groups = {group for group, _protocol in await admin.list_consumer_groups()}
-    finally:
-        await admin.close()
     assert {group for group in groups if group.startswith(prefix)} == {f"{prefix}saga-participant-flight_hotel"}
     assert worker.returncode == 0, log_text
