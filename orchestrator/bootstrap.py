@@ -140,7 +140,9 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     topics = Topics(settings.saga_topic_prefix)
     participants = participants_of(registry)
     store = PostgresStore(pool, topic_partitions=settings.saga_topic_partitions)
-    relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka(), min_poll_ms=25, max_poll_ms=WOKEN_MAX_POLL_MS)
+    consumers: list[OrchestratorConsumer] = []  # set below: the relay publishes the shards of its partitions
+    relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka(), min_poll_ms=25, max_poll_ms=WOKEN_MAX_POLL_MS,
+                         shards=lambda: consumers[0].owned_partitions if consumers else None)
              if with_relay else None)
     metrics = SagaMetrics(health)
     scheduler: list[TimerScheduler] = []  # set below: the service wakes it when it arms a timer
@@ -158,6 +160,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
                                     concurrency=max(1, min(TRANSACTIONS_AT_ONCE, settings.saga_db_pool_size - 2)),
                                     fetch_wait_ms=settings.saga_fetch_wait_ms,
                                     adaptive_fetch=settings.saga_fetch_pacing == "adaptive")
+    consumers.append(consumer)
     # Not consuming yet (a restart waits for the group to drop the old member): replies may be waiting
     # unread, so a step timeout now would blame participants for our own downtime.
     timers = TimerScheduler(service, hold=timer_hold(consumer, health), horizon=lambda: consumer.read_horizon_ms,
@@ -219,8 +222,9 @@ async def run_relay(settings: Settings, stop: asyncio.Event) -> None:
             await retry_startup(lambda: migrate(pool), "migrate", stop)
             health.consuming = True  # no consumer to wait for: ready once Kafka and Postgres answer
             poll_ms = settings.saga_relay_poll_ms
+            every_shard = range(settings.saga_topic_partitions)  # a relay of its own: every shard it can take
             await OutboxRelay(pool, OUTBOX_TABLE, settings.kafka(), min_poll_ms=poll_ms,
-                              max_poll_ms=max(poll_ms, MAX_POLL_MS)).run(stop)
+                              max_poll_ms=max(poll_ms, MAX_POLL_MS), shards=lambda: every_shard).run(stop)
         except StartupStopped:
             return
         finally:

@@ -44,8 +44,9 @@ async def requeue_parked(pool: asyncpg.Pool, table: str, ids: list[int]) -> int:
     moved: int = await pool.fetchval(
         f"""WITH back AS (DELETE FROM {parked_table(table)} WHERE id = ANY($1::bigint[]) RETURNING *),
                  put AS (INSERT INTO {check_table(table)} (id, topic, message_key, value, headers, message_id,
-                                                           available_at, created_at)
-                         SELECT id, topic, message_key, value, headers, message_id, now(), created_at FROM back
+                                                           available_at, created_at, shard)
+                         SELECT id, topic, message_key, value, headers, message_id, now(), created_at, shard
+                         FROM back
                          RETURNING 1)
             SELECT count(*) FROM put""", ids)
     return moved

@@ -10,9 +10,12 @@ key's rows are written by transactions that commit one after another — true fo
 primary key serialises its writers. A row whose ``available_at`` is in the future is deliberately held back
 and may be overtaken by later rows of its key.
 
-Only one relay per table is active: the active one holds a session-level ``pg_try_advisory_lock`` on a
-connection it keeps; others stand by and retry the lock. If that connection dies, Postgres releases the
-lock and a standby takes over.
+Only one relay publishes a shard of the table at a time: it holds the shard's lease (``outbox.lease``: an
+expiring row with a fencing epoch, and an advisory lock on a connection it keeps for the fast hand-over when
+its process dies); others stand by and retry. A relay publishes the shards ``shards`` names (every
+orchestrator instance its own partitions; a participant's relay shard 0, all its rows); a shard it no longer
+wants it gives back between passes. A relay that cannot renew its leases in time stops handing records to
+Kafka before a standby may take them over.
 
 A row Kafka refuses for good (a record over the topic's limit, a topic it refuses) is parked: moved to
 ``<table>_parked`` with the reason, and the later rows of its key (its saga) wait behind it in the outbox,
@@ -32,9 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import asyncpg
@@ -58,6 +60,7 @@ from ..infra.health import current as current_health
 from ..infra.kafka_clients import KafkaClients
 from ..infra.startup import sleep_or_stop, sleep_or_woken
 from .batches import queue_batches
+from .lease import KEEPALIVE_SETTINGS, STATEMENT_TIMEOUT_S, ShardLeases, leases_table
 from .table import parked_table
 
 log = logging.getLogger(__name__)
@@ -86,10 +89,8 @@ MIN_POLL_MS = 5  # default wait between polls while they keep finding rows
 MAX_POLL_MS = 50  # default wait between polls once they stop finding rows
 
 
-def relay_lock_key(table: str) -> int:
-    """The advisory-lock key of ``table``'s relay: a stable signed 64-bit hash of the table name."""
-    digest = hashlib.blake2b(f"outbox-relay:{table}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+ONE_SHARD: tuple[int, ...] = (0,)
+"""The shards of a table whose writers do not shard it (a participant's outbox): every row is in shard 0."""
 
 
 def default_producer_factory(kafka: KafkaClients) -> ProducerFactory:
@@ -111,7 +112,6 @@ def default_producer_factory(kafka: KafkaClients) -> ProducerFactory:
     return factory
 
 
-
 class OutboxRelay:
     """Publishes one outbox table; ``run`` until stopped, or ``publish_once`` step by step in tests."""
 
@@ -122,6 +122,7 @@ class OutboxRelay:
         kafka: KafkaClients | None = None,
         *,
         producer_factory: ProducerFactory | None = None,
+        shards: Callable[[], Collection[int] | None] = lambda: ONE_SHARD,
         batch_size: int = 500,
         min_poll_ms: float = MIN_POLL_MS,
         max_poll_ms: float = MAX_POLL_MS,
@@ -140,29 +141,36 @@ class OutboxRelay:
         self._max_poll_s = max_poll_ms / 1000
         self._standby_retry_s = standby_retry_ms / 1000
         self._max_backoff_s = max_backoff_ms / 1000
-        self._lock_key = relay_lock_key(table)
-        self._conn: asyncpg.Connection | None = None  # holds the advisory lock while not None
+        self._shards = shards
+        self._leases = ShardLeases(self.table, retry_every_s=self._standby_retry_s)
+        self._conn: asyncpg.Connection | None = None  # holds the shards' advisory locks while not None
         self._producer: Any = None
         self.parked_table = parked_table(table)
-        # An anti-join with a table that is nearly always empty: a hash of nothing, next to no cost.
+        # Rows only of shards whose lease still names this holder and epoch (the fencing), joined with a table
+        # of a few rows; the anti-join with one that is nearly always empty: a hash of nothing, next to no cost.
+        # The leases are read once per pass (an InitPlan), so the outbox is still read in id order from its
+        # primary key, stopping at the batch size, past the dead rows a queue table is full of.
         self._select_sql = (
             f"SELECT id, topic, message_key, value, headers::text AS headers, message_id FROM {table} o"
-            f" WHERE available_at <= now() AND NOT EXISTS (SELECT 1 FROM {self.parked_table} p"
+            f" WHERE shard = ANY(ARRAY(SELECT l.shard FROM {leases_table(table)} l"
+            " WHERE l.holder = $2 AND l.expires_at > now()"
+            " AND (l.shard, l.epoch) IN (SELECT * FROM unnest($3::int[], $4::bigint[]))))"
+            f" AND available_at <= now() AND NOT EXISTS (SELECT 1 FROM {self.parked_table} p"
             " WHERE p.message_key = o.message_key) ORDER BY id LIMIT $1"
         )
         self._delete_sql = f"DELETE FROM {table} WHERE id = ANY($1::bigint[])"
         self._held_back_sql = (f"SELECT extract(epoch FROM min(available_at) - now()) FROM {table}"
-                               " WHERE available_at > now()")
+                               " WHERE available_at > now() AND shard = ANY($1::int[])")
         # After a batch that did not fill, the delete also asks when the next held-back row is due: one round
         # trip instead of two. Both parts read one snapshot; the deleted rows were due, so never counted.
-        self._delete_asking_sql = (f"WITH published AS (DELETE FROM {table} WHERE id = ANY($1::bigint[]))"
+        self._delete_asking_sql = (f"WITH published AS (DELETE FROM {table} WHERE id = ANY($2::bigint[]))"
                                    f" {self._held_back_sql}")
         self._held_back_answer: tuple[float | None] | None = None  # this pass's answer, when its delete asked
         self._park_sql = (
             f"WITH moved AS (DELETE FROM {table} WHERE id = $1 RETURNING *)"
             f" INSERT INTO {self.parked_table} (id, topic, message_key, value, headers, message_id, available_at,"
-            " created_at, reason) SELECT id, topic, message_key, value, headers, message_id, available_at,"
-            " created_at, $2 FROM moved"
+            " created_at, shard, reason) SELECT id, topic, message_key, value, headers, message_id, available_at,"
+            " created_at, shard, $2 FROM moved"
         )
         self._strikes: dict[int, int] = {}  # row id -> row-at-a-time passes it failed (not for good)
         self.parked_total = 0
@@ -171,13 +179,18 @@ class OutboxRelay:
 
     @property
     def is_active(self) -> bool:
-        """True while this relay holds the table's lock."""
-        return self._conn is not None
+        """True while this relay holds, and trusts, the lease of at least one shard."""
+        return self._conn is not None and self._leases.trusted()
+
+    @property
+    def shards(self) -> list[int]:
+        """The shards whose leases this relay holds."""
+        return self._leases.shards
 
     async def publish_once(self) -> int:
         """Take the lock if free, publish one batch of due rows, delete them; return the rows published
         (0 when standing by or when nothing is due). Errors propagate; ``run`` handles them."""
-        if not await self._ensure_active():
+        if not await self._ensure_active(retry_now=True):
             return 0
         return await self._publish_batch(await self._ensure_producer())
 
@@ -227,7 +240,8 @@ class OutboxRelay:
         if self._conn is None or idle_s <= self._min_poll_s:
             return idle_s
         try:
-            wait_s = answer[0] if answer is not None else await self._conn.fetchval(self._held_back_sql)
+            wait_s = answer[0] if answer is not None else await self._conn.fetchval(
+                self._held_back_sql, self._leases.shards, timeout=STATEMENT_TIMEOUT_S)
         except Exception as error:  # the connection is gone: the next poll fails too, and reconnects
             log.debug("could not read when held-back rows are due", extra={"table": self.table, "error": repr(error)})
             return idle_s
@@ -244,21 +258,34 @@ class OutboxRelay:
         await self._drop_producer()
         await self._drop_connection()
 
-    async def _ensure_active(self) -> bool:
-        if self._conn is not None:
-            return True
-        conn = await self._pool.acquire()
-        try:
-            locked = await conn.fetchval("SELECT pg_try_advisory_lock($1)", self._lock_key)
-        except BaseException:
-            await self._pool.release(conn)
-            raise
-        if not locked:
-            await self._pool.release(conn)
-            return False
-        self._conn = conn
-        log.info("outbox relay active", extra={"table": self.table})
-        return True
+    async def _ensure_active(self, retry_now: bool = False) -> bool:
+        """Renew, give back or take shard leases when due (``retry_now``: try for missing shards now); True
+        when this relay may publish now."""
+        wanted = self._shards() or ()
+        if self._conn is None:
+            if not wanted:
+                return False
+            conn = await self._pool.acquire(timeout=STATEMENT_TIMEOUT_S)
+            try:
+                await conn.execute("SELECT " + ", ".join(f"set_config('{name}', '{value}', false)"
+                                                         for name, value in KEEPALIVE_SETTINGS.items()),
+                                   timeout=STATEMENT_TIMEOUT_S)
+            except BaseException:
+                await self._pool.release(conn)
+                raise
+            self._conn = conn
+        if self._leases.due(wanted) or (retry_now and set(wanted) != set(self._leases.epochs)):
+            was_active = bool(self._leases.epochs)
+            await self._leases.refresh(self._conn, wanted, STATEMENT_TIMEOUT_S)
+            if bool(self._leases.epochs) != was_active:
+                log.info("outbox relay active" if self._leases.epochs else "outbox relay standing by",
+                         extra={"table": self.table, "shards": self._leases.shards})
+        return self._leases.trusted()
+
+    def _check_trust(self) -> None:
+        """Raise _NotTrusted when this relay's leases may have passed to a standby: hand nothing to Kafka."""
+        if not self._leases.trusted():
+            raise _NotTrusted(self.table)
 
     async def _ensure_producer(self) -> Any:
         if self._producer is None:
@@ -275,10 +302,13 @@ class OutboxRelay:
     async def _publish_batch(self, producer: Any) -> int:
         assert self._conn is not None
         self._held_back_answer = None
-        rows = await self._conn.fetch(self._select_sql, self._batch_size)
+        shards = self._leases.shards
+        rows = await self._conn.fetch(self._select_sql, self._batch_size, self._leases.holder, shards,
+                                      [self._leases.epochs[shard] for shard in shards], timeout=STATEMENT_TIMEOUT_S)
         if not rows:
             return 0
         try:
+            self._check_trust()
             await _publish(producer, rows)
         except _BatchFailed as failed:
             if not isinstance(failed.cause, KafkaError | ValueError):
@@ -298,9 +328,10 @@ class OutboxRelay:
         assert self._conn is not None
         ids = [row["id"] for row in rows]
         if ask_held_back:
-            self._held_back_answer = (await self._conn.fetchval(self._delete_asking_sql, ids),)
+            self._held_back_answer = (await self._conn.fetchval(self._delete_asking_sql, self._leases.shards, ids,
+                                                                timeout=STATEMENT_TIMEOUT_S),)
         else:
-            await self._conn.execute(self._delete_sql, ids)
+            await self._conn.execute(self._delete_sql, ids, timeout=STATEMENT_TIMEOUT_S)
         self.published_total += len(rows)
         current_health().published(self.table, len(rows))
 
@@ -314,6 +345,7 @@ class OutboxRelay:
         for row in rows:
             if row["message_key"] in held:
                 continue
+            self._check_trust()
             try:
                 await _publish(producer, [row])
             except _BatchFailed as error:
@@ -340,7 +372,7 @@ class OutboxRelay:
     async def _park(self, row: asyncpg.Record, cause: BaseException, why: str = "refused for good") -> None:
         assert self._conn is not None
         reason = f"{why}: {type(cause).__name__}: {cause}"[:2000]
-        await self._conn.execute(self._park_sql, row["id"], reason)
+        await self._conn.execute(self._park_sql, row["id"], reason, timeout=STATEMENT_TIMEOUT_S)
         self._strikes.pop(row["id"], None)
         self.parked_total += 1
         current_health().parked(self.table, 1)
@@ -356,6 +388,10 @@ class OutboxRelay:
             fields["saga_ids"] = exc.saga_ids
             fields["first_id"] = exc.first_id
             cause = exc.cause
+        if isinstance(exc, _NotTrusted):
+            log.warning("outbox relay leases not renewed in time: publishing nothing until they are",
+                        extra={"table": self.table, "shards": self._leases.shards})
+            return
         log.warning("outbox relay error, retrying", extra=fields)
         if isinstance(cause, KafkaError):
             # A producer whose idempotent sequence broke must be recreated; the lock connection is fine.
@@ -375,9 +411,13 @@ class OutboxRelay:
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        shards = self._leases.shards
+        locked = set(self._leases.locked)
         try:
-            # The pool does not reset released connections, so the lock is given back here.
-            await conn.execute("SELECT pg_advisory_unlock($1)", self._lock_key, timeout=5)
+            # The pool does not reset released connections, so the leases and locks are given back here.
+            if shards or locked:
+                self._leases.locked = locked
+                await self._leases.give_back(conn, set(shards) | locked, STATEMENT_TIMEOUT_S)
         except Exception as exc:
             # Either the session is dead (and its lock gone with it) or its state is unknown: end it rather
             # than pool a connection that may still hold the lock.
@@ -389,6 +429,8 @@ class OutboxRelay:
                 await self._pool.release(conn, timeout=5)
             except Exception as exc:  # the pool terminates a connection it could not take back
                 log.warning("relay connection release failed", extra={"table": self.table, "error": repr(exc)})
+        finally:
+            self._leases.forget()
         log.info("outbox relay inactive", extra={"table": self.table})
 
 
@@ -417,6 +459,10 @@ def _headers(row: asyncpg.Record) -> list[tuple[str, bytes]]:
     headers = [(name, str(value).encode()) for name, value in stored.items() if name != "message_id"]
     headers.append(("message_id", row["message_id"].encode()))
     return headers
+
+
+class _NotTrusted(Exception):
+    """The relay's leases were not renewed within their trust: a standby may hold them soon."""
 
 
 class _BatchFailed(Exception):

@@ -51,9 +51,28 @@ CREATE TABLE IF NOT EXISTS {schema}.outbox (
     headers      jsonb       NOT NULL,
     message_id   text        NOT NULL,
     available_at timestamptz NOT NULL DEFAULT now(),
-    created_at   timestamptz NOT NULL DEFAULT now()
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    shard        int         NOT NULL DEFAULT 0
 ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000);
-{parked_table_sql(schema)}"""
+{parked_table_sql(schema)}{shards_sql(schema)}"""
+
+
+def shards_sql(schema: str) -> str:
+    """DDL of the outbox's shards (idempotent; adds them to a table made before them): the ``shard`` column of
+    ``<schema>.outbox`` and ``<schema>.outbox_parked``, and ``<schema>.outbox_leases``, one row per shard a
+    relay holds (``outbox.lease``)."""
+    check_identifier(schema)
+    return f"""
+ALTER TABLE {schema}.outbox ADD COLUMN IF NOT EXISTS shard int NOT NULL DEFAULT 0;
+ALTER TABLE {schema}.outbox_parked ADD COLUMN IF NOT EXISTS shard int NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS {schema}.outbox_leases (
+    shard      int         PRIMARY KEY,
+    holder     text        NOT NULL,
+    epoch      bigint      NOT NULL,
+    locked     boolean     NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+"""
 
 
 def parked_table_sql(schema: str) -> str:
@@ -87,14 +106,16 @@ INSERT_PARAMETERS = 6
 """How many statement parameters ``insert_sql`` takes (the arrays of ``insert_params``)."""
 
 
-def insert_sql(table: str, first_parameter: int = 1) -> str:
+def insert_sql(table: str, first_parameter: int = 1, shard_parameter: int | None = None) -> str:
     """An INSERT of the rows ``insert_params`` gives, from parameter ``$first_parameter`` on: one round trip
     whatever their number (the columns travel as arrays and unnest() zips them back into rows), ids in the
-    given order (WITH ORDINALITY + ORDER BY), so the relay publishes them in that order."""
+    given order (WITH ORDINALITY + ORDER BY), so the relay publishes them in that order. With
+    ``shard_parameter``, that parameter is an int[] of the rows' shards (in their order); without, shard 0."""
     check_table(table)
     n = first_parameter
-    return f"""INSERT INTO {table} (topic, message_key, value, headers, message_id, available_at)
-        SELECT topic, message_key, value, headers, message_id, coalesce(available_at, now())
+    shards = "0" if shard_parameter is None else f"(${shard_parameter}::int[])[ord]"
+    return f"""INSERT INTO {table} (topic, message_key, value, headers, message_id, available_at, shard)
+        SELECT topic, message_key, value, headers, message_id, coalesce(available_at, now()), {shards}
         FROM unnest(${n}::text[], ${n + 1}::text[], ${n + 2}::bytea[], ${n + 3}::jsonb[], ${n + 4}::text[],
                     ${n + 5}::timestamptz[])
              WITH ORDINALITY AS m(topic, message_key, value, headers, message_id, available_at, ord)

@@ -114,7 +114,7 @@ class PostgresUnitOfWork:
                              SELECT saga_id, seq, event_type, body, coalesce(recorded_at, now())
                              FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::timestamptz[])
                                   AS e(saga_id, seq, event_type, body, recorded_at)),
-                queued AS ({insert_sql(f"{self._s}.outbox", 8)}),
+                queued AS ({insert_sql(f"{self._s}.outbox", 8, shard_parameter=30)}),
                 armed AS (INSERT INTO {self._s}.timers (saga_id, timer_id, kind, step, attempt, due_at, partition)
                           SELECT * FROM unnest($14::text[], $15::text[], $16::text[], $17::text[], $18::int[],
                                                $19::timestamptz[], $29::int[])
@@ -144,6 +144,7 @@ class PostgresUnitOfWork:
                 [ms_to_datetime(t.due_at_ms) for t in timers],
                 *_summary_columns(summaries),
                 [self._partition_of(t.saga_id) for t in timers],
+                [self._partition_of(m.key) or 0 for m in writes.outbox],  # keyed by saga id: its partition
             )
         except asyncpg.UniqueViolationError as exc:
             sagas = sorted({e.saga_id for e in writes.events})

@@ -19,7 +19,7 @@ def _lock_id(schema: str) -> int:
     return zlib.crc32(f"participant-ddl:{schema}".encode())
 
 
-KIT_TABLES = ("processed_commands", "awaiting_commands", "outbox", "outbox_parked")
+KIT_TABLES = ("processed_commands", "awaiting_commands", "outbox", "outbox_parked", "outbox_leases")
 
 
 async def ensure_participant_schema(pool: asyncpg.Pool, participant: Participant) -> None:

@@ -18,10 +18,12 @@ from aiokafka.partitioner import DefaultPartitioner
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.outbox.lease import shard_lock_key
 from saga_orchestrator.outbox.parked import requeue_parked
-from saga_orchestrator.outbox.relay import OutboxRelay, relay_lock_key
-from saga_orchestrator.outbox.table import OutboxMessage, outbox_table_sql, write_outbox
+from saga_orchestrator.outbox.relay import OutboxRelay
+from saga_orchestrator.outbox.table import OutboxMessage, write_outbox
 from tests.e2e.harness import saga_cli
+from tests.integration.conftest import fresh_outbox, fresh_topic
 
 pytestmark = pytest.mark.integration
 
@@ -37,22 +39,13 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 @pytest.fixture
 async def table(pool: asyncpg.Pool) -> str:
-    """A fresh outbox table per test, so relays of different tests never share a lock or rows."""
-    schema = f"relay_{uuid.uuid4().hex[:8]}"
-    await pool.execute(outbox_table_sql(schema))
-    return f"{schema}.outbox"
+    """A fresh outbox table per test, so relays of different tests never share a lease or rows."""
+    return await fresh_outbox(pool, "relay")
 
 
 @pytest.fixture
 async def topic(kafka_bootstrap: str, topic_prefix: str) -> str:
-    name = f"{topic_prefix}relay-test-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, num_partitions=3, replication_factor=1)])
-    finally:
-        await admin.close()
-    return name
+    return await fresh_topic(kafka_bootstrap, f"{topic_prefix}relay-test", 3)
 
 
 def relay(pool: asyncpg.Pool, table: str, bootstrap: str, **options: Any) -> OutboxRelay:
@@ -114,8 +107,8 @@ def ids_by_key(received: Received) -> dict[str, list[str]]:
 
 
 def active_lock_key(relay: OutboxRelay) -> int:
-    """The relay's advisory-lock key as pg_locks shows it (unsigned)."""
-    return relay_lock_key(relay.table) & 0xFFFF_FFFF_FFFF_FFFF
+    """The advisory-lock key of the relay's one shard as pg_locks shows it (unsigned)."""
+    return shard_lock_key(relay.table, 0) & 0xFFFF_FFFF_FFFF_FFFF
 
 
 async def advisory_locks_held(pool: asyncpg.Pool) -> set[int]:
