@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from .kafka_clients import KafkaClients
@@ -201,3 +202,28 @@ def retention_problem(setting: str, hours: float, retentions_ms: dict[str, int])
     return (f"{setting.upper()}={hours:g} keeps idempotency records {hours:g} h, but topic {name} keeps its records "
             f"{kept}: a record read again after its idempotency record is gone would be handled twice. Set "
             f"{setting.upper()} to {fix}, or lower the topic's retention.ms")
+
+
+async def group_members(kafka: KafkaClients, group: str) -> list[set[int]]:
+    """The partition numbers each member of consumer group ``group`` is assigned (empty while it rebalances)."""
+    async with kafka.started_admin() as admin:
+        [response] = await admin.describe_consumer_groups([group])
+    members = []
+    for _error, _group, state, _type, _protocol, found, *_ in response.groups:
+        if state != "Stable":
+            return []
+        for _id, *_client, assignment in found:
+            decoded = ConsumerProtocolMemberAssignment.decode(assignment)
+            members.append({number for _topic, numbers in decoded.assignment for number in numbers})
+    return members
+
+
+async def settled_group(kafka: KafkaClients, group: str, members: int, timeout_s: float = 60) -> list[set[int]]:
+    """The partitions of each member once ``group`` is stable with ``members`` members, each with some;
+    TimeoutError naming what it saw when that takes longer than ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while len(found := await group_members(kafka, group)) != members or not all(found):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"consumer group {group} did not settle with {members} members: {found}")
+        await asyncio.sleep(0.5)
+    return found

@@ -13,11 +13,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from saga_orchestrator.cli.run_cmd import service_commands, service_environment, start_service, stop_services
 from saga_orchestrator.client.event_feed import EventFeed, assign_from_beginning
-from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.schemas.event_types import Event
@@ -138,25 +136,4 @@ async def saga_cli(settings: Settings, *args: str, timeout_s: float = 60) -> sub
                                    timeout=timeout_s)
 
 
-async def group_members(kafka: KafkaClients, group: str) -> list[set[int]]:
-    """The partition numbers of each member of consumer group ``group`` (empty while it rebalances)."""
-    async with kafka.started_admin() as admin:
-        [response] = await admin.describe_consumer_groups([group])
-    members = []
-    for _error, _group, state, _type, _protocol, found, *_ in response.groups:
-        if state != "Stable":
-            return []
-        for _id, *_client, assignment in found:
-            decoded = ConsumerProtocolMemberAssignment.decode(assignment)
-            members.append({number for _topic, numbers in decoded.assignment for number in numbers})
-    return members
-
-
-async def settled_group(kafka: KafkaClients, group: str, members: int, timeout_s: float = 60) -> list[set[int]]:
-    """The partitions of each member once ``group`` is stable with ``members`` members, each with some."""
-    deadline = time.monotonic() + timeout_s
-    while len(found := await group_members(kafka, group)) != members or not all(found):
-        assert time.monotonic() < deadline, f"{group} never settled with {members} members: {found}"
-        await asyncio.sleep(0.5)
-    return found
 

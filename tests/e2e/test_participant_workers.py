@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from saga_orchestrator.cli.demo_cmd import drive
+from saga_orchestrator.infra.kafka_admin import settled_group
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.verify import verify_system
 from tests.conftest import module_stack
-from tests.e2e.harness import Stack, settled_group, start_stack
+from tests.e2e.harness import Stack, start_stack
 
 pytestmark = pytest.mark.timeout(600)
 SAGAS = 300
