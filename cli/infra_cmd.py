@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import asyncpg
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -12,6 +13,9 @@ from rich.table import Table
 from ..infra import launcher
 from ..infra.launcher.security import SCRAM_USER
 from ..infra.settings import Settings
+from ..participants.runner import hosted_participants
+from .migrate_cmd import create_roles, service_roles
+from .run_cmd import participant_workers
 
 infra_app = typer.Typer(no_args_is_help=True, help="Local Kafka and Postgres: start, stop, inspect.")
 
@@ -39,6 +43,8 @@ def up(brokers: int = typer.Option(
         endpoints = asyncio.run(launcher.up(current, _err))
     except launcher.LauncherError as error:
         raise _fail(error) from None
+    if not current.database_url:  # our own Postgres: its least-privilege roles too (README, "Production")
+        _err.print(_local_roles(current, endpoints.database_url), highlight=False, soft_wrap=True)
     _err.print(f"ready in {time.monotonic() - started:.1f} s")
     if endpoints.secure_kafka_bootstrap and endpoints.kafka_secrets:
         _err.print(f"the broker's SASL_SSL listener: {endpoints.secure_kafka_bootstrap}, SCRAM user {SCRAM_USER} "
@@ -48,6 +54,21 @@ def up(brokers: int = typer.Option(
     # stdout carries only these lines, so `eval "$(saga infra up)"` exports them into a shell.
     _out.print(f"export KAFKA_BOOTSTRAP_SERVERS={endpoints.kafka_bootstrap}", highlight=False, soft_wrap=True)
     _out.print(f"export DATABASE_URL={endpoints.database_url}", highlight=False, soft_wrap=True)
+
+
+def _local_roles(current: Settings, dsn: str) -> str:
+    """Create the roles of the orchestrator and of SAGA_PARTICIPANTS in the local Postgres; say which."""
+    try:
+        hosted = hosted_participants([name for worker in participant_workers(current) for name in worker])
+    except (ValueError, ImportError) as error:
+        return f"roles not created: SAGA_PARTICIPANTS: {error}"
+    roles = service_roles(True, hosted)
+    try:
+        asyncio.run(create_roles(dsn, roles))
+    except (OSError, asyncpg.PostgresError) as error:
+        return f"roles not created ({error})"
+    return (f"least-privilege roles (LOGIN, trusted on 127.0.0.1): {', '.join(roles)}; `saga migrate` grants each "
+            "its schema, then a service may connect as its role (DATABASE_URL=postgresql://ROLE@...)")
 
 
 @infra_app.command()

@@ -48,6 +48,20 @@ def migrate_command(
     console.print(table)
 
 
+def service_roles(orchestrator: bool, hosted: list[Participant]) -> list[str]:
+    """The least-privilege roles of the orchestrator (when ``orchestrator``) and of ``hosted``."""
+    return [ORCHESTRATOR_ROLE] * orchestrator + [participant_role(p.schema) for p in hosted]
+
+
+async def create_roles(dsn: str, roles: list[str]) -> list[str]:
+    """Create the missing ``roles`` (LOGIN, no password), connected as ``dsn``; those created now."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [role for role in roles if await ensure_role(conn, role)]
+    finally:
+        await conn.close()
+
+
 async def _migrate(current: Settings, orchestrator: bool, hosted: list[Participant], create_roles: bool
                    ) -> list[tuple[str, str, str]]:
     pool = await create_pool(current.dsn(), 2)
@@ -55,7 +69,7 @@ async def _migrate(current: Settings, orchestrator: bool, hosted: list[Participa
     try:
         async with pool.acquire() as conn:
             if create_roles:
-                for role in [ORCHESTRATOR_ROLE] * orchestrator + [participant_role(p.schema) for p in hosted]:
+                for role in service_roles(orchestrator, hosted):
                     await ensure_role(conn, role)
             if orchestrator:
                 applied = await migrate_orchestrator(pool)

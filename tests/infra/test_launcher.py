@@ -6,6 +6,10 @@ session's services, which other tests and developers may be using.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +64,28 @@ def test_up_starts_both_from_an_empty_home(private_stack: Settings) -> None:
     assert (home / "postgres" / "data" / "PG_VERSION").is_file()
     assert (home / "kafka" / "secrets" / "ca.pem").is_file()  # the SASL_SSL listener's CA
     assert all(row.running for row in launcher.status(private_stack))
+
+
+async def test_the_command_creates_the_least_privilege_roles_in_its_own_postgres(private_stack: Settings) -> None:
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("KAFKA_BOOTSTRAP_SERVERS", "DATABASE_URL")}
+    env.update({"SAGA_HOME": str(private_stack.saga_home), "SAGA_KAFKA_PORT": str(private_stack.saga_kafka_port),
+                "SAGA_KAFKA_CONTROLLER_PORT": str(private_stack.saga_kafka_controller_port),
+                "SAGA_KAFKA_SECURE_PORT": str(private_stack.saga_kafka_secure_port),
+                "SAGA_POSTGRES_PORT": str(private_stack.saga_postgres_port),
+                "SAGA_PARTICIPANTS": "flight,hotel,payment,notification"})
+    conn = await asyncpg.connect(private_stack.dsn())
+    try:
+        query = "SELECT array_agg(rolname ORDER BY rolname) FROM pg_roles WHERE rolname LIKE 'saga\\_%'"
+        assert await conn.fetchval(query) is None  # a fresh Postgres: none yet
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "saga_orchestrator.cli", "infra", "up"],
+                                       env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "saga migrate" in done.stderr
+        assert await conn.fetchval(query) == ["saga_flight", "saga_hotel", "saga_notification", "saga_orchestrator",
+                                              "saga_payment"]
+    finally:
+        await conn.close()
 
 
 async def test_restart_postgres_keeps_data_and_cuts_old_connections(private_stack: Settings) -> None:
