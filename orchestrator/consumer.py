@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
-from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from ..infra import kafka_records
@@ -57,6 +56,13 @@ FULL_POLL = 15
 # local broker about 1.8 ms of CPU); a crash re-reads at most this much more, which the inbox skips.
 COMMIT_EVERY_S = 0.5
 QUIET_COMMIT_S = 5.0  # the longest a consumer that stops waits to commit (a coordinator that went away)
+ASSIGNORS = (CoPartitionedAssignor,)
+"""Partition k of every topic to one instance, and no second strategy: aiokafka 0.14 sends one JoinGroup per
+assignor it is given, each with different protocols, and the group coordinator answers a member whose metadata
+changed while the group completes a rebalance with a new rebalance. Two members joining at the same moment
+then rebalance each other for ever (generation 6,817 after eleven minutes, seen here; aio-libs/aiokafka#1168).
+An instance of a version before this assignor cannot join a group of this one (InconsistentGroupProtocol):
+stop the old orchestrators before starting the new ones."""
 HAND_OVER_WAIT_S = 10.0  # the longest a rebalance waits for the polls under way (then the next owner re-reads)
 
 
@@ -206,9 +212,7 @@ class OrchestratorConsumer:
         while not stop.is_set():
             consumer = self._kafka.consumer(
                 group_id=self._group_id,
-                # Partition k of every topic to one instance; round robin while older instances still
-                # in the group know nothing else (the group picks a strategy all its members have).
-                partition_assignment_strategy=(CoPartitionedAssignor, RoundRobinPartitionAssignor),
+                partition_assignment_strategy=ASSIGNORS,
                 enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self._max_records,
                 isolation_level="read_committed", fetch_min_bytes=1,
                 fetch_max_wait_ms=max(self._fetch_wait_ms, IDLE_FETCH_WAIT_MS),
