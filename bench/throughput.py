@@ -41,8 +41,14 @@ from bench.probes import (
 from bench.report import console, report, with_backend_split
 from bench.runs import RunSummary, runs_table
 from bench.watch import Watcher, publish, wait_for
-from saga_orchestrator.cli.run_cmd import Services, participant_workers, start_services, stop_services
-from saga_orchestrator.infra.kafka_admin import delete_topics
+from saga_orchestrator.cli.run_cmd import (
+    Services,
+    participant_workers,
+    start_service,
+    start_services,
+    stop_services,
+)
+from saga_orchestrator.infra.kafka_admin import delete_topics, settled_group
 from saga_orchestrator.infra.launcher.kafka import KafkaLauncher
 from saga_orchestrator.infra.launcher.postgres import PostgresLauncher
 from saga_orchestrator.infra.logging import configure_logging
@@ -55,6 +61,19 @@ from saga_orchestrator.schemas.topics import Topics
 WARMUP_SAGAS = 8
 WARMUP_S = 3.0
 STALL_FACTOR = 3  # p99 above this many p50s: something stopped for a while (a slow machine raises both)
+
+
+async def warm_up(settings: Settings, topics: Topics, watcher: Watcher, services: Services, sagas: int,
+                  rate: float | None, prefix: str) -> None:
+    """Run ``sagas`` sagas at ``rate`` and wait for them (not measured)."""
+    warmup = [f"{prefix}-{n}" for n in range(sagas)]
+    with console.status(f"warming up with {len(warmup)} sagas (services start, consumer groups join, "
+                        "connection pools fill)"):
+        await publish(settings.kafka(), topics.start, warmup, rate, watcher.seen.published_at)
+        if not await wait_for(watcher, warmup, 180, services):
+            raise TimeoutError("the warm-up sagas did not end within 180 s: see the service logs")
+    for saga_id in warmup:
+        watcher.seen.published_at.pop(saga_id)
 
 
 def warmup_sagas(rate: float | None) -> int:
@@ -123,7 +142,8 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
     await admin.execute(f'CREATE DATABASE "{database}"')
     log_dir = os.path.join(settings.saga_home, "logs", database)
     os.makedirs(log_dir, exist_ok=True)
-    console.print(f"database {database}, topic prefix {prefix!r}, participant workers: "
+    console.print(f"database {database}, topic prefix {prefix!r}, orchestrators: {args.orchestrators}, "
+                  "participant workers: "
                   f"{' '.join('+'.join(worker) for worker in participant_workers(settings))}")
     services: dict[str, subprocess.Popen[bytes]] = {}
     keep_logs = False  # set when something went wrong: what the services logged explains it
@@ -132,14 +152,16 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
         await prepare(settings)
         services.update(start_services(settings, log_dir))
         await watcher.start()
-        warmup = [f"warm-{run_id}-{n}" for n in range(warmup_sagas(args.rate))]
-        with console.status(f"warming up with {len(warmup)} sagas (services start, consumer groups join, "
-                            "connection pools fill)"):
-            await publish(settings.kafka(), topics.start, warmup, args.rate, watcher.seen.published_at)
-            if not await wait_for(watcher, warmup, 180, services):
-                raise TimeoutError("the warm-up sagas did not end within 180 s: see the service logs")
-        for saga_id in warmup:
-            watcher.seen.published_at.pop(saga_id)
+        await warm_up(settings, topics, watcher, services, warmup_sagas(args.rate), args.rate, f"warm-{run_id}")
+        if args.orchestrators > 1:
+            # The others join a group that already runs (starting together, two have stalled their join).
+            for number in range(2, args.orchestrators + 1):
+                services[f"orchestrator-{number}"] = start_service(settings, "orchestrator", log_dir,
+                                                                   name=f"orchestrator-{number}")
+            with console.status(f"waiting for {args.orchestrators} orchestrators to share the partitions"):
+                await settled_group(settings.kafka(), f"{prefix}saga-orchestrator", args.orchestrators, 120)
+            await warm_up(settings, topics, watcher, services, warmup_sagas(args.rate), args.rate,
+                          f"warm2-{run_id}")
 
         watched = watched_processes(settings, services, database)
         groups = {"start": [topics.start], "events": [topics.events],
@@ -233,6 +255,10 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--participants", default=None,
                         help="participant workers, as SAGA_PARTICIPANTS (default: its value); "
                              "flight+hotel+payment+notification runs one worker hosting all four")
+    parser.add_argument("--orchestrators", type=int, default=1,
+                        help="orchestrator processes (each relaying the outbox shards of its partitions); the "
+                             "others start after the first warm-up and a second warm-up runs once they share "
+                             "the partitions")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for every saga to end")
     parser.add_argument("--admin-dsn", default=None, help="DSN allowed to CREATE DATABASE (default: DATABASE_URL)")
     parser.add_argument("--keep", action="store_true", help="keep the database and topics")
@@ -249,6 +275,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.orchestrators < 1:
+        parser.error("--orchestrators must be at least 1")
     summaries = []
     for number in range(1, args.runs + 1):
         if args.runs > 1:

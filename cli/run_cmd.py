@@ -140,13 +140,16 @@ def health_port(current: Settings, label: str) -> int:
 
 
 def start_service(current: Settings, label: str, log_dir: str | None = None,
-                  extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+                  extra_env: dict[str, str] | None = None, name: str | None = None) -> subprocess.Popen[bytes]:
     """Start one service (a label of ``service_commands``) as a child process.
 
-    ``extra_env`` is added to its environment, e.g. ``{"SAGA_FAULTS": "relay.after_publish=3"}``.
+    ``extra_env`` is added to its environment, e.g. ``{"SAGA_FAULTS": "relay.after_publish=3"}``. ``name``
+    starts one more instance of the service: its log is ``name``.log and it has no health port (unless
+    ``extra_env`` gives one).
     """
-    output = open(f"{log_dir}/{label}.log", "ab") if log_dir else None
-    env = {**service_environment(current), "SAGA_HEALTH_PORT": str(health_port(current, label)), **(extra_env or {})}
+    output = open(f"{log_dir}/{name or label}.log", "ab") if log_dir else None
+    port = health_port(current, label) if name is None else 0
+    env = {**service_environment(current), "SAGA_HEALTH_PORT": str(port), **(extra_env or {})}
     return subprocess.Popen(service_commands(current)[label], stdout=output, stderr=output, env=env)
 
 
