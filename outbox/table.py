@@ -134,11 +134,18 @@ def insert_params(messages: Sequence[OutboxMessage]) -> list[list[Any]]:
     ]
 
 
-async def write_outbox(conn: asyncpg.Connection, table: str, messages: Sequence[OutboxMessage]) -> None:
-    """Insert ``messages`` into ``table`` in one statement, inside the caller's transaction.
+async def write_outbox(conn: asyncpg.Connection, table: str, messages: Sequence[OutboxMessage],
+                       shards: Sequence[int] | None = None) -> None:
+    """Insert ``messages`` into ``table`` in one statement, inside the caller's transaction, in ``shards``
+    (one per message; all in shard 0 when not given).
 
     Rows get ids in ``messages`` order, and the relay publishes in id order, so messages of one key
     appear on Kafka in the order they were given here.
     """
-    if messages:
+    if not messages:
+        return
+    if shards is None:
         await conn.execute(insert_sql(table), *insert_params(messages))
+    else:
+        await conn.execute(insert_sql(table, 1, shard_parameter=INSERT_PARAMETERS + 1), *insert_params(messages),
+                           list(shards))

@@ -55,6 +55,9 @@ class ParticipantRuntime:
         self._tasks_stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []  # the outbox relay and the housekeeping
         self._relay: OutboxRelay | None = None
+        # The partitions of its commands topic this worker owns (set by the worker as faust assigns them): its
+        # relay publishes the outbox shards of those, the replies to the commands it handled.
+        self.owned_partitions: frozenset[int] | None = None
 
     async def start(self) -> asyncpg.Pool:
         """Open the pool, create the participant's tables and start its outbox relay (once)."""
@@ -66,7 +69,7 @@ class ParticipantRuntime:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
             if self._pool is None:
-                # +1: the relay keeps one connection for its advisory lock.
+                # +1: the relay keeps one connection for its shards' leases.
                 pool = await create_pool(self.settings.dsn(), self.settings.saga_db_pool_size + 1,
                                          application_name=f"saga-{self.participant.name}")
                 try:
@@ -75,7 +78,8 @@ class ParticipantRuntime:
                     await pool.close()  # the next call opens a new one
                     raise
                 relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka(),
-                                    min_poll_ms=RELAY_MIN_POLL_MS, max_poll_ms=RELAY_MAX_POLL_MS)
+                                    min_poll_ms=RELAY_MIN_POLL_MS, max_poll_ms=RELAY_MAX_POLL_MS,
+                                    shards=lambda: self.owned_partitions)
                 self._relay = relay
                 name = self.participant.name
                 self._tasks.append(asyncio.create_task(relay.run(self._tasks_stop), name=f"outbox-relay-{name}"))

@@ -206,6 +206,7 @@ async def dead_letter_poisoned(pool: asyncpg.Pool, participant: Participant, top
     reason = clip_text(f"the command failed every time it was handled: {type(error).__name__}: {error}") or ""
     parsed = dataclasses.replace(parse_delivery(participant, record), reason=reason)
     rows = [park(participant, topics, parsed, record, clock())]
+    shard = record.partition  # the rows of a command are relayed by the worker that owns its partition
     command = parsed.command
     try:
         async with pool.acquire() as conn, conn.transaction():
@@ -213,7 +214,7 @@ async def dead_letter_poisoned(pool: asyncpg.Pool, participant: Participant, top
                 failed = Failed(UNPROCESSABLE, reason)
                 reply = outcome_message(command, topics.results(participant.name), failed, clock())
                 await ledger.settle(conn, participant, [], [(command.idempotency_key, RecordedReply.of(failed))],
-                                    [reply, *rows])
+                                    [reply, *rows], [shard] * (1 + len(rows)))
                 return Disposition.DEAD_LETTERED
     except Exception as failure:
         if unavailable(failure):
@@ -223,7 +224,7 @@ async def dead_letter_poisoned(pool: asyncpg.Pool, participant: Participant, top
                   extra={"participant": participant.name, "saga_id": command.saga_id if command else None,
                          "error": repr(failure)})
     async with pool.acquire() as conn, conn.transaction():
-        await write_outbox(conn, participant.outbox_table, rows)
+        await write_outbox(conn, participant.outbox_table, rows, [shard] * len(rows))
     return Disposition.DEAD_LETTERED
 
 
@@ -285,6 +286,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     else a failing handler raises ``_Careful``."""
     results_topic = topics.results(participant.name)
     replies: list[OutboxMessage] = []
+    shards: list[int] = []  # of each reply: the partition its command came from (outbox.lease)
     done: list[Done] = []
     commands = [p.command for p in parsed if p.command is not None]
     claimed = await ledger.claim(conn, participant, commands)
@@ -301,6 +303,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
         command = check.command
         if command is None:
             replies.append(park(participant, topics, check, item, clock()))
+            shards.append(item.partition)
             done.append((Disposition.DEAD_LETTERED, None, None, None))
         elif command.idempotency_key not in claimed:
             reply = recorded[command.idempotency_key]
@@ -309,6 +312,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
                 done.append((Disposition.AWAITING, command, reply, None))
                 continue
             replies.append(step_result_message(command, results_topic, reply))
+            shards.append(item.partition)
             done.append((Disposition.FENCED if reply.fenced else Disposition.DUPLICATE, command, reply,
                          reply.error_type))
         else:
@@ -316,7 +320,8 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
             done.append(_settled(outcome, command, transient, final, awaited))
             if not isinstance(outcome, Deferred):
                 replies.append(outcome_message(command, results_topic, outcome, clock()))
-    await ledger.settle(conn, participant, transient, final, replies)
+                shards.append(item.partition)
+    await ledger.settle(conn, participant, transient, final, replies, shards)
     await ledger.await_answers(conn, participant, awaited)
     return done
 

@@ -159,9 +159,11 @@ async def recorded(conn: asyncpg.Connection, participant: Participant, keys: Seq
 
 
 async def settle(conn: asyncpg.Connection, participant: Participant, transient: Sequence[str],
-                 final: Sequence[tuple[str, RecordedReply]], replies: Sequence[OutboxMessage]) -> None:
+                 final: Sequence[tuple[str, RecordedReply]], replies: Sequence[OutboxMessage],
+                 shards: Sequence[int]) -> None:
     """Free the keys of transient failures, record the final outcome of the others and queue every reply,
-    in one statement (data-modifying CTEs; the reply rows get ids in ``replies`` order)."""
+    in one statement (data-modifying CTEs; the reply rows get ids in ``replies`` order, each in its shard of
+    ``shards``: the partition its command came from)."""
     table = participant.processed_table
     await conn.execute(
         f"""WITH freed AS (DELETE FROM {table} WHERE idempotency_key = ANY($1::text[])),
@@ -170,11 +172,12 @@ async def settle(conn: asyncpg.Connection, participant: Participant, transient: 
                          FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
                               AS f(idempotency_key, status, error_type, error_message, output)
                          WHERE p.idempotency_key = f.idempotency_key)
-            {insert_sql(participant.outbox_table, 7)}""",
+            {insert_sql(participant.outbox_table, 7, shard_parameter=13)}""",
         list(transient),
         [key for key, _ in final], [r.status for _, r in final], [r.error_type for _, r in final],
         [r.error_message for _, r in final], [r.output for _, r in final],
         *insert_params(replies),
+        list(shards),
     )
 
 

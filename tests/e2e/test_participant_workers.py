@@ -8,11 +8,14 @@ compensated, consistently, and ``verify_system`` holds for every saga either way
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from saga_orchestrator.cli.demo_cmd import drive
@@ -44,6 +47,8 @@ async def test_two_workers_of_one_participant_and_one_killed_mid_batch(stack: St
     second = stack.processes["flight-2"]
     shared = await settled_group(settings.kafka(), group, members=2)
     assert shared[0].isdisjoint(shared[1]) and shared[0] | shared[1] == set(range(settings.saga_topic_partitions))
+    # each worker relays the replies of its own partitions: the outbox's shards leased as the partitions went
+    assert sorted(await _leased_shards(settings, 2), key=min) == sorted(shared, key=min)
 
     run_id = uuid.uuid4().hex[:6]
     planned = {f"workers-{run_id}-{n:03d}": "happy" for n in range(SAGAS)}
@@ -61,3 +66,19 @@ async def test_two_workers_of_one_participant_and_one_killed_mid_batch(stack: St
     assert report.ok, (report.not_terminal[:5], report.violations[:5])  # every effect once, nothing missing
     assert await settled_group(settings.kafka(), group, members=1) == [set(range(settings.saga_topic_partitions))]
 
+
+
+async def _leased_shards(settings: Settings, holders: int, timeout_s: float = 15) -> list[set[int]]:
+    """The shards of flight's outbox each live lease holder has, once there are ``holders`` of them."""
+    conn = await asyncpg.connect(settings.dsn())
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rows = await conn.fetch("SELECT array_agg(shard) AS shards FROM flight.outbox_leases"
+                                    " WHERE expires_at > now() GROUP BY holder")
+            found = [set(row["shards"]) for row in rows]
+            if len(found) == holders or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
