@@ -16,7 +16,6 @@ from .builder import (
     live_timer_ids,
     needs_resolution,
     pivot_blocks_cancel,
-    send_compensation,
     send_step,
 )
 from .definition import SagaDefinition
@@ -24,7 +23,7 @@ from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition
 from .messages import IncomingMessage, RejectedRecord, TimerFired, TimerKind
 from .model import RESUME_COMPENSATION, SagaState
 from .on_reply import handle_step_result, handle_timer_fired
-from .progress import advance, unwind
+from .progress import advance, retry_compensation, unwind
 from .status import TIMED_OUT_ERROR, SagaStatus, StepStatus
 
 __all__ = ["DUPLICATE_START_REASON", "TIMED_OUT_ERROR", "Decision", "decide"]
@@ -234,13 +233,13 @@ def _resend_open(b: DecisionBuilder) -> None:
     for name in reversed(b.defn.order):  # the order compensation waves use
         step = b.saga.steps[name]
         if step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
-            send_compensation(b, name, step.compensation_attempt)
+            retry_compensation(b, name, step.compensation_attempt)
         elif step.status in (
             StepStatus.COMPENSATING,
             StepStatus.COMPENSATION_TIMED_OUT,
             StepStatus.COMPENSATION_FAILED,
         ):
-            send_compensation(b, name, step.compensation_attempt + 1)
+            retry_compensation(b, name, step.compensation_attempt + 1)
         elif needs_resolution(b.defn, step) or (
             b.saga.status is SagaStatus.RUNNING
             and step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)

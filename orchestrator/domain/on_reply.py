@@ -15,12 +15,11 @@ from .builder import (
     output_problem,
     schedule_compensation_retry,
     schedule_step_retry,
-    send_compensation,
     send_step,
 )
 from .errors import InvalidMessage
 from .messages import TimerFired, TimerKind
-from .progress import advance
+from .progress import advance, retry_compensation
 from .status import TIMED_OUT_ERROR, SagaStatus, StepStatus
 
 
@@ -172,5 +171,5 @@ def handle_timer_fired(b: DecisionBuilder, fired: TimerFired) -> None:
             )
             _after_compensation_failure(b, name, attempt, False, TIMED_OUT_ERROR)
     else:
-        send_compensation(b, name, attempt)
+        retry_compensation(b, name, attempt)
     advance(b)

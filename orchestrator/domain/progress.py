@@ -7,7 +7,14 @@ a cancel, an operator's resume) moves the saga on by the same rules.
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from .builder import DecisionBuilder, needs_resolution, send_compensation, send_step, to_undo
+from .builder import (
+    DecisionBuilder,
+    needs_resolution,
+    schedule_compensation_retry,
+    send_compensation,
+    send_step,
+    to_undo,
+)
 from .definition import Condition, FailureMode, SagaDefinition
 from .model import SagaState
 from .status import COMPENSATION_IN_PROGRESS, FORWARD_SETTLED, SagaStatus, StepStatus
@@ -107,24 +114,42 @@ def unwind(b: DecisionBuilder, reason: str, failed_step: str | None) -> None:
         b.record(ev.SagaFailed(**b.base(), reason=reason, failed_step=failed_step))
 
 
+def pending_undo(definition: SagaDefinition, state: SagaState, name: str) -> bool:
+    """True while step ``name`` still needs undoing, is being undone, or may still need it (its outcome open)."""
+    step = state.steps[name]
+    if needs_resolution(definition, step) or step.status in COMPENSATION_IN_PROGRESS:
+        return True
+    return to_undo(definition, step)
+
+
 def compensation_wave(definition: SagaDefinition, state: SagaState) -> tuple[str, ...]:
     """Steps to undo (``to_undo``) none of whose dependents still needs undoing (or may still need it).
 
     Reverse-topological order; a wave runs in parallel.
     """
-
-    def pending_undo(name: str) -> bool:
-        step = state.steps[name]
-        if needs_resolution(definition, step) or step.status in COMPENSATION_IN_PROGRESS:
-            return True
-        return to_undo(definition, step)
-
     return tuple(
         name
         for name in reversed(definition.order)
         if to_undo(definition, state.steps[name])
-        and not any(pending_undo(d) for d in definition.downstream(name))
+        and not any(pending_undo(definition, state, d) for d in definition.downstream(name))
     )
+
+
+def retry_compensation(b: DecisionBuilder, name: str, attempt: int) -> None:
+    """Send ``attempt`` of step ``name``'s compensation (a retry that came due, or a resume), unless a
+    dependent still needs undoing: one that succeeded after this undo began (its reply came late) is undone
+    first, as a wave would have, and this attempt is scheduled for after the policy's backoff, again and again
+    until the dependent is undone."""
+    definition, state = b.defn, b.saga
+    waiting = [d for d in definition.downstream(name) if pending_undo(definition, state, d)]
+    if not waiting:
+        send_compensation(b, name, attempt)
+        return
+    for dependent in waiting:
+        step = state.steps[dependent]
+        if to_undo(definition, step) and step.status not in COMPENSATION_IN_PROGRESS:
+            send_compensation(b, dependent, step.compensation_attempt + 1)
+    schedule_compensation_retry(b, name, attempt - 1)
 
 
 def _advance_compensation(b: DecisionBuilder) -> None:

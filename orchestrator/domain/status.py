@@ -132,7 +132,8 @@ STEP_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     _S.COMPENSATION_TIMED_OUT: frozenset(
         {_S.COMPENSATION_RETRY_SCHEDULED, _S.COMPENSATION_FAILED, _S.COMPENSATED, _S.COMPENSATING}
     ),
-    _S.COMPENSATION_RETRY_SCHEDULED: frozenset({_S.COMPENSATING, _S.COMPENSATED}),
+    # ... -> itself: a retry held while a dependent that succeeded late is undone first, due again
+    _S.COMPENSATION_RETRY_SCHEDULED: frozenset({_S.COMPENSATION_RETRY_SCHEDULED, _S.COMPENSATING, _S.COMPENSATED}),
     _S.COMPENSATION_FAILED: frozenset({_S.COMPENSATION_RETRY_SCHEDULED, _S.COMPENSATING, _S.COMPENSATED}),
     _S.COMPENSATED: frozenset(),
 }
