@@ -14,8 +14,8 @@ from ..infra import launcher
 from ..infra.launcher.security import SCRAM_USER
 from ..infra.settings import Settings
 from ..participants.runner import hosted_participants
-from .migrate_cmd import create_roles, service_roles
-from .run_cmd import participant_workers
+from .migrate_cmd import create_missing_roles, service_roles
+from .run_cmd import configured_participants
 
 infra_app = typer.Typer(no_args_is_help=True, help="Local Kafka and Postgres: start, stop, inspect.")
 
@@ -59,12 +59,12 @@ def up(brokers: int = typer.Option(
 def _local_roles(current: Settings, dsn: str) -> str:
     """Create the roles of the orchestrator and of SAGA_PARTICIPANTS in the local Postgres; say which."""
     try:
-        hosted = hosted_participants([name for worker in participant_workers(current) for name in worker])
+        hosted = hosted_participants(configured_participants(current))
     except (ValueError, ImportError) as error:
         return f"roles not created: SAGA_PARTICIPANTS: {error}"
     roles = service_roles(True, hosted)
     try:
-        asyncio.run(create_roles(dsn, roles))
+        asyncio.run(create_missing_roles(dsn, roles))
     except (OSError, asyncpg.PostgresError) as error:
         return f"roles not created ({error})"
     return (f"least-privilege roles (LOGIN, trusted on 127.0.0.1): {', '.join(roles)}; `saga migrate` grants each "

@@ -17,7 +17,7 @@ from ..participants.kit.ddl import ensure_participant_schema
 from ..participants.kit.participant import Participant
 from ..participants.runner import hosted_participants
 from .context import console, fail, run, settings
-from .run_cmd import participant_workers
+from .run_cmd import configured_participants
 
 
 def migrate_command(
@@ -33,7 +33,7 @@ def migrate_command(
     owner), then grant each least-privilege role that exists its own schema: saga_orchestrator on saga,
     saga_<schema> on each participant's. Safe to run again."""
     current = settings()
-    names = participants or [name for worker in participant_workers(current) for name in worker]
+    names = participants or configured_participants(current)
     try:
         hosted = hosted_participants(names)
     except (ValueError, ImportError) as error:
@@ -53,7 +53,7 @@ def service_roles(orchestrator: bool, hosted: list[Participant]) -> list[str]:
     return [ORCHESTRATOR_ROLE] * orchestrator + [participant_role(p.schema) for p in hosted]
 
 
-async def create_roles(dsn: str, roles: list[str]) -> list[str]:
+async def create_missing_roles(dsn: str, roles: list[str]) -> list[str]:
     """Create the missing ``roles`` (LOGIN, no password), connected as ``dsn``; those created now."""
     conn = await asyncpg.connect(dsn)
     try:

@@ -114,6 +114,11 @@ def participant_workers(current: Settings) -> list[list[str]]:
     return [worker for worker in workers if worker]
 
 
+def configured_participants(current: Settings) -> list[str]:
+    """Every participant of ``SAGA_PARTICIPANTS`` (names or paths), whichever worker hosts it."""
+    return [name for worker in participant_workers(current) for name in worker]
+
+
 def service_environment(current: Settings) -> dict[str, str]:
     """The environment that gives a child service exactly ``current``'s settings.
 

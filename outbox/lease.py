@@ -84,8 +84,7 @@ class ShardLeases:
     retry_every_s: float = 1.0  # how often to try again for wanted shards someone else holds
     epochs: dict[int, int] = field(default_factory=dict)  # shard -> the epoch this holder took it at
     locked: set[int] = field(default_factory=set)  # shards whose advisory lock this holder's session holds
-    trusted_until: float = 0.0
-    renewed_at: float = float("-inf")
+    renewed_at: float = float("-inf")  # when the last renewal began (the leases are trusted from it on)
 
     def __post_init__(self) -> None:
         self._leases = leases_table(self.table)
@@ -114,7 +113,7 @@ class ShardLeases:
 
     def trusted(self) -> bool:
         """True while the leases may be used to hand records to Kafka."""
-        return bool(self.epochs) and self.clock() < self.trusted_until
+        return bool(self.epochs) and self.clock() < self.renewed_at + self.trust_s
 
     def due(self, wanted: Collection[int]) -> bool:
         """True when ``refresh`` should run: a held shard is no longer wanted, the renewal is due, or a wanted
@@ -148,7 +147,6 @@ class ShardLeases:
                         extra={"table": self.table, "epochs": {str(shard): self.epochs[shard] for shard in lost}})
         self.epochs = taken
         self.renewed_at = started
-        self.trusted_until = started + self.trust_s
 
     async def give_back(self, conn: asyncpg.Connection, shards: Collection[int], timeout_s: float) -> None:
         """Expire the leases of ``shards`` at once, then free their advisory locks: the next relay takes them
@@ -167,5 +165,4 @@ class ShardLeases:
         """Drop every lease from memory (the connection holding the locks is about to go)."""
         self.epochs.clear()
         self.locked.clear()
-        self.trusted_until = 0.0
         self.renewed_at = float("-inf")

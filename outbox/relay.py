@@ -411,13 +411,11 @@ class OutboxRelay:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        shards = self._leases.shards
-        locked = set(self._leases.locked)
+        held = set(self._leases.shards) | self._leases.locked
         try:
             # The pool does not reset released connections, so the leases and locks are given back here.
-            if shards or locked:
-                self._leases.locked = locked
-                await self._leases.give_back(conn, set(shards) | locked, STATEMENT_TIMEOUT_S)
+            if held:
+                await self._leases.give_back(conn, held, STATEMENT_TIMEOUT_S)
         except Exception as exc:
             # Either the session is dead (and its lock gone with it) or its state is unknown: end it rather
             # than pool a connection that may still hold the lock.

@@ -142,17 +142,17 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     app.task(start_runtimes)
     app.task(watch_health)
 
+    commands_of = [(runtime, runtime.topics.commands(runtime.participant.name)) for runtime in runtimes]
+
     async def on_partitions_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         health.consuming = True  # the worker's consumer is in its group: GET /ready may say so
-        for runtime in runtimes:
-            commands = runtime.topics.commands(runtime.participant.name)
+        for runtime, commands in commands_of:
             runtime.owned_partitions = frozenset(tp.partition for tp in assigned if tp.topic == commands)
 
     async def on_partitions_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
-        for runtime in runtimes:  # their replies are the next owner's to relay
-            commands = runtime.topics.commands(runtime.participant.name)
+        for runtime, commands in commands_of:  # their replies are the next owner's to relay
             gone = {tp.partition for tp in revoked if tp.topic == commands}
-            runtime.owned_partitions = frozenset(set(runtime.owned_partitions or ()) - gone)
+            runtime.owned_partitions = frozenset(runtime.owned_partitions or ()) - gone
 
     app.on_partitions_assigned.connect(on_partitions_assigned, weak=False)  # type: ignore[arg-type]
     app.on_partitions_revoked.connect(on_partitions_revoked, weak=False)  # type: ignore[arg-type]

@@ -17,7 +17,6 @@ def held(clock: Clock, epochs: dict[int, int]) -> ShardLeases:
     leases = ShardLeases("saga.outbox", clock=clock, renew_every_s=2.0, retry_every_s=1.0, trust_s=6.0)
     leases.epochs = dict(epochs)
     leases.renewed_at = clock.now
-    leases.trusted_until = clock.now + leases.trust_s
     return leases
 
 
