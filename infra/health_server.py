@@ -1,10 +1,11 @@
 """Dependency probes and the health endpoint of a service.
 
-``HealthMonitor`` probes Kafka (a metadata request on a fresh connection) and Postgres (``SELECT 1`` on a
-connection of its own, so a busy pool never looks like an outage) every ``interval_s`` and reports to the
-process's ``ServiceHealth``. ``serve_health`` answers ``GET /health`` (JSON) and ``GET /metrics``
-(Prometheus) on SAGA_HEALTH_PORT; /health answers 200 even while degraded, so a liveness check never turns an
-outage of Kafka or Postgres into a restart loop (``status`` says "degraded").
+``HealthMonitor`` probes Kafka (a metadata request on a kept connection) and Postgres (``SELECT 1`` on a
+connection of its own, so a busy pool never looks like an outage) and reports to the process's
+``ServiceHealth``: every ``healthy_interval_s`` while both answer, every ``interval_s`` while one does not.
+``serve_health`` answers ``GET /health`` (JSON) and ``GET /metrics`` (Prometheus) on SAGA_HEALTH_PORT; /health
+answers 200 even while degraded, so a liveness check never turns an outage of Kafka or Postgres into a restart
+loop (``status`` says "degraded").
 """
 
 from __future__ import annotations
@@ -114,37 +115,44 @@ class PostgresProbe:
             conn.terminate()
 
 
+HEALTHY_PROBE_EVERY_S = 5.0
+"""How often a service whose dependencies answered probes them again. A probe a second cost each quiet service
+about a quarter of its wake-ups, and the broker and Postgres a request a second per service; an outage now
+shows in ``/health`` within 5 s plus the probe's timeout, well inside the period of a usual readiness probe."""
+
+
 class HealthMonitor:
     """Probes the service's dependencies until stopped; each verdict goes to ``health``."""
 
     def __init__(self, health: ServiceHealth, kafka: KafkaClients | None, dsn: str | None,
-                 interval_s: float = 1.0, timeout_s: float = 2.0) -> None:
+                 interval_s: float = 1.0, timeout_s: float = 2.0,
+                 healthy_interval_s: float = HEALTHY_PROBE_EVERY_S) -> None:
         self._health = health
         self._kafka = KafkaProbe(kafka, timeout_s) if kafka is not None else None
         self._postgres = PostgresProbe(dsn, timeout_s) if dsn else None
         self._interval_s = interval_s
+        self._healthy_interval_s = healthy_interval_s
 
-    async def probe_once(self) -> None:
-        """Probe every dependency once (concurrently) and report."""
-        async def kafka() -> None:
-            if self._kafka is not None:
-                error = await self._kafka.error()
-                self._health.report(Dependency.KAFKA, error is None, error)
+    async def probe_once(self) -> bool:
+        """Probe every dependency once (concurrently) and report; True when every one answered."""
+        async def answered(probe: KafkaProbe | PostgresProbe | None, dependency: Dependency) -> bool:
+            if probe is None:
+                return True
+            error = await probe.error()
+            self._health.report(dependency, error is None, error)
+            return error is None
 
-        async def postgres() -> None:
-            if self._postgres is not None:
-                error = await self._postgres.error()
-                self._health.report(Dependency.POSTGRES, error is None, error)
-
-        await asyncio.gather(kafka(), postgres())
+        return all(await asyncio.gather(answered(self._kafka, Dependency.KAFKA),
+                                        answered(self._postgres, Dependency.POSTGRES)))
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Probe every ``interval_s`` until ``stop`` is set."""
+        """Probe until ``stop`` is set: every ``healthy_interval_s`` while every dependency answers, every
+        ``interval_s`` while one does not (so a recovery shows as soon as an outage did)."""
         try:
             while not stop.is_set():
-                await self.probe_once()
+                answered = await self.probe_once()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._interval_s)
+                    await asyncio.wait_for(stop.wait(), self._healthy_interval_s if answered else self._interval_s)
         finally:
             if self._kafka is not None:
                 self._kafka.close()

@@ -153,6 +153,33 @@ async def test_probes_report_unreachable_servers() -> None:
     assert health.states[Dependency.KAFKA].ok is False and health.states[Dependency.POSTGRES].ok is False
 
 
+async def test_probes_slow_down_while_healthy_and_speed_up_during_an_outage() -> None:
+    async def probes_in(monitor: HealthMonitor, seconds: float) -> int:
+        stop = asyncio.Event()
+        count = 0
+        probe_once = monitor.probe_once
+
+        async def counted() -> bool:
+            nonlocal count
+            count += 1
+            return await probe_once()
+
+        monitor.probe_once = counted  # type: ignore[method-assign]
+        task = asyncio.create_task(monitor.run(stop))
+        await asyncio.sleep(seconds)
+        stop.set()
+        await task
+        return count
+
+    healthy = HealthMonitor(ServiceHealth("flight"), None, None, interval_s=0.02, healthy_interval_s=10)
+    assert await healthy.probe_once() is True
+    assert await probes_in(healthy, 0.3) == 1
+    failing = HealthMonitor(ServiceHealth("flight"), None, "postgresql://saga@127.0.0.1:1/saga",
+                            interval_s=0.02, timeout_s=1, healthy_interval_s=10)
+    assert await failing.probe_once() is False
+    assert await probes_in(failing, 0.3) >= 3
+
+
 async def test_startup_steps_are_retried_until_they_succeed_or_stop() -> None:
     calls = 0
 
