@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from ..infra.db import create_pool
-from ..infra.roles import ORCHESTRATOR_ROLE, ORCHESTRATOR_SCHEMA, ensure_role, grant, participant_role
+from ..infra.roles import ORCHESTRATOR_ROLE, ORCHESTRATOR_SCHEMA, ensure_roles, grant, participant_role
 from ..infra.settings import Settings
 from ..orchestrator.store.postgres import migrate as migrate_orchestrator
 from ..participants.kit.ddl import ensure_participant_schema
@@ -57,7 +57,7 @@ async def create_missing_roles(dsn: str, roles: list[str]) -> list[str]:
     """Create the missing ``roles`` (LOGIN, no password), connected as ``dsn``; those created now."""
     conn = await asyncpg.connect(dsn)
     try:
-        return [role for role in roles if await ensure_role(conn, role)]
+        return await ensure_roles(conn, roles)
     finally:
         await conn.close()
 
@@ -69,8 +69,7 @@ async def _migrate(current: Settings, orchestrator: bool, hosted: list[Participa
     try:
         async with pool.acquire() as conn:
             if create_roles:
-                for role in service_roles(orchestrator, hosted):
-                    await ensure_role(conn, role)
+                await ensure_roles(conn, service_roles(orchestrator, hosted))
             if orchestrator:
                 applied = await migrate_orchestrator(pool)
                 granted = await grant(conn, ORCHESTRATOR_SCHEMA, ORCHESTRATOR_ROLE)

@@ -14,6 +14,8 @@ yourself, with passwords, and let ``saga migrate`` grant (README, "Production", 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import asyncpg
 
 from .db import check_identifier
@@ -50,6 +52,11 @@ async def ensure_role(conn: asyncpg.Connection, role: str) -> bool:
     except asyncpg.DuplicateObjectError:  # created meanwhile by a concurrent start
         return False
     return True
+
+
+async def ensure_roles(conn: asyncpg.Connection, roles: Iterable[str]) -> list[str]:
+    """``ensure_role`` for each of ``roles``; those created now."""
+    return [role for role in roles if await ensure_role(conn, role)]
 
 
 async def grant(conn: asyncpg.Connection, schema: str, role: str) -> bool:
