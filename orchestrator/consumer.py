@@ -43,7 +43,9 @@ MIN_BATCH = 20  # messages: below this, splitting a poll over more transactions 
 # SAGA_FETCH_PACING=fixed waits FETCH_WAIT_MS whenever records flow, and answers at once only after
 # IDLE_AFTER_EMPTY_POLLS empty polls: at 15 sagas/s p50 281 ms, 34 ms of CPU per saga. 75 ms measured best
 # under load (at 210 sagas/s, 6 interleaved runs each, against 100: about 0.5 ms more CPU per saga, 7.2-8.2
-# against 6.7-8.1, and p99 0.68-0.93 s against 0.82-1.19).
+# against 6.7-8.1, and p99 0.68-0.93 s against 0.82-1.19); and against 50, in a slow spell of the machine, 10
+# interleaved pairs at 200 sagas/s: p99 median 1.04 s against 1.08 (each better in 5 pairs), 3 pairs at 400
+# offered: 302-323 sagas/s kept up with against 279-311, 2 unpaced pairs: 320 and 440 sagas/s against 284 and 346.
 FETCH_WAIT_MS = 75
 FETCH_MIN_BYTES = 1 << 20
 IDLE_FETCH_WAIT_MS = 500
