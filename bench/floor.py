@@ -51,6 +51,7 @@ class Meter:
     def __init__(self, broker: Watched | None, postgres: Watched | None) -> None:
         self._servers = [w for w in (broker, postgres) if w is not None]
         self._before: dict[str, float] = {}
+        self._started_at = 0.0
         self.used: dict[str, float] = {}
 
     def _sample(self) -> dict[str, float]:
@@ -58,12 +59,12 @@ class Meter:
 
     def start(self) -> None:
         self._before = self._sample()
-        self._t0 = time.monotonic()
+        self._started_at = time.monotonic()
 
     def stop(self) -> float:
         after = self._sample()
         self.used = {label: after[label] - value for label, value in self._before.items()}
-        return time.monotonic() - self._t0
+        return time.monotonic() - self._started_at
 
 
 async def paced(count: int, rate: float, operation: Callable[[], Awaitable[None]]) -> list[float]:
@@ -143,6 +144,10 @@ async def run(args: argparse.Namespace) -> None:
     broker_pid, postgres_pid = KafkaLauncher(settings).pid(), PostgresLauncher(settings).pid()
     broker = Watched("kafka (whole broker)", broker_pid) if broker_pid else None
     postgres = Watched("postgres (whole server)", postgres_pid, tree=True) if postgres_pid else None
+    for watched, name in ((broker, "Kafka"), (postgres, "Postgres")):
+        if watched is None:
+            console.print(f"[yellow]{name} is not run by the local launcher (saga infra up): its CPU is not "
+                          "counted, and the floor below leaves it out[/yellow]")
 
     idle = Table(title=f"servers with no client of this bench, {args.idle_seconds:g} s")
     idle.add_column("process")
