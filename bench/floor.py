@@ -1,6 +1,6 @@
 """The CPU floor of a trip on this machine: what the parts a trip cannot do without cost one at a time.
 
-    python -m bench.floor [--round-trips 600] [--rate 135] [--idle-seconds 20]
+    python -m bench.floor [--round-trips 600] [--rate 135] [--idle-seconds 20] [--admin-dsn DSN]
 
 A quiet stack at low rates hands each message on alone (a batch of one: waiting for a second one would be
 latency), so the CPU of a trip is at least the sum of its single-message costs. Measured on the configured
@@ -164,12 +164,12 @@ async def run(args: argparse.Namespace) -> None:
     hops_meter = Meter(broker, None)
     hop_latency = await kafka_hops(settings, hops_meter, args.round_trips, args.rate, args.consumed_topics)
     database = f"floor_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(settings.dsn())
+    admin_dsn = args.admin_dsn or settings.dsn()
+    admin = await asyncpg.connect(admin_dsn)
     await admin.execute(f"CREATE DATABASE {database}")
     try:
         tx_meter = Meter(None, postgres)
-        tx_latency = await transactions(with_database(settings.dsn(), database), tx_meter, args.round_trips,
-                                        args.rate)
+        tx_latency = await transactions(with_database(admin_dsn, database), tx_meter, args.round_trips, args.rate)
     finally:
         await admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
         await admin.close()
@@ -202,6 +202,7 @@ def main() -> None:
                         help="operations per second (135: the hops of 15 trips a second)")
     parser.add_argument("--consumed-topics", type=int, default=CONSUMED_TOPICS,
                         help="topics the hop's consumer is assigned (every partition of each)")
+    parser.add_argument("--admin-dsn", default=None, help="DSN allowed to CREATE DATABASE (default: DATABASE_URL)")
     parser.add_argument("--idle-seconds", type=float, default=20.0, help="how long the idle servers are measured")
     uvloop.run(run(parser.parse_args()))
 
