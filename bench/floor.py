@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -30,7 +31,7 @@ import uvloop
 from aiokafka import TopicPartition
 from rich.table import Table
 
-from bench.probes import Watched
+from bench.probes import MACHINE, Watched, cpu_delta, sample_cpu
 from bench.report import console
 from bench.throughput import with_database
 from saga_orchestrator.infra.db import create_pool
@@ -42,28 +43,29 @@ from saga_orchestrator.infra.settings import Settings
 HOPS_PER_TRIP = 9
 TRANSACTIONS_PER_TRIP = 9
 WARM_UP_S = 5.0  # of each kind before measuring (a broker started minutes ago costs more still: its JIT)
+CLIENT = "bench (this)"
 CONSUMED_TOPICS = 6  # the orchestrator's: saga.start, saga.control and four results topics
 
 
 class Meter:
-    """CPU seconds of this process, the broker and the Postgres tree between ``start`` and ``stop``."""
+    """CPU seconds of this process and the given servers between ``start`` and ``stop`` (``used``, by label;
+    the client's under ``CLIENT``)."""
 
     def __init__(self, broker: Watched | None, postgres: Watched | None) -> None:
-        self._servers = [w for w in (broker, postgres) if w is not None]
+        self._watched = [Watched(CLIENT, os.getpid()), *(w for w in (broker, postgres) if w is not None)]
         self._before: dict[str, float] = {}
         self._started_at = 0.0
         self.used: dict[str, float] = {}
 
-    def _sample(self) -> dict[str, float]:
-        return {"bench (this)": time.process_time(), **{w.label: w.cpu_s() for w in self._servers}}
-
     def start(self) -> None:
-        self._before = self._sample()
+        self._before = sample_cpu(self._watched)
         self._started_at = time.monotonic()
 
     def stop(self) -> float:
-        after = self._sample()
-        self.used = {label: after[label] - value for label, value in self._before.items()}
+        """Set ``used``; the wall-clock seconds since ``start``."""
+        used = cpu_delta(self._before, sample_cpu(self._watched))
+        used.pop(MACHINE, None)
+        self.used = used
         return time.monotonic() - self._started_at
 
 
@@ -156,7 +158,7 @@ async def run(args: argparse.Namespace) -> None:
     meter.start()
     await asyncio.sleep(args.idle_seconds)
     wall = meter.stop()
-    idle_share = {label: used / wall * 100 for label, used in meter.used.items() if label != "bench (this)"}
+    idle_share = {label: used / wall * 100 for label, used in meter.used.items() if label != CLIENT}
     for label, share in idle_share.items():
         idle.add_row(label, f"{share:.2f}%")
     console.print(idle)
@@ -181,8 +183,8 @@ async def run(args: argparse.Namespace) -> None:
     floor = 0.0
     for name, latency, cpu, times in (("Kafka hop (produce, ack, fetch)", hop_latency, hop_cpu, HOPS_PER_TRIP),
                                       ("Postgres step transaction", tx_latency, tx_cpu, TRANSACTIONS_PER_TRIP)):
-        client = cpu["bench (this)"]
-        server = sum(used for label, used in cpu.items() if label != "bench (this)")
+        client = cpu[CLIENT]
+        server = sum(used for label, used in cpu.items() if label != CLIENT)
         floor += times * (client + server)
         table.add_row(name, f"{latency[len(latency) // 2]:.1f}", f"{client:.2f}", f"{server:.2f}",
                       f"{client + server:.2f}")
