@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
 
 from .kafka_clients import KafkaClients
 
@@ -153,24 +153,35 @@ async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], deadli
         await asyncio.sleep(0.1)
 
 
-async def topic_retention_ms(kafka: KafkaClients, names: list[str]) -> dict[str, int]:
+async def topic_retention_ms(kafka: KafkaClients, names: list[str], seconds: float = 10.0) -> dict[str, int]:
     """Each topic's ``retention.ms`` as the broker reports it (-1: kept forever); topics that do not exist are
-    left out."""
+    left out.
+
+    In a cluster the broker that answers may not know a topic another broker has just listed (its metadata
+    lags the controller's by a moment): such a topic is asked again for up to ``seconds``.
+    """
     if not names:
         return {}
+    deadline = time.monotonic() + seconds
+    found: dict[str, int] = {}
     async with kafka.started_admin(client_id="saga-topics") as admin:
         existing = set(await admin.list_topics())
         wanted = [name for name in dict.fromkeys(names) if name in existing]
-        responses = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, name, configs={"retention.ms": None}) for name in wanted])
-    found: dict[str, int] = {}
-    for response in responses:
-        for code, message, _type, name, entries, *_ in response.resources:
-            if code != _NO_ERROR:
-                raise for_code(code)(f"reading the configuration of topic {name}: {message}")
-            for key, value, *_ in entries:
-                if key == "retention.ms" and value is not None:
-                    found[name] = int(value)
+        while wanted:
+            responses = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, name, configs={"retention.ms": None}) for name in wanted])
+            wanted = []
+            for response in responses:
+                for code, message, _type, name, entries, *_ in response.resources:
+                    if code == UnknownTopicOrPartitionError.errno and time.monotonic() < deadline:
+                        wanted.append(name)
+                    elif code != _NO_ERROR:
+                        raise for_code(code)(f"reading the configuration of topic {name}: {message}")
+                    for key, value, *_ in entries:
+                        if key == "retention.ms" and value is not None:
+                            found[name] = int(value)
+            if wanted:
+                await asyncio.sleep(0.1)
     return found
 
 
