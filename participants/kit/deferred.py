@@ -39,10 +39,11 @@ async def complete(conn: asyncpg.Connection, participant: Participant, topics: T
     if isinstance(outcome, Failed):
         outcome = replace(outcome, message=clip_text(outcome.message) or "")
     async with conn.transaction():  # a savepoint inside the caller's transaction
-        command = await ledger.take_awaiting(conn, participant, idempotency_key)
-        if command is None:
+        awaiting = await ledger.take_awaiting(conn, participant, idempotency_key)
+        if awaiting is None:
             return False
+        command, shard = awaiting  # the partition the command came from: its worker relays the answer
         await ledger.record_answer(conn, participant, idempotency_key, ledger.RecordedReply.of(outcome))
         reply = outcome_message(command, topics.results(participant.name), outcome, time.time_ns() // 1_000_000)
-        await write_outbox(conn, participant.outbox_table, [reply])
+        await write_outbox(conn, participant.outbox_table, [reply], [shard])
     return True

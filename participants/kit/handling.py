@@ -294,7 +294,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
                                      [c.idempotency_key for c in commands if c.idempotency_key not in claimed])
     transient: list[str] = []
     final: list[tuple[str, RecordedReply]] = []
-    awaited: list[ReceivedCommand] = []
+    awaited: list[tuple[ReceivedCommand, int]] = []  # with the shard of the answer: the command's partition
     calls = [(p.command, p.saga_input) for p in parsed
              if p.command is not None and p.command.idempotency_key in claimed]
     await ledger.withdraw(conn, participant, [command for command, _ in calls])
@@ -308,7 +308,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
         elif command.idempotency_key not in claimed:
             reply = recorded[command.idempotency_key]
             if reply.awaiting:  # still outstanding: the answer will carry this attempt
-                awaited.append(command)
+                awaited.append((command, item.partition))
                 done.append((Disposition.AWAITING, command, reply, None))
                 continue
             replies.append(step_result_message(command, results_topic, reply))
@@ -317,7 +317,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
                          reply.error_type))
         else:
             outcome = outcomes[command.idempotency_key]
-            done.append(_settled(outcome, command, transient, final, awaited))
+            done.append(_settled(outcome, command, item.partition, transient, final, awaited))
             if not isinstance(outcome, Deferred):
                 replies.append(outcome_message(command, results_topic, outcome, clock()))
                 shards.append(item.partition)
@@ -326,8 +326,8 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     return done
 
 
-def _settled(outcome: Outcome, command: ReceivedCommand, transient: list[str],
-             final: list[tuple[str, RecordedReply]], awaited: list[ReceivedCommand]) -> Done:
+def _settled(outcome: Outcome, command: ReceivedCommand, shard: int, transient: list[str],
+             final: list[tuple[str, RecordedReply]], awaited: list[tuple[ReceivedCommand, int]]) -> Done:
     """Sort a freshly handled command's outcome into what ``ledger.settle`` and ``ledger.await_answers`` write."""
     recorded = RecordedReply.of(outcome)
     if isinstance(outcome, Failed) and outcome.retryable:
@@ -335,7 +335,7 @@ def _settled(outcome: Outcome, command: ReceivedCommand, transient: list[str],
         return Disposition.TRANSIENT, command, recorded, outcome.error_type
     final.append((command.idempotency_key, recorded))
     if isinstance(outcome, Deferred):
-        awaited.append(command)
+        awaited.append((command, shard))
         return Disposition.AWAITING, command, recorded, None
     return Disposition.RECORDED, command, recorded, outcome.error_type if isinstance(outcome, Failed) else None
 

@@ -61,7 +61,9 @@ CREATE INDEX IF NOT EXISTS processed_commands_processed_at_idx ON {schema}.proce
 
 def awaiting_commands_sql(schema: str) -> str:
     """DDL of ``<schema>.awaiting_commands``: the commands whose handler deferred its answer, with what the
-    answer needs (the latest attempt, the saga type, the causation id and trace context of the command)."""
+    answer needs (the latest attempt, the saga type, the causation id and trace context of the command, and
+    the outbox shard of its reply: the partition the command came from). Idempotent; adds ``shard`` to a
+    table made before it (whose waits answer in shard 0)."""
     return f"""
 CREATE TABLE IF NOT EXISTS {schema}.awaiting_commands (
     idempotency_key text PRIMARY KEY,
@@ -73,8 +75,10 @@ CREATE TABLE IF NOT EXISTS {schema}.awaiting_commands (
     attempt integer NOT NULL,
     command_message_id text NOT NULL,
     traceparent text,
-    deferred_at timestamptz NOT NULL DEFAULT now()
+    deferred_at timestamptz NOT NULL DEFAULT now(),
+    shard integer NOT NULL DEFAULT 0
 );
+ALTER TABLE {schema}.awaiting_commands ADD COLUMN IF NOT EXISTS shard integer NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS awaiting_commands_saga_id_idx ON {schema}.awaiting_commands (saga_id);
 """
 
@@ -182,23 +186,24 @@ async def settle(conn: asyncpg.Connection, participant: Participant, transient: 
 
 
 async def await_answers(conn: asyncpg.Connection, participant: Participant,
-                        commands: Sequence[ReceivedCommand]) -> None:
-    """Record ``commands`` as awaiting their answer; for one already waiting, a later attempt becomes the one
-    the answer will carry."""
+                        commands: Sequence[tuple[ReceivedCommand, int]]) -> None:
+    """Record ``commands`` (each with the outbox shard its answer goes to: the partition it came from) as
+    awaiting their answer; for one already waiting, a later attempt becomes the one the answer will carry."""
     if not commands:
         return
     await conn.execute(
         f"""INSERT INTO {participant.awaiting_table} AS a (idempotency_key, saga_id, saga_type, step, kind, action,
-                                                         attempt, command_message_id, traceparent)
+                                                         attempt, command_message_id, traceparent, shard)
             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                 $7::int[], $8::text[], $9::text[])
+                                 $7::int[], $8::text[], $9::text[], $10::int[])
             ON CONFLICT (idempotency_key) DO UPDATE
             SET attempt = EXCLUDED.attempt, command_message_id = EXCLUDED.command_message_id,
-                traceparent = EXCLUDED.traceparent
+                traceparent = EXCLUDED.traceparent, shard = EXCLUDED.shard
             WHERE EXCLUDED.attempt > a.attempt""",
-        [c.idempotency_key for c in commands], [c.saga_id for c in commands], [c.saga_type for c in commands],
-        [c.step for c in commands], [c.kind.value for c in commands], [c.action for c in commands],
-        [c.attempt for c in commands], [c.message_id for c in commands], [c.traceparent for c in commands],
+        [c.idempotency_key for c, _ in commands], [c.saga_id for c, _ in commands],
+        [c.saga_type for c, _ in commands], [c.step for c, _ in commands], [c.kind.value for c, _ in commands],
+        [c.action for c, _ in commands], [c.attempt for c, _ in commands], [c.message_id for c, _ in commands],
+        [c.traceparent for c, _ in commands], [shard for _, shard in commands],
     )
 
 
@@ -230,9 +235,9 @@ async def withdraw(conn: asyncpg.Connection, participant: Participant,
 
 
 async def take_awaiting(conn: asyncpg.Connection, participant: Participant,
-                        idempotency_key: str) -> ReceivedCommand | None:
-    """The command ``idempotency_key`` awaits an answer for, no longer awaiting (pending the caller's commit);
-    None when it awaits none (unknown, or answered already)."""
+                        idempotency_key: str) -> tuple[ReceivedCommand, int] | None:
+    """The command ``idempotency_key`` awaits an answer for, and the outbox shard of that answer, no longer
+    awaiting (pending the caller's commit); None when it awaits none (unknown, or answered already)."""
     row = await conn.fetchrow(
         f"DELETE FROM {participant.awaiting_table} WHERE idempotency_key = $1 RETURNING *", idempotency_key)
     if row is None:
@@ -241,7 +246,7 @@ async def take_awaiting(conn: asyncpg.Connection, participant: Participant,
         saga_id=row["saga_id"], saga_type=row["saga_type"], step=row["step"], action=row["action"],
         kind=CommandKind(row["kind"]), idempotency_key=idempotency_key, attempt=row["attempt"],
         input_type="", message_id=row["command_message_id"], traceparent=row["traceparent"],
-    )
+    ), row["shard"]
 
 
 async def record_answer(conn: asyncpg.Connection, participant: Participant, idempotency_key: str,

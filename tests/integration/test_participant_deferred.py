@@ -124,3 +124,53 @@ async def test_a_compensation_withdraws_the_wait_and_a_later_answer_is_refused(
     forward = [r for r in await processed(pool, "deferredtest", saga_id) if r["kind"] == "FORWARD"]
     assert [(r["status"], r["error_type"]) for r in forward] == [("COMPENSATED", "Withdrawn")]
     assert [r["result"]["kind"] for r in await replies(pool, "deferredtest", saga_id)] == ["COMPENSATE"]
+
+
+async def _shards_of_replies(pool: asyncpg.Pool, schema: str, saga_id: str) -> list[int]:
+    return [row["shard"] for row in await pool.fetch(
+        f"SELECT shard FROM {schema}.outbox WHERE message_key = $1 ORDER BY id", saga_id)]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one by one", "in a batch"])
+async def test_a_deferred_answer_goes_to_the_shard_of_its_commands_partition(pool: asyncpg.Pool,
+                                                                            batched: bool) -> None:
+    """The worker that owns the command's partition relays the answer given later, as it relays the others."""
+    saga_id = new_saga_id()
+    first = delivered(DESK, *command(saga_id, "flight", "book_flight", attempt=1), partition=5, offset=1,
+                      key=saga_id.encode())
+    if batched:
+        assert await handle_commands(pool, DESK, TOPICS, [first]) == [Disposition.AWAITING]
+    else:
+        assert await handle_command(pool, DESK, TOPICS, first) == Disposition.AWAITING
+    retry = delivered(DESK, *command(saga_id, "flight", "book_flight", attempt=2), partition=5, offset=2,
+                      key=saga_id.encode())
+    assert await handle_commands(pool, DESK, TOPICS, [retry]) == [Disposition.AWAITING]
+    assert await _answer(pool, f"{saga_id}:flight", Succeeded(b"booked"))
+    assert await _shards_of_replies(pool, "deferredtest", saga_id) == [5]
+
+
+async def test_a_wait_recorded_before_shards_existed_is_answered_in_shard_zero(database_url: str) -> None:
+    """A participant table made before the ``shard`` column gets it at the next start; its waits answer in
+    shard 0, as every outbox row written before shards."""
+    old = Participant(name="flight", schema="deferredold", handlers=DESK.handlers, business_ddl=DESK.business_ddl)
+    pool = await create_pool(database_url, 2)
+    try:
+        await pool.execute("DROP SCHEMA IF EXISTS deferredold CASCADE")
+        await ensure_participant_schema(pool, old)
+        await pool.execute("ALTER TABLE deferredold.awaiting_commands DROP COLUMN shard")
+        saga_id = new_saga_id()
+        await pool.execute(
+            "INSERT INTO deferredold.awaiting_commands (idempotency_key, saga_id, saga_type, step, kind, action,"
+            " attempt, command_message_id) VALUES ($1, $2, 'trip', 'flight', 'FORWARD', 'book_flight', 1, 'm-1')",
+            f"{saga_id}:flight", saga_id)
+        await pool.execute(
+            "INSERT INTO deferredold.processed_commands (idempotency_key, saga_id, step, kind, action, attempt,"
+            " status) VALUES ($1, $2, 'flight', 'FORWARD', 'book_flight', 1, 'AWAITING')", f"{saga_id}:flight",
+            saga_id)
+        await ensure_participant_schema(pool, old)
+        async with pool.acquire() as conn, conn.transaction():
+            assert await complete(conn, old, TOPICS, f"{saga_id}:flight", Succeeded(b"booked"))
+        assert await _shards_of_replies(pool, "deferredold", saga_id) == [0]
+    finally:
+        await pool.execute("DROP SCHEMA IF EXISTS deferredold CASCADE")
+        await pool.close()
