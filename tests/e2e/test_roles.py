@@ -5,11 +5,12 @@ participant's tables; every service runs under its own role, creating nothing, a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -91,23 +92,49 @@ async def test_the_orchestrator_role_has_its_schema_only(migrated: Settings) -> 
         await pool.close()
 
 
-async def test_a_role_that_may_not_create_says_to_run_saga_migrate(postgres_admin_dsn: str) -> None:
-    name = f"test_roles_empty_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(postgres_admin_dsn)
+@contextlib.asynccontextmanager
+async def _scratch_database(admin_dsn: str, stem: str, role: str) -> AsyncIterator[str]:
+    """A database of its own (dropped after), with ``role`` existing; its DSN as the admin."""
+    name = f"{stem}_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(admin_dsn)
     await admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        empty = urlunsplit(urlsplit(postgres_admin_dsn)._replace(path=f"/{name}"))
-        await admin.execute(f"DO $$ BEGIN CREATE ROLE {ORCHESTRATOR_ROLE} LOGIN; "
-                            "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        await admin.execute(f"DO $$ BEGIN CREATE ROLE {role} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        yield urlunsplit(urlsplit(admin_dsn)._replace(path=f"/{name}"))
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_a_role_that_may_not_create_says_to_run_saga_migrate(postgres_admin_dsn: str) -> None:
+    async with _scratch_database(postgres_admin_dsn, "test_roles_empty", ORCHESTRATOR_ROLE) as empty:
         pool = await create_pool(as_role(empty, ORCHESTRATOR_ROLE), 1)
         try:
             with pytest.raises(MigrationsPending, match="run `saga migrate`"):
                 await migrate(pool)
         finally:
             await pool.close()
-    finally:
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await admin.close()
+
+
+async def test_a_participant_role_says_which_added_column_saga_migrate_must_make(postgres_admin_dsn: str) -> None:
+    """A kit table made by an earlier release lacks a column added since; a role that may not add it is told
+    which, not failed at its first insert."""
+    role = participant_role("flight")
+    async with _scratch_database(postgres_admin_dsn, "test_roles_old", role) as old:
+        made = await create_pool(old, 1)
+        try:
+            await ensure_participant_schema(made, get_participant("flight"))
+            await made.execute("ALTER TABLE flight.awaiting_commands DROP COLUMN shard")
+            await made.execute(f"GRANT USAGE ON SCHEMA flight TO {role}")
+        finally:
+            await made.close()
+        pool = await create_pool(as_role(old, role), 1)
+        try:
+            with pytest.raises(MigrationsPending,
+                               match=r"^columns flight\.awaiting_commands\.shard missing.*saga migrate"):
+                await ensure_participant_schema(pool, get_participant("flight"))
+        finally:
+            await pool.close()
 
 
 @pytest.fixture(scope="module")
