@@ -114,9 +114,9 @@ class Settings(BaseSettings):
     )
     saga_participant_batch_ms: float = Field(
         default=25, gt=0,
-        description="Participant worker: the longest it lets a batch of commands (one transaction) fill after a "
-                    "full batch, in proportion to how full the last one was; after a batch of one it takes what "
-                    "has arrived at once.",
+        description="Participant worker: the longest it lets a batch of commands (one transaction) gather "
+                    "after a batch of more than one, while the commands of a burst keep arriving (each within "
+                    "2 ms of the last); after a batch of one it takes what has arrived at once.",
     )
     saga_poison_attempts: int = Field(
         default=3, ge=1,

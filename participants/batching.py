@@ -3,10 +3,10 @@
 faust's ``noack_take(max, within)`` flushes its buffer on a clock: every ``within`` seconds, or when ``max``
 events are in. An idle worker wakes up every ``within`` (40 times a second at 25 ms), and a lone command waits
 for the next tick (half of ``within`` on average). ``natural_batches`` sleeps until an event arrives and hands
-over what is buffered then. While a batch is being handled, the stream's events wait in its queue, so the next
-batch is whatever piled up meanwhile (group commit): batches grow with the load, not with a wait. After a large
-batch it waits a little for the rest of a burst, at most ``max_wait_s`` and in proportion to how full that batch
-was; after a small one it waits for nothing.
+over what is buffered then. While a batch is being handled, the events that arrive gather in the buffer, so the
+next batch is whatever piled up meanwhile (group commit): batches grow with the load, not with a wait. After a
+batch of more than one it lets the next one gather while its events keep coming (a burst: each within
+``GAP_S`` of the last), at most ``max_wait_s``; after a batch of one it waits for nothing.
 
 Like ``noack_take``, it yields events unacknowledged (the caller acks them once their batch committed) and
 feeds its buffer from a processor on the stream, so it relies on faust's stream internals (``add_processor``,
@@ -20,44 +20,42 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mode.utils.aiter import aiter
-from mode.utils.futures import notify
+
+GAP_S = 0.002
+"""While a batch gathers, it waits for the next event this long: a burst's events come closer together."""
 
 
-def gather_wait_s(last_batch: int, max_size: int, max_wait_s: float) -> float:
-    """How long to let a batch fill after its first event: in proportion to how full the last batch was (a
-    burst is likely still arriving), nothing after a batch of one."""
-    if last_batch <= 1:
-        return 0.0
-    return max_wait_s * min(1.0, last_batch / max_size)
+def gathers(last_batch: int) -> bool:
+    """Whether the next batch waits for the rest of a burst: only after a batch of more than one (a lone
+    event at a quiet time is handed over at once)."""
+    return last_batch > 1
 
 
 async def natural_batches(stream: Any, max_size: int, max_wait_s: float) -> AsyncIterator[list[Any]]:
     """Lists of up to ``max_size`` unacknowledged events of ``stream``, each as soon as the caller asks for it
-    and at least one event is in (see the module's docstring)."""
+    and at least one event is in (see the module's docstring).
+
+    The buffer is emptied as a batch is handed over, so the events that arrive while the caller handles it
+    gather for the next one (up to ``max_size``: then the stream waits). faust's stream takes one event from
+    its channel per pass of the event loop, so a worker whose loop is busy (several participants, relays)
+    would otherwise hand over one or two events at a time however many were queued.
+    """
     buffer: list[Any] = []
     arrived = asyncio.Event()  # the buffer holds an event
-    full = asyncio.Event()
     drained = asyncio.Event()  # a full buffer was handed over: adding may go on
-    handing_over: asyncio.Future[None] | None = None
 
     async def add(value: Any) -> Any:
-        nonlocal handing_over
-        if handing_over is not None:  # a batch is with the caller: this event waits for the next one
-            try:
-                await handing_over
-            finally:
-                handing_over = None
         event = stream.current_event
         if event is None:
             raise RuntimeError("a stream event without current_event")
         buffer.append(event)
         arrived.set()
         if len(buffer) >= max_size:
-            full.set()
             drained.clear()
             await stream.wait(drained)  # never more than max_size in one batch
         return value
 
+    loop = asyncio.get_running_loop()
     acks_were = stream.enable_acks
     stream.enable_acks = False  # the caller acks each event after its batch committed
     stream.add_processor(add)
@@ -66,23 +64,35 @@ async def natural_batches(stream: Any, max_size: int, max_wait_s: float) -> Asyn
     try:
         while not stream.should_stop:
             await stream.wait_for_stopped(arrived)  # no timeout: an idle worker sleeps
-            wait_s = gather_wait_s(last, max_size, max_wait_s)
-            if wait_s:
-                await stream.wait_for_stopped(full, timeout=wait_s)
-            else:
-                await asyncio.sleep(0)  # let the events already queued in
+            await asyncio.sleep(0)  # let the events already queued in
+            if gathers(last):
+                await gather_burst(buffer, max_size, loop.time() + max_wait_s)
             if not buffer:
                 continue
-            handing_over = asyncio.get_running_loop().create_future()
-            batch, last = list(buffer), len(buffer)
-            try:
-                yield batch
-            finally:
-                buffer.clear()
+            batch, last = buffer[:max_size], min(len(buffer), max_size)
+            del buffer[:last]
+            if not buffer:
                 arrived.clear()
-                full.clear()
-                notify(handing_over)
-                drained.set()
+            drained.set()
+            yield batch
     finally:
         stream.enable_acks = acks_were
         stream._processors.remove(add)
+
+
+async def gather_burst(buffer: list[Any], max_size: int, deadline: float) -> None:
+    """Let ``buffer`` fill while its events keep coming ``GAP_S`` apart or closer, until it holds ``max_size``
+    or the loop's clock passes ``deadline``.
+
+    faust hands a worker's events over one per pass of the event loop (its consumer's drain, then the stream),
+    and a pass takes as long as the CPU work of every task ready in it: a worker whose batches keep its loop
+    busy is fed slowly, so its next batch is small again. Waiting here frees the loop for the hand-over."""
+    loop = asyncio.get_running_loop()
+    while len(buffer) < max_size:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        had = len(buffer)
+        await asyncio.sleep(min(GAP_S, remaining))
+        if len(buffer) == had:
+            return
