@@ -26,6 +26,7 @@ from saga_orchestrator.participants.kit.handling import Disposition, handle_comm
 from saga_orchestrator.participants.kit.participant import Participant
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
 from saga_orchestrator.participants.trip.effects import collect_effects, effects_by_idempotency_key_counts
+from saga_orchestrator.participants.trip.payment import SLOW_REPLY_DELAY_MS
 from saga_orchestrator.schemas.headers import HeadersArg, header_pairs
 from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
@@ -214,7 +215,8 @@ async def test_a_slow_charge_commits_but_its_reply_waits_while_a_retry_is_answer
 
     delayed, immediate = await replies(pool, "payment", saga_id)
     assert delayed["message_id"] == f"{saga_id}:payment:reply:1"
-    assert 3.0 < delayed["due_in_s"] <= 4.0
+    held_s = SLOW_REPLY_DELAY_MS / 1000
+    assert held_s - 1.0 < delayed["due_in_s"] <= held_s
     assert immediate["message_id"] == f"{saga_id}:payment:reply:2"
     assert immediate["due_in_s"] <= 0
     assert immediate["result"]["status"] == "SUCCEEDED"
