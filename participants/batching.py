@@ -69,10 +69,9 @@ async def natural_batches(stream: Any, max_size: int, max_wait_s: float) -> Asyn
                 await gather_burst(buffer, max_size, loop.time() + max_wait_s)
             if not buffer:
                 continue
-            batch, last = buffer[:max_size], min(len(buffer), max_size)
-            del buffer[:last]
-            if not buffer:
-                arrived.clear()
+            batch, last = list(buffer), len(buffer)  # never over max_size: ``add`` waits at max_size
+            buffer.clear()
+            arrived.clear()
             drained.set()
             yield batch
     finally:

@@ -191,6 +191,7 @@ async def await_answers(conn: asyncpg.Connection, participant: Participant,
     awaiting their answer; for one already waiting, a later attempt becomes the one the answer will carry."""
     if not commands:
         return
+    waiting = [command for command, _ in commands]
     await conn.execute(
         f"""INSERT INTO {participant.awaiting_table} AS a (idempotency_key, saga_id, saga_type, step, kind, action,
                                                          attempt, command_message_id, traceparent, shard)
@@ -200,10 +201,10 @@ async def await_answers(conn: asyncpg.Connection, participant: Participant,
             SET attempt = EXCLUDED.attempt, command_message_id = EXCLUDED.command_message_id,
                 traceparent = EXCLUDED.traceparent, shard = EXCLUDED.shard
             WHERE EXCLUDED.attempt > a.attempt""",
-        [c.idempotency_key for c, _ in commands], [c.saga_id for c, _ in commands],
-        [c.saga_type for c, _ in commands], [c.step for c, _ in commands], [c.kind.value for c, _ in commands],
-        [c.action for c, _ in commands], [c.attempt for c, _ in commands], [c.message_id for c, _ in commands],
-        [c.traceparent for c, _ in commands], [shard for _, shard in commands],
+        [c.idempotency_key for c in waiting], [c.saga_id for c in waiting], [c.saga_type for c in waiting],
+        [c.step for c in waiting], [c.kind.value for c in waiting], [c.action for c in waiting],
+        [c.attempt for c in waiting], [c.message_id for c in waiting], [c.traceparent for c in waiting],
+        [shard for _, shard in commands],
     )
 
 
