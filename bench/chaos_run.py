@@ -18,7 +18,7 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,9 @@ from tests.e2e.harness import Stack
 log = logging.getLogger("saga.chaos")
 
 Note = Callable[[str], None]
+Fault = tuple[float, str, Callable[[], Awaitable[None]]]
+"""A fault of the caller's own: seconds after the start, its name, and the coroutine that brings it about (and
+ends it)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class ChaosResult:
     unexpected_exits: Counter[str] = field(default_factory=Counter)  # services that died on their own
     broker_restarts: int = 0
     db_restarts: int = 0
+    faults: list[str] = field(default_factory=list)  # the caller's own faults, as they ended
     duplicates_injected: int = 0
     chaos_s: float = 0.0
     drain_s: float = 0.0
@@ -93,7 +97,7 @@ class ChaosRun:
     the Kafka and Postgres it runs on, which this run owns and may restart."""
 
     def __init__(self, stack: Stack, plan: ChaosPlan, note: Note | None = None,
-                 servers: Settings | None = None) -> None:
+                 servers: Settings | None = None, faults: Sequence[Fault] = ()) -> None:
         self.stack = stack
         self.settings: Settings = stack.settings
         self.servers = servers or stack.settings
@@ -108,6 +112,7 @@ class ChaosRun:
         self._to_cancel: set[str] = set()
         self._feed = EventFeed(self.settings.kafka(), self.topics.events)
         self._run_id = uuid.uuid4().hex[:6]
+        self._faults = list(faults)
 
     # -- the run -----------------------------------------------------------------------------------------
 
@@ -122,6 +127,7 @@ class ChaosRun:
             ("watchdog", self._watchdog(chaos_over)), ("feed", self._follow(chaos_over)),
             ("broker", self._restarts("broker", plan.broker_restart_every_s, 0.3, chaos_over)),
             ("postgres", self._restarts("postgres", plan.db_restart_every_s, 0.7, chaos_over)),
+            ("faults", self._own_faults(started)),
         )]
         dup_stop = asyncio.Event()
         if plan.duplicates:
@@ -256,6 +262,13 @@ class ChaosRun:
                 await asyncio.sleep(outage)
                 await launcher.start_postgres(self.servers)
                 self.result.db_restarts += 1
+
+    async def _own_faults(self, started: float) -> None:
+        for at, name, fault in sorted(self._faults, key=lambda planned: planned[0]):
+            await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+            self._note(f"fault: {name}")
+            await fault()
+            self.result.faults.append(name)
 
     async def _all_up(self) -> None:
         await launcher.start_kafka(self.servers)  # no-ops when running

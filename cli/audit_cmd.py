@@ -3,20 +3,20 @@ comparison is ``orchestrator.audit``'s)."""
 
 from __future__ import annotations
 
-import asyncpg
 import typer
 from rich.table import Table
 
 from ..orchestrator.audit import audit_all
-from .context import console, fail, run, settings
+from .context import console, refuse_postgres_failure, run, settings
 
 
 def audit() -> None:
     """Rebuild every saga from saga.events alone, compare with the Postgres event store; exit 1 on any difference."""
     try:
         differences, statuses, figures = run(audit_all(settings()))
-    except (OSError, asyncpg.PostgresError, TimeoutError) as error:
-        fail(f"cannot reach Postgres ({error}); run `saga infra up` or set DATABASE_URL")
+    except Exception as error:
+        refuse_postgres_failure(error, settings().dsn())
+        raise
     summary = Table("figure", "value")
     for name, value in figures.items():
         summary.add_row(name, str(value))

@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaProducer
 from rich.console import Console
 
 from ..infra.db import create_pool
+from ..infra.failures import Fault, classify, describe
 from ..infra.kafka_clients import KafkaClients, KafkaSetupError
 from ..infra.settings import Settings
 from ..schemas.topics import Topics
@@ -44,13 +45,23 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
 
 
+def refuse_postgres_failure(error: BaseException, dsn: str, advice: str = "") -> None:
+    """Stop the command with one line when ``error`` is Postgres's: unreachable (what to run) or refused (what
+    to check); return for anything else (the caller re-raises it)."""
+    if classify(error) is Fault.PLATFORM:
+        fail(f"cannot reach Postgres at {dsn} ({describe(error)}); run `saga infra up` or set DATABASE_URL")
+    if isinstance(error, asyncpg.PostgresError):
+        fail(f"Postgres at {dsn} refused: {describe(error)}; {advice or 'check DATABASE_URL'}")
+
+
 @asynccontextmanager
 async def database(current: Settings) -> AsyncIterator[asyncpg.Pool]:
     """A small pool to the configured database, with a clear error when it is not reachable."""
     try:
         pool = await asyncio.wait_for(create_pool(current.dsn(), 2), timeout=15)
-    except (OSError, asyncpg.PostgresError, TimeoutError) as error:
-        fail(f"cannot reach Postgres at {current.dsn()} ({error}); run `saga infra up` or set DATABASE_URL")
+    except Exception as error:
+        refuse_postgres_failure(error, current.dsn())
+        raise
     try:
         yield pool
     finally:

@@ -39,7 +39,7 @@ def log_tail(log_dir: str, label: str) -> str:
     path = Path(log_dir) / f"{label}.log"
     try:
         lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
-    except OSError:
+    except (FileNotFoundError, PermissionError):
         return f"(no log at {path})"
     lines = [line for line in lines if line]
     structured = [index for index, line in enumerate(lines) if line.startswith("{")]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-import asyncpg
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ..infra import launcher
+from ..infra.failures import describe
 from ..infra.launcher.security import SCRAM_USER
 from ..infra.settings import Settings
 from ..participants.runner import hosted_participants
@@ -65,8 +65,8 @@ def _local_roles(current: Settings, dsn: str) -> str:
     roles = service_roles(True, hosted)
     try:
         asyncio.run(create_missing_roles(dsn, roles))
-    except (OSError, asyncpg.PostgresError) as error:
-        return f"roles not created ({error})"
+    except Exception as error:  # the roles are a convenience of the local stack: say why, go on
+        return f"roles not created ({describe(error)})"
     return (f"least-privilege roles (LOGIN, trusted on 127.0.0.1): {', '.join(roles)}; `saga migrate` grants each "
             "its schema, then a service may connect as its role (DATABASE_URL=postgresql://ROLE@...)")
 

@@ -16,7 +16,7 @@ from ..orchestrator.store.postgres import migrate as migrate_orchestrator
 from ..participants.kit.ddl import ensure_participant_schema
 from ..participants.kit.participant import Participant
 from ..participants.runner import hosted_participants
-from .context import console, fail, run, settings
+from .context import console, fail, refuse_postgres_failure, run, settings
 from .run_cmd import configured_participants
 
 
@@ -40,8 +40,10 @@ def migrate_command(
         fail(str(error))
     try:
         rows = run(_migrate(current, orchestrator, hosted, create_roles))
-    except (OSError, asyncpg.PostgresError, TimeoutError) as error:
-        fail(f"migrating failed ({error}); DATABASE_URL must be the migration role (owner of the schemas)")
+    except Exception as error:
+        refuse_postgres_failure(error, current.dsn(),
+                                "DATABASE_URL must be the migration role (owner of the schemas)")
+        raise
     table = Table("schema", "made by", "granted to")
     for row in rows:
         table.add_row(*row)

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-import asyncpg
 import typer
 from rich.table import Table
 
 from ..orchestrator.verify import VerifyReport, verify_system
-from .context import console, fail, run, settings
+from .context import console, refuse_postgres_failure, run, settings
 
 
 def verify(
@@ -22,8 +21,9 @@ def verify(
     """Check every saga ended and its effects match how it ended; exit 1 on any violation or unfinished saga."""
     try:
         report = run(verify_system(settings(), saga_ids or None, wait))
-    except (OSError, asyncpg.PostgresError, TimeoutError) as error:
-        fail(f"cannot reach Postgres ({error}); run `saga infra up` or set DATABASE_URL")
+    except Exception as error:
+        refuse_postgres_failure(error, settings().dsn())
+        raise
     if as_json:
         console.print_json(json.dumps(report.to_dict()))
     else:

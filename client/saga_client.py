@@ -18,9 +18,8 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Protocol, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaConnectionError
 
-from ..infra.kafka_clients import KafkaClients, KafkaSecurity
+from ..infra.kafka_clients import KafkaClients, KafkaSecurity, KafkaSetupError
 from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..schemas import wire
@@ -125,7 +124,9 @@ class SagaClient:
             return
         try:
             await self.kafka.check(CONNECT_TIMEOUT_S)
-        except KafkaConnectionError as error:
+        except KafkaSetupError:
+            raise
+        except Exception as error:  # no bootstrap server answered
             raise ConnectionError(f"cannot reach Kafka at {self.bootstrap_servers} ({error})") from error
         producer = self.kafka.producer(acks="all", enable_idempotence=True)
         lookup = self.kafka.consumer(enable_auto_commit=False)

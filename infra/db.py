@@ -11,20 +11,13 @@ from pathlib import Path
 
 import asyncpg
 
+from .failures import Fault, classify
+
 log = logging.getLogger(__name__)
 
 # Every service runs its migrations at start; this session-level advisory lock makes concurrent starters
 # queue up instead of racing on CREATE TABLE. The number is arbitrary but fixed (ASCII "sagamigr").
 _MIGRATION_LOCK_KEY = 0x736167616D696772
-
-# Errors that mean "the server is not reachable or not ready yet", worth retrying at start-up.
-_TRANSIENT_CONNECT_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.ConnectionDoesNotExistError,
-    asyncpg.TooManyConnectionsError,
-)
 
 # Plan every statement for its actual arguments and the tables' current size. Postgres switches a prepared
 # statement to a cached generic plan after a few calls; one made while a table was nearly empty (a fresh
@@ -98,8 +91,8 @@ async def create_pool(
                 reset=_keep_session,
             )
             return pool
-        except _TRANSIENT_CONNECT_ERRORS as exc:
-            if time.monotonic() + delay > deadline:
+        except Exception as exc:
+            if classify(exc) is not Fault.PLATFORM or time.monotonic() + delay > deadline:
                 raise
             log.warning(
                 "postgres not reachable yet, retrying",

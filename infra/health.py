@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -51,6 +51,11 @@ class ServiceHealth:
         self._wall = wall
         self._started = clock()
         self.states = {dependency: DependencyState() for dependency in Dependency}
+        # Components waiting out a platform fault their own work met (``infra.isolation.OutageWait``): what each
+        # waits for and since when (monotonic). A database can answer the probes' SELECT 1 and still be unable
+        # to take a write (out of disk), so these are kept apart from the probes' verdicts.
+        self.waits: dict[str, tuple[str, float]] = {}
+        self._waits_over_at: dict[str, float] = {}  # component -> when its last wait ended (monotonic)
         self.last_progress: float | None = None  # wall clock
         # True while the service's consumer is in its group with partitions assigned (GET /ready); a service
         # without a consumer (the separate relay) sets it once it runs.
@@ -81,6 +86,12 @@ class ServiceHealth:
                            registry=self.registry)
         self.dependency_up = Gauge("saga_dependency_up", "1 when the dependency answers, else 0.",
                                    ["dependency"], registry=self.registry)
+        self.waiting_out = Gauge(
+            "saga_waiting_out_platform_fault", "1 while the component waits out a platform fault its work met.",
+            ["component"], registry=self.registry)
+        self.platform_faults = Counter(
+            "saga_platform_faults", "Platform faults a component's work met and waited out (each counted once).",
+            ["component"], registry=self.registry)
         self.last_progress_gauge = Gauge("saga_last_progress_timestamp_seconds",
                                          "When this service last made progress (epoch seconds).",
                                          registry=self.registry)
@@ -107,13 +118,32 @@ class ServiceHealth:
         else:
             log.info(f"{dependency.value} reachable", extra=fields)
 
+    def waiting(self, component: str, what: str) -> None:
+        """``component`` waits out a platform fault: ``what`` (shown by /ready and /health)."""
+        since = self.waits[component][1] if component in self.waits else self._clock()
+        if component not in self.waits:
+            self.platform_faults.labels(component=component).inc()
+        self.waits[component] = (what, since)
+        self.waiting_out.labels(component=component).set(1)
+
+    def resumed(self, component: str) -> None:
+        """``component``'s work goes through again."""
+        if self.waits.pop(component, None) is not None:
+            self._waits_over_at[component] = self._clock()
+            self.waiting_out.labels(component=component).set(0)
+
     def is_up(self, dependency: Dependency) -> bool:
         """True unless the last probe of ``dependency`` failed (unknown counts as up)."""
         return self.states[dependency].ok is not False
 
-    def outage_within(self, seconds: float) -> bool:
-        """True while a dependency is down, and for ``seconds`` after the last one came back."""
+    def outage_within(self, seconds: float, ignoring: Collection[str] = ()) -> bool:
+        """True while a dependency is down or a component (but those ``ignoring`` names) waits out a platform
+        fault, and for ``seconds`` after the last one came back."""
         now = self._clock()
+        if any(component not in ignoring for component in self.waits) or any(
+                now - over_at < seconds for component, over_at in self._waits_over_at.items()
+                if component not in ignoring):
+            return True
         for state in self.states.values():
             if state.ok is False:
                 return True
@@ -168,6 +198,9 @@ class ServiceHealth:
             if self.states[dependency].ok is not True:
                 waiting.append(f"{dependency.value} has not answered" if self.states[dependency].ok is None
                                else f"{dependency.value} does not answer: {self.states[dependency].error}")
+        now = self._clock()
+        for component, (what, since) in sorted(self.waits.items()):
+            waiting.append(f"{component} waits out a platform fault for {now - since:.1f} s: {what}")
         return not waiting, waiting
 
     def snapshot(self) -> dict[str, Any]:
@@ -175,13 +208,15 @@ class ServiceHealth:
         kafka, postgres = self.states[Dependency.KAFKA], self.states[Dependency.POSTGRES]
         return {
             "service": self.service,
-            "status": "ok" if kafka.ok is not False and postgres.ok is not False else "degraded",
+            "status": "ok" if kafka.ok is not False and postgres.ok is not False and not self.waits else "degraded",
             "kafka_ok": kafka.ok,
             "postgres_ok": postgres.ok,
             "last_progress": self.last_progress,
             "messages_handled": self.handled_total,
             "rows_published": self.published_total,
             "uptime_s": round(self._clock() - self._started, 3),
+            "waiting_out": {component: {"fault": what, "for_s": round(self._clock() - since, 3)}
+                            for component, (what, since) in self.waits.items()},
             "dependencies": {
                 dependency.value: {"ok": state.ok, "since": state.since, "error": state.error,
                                    "outages": state.outages}

@@ -109,7 +109,7 @@ class KafkaSecurity:
             context: ssl.SSLContext = create_ssl_context(cafile=self.ca_file, certfile=self.cert_file,
                                                          keyfile=self.key_file, password=self.key_password)
             return context
-        except (OSError, ssl.SSLError) as error:
+        except Exception as error:  # a file missing or unreadable, a PEM that is no certificate or key
             raise KafkaSetupError(f"cannot read the TLS files (SAGA_KAFKA_SSL_CAFILE={self.ca_file}, "
                                   f"SAGA_KAFKA_SSL_CERTFILE={self.cert_file}, SAGA_KAFKA_SSL_KEYFILE="
                                   f"{self.key_file}): {error}") from error

@@ -15,25 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import asyncpg
-from aiokafka.errors import KafkaError
+from .failures import Fault, classify
 
 log = logging.getLogger("saga.startup")
 
 T = TypeVar("T")
-
-# Errors that mean "a dependency is not reachable (yet)"; anything else (bad configuration, a refused
-# password, a deployment mismatch) is a real error and stops the service.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    KafkaError,
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.OperatorInterventionError,
-)
-
 
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds``, or less when ``stop`` is set meanwhile (at once when it already is)."""
@@ -62,8 +48,9 @@ class StartupStopped(Exception):
 
 async def retry_startup(step: Callable[[], Awaitable[T]], what: str, stop: asyncio.Event | None = None,
                         first_backoff_s: float = 0.2, max_backoff_s: float = 2.0) -> T:
-    """Run ``step`` until it succeeds, retrying transient errors with backoff; raises StartupStopped when
-    ``stop`` is set meanwhile."""
+    """Run ``step`` until it succeeds, retrying while a dependency is not reachable (yet) (``infra.failures``:
+    a platform fault) with backoff; anything else (bad configuration, a refused password, a deployment
+    mismatch) is raised and stops the service. Raises StartupStopped when ``stop`` is set meanwhile."""
     backoff = first_backoff_s
     attempt = 0
     while True:
@@ -72,7 +59,9 @@ async def retry_startup(step: Callable[[], Awaitable[T]], what: str, stop: async
         attempt += 1
         try:
             return await step()
-        except TRANSIENT_ERRORS as error:
+        except Exception as error:
+            if classify(error) is not Fault.PLATFORM:
+                raise
             log.warning(f"{what}: dependency not reachable, retrying",
                         extra={"step": what, "attempt": attempt, "retry_in_s": backoff, "error": repr(error)})
         if stop is None:

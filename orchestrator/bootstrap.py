@@ -32,7 +32,7 @@ from .observe import SagaMetrics
 from .outbound import Settled
 from .service import SagaService
 from .store.postgres import PostgresStore, migrate
-from .timers import TimerScheduler
+from .timers import TIMERS_COMPONENT, TimerScheduler
 
 log = logging.getLogger("saga.bootstrap")
 
@@ -54,7 +54,8 @@ TIMER_HOLD_AFTER_JOIN_S = 3.0
 def timer_hold(consumer: OrchestratorConsumer, health: ServiceHealth,
                clock: Callable[[], float] = time.monotonic) -> Callable[[], bool]:
     """The timer scheduler's ``hold``: True while the consumer is not consuming or only just started to,
-    and while Kafka or Postgres is down or only just came back."""
+    and while Kafka or Postgres is down or only just came back, or the service's messages or relay wait out a
+    platform fault (a database that answers probes may still refuse writes: out of disk)."""
     consuming_since: float | None = None
 
     def hold() -> bool:
@@ -65,7 +66,7 @@ def timer_hold(consumer: OrchestratorConsumer, health: ServiceHealth,
         if consuming_since is None:
             consuming_since = clock()
         joined_recently = clock() - consuming_since < TIMER_HOLD_AFTER_JOIN_S
-        return joined_recently or health.outage_within(TIMER_HOLD_AFTER_OUTAGE_S)
+        return joined_recently or health.outage_within(TIMER_HOLD_AFTER_OUTAGE_S, ignoring=(TIMERS_COMPONENT,))
 
     return hold
 
@@ -142,7 +143,8 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     store = PostgresStore(pool, topic_partitions=settings.saga_topic_partitions)
     consumers: list[OrchestratorConsumer] = []  # set below: the relay publishes the shards of its partitions
     relay = (OutboxRelay(pool, OUTBOX_TABLE, settings.kafka(), min_poll_ms=25, max_poll_ms=WOKEN_MAX_POLL_MS,
-                         shards=lambda: consumers[0].owned_partitions if consumers else None)
+                         shards=lambda: consumers[0].owned_partitions if consumers else None,
+                         poison_attempts=settings.saga_poison_attempts)
              if with_relay else None)
     metrics = SagaMetrics(health)
     scheduler: list[TimerScheduler] = []  # set below: the service wakes it when it arms a timer
@@ -224,7 +226,8 @@ async def run_relay(settings: Settings, stop: asyncio.Event) -> None:
             poll_ms = settings.saga_relay_poll_ms
             every_shard = range(settings.saga_topic_partitions)  # a relay of its own: every shard it can take
             await OutboxRelay(pool, OUTBOX_TABLE, settings.kafka(), min_poll_ms=poll_ms,
-                              max_poll_ms=max(poll_ms, MAX_POLL_MS), shards=lambda: every_shard).run(stop)
+                              max_poll_ms=max(poll_ms, MAX_POLL_MS), shards=lambda: every_shard,
+                              poison_attempts=settings.saga_poison_attempts).run(stop)
         except StartupStopped:
             return
         finally:

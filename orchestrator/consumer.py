@@ -10,13 +10,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import CommitFailedError, IllegalStateError
 
 from ..infra import kafka_records
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
+from ..infra.isolation import OutageWait
 from ..infra.kafka_clients import KafkaClients
-from ..infra.startup import sleep_or_stop
 from ..schemas.records import ConsumedRecord
 from .assignment import CoPartitionedAssignor
 from .horizon import HOLD_ALL, PartitionProgress, read_horizon
@@ -136,7 +136,7 @@ class _Offsets:
         except (CommitFailedError, IllegalStateError) as error:
             # A rebalance took the partitions away meanwhile; the new owner re-reads, the inbox dedupes.
             log.warning("offset commit failed after rebalance", extra={"error": repr(error)})
-        except (KafkaError, TimeoutError) as error:
+        except Exception as error:  # stopping or handing over: the next owner reads these records again
             if not quietly:
                 raise
             log.warning("offsets not committed while stopping", extra={"error": repr(error)})
@@ -207,10 +207,11 @@ class OrchestratorConsumer:
         self._in_flight: deque[_Poll] = deque()
         self._offsets = _Offsets()
         self._finishing = asyncio.Lock()
+        self._outage = OutageWait("orchestrator messages", max_s=MAX_BACKOFF_S)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, reconnecting with backoff when Kafka is away."""
-        backoff = 0.2
+        reconnect = OutageWait("orchestrator consumer", first_s=0.2, max_s=MAX_BACKOFF_S)
         while not stop.is_set():
             consumer = self._kafka.consumer(
                 group_id=self._group_id,
@@ -225,19 +226,13 @@ class OrchestratorConsumer:
             try:
                 await consumer.start()  # returns once the group is joined and partitions are assigned
                 self.consuming = current_health().consuming = True
-                backoff = 0.2
+                reconnect.over()
                 log.info("orchestrator consumer started", extra={"group": self._group_id})
                 await self._poll(consumer, stop)
-            except KafkaError as error:
-                log.warning("kafka unavailable, retrying", extra={"error": repr(error), "backoff_s": backoff})
-                await sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
             except Exception as error:  # a supervisor loop: start over with a new consumer, never exit
                 if stop.is_set():
                     raise
-                log.error("consumer failed, restarting it", extra={"error": repr(error), "backoff_s": backoff})
-                await sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                await reconnect.pause(error, stop)
             finally:
                 self.consuming = current_health().consuming = False
                 self.owned_partitions = frozenset()
@@ -358,7 +353,6 @@ class OrchestratorConsumer:
         for records in batches:
             for record in records:
                 by_saga[record.key].append(consumed(record))
-        backoff = 0.1
         while True:
             try:
                 # Every saga's chain finishes (or fails) before a retry starts, so a retry never runs next
@@ -369,13 +363,13 @@ class OrchestratorConsumer:
                 failures = [result for result in results if isinstance(result, BaseException)]
                 if failures:
                     raise failures[0]
-                return
-            except Exception as error:  # a failed transaction is retried, never skipped
+            except Exception as error:  # a platform fault: the poll is handed over again, never skipped
                 if stop.is_set():
                     raise
-                log.error("batch failed, retrying", extra={"error": repr(error), "backoff_s": backoff})
-                await sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                await self._outage.pause(error, stop)
+                continue
+            self._outage.over()
+            return
 
     def _chunks(self, sagas: list[list[ConsumedRecord]]) -> list[list[list[ConsumedRecord]]]:
         """Spread a poll's sagas over transactions of at least ``MIN_BATCH`` messages (a transaction costs

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from ..infra.chores import CHORE_EVERY_S, Chore
+from ..infra.failures import Fault, classify
 from ..schemas import wire
 from ..schemas.ids import purge_causation_id
 from ..schemas.topics import Topics
@@ -59,7 +60,9 @@ async def purge_batch(store: PurgeStore, registry: DefinitionRegistry, topics: T
     for _ in range(_RETRIES):
         try:
             return await _purge_once(store, registry, topics, ended_before_ms, now_ms, operator, limit, skip)
-        except ConcurrencyConflict as error:
+        except Exception as error:
+            if classify(error) is not Fault.CONFLICT:
+                raise
             log.info("purge batch met a concurrent write, retrying", extra={"error": repr(error)})
     raise ConcurrencyConflict(f"purge: gave up after {_RETRIES} conflicts")
 

@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..infra.failures import WriteConflict
 from ..outbox.table import OutboxMessage
 
 __all__ = [
@@ -32,14 +33,12 @@ __all__ = [
 ]
 
 
-class ConcurrencyConflict(Exception):
+class ConcurrencyConflict(WriteConflict):
     """Another writer appended the same (saga_id, seq), or claimed the same inbox message, first.
 
-    Retryable: roll back, reload the saga and decide again (a redelivered message then finds its inbox
-    row and is skipped).
+    Retryable at once (``infra.failures`` classifies it a conflict): roll back, reload the saga and decide
+    again (a redelivered message then finds its inbox row and is skipped).
     """
-
-    retriable = True
 
 
 InboxKey = tuple[str, str]
@@ -148,16 +147,17 @@ class UnitOfWork(Protocol):
         """
         ...
 
-    async def claim_due(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
-        """Claim (and delete, pending commit) up to ``limit`` timers with ``due_at_ms <= now_ms``, earliest
-        first, skipping timers another open unit of work has claimed; with ``partitions``, only timers of sagas
-        on those partitions (an instance's share: it fires them against its own read horizon).
+    async def claim_timers(self, due: Sequence[TimerRow]) -> list[TimerRow]:
+        """Claim (and delete, pending commit) those of ``due`` still stored exactly as given (same kind, step,
+        attempt and due time), skipping timers another open unit of work has claimed; the claimed ones, in the
+        given order.
 
         Claiming is deleting, inside the unit of work that handles the timers (Postgres: ``DELETE ... WHERE
         ... IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``), so: commit → the timer is gone and its
         effects are recorded, atomically; rollback or crash → the timer row is back, due, and any instance
-        fires it again; two instances never fire the same timer concurrently. A unit of work that
-        re-schedules the ``timer_id`` it handles simply upserts it again.
+        fires it again; two instances never fire the same timer concurrently, and a timer re-armed or
+        removed since it was read is not fired as it was. A unit of work that re-schedules the ``timer_id``
+        it handles simply upserts it again.
         """
         ...
 
@@ -172,9 +172,10 @@ class UnitOfWorkFactory(Protocol):
         """
         ...
 
-    def unavailable(self, error: BaseException) -> bool:
-        """True when ``error`` (raised by a unit of work) means the store is away or not serving: wait and try
-        again. False for what the unit of work's own data caused."""
+    async def due_timers(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
+        """Up to ``limit`` stored timers with ``due_at_ms <= now_ms``, earliest first (outside any unit of work:
+        a read; ``UnitOfWork.claim_timers`` claims them); with ``partitions``, only timers of sagas on those
+        partitions (an instance's share: it fires them against its own read horizon)."""
         ...
 
     async def next_due_ms(self, partitions: Collection[int] | None = None) -> int | None:

@@ -7,22 +7,22 @@ one write), which is where the throughput comes from.
 
 A failure belongs to its saga. A message that contradicts the saga it names (a reply for a step it does not
 have, another saga's key) is refused like a bad record; a saga that cannot go on (its definition version is not
-deployed, its history does not fit its definition, a decision cannot be recorded) is quarantined; a message
-that fails in any other way is tried alone ``poison_attempts`` times, then its saga is quarantined. Each time
-the message is dead-lettered with its bytes, and every other saga goes on. Only an unavailable store (the
-adapter says which errors mean that) is waited out by the caller.
+deployed, its history does not fit its definition, a decision cannot be recorded) is quarantined. Anything else
+that fails a batch goes down the isolation ladder (``infra.isolation``): each saga alone, then the message alone
+``poison_attempts`` times, then its saga is quarantined and the message dead-lettered with its bytes; every
+other saga goes on. Due timers take the same ladder. A platform fault (``infra.failures``) is raised to the
+caller, which waits it out.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
+from ..infra.isolation import IsolationLadder
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import SagaQuarantined, SagaReleased
@@ -37,14 +37,12 @@ from .domain.state import SagaState, SagaStatus, apply_event
 from .inbound import Envelope, timer_envelope
 from .observe import log_decision
 from .outbound import PendingWrites, Settled
-from .ports import ConcurrencyConflict, InboxKey, StoredEvent, UnitOfWork, UnitOfWorkFactory
+from .ports import InboxKey, StoredEvent, TimerRow, UnitOfWork, UnitOfWorkFactory
+from .state_cache import STATE_CACHE_BYTES, StateCache
 
 log = logging.getLogger("saga.orchestrator")
 
 CONSUMER_NAME = "orchestrator"
-MAX_CONFLICT_RETRIES = 8
-STATE_CACHE_BYTES = 256 * 1024 * 1024
-"""How much memory the cache of folded states may take (estimated per state by ``state_bytes``)."""
 POISON_ATTEMPTS = 3
 """How often a message that fails for no known reason is tried alone before its saga is quarantined."""
 
@@ -70,47 +68,6 @@ class _Unfolded:
     quarantined: bool  # its last SagaQuarantined has no SagaReleased after it
 
 
-def state_bytes(state: SagaState) -> int:
-    """An estimate of the memory a folded state takes: its input, outputs and texts, and a fixed overhead for
-    the objects around them (a four-step trip state with a tiny input measures about 2 kB, as estimated)."""
-    steps = sum(320 + len(step.output or b"") + len(step.last_error_message or "") for step in state.steps.values())
-    texts = sum(len(text or "") for text in (state.failure_reason, state.cancel_reason, state.quarantine_reason,
-                                             state.compensation_failure_reason))
-    return 700 + len(state.input) + steps + texts
-
-
-class StateCache:
-    """Folded states by saga id, least recently used first, held within ``max_bytes`` (``state_bytes``)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._states: OrderedDict[str, tuple[SagaState, int]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._states)
-
-    def get(self, saga_id: str) -> SagaState | None:
-        entry = self._states.get(saga_id)
-        return entry[0] if entry is not None else None
-
-    def put(self, state: SagaState) -> None:
-        self.drop(state.saga_id)
-        size = state_bytes(state)
-        if size > self.max_bytes:
-            return  # larger than the whole cache: read again each time rather than push everything out
-        self._states[state.saga_id] = (state, size)
-        self.bytes += size
-        while self.bytes > self.max_bytes and self._states:
-            _, (_, evicted) = self._states.popitem(last=False)
-            self.bytes -= evicted
-
-    def drop(self, saga_id: str) -> None:
-        entry = self._states.pop(saga_id, None)
-        if entry is not None:
-            self.bytes -= entry[1]
-
-
 class SagaService:
     """The orchestrator's application service; every decision comes from the fold of the saga's events.
 
@@ -132,131 +89,57 @@ class SagaService:
         self._cache = StateCache(cache_bytes)
         self._on_commit = on_commit  # e.g. an in-process outbox relay's wake()
         self._on_settled = on_settled  # e.g. metrics of what the committed decisions did
-        self._on_conflict = on_conflict  # e.g. saga_concurrency_conflicts_total: another writer won a saga
-        self._poison_attempts = max(1, poison_attempts)
+        # on_conflict: e.g. saga_concurrency_conflicts_total, told each time another writer won a saga.
+        self._messages = IsolationLadder(_Messages(self), "orchestrator messages", poison_attempts,
+                                         concurrent_groups=True, on_conflict=on_conflict)
+        self._timers = IsolationLadder(_DueTimers(self), "orchestrator timers", poison_attempts,
+                                       concurrent_groups=True, on_conflict=on_conflict)
 
     async def handle(self, envelope: Envelope) -> Outcome:
-        """Apply one message exactly once in effect; retried on an optimistic-concurrency conflict."""
+        """Apply one message exactly once in effect: a batch of one."""
         return (await self.handle_many([envelope]))[0]
 
     async def handle_many(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
         """Apply messages, each exactly once in effect, in one transaction; one outcome per message.
 
-        Messages of one saga are decided in the given order, each from the state its predecessors left.
-        A batch of several sagas gets one attempt: after a conflict or a failure each saga is handled on its
-        own, so one contended or poisoned saga cannot hold the others back. (Records that name no saga are
-        one group.) Raises only when the store is unavailable.
+        Messages of one saga are decided in the given order, each from the state its predecessors left. A batch
+        that fails goes down the isolation ladder, its sagas handled at once, each in a transaction of its own
+        (records that name no saga are one group). Raises only a platform fault: nothing of the batch is then
+        recorded, and the caller hands it over again once the platform is back.
         """
-        by_saga: dict[str | None, list[int]] = {}
-        for index, envelope in enumerate(envelopes):
-            by_saga.setdefault(envelope.message.saga_id, []).append(index)
-        if len(by_saga) > 1:
-            try:
-                return await self._in_unit(lambda uow, settled: self._apply(uow, envelopes, settled))
-            except ConcurrencyConflict:
-                log.info("concurrency conflict in a batch, retrying saga by saga",
-                         extra={"sagas": len(by_saga), "messages": len(envelopes)})
-                self._conflicted()
-            except Exception as error:
-                if self._units.unavailable(error):
-                    raise
-                log.warning("batch failed, handling saga by saga",
-                            extra={"sagas": len(by_saga), "messages": len(envelopes), "error": repr(error)})
-        groups = list(by_saga.values())
-        results = await asyncio.gather(*(self._saga_alone([envelopes[i] for i in indexes]) for indexes in groups))
-        outcomes: dict[int, Outcome] = {}
-        for indexes, result in zip(groups, results, strict=True):
-            outcomes.update(zip(indexes, result, strict=True))
-        return [outcomes[index] for index in range(len(envelopes))]
+        return await self._messages.run(envelopes)
 
     async def fire_due_timers(self, limit: int, due_by_ms: int | None = None,
                               partitions: Collection[int] | None = None) -> int:
-        """Claim due timers and handle them in the same transaction (a crash puts them back); with
-        ``due_by_ms``, only those due by then as well as by now; with ``partitions``, only those of sagas on
-        them. A batch that fails (not for an unavailable store) is handled a timer at a time."""
-        try:
-            return await self._retrying_unit(
-                lambda uow, settled: self._fire(uow, settled, limit, due_by_ms, partitions), "timers")
-        except Exception as error:
-            if self._units.unavailable(error) or limit == 1:
-                raise
-            log.warning("timer batch failed, firing one timer at a time", extra={"error": repr(error)})
-        fired = 0
-        while fired < limit and await self._fire_one(due_by_ms, partitions):
-            fired += 1
-        return fired
+        """Fire up to ``limit`` due timers in one transaction (with ``due_by_ms``, only those due by then as well
+        as by now; with ``partitions``, only those of sagas on them); how many fired. Each is claimed in the
+        transaction that handles it (a crash puts it back); a batch that fails goes down the isolation ladder as
+        messages do. Raises only a platform fault."""
+        now = self._clock_ms()
+        due = await self._units.due_timers(now if due_by_ms is None else min(now, due_by_ms), limit, partitions)
+        if not due:
+            return 0
+        outcomes = await self._timers.run(due)
+        return sum(outcome is not Outcome.DUPLICATE for outcome in outcomes)
 
     async def next_timer_due_ms(self, partitions: Collection[int] | None = None) -> int | None:
         """When the earliest stored timer (of sagas on ``partitions``, when given) is due (epoch ms), None when
         there is none."""
         return await self._units.next_due_ms(partitions)
 
-    async def _fire(self, uow: UnitOfWork, settled: Settled, limit: int, due_by_ms: int | None,
-                    partitions: Collection[int] | None) -> int:
-        now = self._clock_ms()
-        rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), limit, partitions)
-        await self._apply(uow, [timer_envelope(row) for row in rows], settled)
-        return len(rows)
+    async def _fire(self, uow: UnitOfWork, settled: Settled, due: Sequence[TimerRow]) -> list[Outcome]:
+        """Claim ``due`` (a timer changed or fired since it was read is left out: DUPLICATE) and handle them."""
+        claimed = await uow.claim_timers(due)
+        outcomes = dict(zip(((row.saga_id, row.timer_id) for row in claimed),
+                            await self._apply(uow, [timer_envelope(row) for row in claimed], settled), strict=True))
+        return [outcomes.get((row.saga_id, row.timer_id), Outcome.DUPLICATE) for row in due]
 
-    async def _fire_one(self, due_by_ms: int | None, partitions: Collection[int] | None) -> bool:
-        """Fire the earliest due timer alone; after ``poison_attempts`` failures, quarantine its saga (the
-        timer goes with the unit of work that does); False when none is due."""
-        fired = await self._tried_alone(lambda uow, settled: self._fire(uow, settled, 1, due_by_ms, partitions),
-                                        "a timer")
-        if not isinstance(fired, Exception):
-            return fired > 0
-        error = fired
-
-        async def quarantine_its_saga(uow: UnitOfWork, settled: Settled) -> bool:
-            now = self._clock_ms()
-            rows = await uow.claim_due(now if due_by_ms is None else min(now, due_by_ms), 1, partitions)
-            for row in rows:
-                await self._quarantine_alone(uow, settled, timer_envelope(row), error)
-            return bool(rows)
-
-        return await self._retrying_unit(quarantine_its_saga, "a timer's quarantine")
-
-    async def _saga_alone(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
-        """One saga's messages in one unit of work; when that fails (not for an unavailable store), one message
-        at a time."""
-        try:
-            return await self._retrying_unit(lambda uow, settled: self._apply(uow, envelopes, settled),
-                                             f"saga {envelopes[0].message.saga_id}")
-        except Exception as error:
-            if self._units.unavailable(error):
-                raise
-            log.warning("messages of a saga failed, handling them one at a time",
-                        extra={"saga_id": envelopes[0].message.saga_id, "error": repr(error)})
-        return [await self._message_alone(envelope) for envelope in envelopes]
-
-    async def _message_alone(self, envelope: Envelope) -> Outcome:
-        """One message in its own unit of work, tried ``poison_attempts`` times; then it is dead-lettered and
-        its saga quarantined."""
-        outcomes = await self._tried_alone(lambda uow, settled: self._apply(uow, [envelope], settled),
-                                           f"saga {envelope.message.saga_id}")
-        if not isinstance(outcomes, Exception):
-            [outcome] = outcomes
-            return outcome
-        error = outcomes
-        log.error("message failed every time, quarantining its saga",
-                  extra={"saga_id": envelope.message.saga_id, "message_id": envelope.message_id,
-                         "attempts": self._poison_attempts, "error": repr(error)})
-        return await self._retrying_unit(
-            lambda uow, settled: self._quarantine_alone(uow, settled, envelope, error), "a quarantine")
-
-    async def _tried_alone(self, work: Callable[[UnitOfWork, Settled], Awaitable[T]], what: str) -> T | Exception:
-        """``work``'s result, tried up to ``poison_attempts`` times; the last failure when every try failed
-        (an unavailable store is raised instead: waited out, never blamed on the message)."""
-        error: Exception | None = None
-        for _ in range(self._poison_attempts):
-            try:
-                return await self._retrying_unit(work, what)
-            except Exception as failure:
-                if self._units.unavailable(failure):
-                    raise
-                error = failure
-        assert error is not None
-        return error
+    async def _quarantine_timer(self, uow: UnitOfWork, settled: Settled, row: TimerRow, error: Exception) -> Outcome:
+        """The end of a timer that failed every time: its saga is quarantined (the timer goes with this unit)."""
+        claimed = await uow.claim_timers([row])
+        if not claimed:
+            return Outcome.DUPLICATE
+        return await self._quarantine_alone(uow, settled, timer_envelope(claimed[0]), error)
 
     async def _quarantine_alone(self, uow: UnitOfWork, settled: Settled, envelope: Envelope,
                                 error: Exception) -> Outcome:
@@ -283,19 +166,6 @@ class SagaService:
         await writes.flush(uow)
         settled.add({}, writes)
         return outcome
-
-    def _conflicted(self) -> None:
-        if self._on_conflict is not None:
-            self._on_conflict()
-
-    async def _retrying_unit(self, work: Callable[[UnitOfWork, Settled], Awaitable[T]], what: str) -> T:
-        for _ in range(MAX_CONFLICT_RETRIES):
-            try:
-                return await self._in_unit(work)
-            except ConcurrencyConflict:
-                log.info("concurrency conflict, retrying", extra={"work": what})
-                self._conflicted()
-        raise ConcurrencyConflict(f"{what}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
 
     async def _in_unit(self, work: Callable[[UnitOfWork, Settled], Awaitable[T]]) -> T:
         """``work`` in one unit of work; once it committed, what it settled is cached and reported."""
@@ -447,6 +317,40 @@ class SagaService:
             self._on_commit()
         if self._on_settled is not None:
             self._on_settled(settled)
+
+
+class _Messages:
+    """The service's messages on the isolation ladder: grouped by saga, quarantined at its end."""
+
+    def __init__(self, service: SagaService) -> None:
+        self._service = service
+
+    def group_of(self, envelope: Envelope) -> Hashable:
+        return envelope.message.saga_id
+
+    async def handle(self, envelopes: Sequence[Envelope]) -> list[Outcome]:
+        return await self._service._in_unit(lambda uow, settled: self._service._apply(uow, envelopes, settled))
+
+    async def isolate(self, envelope: Envelope, error: Exception) -> Outcome:
+        return await self._service._in_unit(
+            lambda uow, settled: self._service._quarantine_alone(uow, settled, envelope, error))
+
+
+class _DueTimers:
+    """Due timers on the isolation ladder, as messages are: each claimed in the unit of work that fires it."""
+
+    def __init__(self, service: SagaService) -> None:
+        self._service = service
+
+    def group_of(self, row: TimerRow) -> Hashable:
+        return row.saga_id
+
+    async def handle(self, rows: Sequence[TimerRow]) -> list[Outcome]:
+        return await self._service._in_unit(lambda uow, settled: self._service._fire(uow, settled, rows))
+
+    async def isolate(self, row: TimerRow, error: Exception) -> Outcome:
+        return await self._service._in_unit(
+            lambda uow, settled: self._service._quarantine_timer(uow, settled, row, error))
 
 
 def _unfolded(saga_id: str, error: Exception, rows: Sequence[StoredEvent],

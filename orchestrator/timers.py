@@ -8,12 +8,16 @@ import time
 from collections.abc import Callable, Collection, Iterable
 
 from ..infra.health import current as current_health
+from ..infra.isolation import OutageWait
 from ..infra.startup import sleep_or_stop, sleep_or_woken
 from .service import SagaService
 
 log = logging.getLogger("saga.orchestrator.timers")
 
 
+TIMERS_COMPONENT = "orchestrator timers"
+"""How the scheduler names itself while it waits out a platform fault. Its own wait does not hold the timers (it
+is the one that fires them, and it retries on its own)."""
 MAX_SLEEP_S = 1.0
 """Longest the scheduler sleeps without a look at the table: timers another orchestrator wrote wake nobody here."""
 
@@ -47,6 +51,7 @@ class TimerScheduler:
         self._partitions = partitions or (lambda: None)
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._holding = False
+        self._outage = OutageWait(TIMERS_COMPONENT)
         self._sleeping_until_ms: int | None = None
         self._woken = asyncio.Event()
         self.fired = 0
@@ -61,7 +66,6 @@ class TimerScheduler:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fire due timers until ``stop`` is set; database outages are waited out with backoff."""
-        backoff = 0.1
         while not stop.is_set():
             if self._held():
                 await sleep_or_stop(stop, 0.2)
@@ -81,12 +85,11 @@ class TimerScheduler:
                         continue  # more may be due: look again at once
                     self.looks += 1
                     next_due_ms = await self._service.next_timer_due_ms(owned)
-                await self._sleep(stop, next_due_ms)
-                backoff = 0.1
-            except Exception as error:
-                log.error("timer scan failed, retrying", extra={"error": repr(error), "backoff_s": backoff})
-                await sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+            except Exception as error:  # a platform fault: the timers stay stored and due
+                await self._outage.pause(error, stop)
+                continue
+            self._outage.over()
+            await self._sleep(stop, next_due_ms)
 
     async def _sleep(self, stop: asyncio.Event, next_due_ms: int | None) -> None:
         """Until ``next_due_ms`` (at most MAX_SLEEP_S; ``poll_interval_s`` when it is due already and waits

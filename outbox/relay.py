@@ -17,12 +17,13 @@ orchestrator instance its own partitions; a participant's relay shard 0, all its
 wants it gives back between passes. A relay that cannot renew its leases in time stops handing records to
 Kafka before a standby may take them over.
 
-A row Kafka refuses for good (a record over the topic's limit, a topic it refuses) is parked: moved to
-``<table>_parked`` with the reason, and the later rows of its key (its saga) wait behind it in the outbox,
-their order kept, while every other key's rows go on. A batch that fails is published again a row at a time
-to find which rows; a row that keeps failing for another reason while the broker takes other rows
-(``PARK_AFTER`` times) is parked too. ``saga outbox`` lists, requeues and discards parked rows; a requeued row
-keeps its id and so goes first again.
+A batch Kafka refuses for a reason of its records (``infra.failures``: a record over the topic's limit, a topic
+it refuses or lacks) goes down the isolation ladder (``infra.isolation``): each key's rows alone, then each row
+alone ``poison_attempts`` times, then the row is parked: moved to ``<table>_parked`` with the reason, and the
+later rows of its key (its saga) wait behind it in the outbox, their order kept, while every other key's rows
+go on. A platform fault (the broker or Postgres away) parks nothing: the relay backs off and tries the same rows
+again. ``saga outbox`` lists, requeues and discards parked rows; a requeued row keeps its id and so goes first
+again.
 
 Wake-up: a writer in the same process calls ``wake`` after its commit; otherwise a short adaptive poll
 (``min_poll_ms`` while polls keep finding rows, doubling to ``max_poll_ms`` when idle, none at all while
@@ -36,27 +37,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable, Sequence
+from enum import StrEnum
 from typing import Any
 
 import asyncpg
 import orjson
-from aiokafka.errors import (
-    CorruptRecordException,
-    InvalidMessageError,
-    InvalidTimestampError,
-    InvalidTopicError,
-    KafkaError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    RecordTooLargeError,
-    TopicAuthorizationFailedError,
-    UnsupportedForMessageFormatError,
-)
+from aiokafka.errors import KafkaError
 
 from ..infra.db import check_table
+from ..infra.failures import Fault, PlatformUnavailable, classify, describe
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
+from ..infra.isolation import IsolationLadder, OutageWait
 from ..infra.kafka_clients import KafkaClients
 from ..infra.startup import sleep_or_stop, sleep_or_woken
 from .batches import queue_batches
@@ -67,21 +60,6 @@ log = logging.getLogger(__name__)
 
 ProducerFactory = Callable[[], Any]  # an unstarted AIOKafkaProducer (or an object with its start, stop,
 # partitions_for, create_batch and send_batch)
-PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
-    MessageSizeTooLargeError,
-    RecordTooLargeError,
-    RecordListTooLargeError,
-    InvalidTopicError,
-    TopicAuthorizationFailedError,
-    InvalidMessageError,
-    InvalidTimestampError,
-    CorruptRecordException,
-    UnsupportedForMessageFormatError,
-)
-"""Errors the broker (or the producer) gives a record that no retry changes: the row is parked at once."""
-PARK_AFTER = 5
-"""Row-at-a-time passes a row may fail with another error, while the broker takes other rows, before it is
-parked (a topic that does not exist, and is not created, fails its metadata lookup every time)."""
 WOKEN_MAX_POLL_MS = 1000
 """Longest idle wait of a relay whose writers wake it after each commit (in their process): its polls only find
 rows of writers elsewhere (another replica) or held-back rows, whose due time it asks for."""
@@ -128,6 +106,7 @@ class OutboxRelay:
         max_poll_ms: float = MAX_POLL_MS,
         standby_retry_ms: float = 1000,
         max_backoff_ms: float = 5000,
+        poison_attempts: int = 3,
     ) -> None:
         if producer_factory is None:
             if kafka is None:
@@ -172,7 +151,10 @@ class OutboxRelay:
             " created_at, shard, reason) SELECT id, topic, message_key, value, headers, message_id, available_at,"
             " created_at, shard, $2 FROM moved"
         )
-        self._strikes: dict[int, int] = {}  # row id -> row-at-a-time passes it failed (not for good)
+        self._rows = IsolationLadder(_OutboxRows(self), f"relay {table}", poison_attempts)
+        self._outage = OutageWait(f"relay {table}", max_s=self._max_backoff_s)
+        self._pass_rows = 0  # rows the current pass read
+        self._parked_keys: set[str] = set()  # keys with a row parked in this pass: their later rows wait
         self.parked_total = 0
         self.published_total = 0
         self._wakeup = asyncio.Event()
@@ -197,7 +179,6 @@ class OutboxRelay:
     async def run(self, stop: asyncio.Event) -> None:
         """Publish until ``stop`` is set, surviving Kafka and Postgres outages with backoff; then close."""
         idle_s = self._min_poll_s
-        backoff_s = self._min_poll_s
         woken = False
         try:
             while not stop.is_set():
@@ -206,12 +187,12 @@ class OutboxRelay:
                         await sleep_or_stop(stop, self._standby_retry_s)
                         continue
                     published = await self._publish_batch(await self._ensure_producer())
-                except Exception as exc:  # a supervisor loop: log, back off, retry; never crash the service
-                    await self._after_error(exc, backoff_s)
-                    await sleep_or_stop(stop, backoff_s)
-                    backoff_s = min(max(backoff_s * 2, 0.1), self._max_backoff_s)
+                except Exception as exc:  # a platform fault (or the park failed): back off, the rows stay
+                    await self._after_error(exc)
+                    await self._outage.pause(exc, stop, table=self.table, shards=self._leases.shards,
+                                             **(exc.fields() if isinstance(exc, _BatchFailed) else {}))
                     continue
-                backoff_s = self._min_poll_s
+                self._outage.over()
                 if published >= self._batch_size:
                     continue  # more is waiting: no sleep
                 idle_s = self._next_poll_s(idle_s, published, woken)
@@ -300,6 +281,8 @@ class OutboxRelay:
         return self._producer
 
     async def _publish_batch(self, producer: Any) -> int:
+        """One pass: read up to a batch of due rows, publish them (down the isolation ladder when that fails for
+        a reason of some rows), delete what was published; how many were. Raises a platform fault."""
         assert self._conn is not None
         self._held_back_answer = None
         shards = self._leases.shards
@@ -307,20 +290,27 @@ class OutboxRelay:
                                       [self._leases.epochs[shard] for shard in shards], timeout=STATEMENT_TIMEOUT_S)
         if not rows:
             return 0
-        try:
-            self._check_trust()
-            await _publish(producer, rows)
-        except _BatchFailed as failed:
-            if not isinstance(failed.cause, KafkaError | ValueError):
-                raise  # not the broker's answer about these records (Postgres, a bug): back off
-            log.warning("outbox batch failed, publishing it a row at a time",
-                        extra={"table": self.table, "rows": len(rows), "error": repr(failed.cause),
-                               "saga_ids": failed.saga_ids})
-            return await self._row_at_a_time(producer, rows, failed)
-        crash_point("relay.after_publish")  # acknowledged by Kafka, still in the outbox: published again
-        await self._published(rows, ask_held_back=len(rows) < self._batch_size)
+        self._pass_rows, self._parked_keys = len(rows), set()
+        fates = await self._rows.run(rows)
         log.debug("outbox batch published", extra={"table": self.table, "rows": len(rows)})
-        return len(rows)
+        return fates.count(_Fate.PUBLISHED)
+
+    async def _publish_rows(self, rows: Sequence[asyncpg.Record]) -> list[_Fate]:
+        """Publish ``rows`` (but those behind a row parked in this pass) and delete them once Kafka acknowledged
+        them all; ``_BatchFailed`` when Kafka did not."""
+        sending = [row for row in rows if row["message_key"] not in self._parked_keys]
+        if sending:
+            self._check_trust()
+            producer = await self._ensure_producer()
+            try:
+                await _publish(producer, sending)
+            except _BatchFailed:
+                # A refused batch may leave the idempotent producer's sequence of that partition broken.
+                await self._drop_producer()
+                raise
+            crash_point("relay.after_publish")  # acknowledged by Kafka, still in the outbox: published again
+            await self._published(sending, ask_held_back=len(rows) == self._pass_rows < self._batch_size)
+        return [_Fate.WAITING if row["message_key"] in self._parked_keys else _Fate.PUBLISHED for row in rows]
 
     async def _published(self, rows: list[asyncpg.Record], ask_held_back: bool = False) -> None:
         """Delete the published ``rows``; with ``ask_held_back``, keep when the next held-back row is due for
@@ -335,64 +325,27 @@ class OutboxRelay:
         self.published_total += len(rows)
         current_health().published(self.table, len(rows))
 
-    async def _row_at_a_time(self, producer: Any, rows: list[asyncpg.Record], batch_failure: _BatchFailed) -> int:
-        """Publish ``rows`` one by one, in id order: a row refused for good is parked, and so is one that failed
-        ``PARK_AFTER`` passes while others went through; a key whose row failed keeps its later rows back.
-        Raises the batch's failure when no row went through (the broker is away: back off)."""
-        published = 0
-        held: set[str] = set()  # keys with a row that failed in this pass: their later rows wait
-        failed: list[tuple[asyncpg.Record, BaseException]] = []
-        for row in rows:
-            if row["message_key"] in held:
-                continue
-            self._check_trust()
-            try:
-                await _publish(producer, [row])
-            except _BatchFailed as error:
-                # A refused batch may leave the idempotent producer's sequence of that partition broken.
-                await self._drop_producer()
-                producer = await self._ensure_producer()
-                held.add(row["message_key"])
-                if isinstance(error.cause, PERMANENT_ERRORS):
-                    await self._park(row, error.cause)
-                else:
-                    failed.append((row, error.cause))
-                continue
-            await self._published([row])
-            self._strikes.pop(row["id"], None)
-            published += 1
-        if not published and failed:
-            raise batch_failure
-        for row, cause in failed:  # the broker took other rows: these failed for a reason of their own
-            strikes = self._strikes[row["id"]] = self._strikes.get(row["id"], 0) + 1
-            if strikes >= PARK_AFTER:
-                await self._park(row, cause, f"failed {strikes} times while the broker took other records")
-        return published
-
-    async def _park(self, row: asyncpg.Record, cause: BaseException, why: str = "refused for good") -> None:
+    async def _park(self, row: asyncpg.Record, cause: BaseException) -> _Fate:
+        """Move ``row`` aside with the reason Kafka refused it; the later rows of its key wait behind it."""
         assert self._conn is not None
-        reason = f"{why}: {type(cause).__name__}: {cause}"[:2000]
+        if isinstance(cause, _BatchFailed):
+            cause = cause.cause
+        reason = f"refused every time: {describe(cause)}"[:2000]
         await self._conn.execute(self._park_sql, row["id"], reason, timeout=STATEMENT_TIMEOUT_S)
-        self._strikes.pop(row["id"], None)
+        self._parked_keys.add(row["message_key"])
         self.parked_total += 1
         current_health().parked(self.table, 1)
         log.error("outbox row parked; the later rows of its key wait behind it",
                   extra={"table": self.table, "id": row["id"], "topic": row["topic"], "key": row["message_key"],
                          "saga_id": _saga_id(row), "message_id": row["message_id"], "bytes": len(row["value"]),
                          "reason": reason})
+        return _Fate.PARKED
 
-    async def _after_error(self, exc: Exception, retry_in_s: float) -> None:
-        fields: dict[str, Any] = {"table": self.table, "error": repr(exc), "retry_in_s": round(retry_in_s, 3)}
-        cause: BaseException = exc
-        if isinstance(exc, _BatchFailed):
-            fields["saga_ids"] = exc.saga_ids
-            fields["first_id"] = exc.first_id
-            cause = exc.cause
+    async def _after_error(self, exc: Exception) -> None:
+        """Let go of what ``exc`` may have broken before the pass is tried again."""
         if isinstance(exc, _NotTrusted):
-            log.warning("outbox relay leases not renewed in time: publishing nothing until they are",
-                        extra={"table": self.table, "shards": self._leases.shards})
-            return
-        log.warning("outbox relay error, retrying", extra=fields)
+            return  # nothing broke: the next pass renews the leases first
+        cause = exc.cause if isinstance(exc, _BatchFailed) else exc
         if isinstance(cause, KafkaError):
             # A producer whose idempotent sequence broke must be recreated; the lock connection is fine.
             await self._drop_producer()
@@ -420,7 +373,7 @@ class OutboxRelay:
             # Either the session is dead (and its lock gone with it) or its state is unknown: end it rather
             # than pool a connection that may still hold the lock.
             log.warning("relay connection dropped", extra={"table": self.table, "error": repr(exc)})
-            with contextlib.suppress(asyncpg.InterfaceError):  # a dead one is already back in the pool
+            with contextlib.suppress(Exception):  # a dead one is already back in the pool
                 conn.terminate()
         else:
             try:
@@ -440,11 +393,28 @@ async def _publish(producer: Any, rows: list[asyncpg.Record]) -> None:
                                        for row in rows], futures)
     except Exception as exc:  # e.g. unknown topic (metadata timeout), record too large
         await asyncio.gather(*futures, return_exceptions=True)
+        if classify(exc) is Fault.PLATFORM:  # a broker away, or a topic the cluster lacks?
+            missing = await _missing_topics(producer, {row["topic"] for row in rows})
+            if missing:
+                raise _BatchFailed(rows, MissingTopic(missing)) from None
         raise _BatchFailed(rows, exc) from exc
     results = await asyncio.gather(*futures, return_exceptions=True)
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
         raise _BatchFailed(rows, failures[0]) from failures[0]
+
+
+async def _missing_topics(producer: Any, topics: set[str]) -> list[str]:
+    """Which of ``topics`` the cluster answers it does not have (none when it does not answer)."""
+    client = getattr(producer, "client", None)
+    if client is None:
+        return []
+    try:
+        async with asyncio.timeout(STATEMENT_TIMEOUT_S):
+            cluster = await client.fetch_all_metadata()
+    except Exception:  # the cluster does not answer: nothing is known to be missing
+        return []
+    return sorted(topics - set(cluster.topics()))
 
 
 def _saga_id(row: asyncpg.Record) -> str:
@@ -459,8 +429,42 @@ def _headers(row: asyncpg.Record) -> list[tuple[str, bytes]]:
     return headers
 
 
-class _NotTrusted(Exception):
-    """The relay's leases were not renewed within their trust: a standby may hold them soon."""
+class _NotTrusted(PlatformUnavailable):
+    """The relay's leases were not renewed within their trust: a standby may hold them soon. Publishing nothing
+    until they are is waiting for the platform (the lease connection), never a fault of the rows."""
+
+
+class MissingTopic(Exception):
+    """Rows for topics the cluster answers it does not have: the rows' fault (``infra.failures``: RECORD), so
+    they are parked once they failed every time, while the rows of other topics go on."""
+
+    def __init__(self, topics: list[str]) -> None:
+        super().__init__(f"the Kafka cluster has no topic {', '.join(topics)}")
+
+
+class _Fate(StrEnum):
+    """What became of an outbox row in a pass."""
+
+    PUBLISHED = "published"
+    PARKED = "parked"
+    WAITING = "waiting"  # behind a row of its key parked in this pass
+
+
+class _OutboxRows:
+    """A relay's rows on the isolation ladder: grouped by Kafka key, parked at its end."""
+
+    def __init__(self, relay: OutboxRelay) -> None:
+        self._relay = relay
+
+    def group_of(self, row: asyncpg.Record) -> Hashable:
+        key: str = row["message_key"]
+        return key
+
+    async def handle(self, rows: Sequence[asyncpg.Record]) -> list[_Fate]:
+        return await self._relay._publish_rows(rows)
+
+    async def isolate(self, row: asyncpg.Record, error: Exception) -> _Fate:
+        return await self._relay._park(row, error)
 
 
 class _BatchFailed(Exception):
@@ -472,3 +476,7 @@ class _BatchFailed(Exception):
         self.first_id: int = rows[0]["id"]
         keys = dict.fromkeys(orjson.loads(row["headers"]).get("saga_id", row["message_key"]) for row in rows)
         self.saga_ids = list(keys)[:20]
+
+    def fields(self) -> dict[str, object]:
+        """For the log line: the first row and the sagas involved."""
+        return {"first_id": self.first_id, "saga_ids": self.saga_ids}

@@ -5,26 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import asyncpg
 
 from ..infra.db import create_pool
 from ..infra.health import current as current_health
+from ..infra.isolation import IsolationLadder, OutageWait
 from ..infra.settings import Settings
 from ..outbox.relay import WOKEN_MAX_POLL_MS, OutboxRelay
-from ..schemas.headers import SAGA_ID
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
 from .kit.ddl import ensure_participant_schema
-from .kit.handling import Disposition, dead_letter_poisoned, handle_commands, unavailable
+from .kit.handling import Disposition, dead_letter_poisoned, handle_commands
 from .kit.ledger import record_pruner
 from .kit.participant import Participant
 
 log = logging.getLogger("participants.runner")
 
-# Postgres outages are ridden out by retrying the same (unacknowledged) delivery with this backoff.
-_RETRY_FIRST_S = 0.1
+# Platform faults are waited out by handing the same (unacknowledged) deliveries over again, backing off to this.
 _RETRY_MAX_S = 5.0
 # The worker's own commits wake its relay; the poll only finds rows another replica of the participant
 # wrote (replies whose delay is over it asks for), so it can be slow and cost little.
@@ -55,6 +54,9 @@ class ParticipantRuntime:
         self._tasks_stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []  # the outbox relay and the housekeeping
         self._relay: OutboxRelay | None = None
+        self._commands = IsolationLadder(_Commands(self), f"participant {participant.name}",
+                                         settings.saga_poison_attempts)
+        self._outage = OutageWait(f"participant {participant.name}", max_s=_RETRY_MAX_S)
         # The partitions of its commands topic this worker owns (set by the worker as faust assigns them): its
         # relay publishes the outbox shards of those, the replies to the commands it handled.
         self.owned_partitions: frozenset[int] | None = None
@@ -79,7 +81,8 @@ class ParticipantRuntime:
                     raise
                 relay = OutboxRelay(pool, self.participant.outbox_table, self.settings.kafka(),
                                     min_poll_ms=RELAY_MIN_POLL_MS, max_poll_ms=RELAY_MAX_POLL_MS,
-                                    shards=lambda: self.owned_partitions)
+                                    shards=lambda: self.owned_partitions,
+                                    poison_attempts=self.settings.saga_poison_attempts)
                 self._relay = relay
                 name = self.participant.name
                 self._tasks.append(asyncio.create_task(relay.run(self._tasks_stop), name=f"outbox-relay-{name}"))
@@ -107,60 +110,48 @@ class ParticipantRuntime:
         if self._relay is not None:
             self._relay.wake()
 
-    async def _handle(self, pool: asyncpg.Pool, batch: Sequence[ConsumedRecord]) -> list[Disposition]:
-        try:
-            return await handle_commands(pool, self.participant, self.topics, batch)
-        except Exception as exc:
-            if unavailable(exc) or (len(batch) == 1 and self.settings.saga_poison_attempts == 1):
-                raise
-            log.warning("command batch failed, handling its commands one at a time",
-                        extra={"participant": self.participant.name, "commands": len(batch), "error": repr(exc)})
-        return [await self._alone(pool, record) for record in batch]
-
-    async def _alone(self, pool: asyncpg.Pool, record: ConsumedRecord) -> Disposition:
-        error: Exception | None = None
-        for _ in range(self.settings.saga_poison_attempts):
-            try:
-                [disposition] = await handle_commands(pool, self.participant, self.topics, [record])
-                return disposition
-            except Exception as exc:
-                if unavailable(exc):
-                    raise
-                error = exc
-        assert error is not None
-        log.error("command failed every time, dead-lettering it",
-                  extra={"participant": self.participant.name, "saga_id": record.header(SAGA_ID),
-                         "topic": record.topic, "partition": record.partition, "offset": record.offset,
-                         "attempts": self.settings.saga_poison_attempts, "error": repr(error)})
-        return await dead_letter_poisoned(pool, self.participant, self.topics, record, error)
-
     async def process_batch(self, batch: Sequence[ConsumedRecord]) -> list[Disposition]:
-        """Handle deliveries in one transaction, retrying the whole batch while Postgres is unavailable (their
-        offsets stay unacknowledged). A batch that fails for another reason is handled a delivery at a time,
-        and a delivery that fails ``saga_poison_attempts`` times on its own is dead-lettered: one command's
-        problem never stops the others."""
-        delay = _RETRY_FIRST_S
+        """Handle deliveries in one transaction. A batch that fails goes down the isolation ladder (each saga's
+        commands alone, then each command alone ``saga_poison_attempts`` times, then it is dead-lettered and
+        answered ``Unprocessable``): one command's problem never stops the others. A platform fault (Postgres
+        away, out of disk or connections) is waited out with backoff and the batch handed over again, its
+        offsets unacknowledged meanwhile."""
         while True:
             try:
-                pool = await self.start()  # inside the try: Postgres may be away when the pool opens
-                dispositions = await self._handle(pool, batch)
-                health = current_health()
-                health.handled(len(batch))
-                health.commands_handled(self.participant.name, dispositions)
-                health.dead_lettered(dispositions.count(Disposition.DEAD_LETTERED))
-                self._replies_committed()
-                return dispositions
+                await self.start()  # inside the try: Postgres may be away when the pool opens
+                dispositions = await self._commands.run(batch)
             except Exception as exc:
                 if self.stopping or self._should_stop():
                     # Give up without acknowledging: the next owner of the partition gets it again.
                     # Retrying here would hold the worker's shutdown hostage to Postgres.
                     raise DeliveryAbandoned(repr(exc)) from exc
                 first = batch[0]
-                log.warning(
-                    "command not handled, retrying",
-                    extra={"participant": self.participant.name, "topic": first.topic, "commands": len(batch),
-                           "partition": first.partition, "offset": first.offset, "retry_in_s": delay,
-                           "error": repr(exc)},
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
+                await self._outage.pause(exc, participant=self.participant.name, topic=first.topic,
+                                         commands=len(batch), partition=first.partition, offset=first.offset)
+                continue
+            self._outage.over()
+            health = current_health()
+            health.handled(len(batch))
+            health.commands_handled(self.participant.name, dispositions)
+            health.dead_lettered(dispositions.count(Disposition.DEAD_LETTERED))
+            self._replies_committed()
+            return dispositions
+
+
+class _Commands:
+    """A worker's commands on the isolation ladder: grouped by saga (their Kafka key), dead-lettered and answered
+    ``Unprocessable`` at its end."""
+
+    def __init__(self, runtime: ParticipantRuntime) -> None:
+        self._runtime = runtime
+
+    def group_of(self, record: ConsumedRecord) -> Hashable:
+        return record.key
+
+    async def handle(self, records: Sequence[ConsumedRecord]) -> list[Disposition]:
+        runtime = self._runtime
+        return await handle_commands(await runtime.start(), runtime.participant, runtime.topics, records)
+
+    async def isolate(self, record: ConsumedRecord, error: Exception) -> Disposition:
+        runtime = self._runtime
+        return await dead_letter_poisoned(await runtime.start(), runtime.participant, runtime.topics, record, error)

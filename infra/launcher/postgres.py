@@ -19,6 +19,7 @@ from pathlib import Path
 
 import asyncpg
 
+from ..failures import Fault, classify
 from ..settings import Settings
 from .process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
 
@@ -113,8 +114,8 @@ class PostgresLauncher:
             try:
                 conn = await asyncpg.connect(self.admin_dsn, timeout=5)
                 break
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as error:
-                if not is_alive(pid) or time.monotonic() > deadline:
+            except Exception as error:
+                if classify(error) is not Fault.PLATFORM or not is_alive(pid) or time.monotonic() > deadline:
                     log = tail(self.log_file)
                     raise LauncherError(f"Postgres refuses connections ({error}):\n{log}") from error
                 await asyncio.sleep(0.2)

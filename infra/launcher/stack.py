@@ -19,6 +19,7 @@ import asyncpg
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from ..failures import describe
 from ..kafka_admin import wait_for_broker
 from ..kafka_clients import KafkaClients
 from ..settings import Settings
@@ -114,8 +115,8 @@ async def _check_external_postgres(dsn: str, report: Report) -> str:
     report("checking DATABASE_URL")
     try:
         conn = await asyncpg.connect(dsn, timeout=10)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as error:
-        raise LauncherError(f"DATABASE_URL does not accept connections: {error}") from error
+    except Exception as error:
+        raise LauncherError(f"DATABASE_URL does not accept connections: {describe(error)}") from error
     await conn.close()
     return "Postgres (external) accepts connections at DATABASE_URL"
 

@@ -89,26 +89,20 @@ class MemoryUnitOfWork:
                     current, status=mark.status, reason=mark.reason, last_seq=mark.last_seq,
                     updated_at_ms=mark.updated_at_ms)
 
-    async def claim_due(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
-        """Due timers visible to this unit of work (of sagas on ``partitions``, when given) and not claimed by
-        another open one; deleted here."""
-        visible = dict(self._store.timers)
-        for key, timer in self._timers.items():
-            if timer is None:
-                visible.pop(key, None)
-            else:
-                visible[key] = timer
-        due = sorted(
-            (t for key, t in visible.items() if t.due_at_ms <= now_ms and key not in self._store.claimed
-             and self._store.owned(t.saga_id, partitions)),
-            key=lambda t: (t.due_at_ms, t.saga_id, t.timer_id),
-        )[:limit]
+    async def claim_timers(self, due: Sequence[TimerRow]) -> list[TimerRow]:
+        """Those of ``due`` visible to this unit of work exactly as given and not claimed by another open one;
+        deleted here."""
+        claimed = []
         for timer in due:
             key = (timer.saga_id, timer.timer_id)
+            visible = self._timers[key] if key in self._timers else self._store.timers.get(key)
+            if visible != timer or key in self._store.claimed:
+                continue
             self._timers[key] = None
             self._claimed.add(key)
             self._store.claimed.add(key)
-        return due
+            claimed.append(timer)
+        return claimed
 
     async def claim_ended(self, statuses: Sequence[str], ended_before_ms: int, limit: int,
                           skip: Sequence[str] = ()) -> list[str]:
@@ -190,10 +184,10 @@ class MemoryStore:
         self.claimed: set[_TimerKey] = set()  # timers claimed by open units of work
         self.claimed_sagas: set[str] = set()  # ended sagas claimed by open units of work (retention)
 
-    @staticmethod
-    def unavailable(error: BaseException) -> bool:
-        """A memory store is never away; only the platform's own errors count (say, a test's injected ones)."""
-        return isinstance(error, OSError | TimeoutError)
+    async def due_timers(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
+        """Committed due timers (of sagas on ``partitions``, when given), earliest first."""
+        return sorted((t for t in self.timers.values() if t.due_at_ms <= now_ms and self.owned(t.saga_id, partitions)),
+                      key=lambda t: (t.due_at_ms, t.saga_id, t.timer_id))[:limit]
 
     async def next_due_ms(self, partitions: Collection[int] | None = None) -> int | None:
         """When the earliest committed timer (of sagas on ``partitions``, when given) is due, None when there is

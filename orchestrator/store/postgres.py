@@ -36,17 +36,6 @@ class DeploymentMismatch(RuntimeError):
     """The database belongs to a deployment with another topic prefix."""
 
 
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,  # class 08
-    asyncpg.InterfaceError,  # the connection is closed or in a bad state
-    asyncpg.InsufficientResourcesError,  # class 53: disk full, out of memory, too many connections
-    asyncpg.OperatorInterventionError,  # class 57: shutting down, query cancelled, cannot connect now
-    asyncpg.PostgresSystemError,  # class 58: I/O error
-)
-
-
 def _owned(param: str) -> str:
     """A timer whose saga is on one of the partitions ``param`` holds (any, when it is NULL); NULL-partition
     timers (armed before migration 004, or by a store without the partition count) fire on any instance."""
@@ -159,34 +148,28 @@ class PostgresUnitOfWork:
                 [m.saga_id for m in writes.marks], [m.status for m in writes.marks], [m.reason for m in writes.marks],
                 [m.last_seq for m in writes.marks], [ms_to_datetime(m.updated_at_ms) for m in writes.marks])
 
-    async def claim_due(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
-        """Delete-and-return due timers (of sagas on ``partitions``, when given), skipping rows locked by other
-        open transactions."""
+    async def claim_timers(self, due: Sequence[TimerRow]) -> list[TimerRow]:
+        """Delete-and-return those of ``due`` still stored as given, skipping rows locked by other open
+        transactions."""
+        if not due:
+            return []
         # ctid = ANY(ARRAY(...)): the claiming subquery runs once, then a TID scan deletes exactly its rows.
         # The IN (subquery) form let the planner, misled by statistics taken while the queue was empty, loop
         # over the whole table and re-run the subquery for each row.
         rows = await self.conn.fetch(
             f"DELETE FROM {self._s}.timers WHERE ctid = ANY(ARRAY("
-            f"  SELECT ctid FROM {self._s}.timers WHERE due_at <= $1 AND {_owned('$3')}"
-            "   ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-            " RETURNING saga_id, timer_id, kind, step, attempt, due_at",
-            ms_to_datetime(now_ms),
-            limit,
-            None if partitions is None else list(partitions),
+            f"  SELECT t.ctid FROM {self._s}.timers t"
+            "   JOIN unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[])"
+            "     AS d(saga_id, timer_id, kind, step, attempt, due_at)"
+            "     ON t.saga_id = d.saga_id AND t.timer_id = d.timer_id AND t.kind = d.kind AND t.step = d.step"
+            "    AND t.attempt = d.attempt AND t.due_at = d.due_at"
+            "   FOR UPDATE OF t SKIP LOCKED))"
+            " RETURNING saga_id, timer_id",
+            [t.saga_id for t in due], [t.timer_id for t in due], [t.kind for t in due], [t.step for t in due],
+            [t.attempt for t in due], [ms_to_datetime(t.due_at_ms) for t in due],
         )
-        timers = [
-            TimerRow(
-                saga_id=row["saga_id"],
-                timer_id=row["timer_id"],
-                kind=row["kind"],
-                step=row["step"],
-                attempt=row["attempt"],
-                due_at_ms=datetime_to_ms(row["due_at"]),
-            )
-            for row in rows
-        ]
-        # RETURNING does not keep the subquery's order.
-        return sorted(timers, key=lambda t: (t.due_at_ms, t.saga_id, t.timer_id))
+        claimed = {(row["saga_id"], row["timer_id"]) for row in rows}
+        return [t for t in due if (t.saga_id, t.timer_id) in claimed]
 
     async def claim_ended(self, statuses: Sequence[str], ended_before_ms: int, limit: int,
                           skip: Sequence[str] = ()) -> list[str]:
@@ -243,11 +226,14 @@ class PostgresStore:
         """The connection pool the store uses."""
         return self._pool
 
-    @staticmethod
-    def unavailable(error: BaseException) -> bool:
-        """Errors that mean Postgres is away or not serving (connection lost or refused, shutting down, out of
-        resources, cancelled by an operator or a timeout), not that the statement's data is at fault."""
-        return isinstance(error, _UNAVAILABLE)
+    async def due_timers(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
+        """Due timers (of sagas on ``partitions``, when given), earliest first."""
+        rows = await self._pool.fetch(
+            f"SELECT saga_id, timer_id, kind, step, attempt, due_at FROM {self._s}.timers"
+            f" WHERE due_at <= $1 AND {_owned('$3')} ORDER BY due_at, saga_id, timer_id LIMIT $2",
+            ms_to_datetime(now_ms), limit, None if partitions is None else list(partitions))
+        return [TimerRow(saga_id=row["saga_id"], timer_id=row["timer_id"], kind=row["kind"], step=row["step"],
+                         attempt=row["attempt"], due_at_ms=datetime_to_ms(row["due_at"])) for row in rows]
 
     async def next_due_ms(self, partitions: Collection[int] | None = None) -> int | None:
         """When the earliest timer (of sagas on ``partitions``, when given) is due (epoch ms; an index lookup),
@@ -258,13 +244,10 @@ class PostgresStore:
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[PostgresUnitOfWork]:
-        """One pooled connection, one transaction: commit on normal exit, rollback on exception."""
-        try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                yield PostgresUnitOfWork(conn, self._s, self._topic_partitions)
-        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
-            # Both mean "a concurrent transaction won": the same remedy as a duplicate seq.
-            raise ConcurrencyConflict(str(exc)) from exc
+        """One pooled connection, one transaction: commit on normal exit, rollback on exception. (A deadlock or
+        a serialization failure is a conflict to ``infra.failures`` as a duplicate seq is.)"""
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield PostgresUnitOfWork(conn, self._s, self._topic_partitions)
 
     async def claim_deployment(self, topic_prefix: str) -> None:
         """Record this deployment's topic prefix in the database, or raise DeploymentMismatch when another

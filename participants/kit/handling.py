@@ -4,9 +4,15 @@ reply via the outbox, all in ONE local transaction; a lone command is a batch of
 The recorded outcomes (``ledger``), the business changes and the replies commit (or vanish) together; the
 caller acknowledges the deliveries only after this returns. Redelivery is normal and harmless: a recorded key
 gets its recorded reply again. The bookkeeping costs a fixed number of statements (claim every key, read the
-replies of keys already recorded, record the outcomes and write every reply). Handlers first run without
-savepoints; when one fails, the batch is rolled back and run again with each handler in its own savepoint, so
-a failed step leaves no trace.
+replies of keys already recorded, record the outcomes and write every reply).
+
+Each handler runs once per delivery, in a savepoint of its own (set together with the release of the one
+before, one round trip per handler): a handler that fails is rolled back to its savepoint, alone, and the
+others' changes stay. A batch handler runs in one savepoint for all its calls; its failed calls must have
+changed nothing (``Participant``), and only when it raises (or an output is over its limit) are its calls run
+again one at a time, each in a savepoint. A failure ``infra.failures`` calls the platform's (Postgres away,
+out of disk) or a conflict leaves the transaction: the caller waits, or retries at once, and every handler
+of the batch runs again, its earlier run rolled back.
 """
 
 from __future__ import annotations
@@ -14,15 +20,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import groupby
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
+from ...infra.failures import Fault, classify
 from ...infra.faults import crash_point
 from ...outbox.dead_letters import dead_letter_message
 from ...outbox.table import OutboxMessage, write_outbox
@@ -39,36 +46,28 @@ from ...schemas.limits import (
     id_problem,
     nul_field,
 )
-from ...schemas.message_types import CommandKind
+from ...schemas.message_types import CommandKind, StepCommand
 from ...schemas.records import ConsumedRecord
 from ...schemas.registry import default_registry
 from ...schemas.topics import Topics
 from . import ledger
 from .ledger import RecordedReply
 from .outcome import Deferred, Failed, Outcome, ReceivedCommand, Succeeded
-from .participant import Call, Participant
+from .participant import BatchHandler, Call, Participant
 from .replies import outcome_message, step_result_message
 
 log = logging.getLogger(__name__)
 
-# Errors that mean the connection or server is unusable, not that the handler failed.
-_DATABASE_GONE = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
-    asyncpg.InterfaceError,
-    OSError,
-)
-
-
 UNPROCESSABLE = "Unprocessable"
-"""error_type of the definitive failure a command gets when handling it failed every time for a reason that is
-no outage (``dead_letter_poisoned``): nothing it did was kept."""
+"""error_type of the definitive failure a command gets when this worker cannot read its input record (a
+misconfigured worker: the record's schema is not in its SAGA_SCHEMA_PATH), or when handling it failed every time
+for a reason that is no outage (``dead_letter_poisoned``): nothing it did was kept."""
 
 
-def unavailable(error: BaseException) -> bool:
-    """True when ``error`` means Postgres is away (the delivery waits, unacknowledged), not that the delivery
-    cannot be handled."""
-    return isinstance(error, _DATABASE_GONE)
+MAX_SAVEPOINTS = 60
+"""Handler calls per transaction, each in a savepoint: a transaction with more than 64 subtransactions that
+wrote overflows every backend's cache of them (``PGPROC_MAX_CACHED_SUBXIDS``), and visibility checks elsewhere
+then read ``pg_subtrans`` until it ends."""
 
 
 class Disposition(StrEnum):
@@ -86,30 +85,40 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class _Undo(Exception):
-    """Raised inside the handler's savepoint to roll back its business change, carrying the outcome."""
-
-    def __init__(self, outcome: Failed) -> None:
-        super().__init__(outcome.error_type)
-        self.outcome = outcome
-
-
 def decode_command(participant: str, record: ConsumedRecord, message_id: str
                    ) -> tuple[ReceivedCommand, dict[str, Any]]:
     """Decode a StepCommand and its embedded saga input; raises on anything malformed, including ids no
     store can key on and texts Postgres cannot hold (they would fail every redelivery's transaction)."""
+    command = _step_command(participant, record, message_id)
+    input_type, saga_input = _saga_input(command)
+    return _received(command, record, message_id, input_type), saga_input
+
+
+def _step_command(participant: str, record: ConsumedRecord, message_id: str) -> StepCommand:
+    """The StepCommand of ``record`` with its ids checked, its input not yet read."""
     if record.value is None:
         raise WireError("empty value (tombstone) where a StepCommand was expected")
     command = wire.decode_command(record.value, participant=participant, message_id=message_id)
-    input_type, saga_input = default_registry().decode(command.input)
     problem = (("saga_id is empty" if not command.saga_id else None)
                or id_problem(command.saga_id, "saga_id")
                or id_problem(command.idempotency_key, "idempotency_key", MAX_MESSAGE_ID_BYTES))
-    field = (nul_field({f.name: getattr(command, f.name) for f in dataclasses.fields(command) if f.name != "input"})
-             or nul_field(saga_input))
+    field = nul_field({f.name: getattr(command, f.name) for f in dataclasses.fields(command) if f.name != "input"})
     if problem or field:
         raise WireError(problem or f"{field} contains a NUL character")
-    received = ReceivedCommand(
+    return command
+
+
+def _saga_input(command: StepCommand) -> tuple[str, dict[str, Any]]:
+    """The saga input a command carries: its record's full name and its fields."""
+    input_type, saga_input = default_registry().decode(command.input)
+    field = nul_field(saga_input)
+    if field:
+        raise WireError(f"{field} contains a NUL character")
+    return input_type, saga_input
+
+
+def _received(command: StepCommand, record: ConsumedRecord, message_id: str, input_type: str) -> ReceivedCommand:
+    return ReceivedCommand(
         saga_id=command.saga_id,
         saga_type=command.saga_type,
         step=command.step,
@@ -122,17 +131,22 @@ def decode_command(participant: str, record: ConsumedRecord, message_id: str
         traceparent=valid_traceparent(record.header(TRACEPARENT)),
         step_outputs=MappingProxyType(dict(command.step_outputs)),
     )
-    return received, saga_input
 
 
 @dataclass(frozen=True)
 class ParsedDelivery:
-    """A delivery checked before any transaction: the command to run, or (``command`` None) why not."""
+    """A delivery checked before any transaction: the command to run; or (``command`` None) why it can only be
+    dead-lettered; or (``command`` and ``reason``) why it is answered ``Unprocessable`` and dead-lettered: its
+    input record cannot be read here."""
 
     message_id: str
     command: ReceivedCommand | None = None
     saga_input: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+
+    @property
+    def runnable(self) -> bool:
+        return self.command is not None and not self.reason
 
 
 def parse_delivery(participant: Participant, record: ConsumedRecord) -> ParsedDelivery:
@@ -142,13 +156,20 @@ def parse_delivery(participant: Participant, record: ConsumedRecord) -> ParsedDe
         return ParsedDelivery(message_id, reason=record.unreadable)
     try:
         reason = id_problem(message_id, "message_id header", MAX_MESSAGE_ID_BYTES)
-        command, saga_input = decode_command(participant.name, record, message_id)
+        command = _step_command(participant.name, record, message_id)
     except Exception as exc:  # anything undecodable is a poison message: park it, never crash
         return ParsedDelivery(message_id, reason=f"undecodable StepCommand: {type(exc).__name__}: {exc}")
     reason = reason or _key_problem(record, command.saga_id)
     if reason:
         return ParsedDelivery(message_id, reason=reason)
-    return ParsedDelivery(message_id, command, saga_input)
+    try:
+        input_type, saga_input = _saga_input(command)
+    except Exception as exc:  # the command is readable, its input is not: answered, so the saga moves on
+        received = _received(command, record, message_id, input_type="")
+        return ParsedDelivery(message_id, received, reason=(
+            f"participant {participant.name} cannot read the command's input record ({type(exc).__name__}: "
+            f"{exc}); its schema must be in the worker's SAGA_SCHEMA_PATH"))
+    return ParsedDelivery(message_id, _received(command, record, message_id, input_type), saga_input)
 
 
 def park(participant: Participant, topics: Topics, parsed: ParsedDelivery, record: ConsumedRecord,
@@ -182,8 +203,9 @@ async def handle_commands(
     message (it is dead-lettered).
 
     The deliveries go in one transaction, except that a key given again (a redelivery next to its original)
-    starts another one after it: the second must see what the first did. Raises only when Postgres is
-    unreachable (the caller retries the whole batch, unacknowledged).
+    starts another one after it (the second must see what the first did), and so does the delivery after
+    ``MAX_SAVEPOINTS`` handler calls. Raises what the transaction raised: ``infra.failures`` says whether the
+    caller waits (the platform), retries at once (a conflict) or isolates a delivery (``infra.isolation``).
     """
     parsed = [parse_delivery(participant, record) for record in batch]
     dispositions: list[Disposition] = []
@@ -217,8 +239,8 @@ async def dead_letter_poisoned(pool: asyncpg.Pool, participant: Participant, top
                                     [reply, *rows], [shard] * (1 + len(rows)))
                 return Disposition.DEAD_LETTERED
     except Exception as failure:
-        if unavailable(failure):
-            raise
+        if classify(failure) is not Fault.RECORD:
+            raise  # the platform is away (wait), or a concurrent writer won (try again)
         # Recording the outcome fails too: the letter alone (the saga's timeout and retries take it on).
         log.error("could not record a failure for a dead-lettered command",
                   extra={"participant": participant.name, "saga_id": command.saga_id if command else None,
@@ -229,18 +251,19 @@ async def dead_letter_poisoned(pool: asyncpg.Pool, participant: Participant, top
 
 
 def _runs_of_distinct_keys(parsed: Sequence[ParsedDelivery]) -> list[tuple[int, int]]:
-    """(start, end) of consecutive deliveries in which no idempotency key is given twice, and no forward
-    command follows its own compensation (it must see the tombstone the compensation leaves)."""
+    """(start, end) of consecutive deliveries in which no idempotency key is given twice, no forward command
+    follows its own compensation (it must see the tombstone the compensation leaves), and at most
+    ``MAX_SAVEPOINTS`` commands are to run."""
     runs: list[tuple[int, int]] = []
-    start, keys = 0, set[str]()
+    start, keys, commands = 0, set[str](), 0
     for index, delivery in enumerate(parsed):
         command = delivery.command
-        key = command.idempotency_key if command is not None else None
-        if key is not None and key in keys:
+        if command is not None and (command.idempotency_key in keys or commands == MAX_SAVEPOINTS):
             runs.append((start, index))
-            start, keys = index, set[str]()
-        if command is not None and key is not None:
-            keys.add(key)
+            start, keys, commands = index, set[str](), 0
+        if command is not None:
+            keys.add(command.idempotency_key)
+            commands += 1
             if command.kind is CommandKind.COMPENSATE:
                 keys.add(forward_key(command.saga_id, command.step))  # a later forward of it starts a new run
     if start < len(parsed):
@@ -251,16 +274,8 @@ def _runs_of_distinct_keys(parsed: Sequence[ParsedDelivery]) -> list[tuple[int, 
 async def _handle_run(pool: asyncpg.Pool, participant: Participant, topics: Topics, clock: Callable[[], int],
                       batch: Sequence[ConsumedRecord], parsed: Sequence[ParsedDelivery]) -> list[Disposition]:
     """Deliveries with distinct keys, in one transaction."""
-    async with pool.acquire() as conn:
-        try:
-            async with conn.transaction():
-                done = await _handle(conn, participant, topics, clock, batch, parsed, careful=False)
-        except _Careful:
-            # A handler failed: its business change must go while the others' stay, which takes a
-            # savepoint per handler. The optimistic pass is rolled back (as a crash before the commit would
-            # have done); this pass runs every handler in its own savepoint.
-            async with conn.transaction():
-                done = await _handle(conn, participant, topics, clock, batch, parsed, careful=True)
+    async with pool.acquire() as conn, conn.transaction():
+        done = await _handle(conn, participant, topics, clock, batch, parsed)
     # Committed: the business changes and the reply rows exist, nothing is published or acknowledged yet.
     crash_point("participant.after_commit")
     for disposition, logged, answer, error_type in done:
@@ -269,21 +284,13 @@ async def _handle_run(pool: asyncpg.Pool, participant: Participant, topics: Topi
     return [disposition for disposition, *_ in done]
 
 
-T = TypeVar("T")
-
-
-class _Careful(Exception):
-    """A handler failed in the optimistic pass (no savepoints): the batch must be redone with them."""
-
-
 Done = tuple[Disposition, ReceivedCommand | None, RecordedReply | None, str | None]
 
 
 async def _handle(conn: asyncpg.Connection, participant: Participant, topics: Topics,
-                  clock: Callable[[], int], batch: Sequence[ConsumedRecord], parsed: Sequence[ParsedDelivery],
-                  careful: bool) -> list[Done]:
-    """Everything of the batch inside the open transaction; ``careful`` runs each handler in a savepoint,
-    else a failing handler raises ``_Careful``."""
+                  clock: Callable[[], int], batch: Sequence[ConsumedRecord], parsed: Sequence[ParsedDelivery]
+                  ) -> list[Done]:
+    """Everything of the batch inside the open transaction."""
     results_topic = topics.results(participant.name)
     replies: list[OutboxMessage] = []
     shards: list[int] = []  # of each reply: the partition its command came from (outbox.lease)
@@ -295,15 +302,17 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     transient: list[str] = []
     final: list[tuple[str, RecordedReply]] = []
     awaited: list[tuple[ReceivedCommand, int]] = []  # with the shard of the answer: the command's partition
-    calls = [(p.command, p.saga_input) for p in parsed
-             if p.command is not None and p.command.idempotency_key in claimed]
-    await ledger.withdraw(conn, participant, [command for command, _ in calls])
-    outcomes = await (_run_each_in_savepoint if careful else _run_bare)(conn, participant, calls)
+    fresh = [p for p in parsed if p.command is not None and p.command.idempotency_key in claimed]
+    await ledger.withdraw(conn, participant, [p.command for p in fresh if p.command is not None])
+    outcomes = await _run_handlers(conn, participant, [(p.command, p.saga_input) for p in fresh
+                                                       if p.command is not None and p.runnable])
     for item, check in zip(batch, parsed, strict=True):
         command = check.command
-        if command is None:
+        if command is None or (check.reason and command.idempotency_key in claimed):
+            # Unreadable: dead-lettered, and (when its key is readable, the first time) answered Unprocessable.
             replies.append(park(participant, topics, check, item, clock()))
             shards.append(item.partition)
+        if command is None:
             done.append((Disposition.DEAD_LETTERED, None, None, None))
         elif command.idempotency_key not in claimed:
             reply = recorded[command.idempotency_key]
@@ -316,8 +325,9 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
             done.append((Disposition.FENCED if reply.fenced else Disposition.DUPLICATE, command, reply,
                          reply.error_type))
         else:
-            outcome = outcomes[command.idempotency_key]
-            done.append(_settled(outcome, command, item.partition, transient, final, awaited))
+            outcome = outcomes.get(command.idempotency_key) or Failed(UNPROCESSABLE, check.reason)
+            settled = _settled(outcome, command, item.partition, transient, final, awaited)
+            done.append((Disposition.DEAD_LETTERED, *settled[1:]) if check.reason else settled)
             if not isinstance(outcome, Deferred):
                 replies.append(outcome_message(command, results_topic, outcome, clock()))
                 shards.append(item.partition)
@@ -340,81 +350,93 @@ def _settled(outcome: Outcome, command: ReceivedCommand, shard: int, transient: 
     return Disposition.RECORDED, command, recorded, outcome.error_type if isinstance(outcome, Failed) else None
 
 
-async def _run_each_in_savepoint(conn: asyncpg.Connection, participant: Participant,
-                                 calls: Sequence[Call]) -> dict[str, Outcome]:
-    """Each handler in its own savepoint, in order: a failed one leaves no trace, the others stay."""
-    return {command.idempotency_key: await _run_in_savepoint(conn, participant, command, saga_input)
-            for command, saga_input in calls}
+class _Savepoints:
+    """The savepoint of each handler call in a transaction: setting one releases the one before in the same
+    round trip; undoing rolls back to the latest, which stays set."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+        self._set = False
+
+    async def set(self) -> None:
+        await self._conn.execute("RELEASE SAVEPOINT handler; SAVEPOINT handler" if self._set else "SAVEPOINT handler")
+        self._set = True
+
+    async def undo(self) -> None:
+        await self._conn.execute("ROLLBACK TO SAVEPOINT handler")
 
 
-async def _run_bare(conn: asyncpg.Connection, participant: Participant, calls: Sequence[Call]) -> dict[str, Outcome]:
-    """Run the handlers without savepoints (two round trips fewer per command), consecutive commands of one
-    action through its batch handler when it has one; any failure raises ``_Careful``."""
+async def _run_handlers(conn: asyncpg.Connection, participant: Participant, calls: Sequence[Call]
+                        ) -> dict[str, Outcome]:
+    """Run each call's handler once, in order, each in its own savepoint (a failed one leaves no trace, the
+    others stay); consecutive calls of one action go to its batch handler, when it has one, in one savepoint."""
+    savepoints = _Savepoints(conn)
     outcomes: dict[str, Outcome] = {}
     for action, group in groupby(calls, key=lambda call: call[0].action):
         run = list(group)
         many = participant.batch_handlers.get(action)
+        results = None
         if many is not None and len(run) > 1 and all(participant.reads(command) for command, _ in run):
-            results = [within_limits(result) for result in await _guarded(many(conn, run))]
-            if len(results) != len(run):
-                raise _Careful(f"batch handler {action} returned {len(results)} outcomes for {len(run)} commands")
-        else:
-            results = [await _run_one_bare(conn, participant, command, saga_input) for command, saga_input in run]
+            results = await _run_batch(conn, savepoints, participant, many, run)
+        if results is None:
+            results = [await _run_one(conn, savepoints, participant, command, saga_input)
+                       for command, saga_input in run]
         for (command, _), outcome in zip(run, results, strict=True):
-            if isinstance(outcome, Failed):
-                raise _Careful(outcome.error_type)
             outcomes[command.idempotency_key] = outcome
     return outcomes
 
 
-async def _run_one_bare(conn: asyncpg.Connection, participant: Participant, command: ReceivedCommand,
-                        saga_input: Mapping[str, Any]) -> Outcome:
-    # participant.handler: the single handler, or the batch handler given a batch of one.
-    handler = participant.handler(command.action)
-    if handler is None or not participant.reads(command):
-        return await _run_in_savepoint(conn, participant, command, saga_input)  # refused before any change
-    return within_limits(await _guarded(handler(conn, command, saga_input)))
-
-
-async def _guarded(pending: Awaitable[T]) -> T:
-    """Await a handler: a lost database propagates (the batch is retried), any other error means the batch
-    is redone carefully."""
+async def _run_batch(conn: asyncpg.Connection, savepoints: _Savepoints, participant: Participant,
+                     many: BatchHandler, run: Sequence[Call]) -> list[Outcome] | None:
+    """A batch handler's outcomes for ``run``, or None when it must be run a call at a time (it raised, gave
+    the wrong number of outcomes, or an output is over its limit): its changes are then rolled back."""
+    await savepoints.set()
+    problem = None
     try:
-        return await pending
-    except _DATABASE_GONE:
-        raise
+        given = list(await many(conn, run))
     except Exception as exc:
-        raise _Careful(repr(exc)) from exc
+        if classify(exc) is not Fault.RECORD:
+            raise
+        given, problem = [], f"raised {type(exc).__name__}: {exc}"
+    results = [within_limits(outcome) for outcome in given]
+    if problem is None and len(results) != len(run):
+        problem = f"returned {len(results)} outcomes for {len(run)} commands"
+    if problem is None and any(limited is not outcome and isinstance(limited, Failed)
+                               for outcome, limited in zip(given, results, strict=True)):
+        problem = "gave an output over its limit"
+    if problem is None:
+        return results
+    await savepoints.undo()
+    log.warning("batch handler failed, running its commands one at a time",
+                extra={"participant": participant.name, "action": run[0][0].action, "commands": len(run),
+                       "saga_ids": [command.saga_id for command, _ in run][:20], "error": problem})
+    return None
 
 
-async def _run_in_savepoint(
-    conn: asyncpg.Connection,
-    participant: Participant,
-    command: ReceivedCommand,
-    saga_input: Mapping[str, Any],
-) -> Outcome:
-    """Run the handler in a savepoint; any failure rolls its business change back."""
+async def _run_one(conn: asyncpg.Connection, savepoints: _Savepoints, participant: Participant,
+                   command: ReceivedCommand, saga_input: Mapping[str, Any]) -> Outcome:
+    """Run one handler in its savepoint; a failure rolls its business change back."""
     handler = participant.handler(command.action)
     if handler is None:
         return Failed("UnknownAction", f"{participant.name} has no action {command.action!r}")
     if not participant.reads(command):
         return Failed("UnsupportedInput", f"{participant.name} cannot read input {command.input_type}")
+    await savepoints.set()
     try:
-        async with conn.transaction():
-            outcome = within_limits(await handler(conn, command, saga_input))
-            if isinstance(outcome, Failed):
-                raise _Undo(outcome)  # a failed step must leave no business trace
-        return outcome
-    except _Undo as undo:
-        return undo.outcome
-    except _DATABASE_GONE:
-        raise  # the database is gone: the delivery is retried, unacknowledged
-    except Exception as exc:  # a handler bug or a data conflict: transient, so a retry gets a fresh chance
+        outcome = within_limits(await handler(conn, command, saga_input))
+    except Exception as exc:
+        if classify(exc) is not Fault.RECORD:
+            raise  # the platform is away, or a concurrent writer won: the batch is tried again, unacknowledged
+        # A handler bug or a data problem of this command: the step's failure, retryable, so a later attempt
+        # (the saga's retry policy, with its backoff) gets a fresh chance.
         log.exception(
             "handler raised", extra={"participant": participant.name, "saga_id": command.saga_id,
                                      "action": command.action, "idempotency_key": command.idempotency_key},
         )
-        return Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
+        outcome = Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
+    if isinstance(outcome, Failed):
+        await savepoints.undo()  # a failed step must leave no business trace
+    return outcome
 
 
 def within_limits(outcome: Outcome) -> Outcome:

@@ -22,8 +22,9 @@ class Participant:
     ``handlers`` run one command each. ``batch_handlers`` run many commands of one action at once (e.g.
     one multi-row INSERT instead of one per command): the worker's batches hand them consecutive commands
     of their action, and a command on its own is handed over as a batch of one. A batch handler returns one
-    outcome per call, in order, and must have the effect of its calls run one after another. An action has
-    a handler, a batch handler, or both (then the batch handler serves batches of two or more).
+    outcome per call, in order, and must have the effect of its calls run one after another; a call it answers
+    ``Failed`` must have changed nothing (the kit rolls a batch call back only as a whole, when it raises). An
+    action has a handler, a batch handler, or both (then the batch handler serves batches of two or more).
 
     ``business_ddl`` holds idempotent statements (CREATE ... IF NOT EXISTS) run at start;
     ``input_types`` lists the saga input records the handlers understand (empty = any).

@@ -155,6 +155,12 @@ async def claim(uow: UnitOfWork, *message_ids: str, consumer: str = "orchestrato
     return {message_id for _, message_id in claimed}
 
 
+async def claim_due(h: Harness, uow: UnitOfWork, now_ms: int, limit: int,
+                    partitions: set[int] | None = None) -> list[TimerRow]:
+    """What the scheduler does: read the due timers, then claim them in the unit of work."""
+    return await uow.claim_timers(await h.store.due_timers(now_ms, limit, partitions))
+
+
 # --- events ---------------------------------------------------------------------------------------------
 
 
@@ -261,14 +267,14 @@ async def test_rollback_discards_every_write(h: Harness) -> None:
         async with h.store.begin() as uow:
             assert await claim(uow, "m-1") == {"m-1"}
             await uow.write(Writes(events=[ev(sid, 1)], outbox=[msg(sid, 1)], timers=[timer(sid, "new", T0)]))
-            assert len(await uow.claim_due(T0, 10)) == 2
+            assert len(await claim_due(h, uow, T0, 10)) == 1  # the committed one: a new one is not due yet
             await uow.write(Writes(summaries=[summary(sid, "RUNNING", T0, 1)]))
             raise RuntimeError("handler failed")
     assert await h.store.load_events(sid) == []
     assert await h.outbox() == []
     assert await h.store.get_summary(sid) is None
     async with h.store.begin() as uow:
-        assert [t.step for t in await uow.claim_due(T0, 10)] == ["committed"]
+        assert [t.step for t in await claim_due(h, uow, T0, 10)] == ["committed"]
         assert await claim(uow, "m-1") == {"m-1"}
 
 
@@ -314,7 +320,7 @@ async def test_write_applies_every_part_in_one_call(h: Harness) -> None:
     assert [e.seq for e in await h.store.load_events(a)] == [1, 2]
     assert [m.message_id for m in await h.outbox()] == [f"{b}:event:3", f"{a}:event:1", f"{a}:event:2"]
     async with h.store.begin() as uow:
-        assert [(t.saga_id, t.step, t.due_at_ms) for t in await uow.claim_due(T0 + 10, 10)] == [
+        assert [(t.saga_id, t.step, t.due_at_ms) for t in await claim_due(h, uow, T0 + 10, 10)] == [
             (b, "kept", T0 + 1), (a, "new", T0 + 3)]
     stored_b = await h.store.get_summary(b)
     assert stored_b is not None and (stored_b.status, stored_b.last_seq) == ("RUNNING", 7)
@@ -323,19 +329,32 @@ async def test_write_applies_every_part_in_one_call(h: Harness) -> None:
 # --- timers ---------------------------------------------------------------------------------------------
 
 
-async def test_claim_due_returns_due_timers_earliest_first_and_removes_them(h: Harness) -> None:
+async def test_due_timers_come_earliest_first_and_a_claim_removes_them(h: Harness) -> None:
     a, b = saga_id(), saga_id()
     async with h.store.begin() as uow:
         await uow.write(Writes(timers=[timer(a, "s2", T0 + 200), timer(b, "s1", T0 + 100),
                                        timer(a, "late", T0 + 10_000)]))
     async with h.store.begin() as uow:
-        assert await uow.claim_due(T0 + 50, 10) == []
-        claimed = await uow.claim_due(T0 + 500, 1)
+        assert await claim_due(h, uow, T0 + 50, 10) == []
+        claimed = await claim_due(h, uow, T0 + 500, 1)
         assert claimed == [timer(b, "s1", T0 + 100)]
-        assert await uow.claim_due(T0 + 500, 10) == [timer(a, "s2", T0 + 200)]
+        assert await claim_due(h, uow, T0 + 500, 10) == [timer(a, "s2", T0 + 200)]
     async with h.store.begin() as uow:
-        assert await uow.claim_due(T0 + 500, 10) == []
-        assert await uow.claim_due(T0 + 10_000, 10) == [timer(a, "late", T0 + 10_000)]
+        assert await claim_due(h, uow, T0 + 500, 10) == []
+        assert await claim_due(h, uow, T0 + 10_000, 10) == [timer(a, "late", T0 + 10_000)]
+
+
+async def test_a_timer_changed_since_it_was_read_is_not_claimed_as_it_was(h: Harness) -> None:
+    sid = saga_id()
+    async with h.store.begin() as uow:
+        await uow.write(Writes(timers=[timer(sid, "s1", T0), timer(sid, "s2", T0)]))
+    read = await h.store.due_timers(T0 + 10, 10)
+    async with h.store.begin() as uow:  # re-armed and cancelled meanwhile, by the saga's own decisions
+        await uow.write(Writes(deleted_timers=[(sid, timer(sid, "s2", 0).timer_id)], timers=[timer(sid, "s1", T0 + 5)]))
+    async with h.store.begin() as uow:
+        assert await uow.claim_timers(read) == []
+    async with h.store.begin() as uow:
+        assert await claim_due(h, uow, T0 + 10, 10) == [timer(sid, "s1", T0 + 5)]
 
 
 def _saga_on(partition: int) -> str:
@@ -353,10 +372,10 @@ async def test_an_instance_claims_the_timers_of_its_partitions_only(h: Harness) 
     assert await h.store.next_due_ms() == T0 + 100
     assert await h.store.next_due_ms({3}) is None
     async with h.store.begin() as uow:
-        assert await uow.claim_due(T0 + 500, 10, {0, 1}) == [timer(mine, "s1", T0 + 200)]
-        assert await uow.claim_due(T0 + 500, 10, {3}) == []
+        assert await claim_due(h, uow, T0 + 500, 10, {0, 1}) == [timer(mine, "s1", T0 + 200)]
+        assert await claim_due(h, uow, T0 + 500, 10, {3}) == []
     async with h.store.begin() as uow:
-        assert await uow.claim_due(T0 + 500, 10, {2}) == [timer(theirs, "s1", T0 + 100)]
+        assert await claim_due(h, uow, T0 + 500, 10, {2}) == [timer(theirs, "s1", T0 + 100)]
 
 
 async def test_timers_upsert_and_deletes_cancel_only_the_given_ones(h: Harness) -> None:
@@ -370,8 +389,8 @@ async def test_timers_upsert_and_deletes_cancel_only_the_given_ones(h: Harness) 
             deleted_timers=[(sid, timer(sid, "s2", 0).timer_id), (sid, "no-such-timer"), (other, "missing")],
             timers=[timer(sid, "s1", T0 + 300), moved]))  # the last duplicate wins
     async with h.store.begin() as uow:
-        assert await uow.claim_due(T0 + 800, 10) == [timer(other, "s2", T0 + 100)]
-        assert await uow.claim_due(T0 + 900, 10) == [moved]
+        assert await claim_due(h, uow, T0 + 800, 10) == [timer(other, "s2", T0 + 100)]
+        assert await claim_due(h, uow, T0 + 900, 10) == [moved]
 
 
 async def test_a_claimed_timer_is_invisible_to_other_units_of_work_until_rollback(h: Harness) -> None:
@@ -380,12 +399,12 @@ async def test_a_claimed_timer_is_invisible_to_other_units_of_work_until_rollbac
         await uow.write(Writes(timers=[timer(sid, "s1", T0), timer(sid, "s2", T0 + 1)]))
     with pytest.raises(RuntimeError):
         async with h.store.begin() as first:
-            assert [t.step for t in await first.claim_due(T0 + 10, 1)] == ["s1"]
+            assert [t.step for t in await claim_due(h, first, T0 + 10, 1)] == ["s1"]
             async with h.store.begin() as second:  # another scheduler instance, concurrently
-                assert [t.step for t in await second.claim_due(T0 + 10, 10)] == ["s2"]
+                assert [t.step for t in await claim_due(h, second, T0 + 10, 10)] == ["s2"]
             raise RuntimeError("first instance crashed while handling s1")
     async with h.store.begin() as uow:
-        assert [t.step for t in await uow.claim_due(T0 + 10, 10)] == ["s1"]
+        assert [t.step for t in await claim_due(h, uow, T0 + 10, 10)] == ["s1"]
 
 
 async def test_deleting_timers_leaves_alone_one_another_unit_of_work_is_firing(h: Harness) -> None:
@@ -394,13 +413,13 @@ async def test_deleting_timers_leaves_alone_one_another_unit_of_work_is_firing(h
         await uow.write(Writes(timers=[timer(a, "firing", T0), timer(a, "idle", T0 + 60_000)]))
     with pytest.raises(RuntimeError):
         async with h.store.begin() as firing:
-            assert [t.step for t in await firing.claim_due(T0, 10)] == ["firing"]
+            assert [t.step for t in await claim_due(h, firing, T0, 10)] == ["firing"]
             async with h.store.begin() as uow:  # must not wait for the firing unit of work
                 await asyncio.wait_for(uow.write(Writes(deleted_timers=[
                     (a, "STEP_TIMEOUT:firing:1"), (a, "STEP_TIMEOUT:idle:1")])), timeout=5)
             raise RuntimeError("the firing unit of work rolls back: its timer is due again")
     async with h.store.begin() as uow:
-        assert [t.step for t in await uow.claim_due(T0 + 120_000, 10)] == ["firing"]
+        assert [t.step for t in await claim_due(h, uow, T0 + 120_000, 10)] == ["firing"]
 
 
 # --- summaries and reads --------------------------------------------------------------------------------
@@ -482,7 +501,7 @@ async def test_ended_sagas_are_claimed_oldest_first_once_and_their_events_delete
             b: [e for e in await h.store.load_events(b) if e.seq > 1]}
     assert [e.seq for e in await h.store.load_events(a)] == [3]
     async with h.store.begin() as uow:
-        assert [t.saga_id for t in await uow.claim_due(T0, 10)] == [c]  # a's timers went with its events
+        assert [t.saga_id for t in await claim_due(h, uow, T0, 10)] == [c]  # a's timers went with its events
 
 
 async def test_a_purge_works_through_the_port_on_every_store(h: Harness) -> None:

@@ -9,6 +9,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
+import asyncpg
+import pytest
+
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
 from saga_orchestrator.orchestrator.inbound import CLIENT_IDS, Envelope, RecordParser
@@ -216,3 +219,55 @@ def test_the_door_refuses_texts_over_their_limit() -> None:
     assert isinstance(parsed.message, RejectedRecord)
     assert parsed.message.reason == (f"reason of {MAX_TEXT_CHARS + 1} characters is longer than the "
                                      f"{MAX_TEXT_CHARS} allowed")
+
+
+async def test_a_timer_that_fails_every_time_quarantines_its_saga_and_the_other_timers_fire() -> None:
+    store = FailsForOneSaga("bad")
+    world = World(store)
+    store.clock_ms = lambda: world.now[0]
+    await world.service.handle_many([world.start("good"), world.start("bad"), world.start("fine")])
+    world.store.drain_outbox()  # the commands are never answered: their timeouts come due
+    store.armed = True
+    world.now[0] += 60_000
+    fired = await world.service.fire_due_timers(100)
+    assert fired == 6  # the flight's and the hotel's timeout of each saga
+    # The batch once, the saga alone once, the first of its timers alone POISON_ATTEMPTS (3) times; its second
+    # timer then meets a quarantined saga and changes nothing.
+    assert store.failures == 1 + 1 + 3
+    assert world.status("bad") == "QUARANTINED" and "check constraint violated by bad" in (
+        world.store.summaries["bad"].reason or "")
+    for saga in ("good", "fine"):
+        assert world.event_types(saga).count("StepTimedOut") == 2 and world.status(saga) == "RUNNING"
+
+
+class AwayForAWhile(MemoryStore):
+    """A store whose commits fail as Postgres's do while its disk is full, ``outage`` times."""
+
+    def __init__(self, outage: int) -> None:
+        super().__init__(clock_ms=lambda: 1_000)
+        self.outage = outage
+        self.tries = 0
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[MemoryUnitOfWork]:
+        async with super().begin() as uow:
+            yield uow
+            self.tries += 1
+            if self.outage:
+                self.outage -= 1
+                raise asyncpg.DiskFullError("could not extend file \"base/16384/16500\": No space left on device")
+
+
+async def test_a_platform_fault_reaches_the_caller_and_spends_no_poison_attempt() -> None:
+    store = AwayForAWhile(outage=0)
+    world = World(store)
+    await world.service.handle_many([world.start("s-1"), world.start("s-2")])
+    store.outage, store.tries = 5, 0
+    answers = world.answers()
+    for _ in range(5):  # what the consumer does: wait, then hand the same messages over again
+        with pytest.raises(asyncpg.DiskFullError):
+            await world.service.handle_many(answers)
+    assert store.tries == 5  # one unit each time: the batch, never a rung below it
+    await world.run_to_rest(answers)
+    assert world.status("s-1") == world.status("s-2") == "COMPLETED"
+    assert world.letters == []

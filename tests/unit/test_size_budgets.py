@@ -8,7 +8,7 @@ import pytest
 
 from saga_orchestrator.orchestrator.domain.builder import output_problem
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
-from saga_orchestrator.orchestrator.service import StateCache, state_bytes
+from saga_orchestrator.orchestrator.state_cache import StateCache, state_bytes
 from saga_orchestrator.participants.kit.handling import within_limits
 from saga_orchestrator.participants.kit.outcome import Failed, Succeeded
 from saga_orchestrator.participants.trip.definition import TRIP
