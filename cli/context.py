@@ -26,7 +26,7 @@ errors = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Stop the command with ``message`` (what is wrong and what to do) and a non-zero exit code."""
-    errors.print(f"[bold red]error:[/] {message}")
+    errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)  # one line, however narrow the terminal
     raise typer.Exit(code)
 
 

@@ -14,14 +14,10 @@ from typing import Annotated, Any
 import typer
 
 from ..infra.heap import settle_service_heap
-from ..infra.kafka_admin import RetentionTooShort, TopicsMissing
-from ..infra.kafka_clients import KafkaSetupError
 from ..infra.logging import configure_logging
+from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
 from .context import console, fail, settings
-
-# Start-up refusals about Kafka that no retry changes: each names the setting to fix, and the service exits.
-_REFUSED_KAFKA = (RetentionTooShort, TopicsMissing, KafkaSetupError)
 
 Services = Mapping[str, subprocess.Popen[bytes]]  # started services by label
 
@@ -53,11 +49,10 @@ def orchestrator(with_relay: bool = typer.Option(
         False, "--with-relay", help="Also relay the outbox, woken by each commit (as saga run all does).")) -> None:
     """Consume saga.start, saga.control and the results topics; fire durable timers."""
     from ..orchestrator.bootstrap import run_orchestrator
-    from ..orchestrator.store.postgres import DeploymentMismatch
 
     try:
         _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay))
-    except (DeploymentMismatch, *_REFUSED_KAFKA) as refused:
+    except Misconfigured as refused:
         fail(str(refused))
 
 
@@ -68,7 +63,7 @@ def relay() -> None:
 
     try:
         _serve(run_relay)
-    except _REFUSED_KAFKA as refused:
+    except Misconfigured as refused:
         fail(str(refused))
 
 
@@ -86,7 +81,7 @@ def participant(names: Annotated[list[str], typer.Argument(
     settle_service_heap()
     try:
         run_participant(names, settings())
-    except _REFUSED_KAFKA as refused:
+    except Misconfigured as refused:
         fail(str(refused))
 
 

@@ -19,7 +19,9 @@ from typing import Any, Protocol, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from ..infra.inputs import refuse_unknown_records
 from ..infra.kafka_clients import KafkaClients, KafkaSecurity, KafkaSetupError
+from ..infra.misconfigured import Misconfigured
 from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..schemas import wire
@@ -102,11 +104,18 @@ class SagaClient:
         security settings, SAGA_TOPIC_PREFIX, and SAGA_DEFINITIONS for the saga types and their input
         records)."""
         current = settings or Settings()
-        found = load_references(current.saga_definitions)
+        try:
+            found = load_references(current.saga_definitions)
+        except ValueError as error:
+            raise Misconfigured(f"SAGA_DEFINITIONS={current.saga_definitions!r}: {error}") from None
         for reference, definition in found.items():
             if not all(hasattr(definition, name) for name in ("saga_type", "version", "input_schema")):
-                raise ValueError(f"{reference} is not a saga definition (it has no saga_type, version and "
-                                 "input_schema)")
+                raise Misconfigured(f"SAGA_DEFINITIONS: {reference} is not a saga definition (it has no saga_type, "
+                                    "version and input_schema)")
+        if schemas is None:
+            refuse_unknown_records(((f"saga type {definition.saga_type}", definition.input_schema)
+                                    for definition in cast(list[SagaType], list(found.values()))),
+                                   current.saga_schema_path)
         return cls(current.kafka_servers(), input_records(cast(list[SagaType], list(found.values()))),
                    topic_prefix=current.saga_topic_prefix, schemas=schemas, security=current.kafka().security)
 

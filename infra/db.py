@@ -12,6 +12,7 @@ from pathlib import Path
 import asyncpg
 
 from .failures import Fault, classify
+from .misconfigured import Misconfigured
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ async def apply_migrations(conn_or_pool: asyncpg.Connection | asyncpg.Pool, dire
     return await _migrate(conn_or_pool, directory, check_table(table), adopt_from)
 
 
-class MigrationsPending(RuntimeError):
+class MigrationsPending(Misconfigured):
     """The schema is behind and the connected role may not run DDL: the migration role has to."""
 
 

@@ -15,6 +15,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
 
 from .kafka_clients import KafkaClients
+from .misconfigured import Misconfigured
 
 _NO_ERROR = 0
 
@@ -33,7 +34,7 @@ class TopicLayout:
         return {} if self.min_insync_replicas is None else {"min.insync.replicas": str(self.min_insync_replicas)}
 
 
-class TopicsMissing(RuntimeError):
+class TopicsMissing(Misconfigured):
     """SAGA_CREATE_TOPICS is off and topics the service needs do not exist (or have too few partitions)."""
 
 
@@ -185,7 +186,7 @@ async def topic_retention_ms(kafka: KafkaClients, names: list[str], seconds: flo
     return found
 
 
-class RetentionTooShort(RuntimeError):
+class RetentionTooShort(Misconfigured):
     """A service would keep its idempotency records shorter than a topic it reads keeps its records."""
 
 

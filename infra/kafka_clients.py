@@ -37,6 +37,7 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
+from .misconfigured import Misconfigured
 from .references import load_reference
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -48,7 +49,7 @@ _REFUSED_SASL: tuple[type[BaseException], ...] = (
 )
 
 
-class KafkaSetupError(RuntimeError):
+class KafkaSetupError(Misconfigured):
     """The Kafka settings are wrong (no retry changes them): the message names the setting to fix."""
 
 

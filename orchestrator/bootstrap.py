@@ -17,7 +17,9 @@ from ..infra.chores import Chore
 from ..infra.db import create_pool
 from ..infra.health import ServiceHealth
 from ..infra.health_server import health_running
+from ..infra.inputs import refuse_unknown_records
 from ..infra.kafka_admin import check_retention, ensure_topics
+from ..infra.misconfigured import Misconfigured
 from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..infra.startup import StartupStopped, retry_startup
@@ -26,6 +28,7 @@ from ..schemas.registry import default_registry
 from ..schemas.topics import Topics
 from .consumer import OrchestratorConsumer
 from .domain.definition import DefinitionRegistry, SagaDefinition
+from .domain.errors import DomainError
 from .housekeeping import inbox_pruner, retention_policy
 from .inbound import RecordParser
 from .observe import SagaMetrics
@@ -77,13 +80,28 @@ def clock_ms() -> int:
 
 
 def definitions(settings: Settings | None = None) -> DefinitionRegistry:
-    """The saga definitions named by SAGA_DEFINITIONS."""
+    """The saga definitions named by SAGA_DEFINITIONS; Misconfigured names what is wrong with it."""
     current = settings or Settings()
     registry = DefinitionRegistry()
-    for reference, definition in load_references(current.saga_definitions).items():
-        if not isinstance(definition, SagaDefinition):
-            raise ValueError(f"{reference} is not a SagaDefinition")
-        registry.register(definition)
+    try:
+        for reference, definition in load_references(current.saga_definitions).items():
+            if not isinstance(definition, SagaDefinition):
+                raise ValueError(f"{reference} is not a SagaDefinition")
+            registry.register(definition)
+    except Misconfigured:
+        raise
+    except (ValueError, DomainError) as error:
+        raise Misconfigured(f"SAGA_DEFINITIONS={current.saga_definitions!r}: {error}") from None
+    return registry
+
+
+def checked_definitions(settings: Settings) -> DefinitionRegistry:
+    """``definitions``, each of whose input records is in SAGA_SCHEMA_PATH (else Misconfigured): the orchestrator
+    would refuse every start of a type it cannot read."""
+    registry = definitions(settings)
+    needs = [(f"saga type {saga_type} (version {version})", registry.get(saga_type, version).input_schema)
+             for saga_type in registry.types() for version in registry.versions(saga_type)]
+    refuse_unknown_records(needs, settings.saga_schema_path)
     return registry
 
 
@@ -99,8 +117,8 @@ def participants_of(registry: DefinitionRegistry) -> tuple[str, ...]:
 
 
 async def prepare(settings: Settings) -> tuple[DefinitionRegistry, Topics, tuple[str, ...]]:
-    """Load definitions and create the topics they need (idempotent)."""
-    registry = definitions(settings)
+    """Load definitions (checked: ``checked_definitions``) and create the topics they need (idempotent)."""
+    registry = checked_definitions(settings)
     topics = Topics(settings.saga_topic_prefix)
     participants = participants_of(registry)
     kafka = settings.kafka()

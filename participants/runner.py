@@ -25,6 +25,7 @@ from ..infra import kafka_records
 from ..infra.db import create_pool
 from ..infra.health import configure as configure_health
 from ..infra.health_server import run_health
+from ..infra.inputs import refuse_unknown_records
 from ..infra.kafka_admin import check_retention, ensure_topics
 from ..infra.kafka_faust import faust_app
 from ..infra.logging import configure_logging
@@ -64,6 +65,14 @@ def hosted_participants(names: Sequence[str]) -> list[Participant]:
     if len({participant.name for participant in participants}) != len(participants):
         raise ValueError(f"name each participant once: {' '.join(names)}")
     return participants
+
+
+def check_inputs(participants: Sequence[Participant], settings: Settings) -> None:
+    """Misconfigured when an input record a participant reads (``Participant.input_types``) is in no schema
+    folder of SAGA_SCHEMA_PATH: the worker would have to answer every such command ``Unprocessable``."""
+    needs = [(f"participant {participant.name}", record)
+             for participant in participants for record in sorted(participant.input_types)]
+    refuse_unknown_records(needs, settings.saga_schema_path)
 
 
 def participant_topics(name: str, settings: Settings) -> list[str]:
@@ -228,6 +237,7 @@ def run_participant(names: Sequence[str], settings: Settings | None = None) -> N
     SIGINT/SIGTERM (blocking)."""
     settings = settings or Settings()
     configure_logging(settings.saga_log_level)
+    check_inputs(hosted_participants(names), settings)
     # uvloop for the worker (and faust's consumer thread): asyncio's own bookkeeping is otherwise the
     # largest single cost of a participant.
     mode.loop.use("uvloop")

@@ -248,10 +248,13 @@ def schema_folders(path: str) -> list[Path]:
     for entry in (part.strip() for part in path.split(os.pathsep)):
         if not entry:
             continue
-        if Path(entry).is_dir() or not _PACKAGE_NAME.fullmatch(entry):
+        if Path(entry).is_dir():
             folders.append(Path(entry))
             continue
-        spec = importlib.util.find_spec(entry)
+        try:
+            spec = importlib.util.find_spec(entry) if _PACKAGE_NAME.fullmatch(entry) else None
+        except ImportError:  # a parent package that does not exist
+            spec = None
         if spec is None or not spec.submodule_search_locations:
             raise ValueError(f"{SCHEMA_PATH_ENV} names {entry!r}, which is neither a folder nor a package")
         folders.append(Path(next(iter(spec.submodule_search_locations))))
@@ -261,11 +264,17 @@ def schema_folders(path: str) -> list[Path]:
 _PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-@functools.cache
 def default_registry() -> SchemaRegistry:
     """The registry of the installed schemas folder plus the folders SAGA_SCHEMA_PATH names (a saga type's
     input records go in their ``inputs/`` subfolder), loaded once and shared."""
-    extra = schema_folders(os.environ.get(SCHEMA_PATH_ENV, DEFAULT_SCHEMA_PATH))
+    return registry_for(os.environ.get(SCHEMA_PATH_ENV, DEFAULT_SCHEMA_PATH))
+
+
+@functools.cache
+def registry_for(schema_path: str) -> SchemaRegistry:
+    """The registry of the installed schemas folder plus the folders ``schema_path`` names (a SAGA_SCHEMA_PATH
+    value), loaded once per value and shared."""
+    extra = schema_folders(schema_path)
     base = SchemaRegistry.from_directory()
     if not extra:
         return base

@@ -16,6 +16,7 @@ import asyncpg
 
 from ...infra.chores import DELETE_BATCH, delete_older_sql, delete_older_than
 from ...infra.db import apply_migrations, check_identifier, datetime_to_ms, ms_to_datetime
+from ...infra.misconfigured import Misconfigured
 from ...outbox.table import insert_params, insert_sql
 from ...schemas.partitioning import partition_for
 from ..ports import ConcurrencyConflict, InboxKey, SagaSummaryRow, StoredEvent, TimerRow, Writes
@@ -32,7 +33,7 @@ async def migrate(conn_or_pool: asyncpg.Connection | asyncpg.Pool) -> list[str]:
     return await apply_migrations(conn_or_pool, MIGRATIONS, MIGRATIONS_TABLE, adopt_from=LEGACY_MIGRATIONS_TABLE)
 
 
-class DeploymentMismatch(RuntimeError):
+class DeploymentMismatch(Misconfigured):
     """The database belongs to a deployment with another topic prefix."""
 
 

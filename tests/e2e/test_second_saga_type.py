@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,10 +15,11 @@ import pytest
 
 from saga_orchestrator.cli.demo_cmd import DEMO_TIMEOUT_S
 from saga_orchestrator.cli.dlq_cmd import read_parked
+from saga_orchestrator.cli.run_cmd import service_environment
 from saga_orchestrator.client import SagaClient, SagaInputError, StartRefused
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.schemas import wire
-from saga_orchestrator.schemas.event_types import StepSucceeded
+from saga_orchestrator.schemas.event_types import StepFailed, StepSucceeded
 from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.registry import DEFAULT_SCHEMA_PATH, SchemaRegistry, load_tree
 from saga_orchestrator.schemas.topics import Topics
@@ -204,3 +207,90 @@ async def test_a_start_rejected_before_its_type_was_deployed_runs_when_its_dead_
     assert not lagging, f"the orchestrator did not read the second replay: {lagging}"
     assert await _event_types(settings, saga_id) == history
     assert history[:2] == ["SagaRejected", "SagaStarted"]
+
+
+# -- a deployment whose settings cannot work: refused at start with the setting named, or answered ---------------
+
+def _service(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``saga ARGS`` as a service or a command runs it, with ``settings`` and ``env`` changed; waits for its exit."""
+    return subprocess.run([sys.executable, "-P", "-m", "saga_orchestrator.cli", *args], capture_output=True,
+                          text=True, timeout=120, env={**service_environment(settings), **env})
+
+
+def _refused(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line a refusal printed (exit code 2, no traceback)."""
+    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
+    return lines[0]
+
+
+def test_an_orchestrator_that_cannot_read_an_input_record_refuses_to_start(checkout_settings: Settings) -> None:
+    line = _refused(_service(checkout_settings, "run", "orchestrator", SAGA_SCHEMA_PATH=DEFAULT_SCHEMA_PATH))
+    assert f"saga type checkout (version 1) reads {CHECKOUT_REQUEST}" in line
+    assert f"SAGA_SCHEMA_PATH='{DEFAULT_SCHEMA_PATH}'" in line
+
+
+def test_a_participant_that_cannot_read_its_input_record_refuses_to_start(checkout_settings: Settings) -> None:
+    result = _service(checkout_settings, "run", "participant", "tests.e2e.checkout:INVENTORY",
+                      SAGA_SCHEMA_PATH=DEFAULT_SCHEMA_PATH)
+    line = _refused(result)
+    assert f"participant inventory reads {CHECKOUT_REQUEST}" in line and "SAGA_SCHEMA_PATH=" in line
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"SAGA_SCHEMA_PATH": DEFAULT_SCHEMA_PATH}, f"saga type checkout reads {CHECKOUT_REQUEST}, which no schema "
+                                                "folder of SAGA_SCHEMA_PATH="),
+    ({"SAGA_SCHEMA_PATH": "no.such.package"}, "SAGA_SCHEMA_PATH names 'no.such.package', which is neither a folder"),
+    ({"SAGA_DEFINITIONS": "no_such_module:CHECKOUT"}, "SAGA_DEFINITIONS='no_such_module:CHECKOUT': cannot import"),
+])
+def test_the_command_line_names_the_setting_in_one_line(checkout_settings: Settings, env: dict[str, str],
+                                                         expected: str) -> None:
+    order = {"order_id": "o-1", "sku": "SKU-1", "quantity": 1, "amount_cents": 999, "address": "1 Main St"}
+    line = _refused(_service(checkout_settings, "start", "checkout", "--id", "o-1", "--input", json.dumps(order),
+                             **env))
+    assert expected in line
+
+
+async def test_a_command_whose_input_a_worker_cannot_read_is_answered_unprocessable_and_dead_lettered(
+        stack: Stack, tmp_path: Path) -> None:
+    # The orchestrator runs a newer CheckoutRequest (a field added, with a default) than the workers have: it
+    # passes their start-up check (they know the record by name), and still they cannot read its bytes.
+    settings, topics = stack.settings, Topics(stack.settings.saga_topic_prefix)
+    newer = tmp_path / "checkout_v2"
+    (newer / "inputs").mkdir(parents=True)
+    schema = json.loads((SCHEMA_DIR / "inputs" / "checkout_request.avsc").read_text())
+    schema["fields"].append({"name": "gift_wrap", "type": "boolean", "default": False})
+    (newer / "inputs" / "checkout_request.avsc").write_text(json.dumps(schema))
+    newer_path = os.pathsep.join((DEFAULT_SCHEMA_PATH, str(newer)))
+    schemas = SchemaRegistry([*SchemaRegistry.from_directory().current_schemas(), *load_tree(newer).values()])
+    saga_id = f"order-{uuid.uuid4().hex[:8]}"
+    order = {"order_id": saga_id, "sku": "SKU-1", "quantity": 1, "amount_cents": 999, "address": "1 Main St",
+             "gift_wrap": True}
+    start = StartSaga(saga_id=saga_id, saga_type="checkout", tenant_id=None,
+                      input=schemas.encode(CHECKOUT_REQUEST, order))
+    await restart(stack, "orchestrator", extra_env={"SAGA_SCHEMA_PATH": newer_path})
+    try:
+        await publish(settings, topics.start, saga_id.encode(), wire.encode_start(start))
+        ended = await terminal_events(settings, [saga_id], DEMO_TIMEOUT_S)
+    finally:
+        await restart(stack, "orchestrator")
+    assert type(ended[saga_id]).__name__ == "SagaFailed"  # both first steps failed for good: nothing to undo
+    failures = await _step_failures(settings, saga_id)
+    assert failures == {"reserve_inventory": "Unprocessable", "authorize_payment": "Unprocessable"}
+
+    letters = [parked.letter for parked in await read_parked(settings)
+               if parked.letter is not None and parked.letter.saga_id == saga_id]
+    assert {letter.consumer for letter in letters} == {"participant-inventory", "participant-billing"}
+    assert all("SAGA_SCHEMA_PATH" in letter.reason and "UnknownFingerprint" in letter.reason for letter in letters)
+
+
+async def _step_failures(settings: Settings, saga_id: str) -> dict[str, str]:
+    conn = await asyncpg.connect(settings.dsn())
+    try:
+        rows = await conn.fetch("SELECT body FROM saga.events WHERE saga_id = $1 AND event_type = 'StepFailed'",
+                                saga_id)
+    finally:
+        await conn.close()
+    events = [wire.decode_event(row["body"]) for row in rows]
+    return {event.step: event.error_type for event in events if isinstance(event, StepFailed)}
