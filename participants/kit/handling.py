@@ -8,7 +8,9 @@ replies of keys already recorded, record the outcomes and write every reply).
 
 Each handler runs once per delivery, in a savepoint of its own (set together with the release of the one
 before, one round trip per handler): a handler that fails is rolled back to its savepoint, alone, and the
-others' changes stay. A batch handler runs in one savepoint for all its calls; its failed calls must have
+others' changes stay. A transaction with one handler call (a lone command, at low rates nearly all of them)
+takes no savepoint: when that call fails, the transaction is rolled back and run again without it, its outcome
+recorded as it was (``_Redo``). A batch handler runs in one savepoint for all its calls; its failed calls must have
 changed nothing (``Participant``), and only when it raises (or an output is over its limit) are its calls run
 again one at a time, each in a savepoint. A failure ``infra.failures`` calls the platform's (Postgres away,
 out of disk) or a conflict leaves the transaction: the caller waits, or retries at once, and every handler
@@ -273,9 +275,14 @@ def _runs_of_distinct_keys(parsed: Sequence[ParsedDelivery]) -> list[tuple[int, 
 
 async def _handle_run(pool: asyncpg.Pool, participant: Participant, topics: Topics, clock: Callable[[], int],
                       batch: Sequence[ConsumedRecord], parsed: Sequence[ParsedDelivery]) -> list[Disposition]:
-    """Deliveries with distinct keys, in one transaction."""
-    async with pool.acquire() as conn, conn.transaction():
-        done = await _handle(conn, participant, topics, clock, batch, parsed)
+    """Deliveries with distinct keys, in one transaction (two when its one handler call failed: ``_Redo``)."""
+    async with pool.acquire() as conn:
+        try:
+            async with conn.transaction():
+                done = await _handle(conn, participant, topics, clock, batch, parsed)
+        except _Redo as redo:
+            async with conn.transaction():
+                done = await _handle(conn, participant, topics, clock, batch, parsed, redo)
     # Committed: the business changes and the reply rows exist, nothing is published or acknowledged yet.
     crash_point("participant.after_commit")
     for disposition, logged, answer, error_type in done:
@@ -288,9 +295,9 @@ Done = tuple[Disposition, ReceivedCommand | None, RecordedReply | None, str | No
 
 
 async def _handle(conn: asyncpg.Connection, participant: Participant, topics: Topics,
-                  clock: Callable[[], int], batch: Sequence[ConsumedRecord], parsed: Sequence[ParsedDelivery]
-                  ) -> list[Done]:
-    """Everything of the batch inside the open transaction."""
+                  clock: Callable[[], int], batch: Sequence[ConsumedRecord], parsed: Sequence[ParsedDelivery],
+                  redo: _Redo | None = None) -> list[Done]:
+    """Everything of the batch inside the open transaction (``redo``: what the rolled-back one learned)."""
     results_topic = topics.results(participant.name)
     replies: list[OutboxMessage] = []
     shards: list[int] = []  # of each reply: the partition its command came from (outbox.lease)
@@ -305,7 +312,7 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     fresh = [p for p in parsed if p.command is not None and p.command.idempotency_key in claimed]
     await ledger.withdraw(conn, participant, [p.command for p in fresh if p.command is not None])
     outcomes = await _run_handlers(conn, participant, [(p.command, p.saga_input) for p in fresh
-                                                       if p.command is not None and p.runnable])
+                                                       if p.command is not None and p.runnable], redo)
     for item, check in zip(batch, parsed, strict=True):
         command = check.command
         if command is None or (check.reason and command.idempotency_key in claimed):
@@ -350,40 +357,74 @@ def _settled(outcome: Outcome, command: ReceivedCommand, shard: int, transient: 
     return Disposition.RECORDED, command, recorded, outcome.error_type if isinstance(outcome, Failed) else None
 
 
+class _Redo(Exception):
+    """The one handler call of a transaction failed, with no savepoint of its own: the transaction is rolled back
+    (nothing of the handler stays) and run again with what was learned. ``outcomes``: the failed single handler's
+    outcome, recorded without running it again; ``one_by_one``: the batch handler's commands are run one at a
+    time, each in a savepoint."""
+
+    def __init__(self, outcomes: Mapping[str, Outcome] | None = None, one_by_one: bool = False) -> None:
+        super().__init__("redo the transaction without the failed handler call")
+        self.outcomes = dict(outcomes or {})
+        self.one_by_one = one_by_one
+
+
 class _Savepoints:
     """The savepoint of each handler call in a transaction: setting one releases the one before in the same
-    round trip; undoing rolls back to the latest, which stays set."""
+    round trip; undoing rolls back to the latest, which stays set. A transaction with one handler call needs
+    none (``needed`` False): a failure rolls the transaction back (``_Redo``)."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection, needed: bool) -> None:
         self._conn = conn
+        self.needed = needed
         self._set = False
 
     async def set(self) -> None:
-        await self._conn.execute("RELEASE SAVEPOINT handler; SAVEPOINT handler" if self._set else "SAVEPOINT handler")
-        self._set = True
+        if self.needed:
+            await self._conn.execute("RELEASE SAVEPOINT handler; SAVEPOINT handler" if self._set
+                                     else "SAVEPOINT handler")
+            self._set = True
 
-    async def undo(self) -> None:
+    async def undo(self, redo: _Redo) -> None:
+        """Roll the failed call back: to its savepoint, or (none needed) the whole transaction, by raising
+        ``redo``."""
+        if not self.needed:
+            raise redo
         await self._conn.execute("ROLLBACK TO SAVEPOINT handler")
 
 
-async def _run_handlers(conn: asyncpg.Connection, participant: Participant, calls: Sequence[Call]
-                        ) -> dict[str, Outcome]:
+async def _run_handlers(conn: asyncpg.Connection, participant: Participant, calls: Sequence[Call],
+                        redo: _Redo | None = None) -> dict[str, Outcome]:
     """Run each call's handler once, in order, each in its own savepoint (a failed one leaves no trace, the
-    others stay); consecutive calls of one action go to its batch handler, when it has one, in one savepoint."""
-    savepoints = _Savepoints(conn)
-    outcomes: dict[str, Outcome] = {}
-    for action, group in groupby(calls, key=lambda call: call[0].action):
+    others stay); consecutive calls of one action go to its batch handler, when it has one, in one savepoint.
+    Calls whose outcome ``redo`` holds are not run again."""
+    known = redo.outcomes if redo is not None else {}
+    runs = []
+    for action, group in groupby([call for call in calls if call[0].idempotency_key not in known],
+                                 key=lambda call: call[0].action):
         run = list(group)
         many = participant.batch_handlers.get(action)
-        results = None
-        if many is not None and len(run) > 1 and all(participant.reads(command) for command, _ in run):
-            results = await _run_batch(conn, savepoints, participant, many, run)
+        batched = (many is not None and len(run) > 1 and not (redo is not None and redo.one_by_one)
+                   and all(participant.reads(command) for command, _ in run))
+        runs.append((run, many if batched else None))
+    # A call refused before it runs (an unknown action, an input it does not read) changes nothing: no savepoint.
+    handler_calls = sum(1 if many is not None else sum(_runs(participant, command) for command, _ in run)
+                        for run, many in runs)
+    savepoints = _Savepoints(conn, needed=handler_calls > 1)
+    outcomes: dict[str, Outcome] = dict(known)
+    for run, many in runs:
+        results = await _run_batch(conn, savepoints, participant, many, run) if many is not None else None
         if results is None:
             results = [await _run_one(conn, savepoints, participant, command, saga_input)
                        for command, saga_input in run]
         for (command, _), outcome in zip(run, results, strict=True):
             outcomes[command.idempotency_key] = outcome
     return outcomes
+
+
+def _runs(participant: Participant, command: ReceivedCommand) -> bool:
+    """Whether ``command``'s handler runs (it has one, and it reads the command's input)."""
+    return participant.handler(command.action) is not None and participant.reads(command)
 
 
 async def _run_batch(conn: asyncpg.Connection, savepoints: _Savepoints, participant: Participant,
@@ -406,21 +447,22 @@ async def _run_batch(conn: asyncpg.Connection, savepoints: _Savepoints, particip
         problem = "gave an output over its limit"
     if problem is None:
         return results
-    await savepoints.undo()
     log.warning("batch handler failed, running its commands one at a time",
                 extra={"participant": participant.name, "action": run[0][0].action, "commands": len(run),
                        "saga_ids": [command.saga_id for command, _ in run][:20], "error": problem})
+    await savepoints.undo(_Redo(one_by_one=True))
     return None
 
 
 async def _run_one(conn: asyncpg.Connection, savepoints: _Savepoints, participant: Participant,
                    command: ReceivedCommand, saga_input: Mapping[str, Any]) -> Outcome:
     """Run one handler in its savepoint; a failure rolls its business change back."""
-    handler = participant.handler(command.action)
-    if handler is None:
-        return Failed("UnknownAction", f"{participant.name} has no action {command.action!r}")
-    if not participant.reads(command):
+    if not _runs(participant, command):
+        if participant.handler(command.action) is None:
+            return Failed("UnknownAction", f"{participant.name} has no action {command.action!r}")
         return Failed("UnsupportedInput", f"{participant.name} cannot read input {command.input_type}")
+    handler = participant.handler(command.action)
+    assert handler is not None
     await savepoints.set()
     try:
         outcome = within_limits(await handler(conn, command, saga_input))
@@ -435,7 +477,8 @@ async def _run_one(conn: asyncpg.Connection, savepoints: _Savepoints, participan
         )
         outcome = Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
     if isinstance(outcome, Failed):
-        await savepoints.undo()  # a failed step must leave no business trace
+        # A failed step must leave no business trace, and its handler does not run again.
+        await savepoints.undo(_Redo({command.idempotency_key: outcome}))
     return outcome
 
 

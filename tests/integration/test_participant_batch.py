@@ -285,3 +285,21 @@ async def test_a_platform_fault_in_a_handler_keeps_nothing_and_the_batch_goes_th
     # The commands before the fault ran again: their first run was rolled back with the batch (the README says
     # what a handler that calls an outside system must do about it: pass the idempotency key on).
     assert calls == {sid(0): 2, sid(1): 2, sid(2): 2, sid(3): 1}
+
+
+@pytest.mark.parametrize(("token", "disposition", "error_type"), [("tok_fail", Disposition.RECORDED, "Refused"),
+                                                                  ("tok_raise", Disposition.TRANSIENT,
+                                                                   "ParticipantError")])
+async def test_a_lone_command_whose_handler_fails_runs_once_and_leaves_no_row(
+        pool: asyncpg.Pool, token: str, disposition: Disposition, error_type: str) -> None:
+    # One handler call in its transaction takes no savepoint: the transaction is rolled back and run again
+    # without the handler, its outcome recorded as it was.
+    calls: dict[str, int] = {}
+    participant = counting_participant(calls)
+    await ensure_participant_schema(pool, participant)
+    sid = ids()
+    record = delivered("payment", *command(sid(0), "payment", "charge_card", card_token=token))
+    assert await handle_command(pool, participant, TOPICS, record) is disposition
+    assert calls == {sid(0): 1} and await marks(pool, sid) == []
+    (reply,) = await replies(pool, "batchtest", sid(0))
+    assert (reply["result"]["status"], reply["result"]["error_type"]) == ("FAILED", error_type)
