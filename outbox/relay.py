@@ -266,7 +266,7 @@ class OutboxRelay:
     def _check_trust(self) -> None:
         """Raise _NotTrusted when this relay's leases may have passed to a standby: hand nothing to Kafka."""
         if not self._leases.trusted():
-            raise _NotTrusted(self.table)
+            raise _NotTrusted(f"the leases of {self.table} were not renewed in time: publishing nothing until they are")
 
     async def _ensure_producer(self) -> Any:
         if self._producer is None:

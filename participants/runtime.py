@@ -1,5 +1,6 @@
-"""The Postgres side of a participant worker: its pool, tables and outbox relay, and the batch handler
-that rides out Postgres outages. Framework-free: the faust worker (``participants.runner``) drives it."""
+"""The Postgres side of a participant worker: its pool, tables and outbox relay, and the handling of each batch
+of commands (down the isolation ladder, a platform fault waited out). Framework-free: the faust worker
+(``participants.runner``) drives it."""
 
 from __future__ import annotations
 
