@@ -198,8 +198,10 @@ async def serve_health(health: ServiceHealth, host: str, port: int) -> asyncio.S
     return server
 
 
-async def fetch_health(host: str, port: int, path: str = "/health", timeout_s: float = 2.0) -> bytes | None:
-    """GET ``path`` from a service's health endpoint; the body, or None when it does not answer."""
+async def fetch_health(host: str, port: int, path: str = "/health", timeout_s: float = 2.0,
+                       any_status: bool = False) -> bytes | None:
+    """GET ``path`` from a service's health endpoint; the body, or None when it does not answer (or, unless
+    ``any_status``, answers other than 200: ``/ready`` answers 503 with what the service waits for)."""
     try:
         async with asyncio.timeout(timeout_s):
             reader, writer = await asyncio.open_connection(host, port)
@@ -212,7 +214,7 @@ async def fetch_health(host: str, port: int, path: str = "/health", timeout_s: f
     except Exception:  # refused, reset or timed out: no answer
         return None
     head, _, body = response.partition(b"\r\n\r\n")
-    return body if head.startswith(b"HTTP/1.1 200") else None
+    return body if any_status or head.startswith(b"HTTP/1.1 200") else None
 
 
 async def run_health(health: ServiceHealth, kafka: KafkaClients | None, dsn: str | None,

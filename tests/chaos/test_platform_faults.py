@@ -15,6 +15,7 @@ nothing, no service exited, and the fault was met and waited out (the services' 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,8 @@ import pytest
 from bench.chaos_run import ChaosPlan, ChaosResult, ChaosRun
 from bench.chaos_support import started_and_ready
 from saga_orchestrator.cli.dlq_cmd import read_parked
+from saga_orchestrator.cli.run_cmd import health_port
+from saga_orchestrator.infra.health_server import fetch_health
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from tests.chaos.conftest import private_stack_settings
@@ -74,6 +77,16 @@ async def _run(stack: Stack, servers: Settings, at_s: float, name: str,
     return result
 
 
+async def _watch_ready(stack: Stack, label: str, waits: list[str]) -> None:
+    """Collect what ``label``'s ``GET /ready`` says it waits for, every 0.2 s, until cancelled."""
+    settings = stack.settings
+    while True:
+        body = await fetch_health(settings.saga_health_host, health_port(settings, label), "/ready", any_status=True)
+        if body is not None:
+            waits.extend(json.loads(body)["waiting_for"])
+        await asyncio.sleep(0.2)
+
+
 def _logged_since(stack: Stack, offsets: dict[str, int]) -> dict[str, str]:
     return {label: stack.log(label)[offsets.get(label, 0):] for label in stack.labels}
 
@@ -87,13 +100,24 @@ async def test_a_full_disk_for_a_few_seconds(stack: Stack, private_servers: Sett
     if (why := can_mount()) is not None:
         pytest.skip(why)
     folder = Path(f"/tmp/saga-full-disk-{uuid.uuid4().hex[:8]}")
+    waits: list[str] = []
+
+    async def fill_and_watch_ready() -> None:
+        watching = asyncio.create_task(_watch_ready(stack, waiter, waits))
+        try:
+            await disk.fill(FAULT_S)
+        finally:
+            watching.cancel()
+
     async with FullDisk(stack.settings.dsn(), folder) as disk:
         await disk.move(tables)
         offsets = {label: len(stack.log(label)) for label in stack.labels}
         await _run(stack, private_servers, 4.0, f"no space left under {', '.join(tables)} for {FAULT_S:.0f} s",
-                   lambda: disk.fill(FAULT_S))
+                   fill_and_watch_ready)
     logged = _logged_since(stack, offsets)[waiter]
     assert WAITED_OUT in logged and "DiskFullError (53100)" in logged, logged[-3000:]
+    # While it waited, /ready said so and named the fault.
+    assert any("waits out a platform fault" in wait and "DiskFullError (53100)" in wait for wait in waits), waits
 
 
 async def test_backends_terminated_mid_batch_then_too_many_connections(stack: Stack,
