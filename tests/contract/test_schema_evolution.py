@@ -9,13 +9,11 @@ reference library's own ReaderWriterCompatibilityChecker.
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
-import avro.compatibility
-import avro.schema
 import pytest
 
+from saga_orchestrator.schemas.evolution import compatibility_problems
 from saga_orchestrator.schemas.registry import (
     DEFAULT_SCHEMA_PATH,
     RELEASED_DIR_NAME,
@@ -29,29 +27,6 @@ RELEASES = sorted(p for p in (SCHEMAS_DIR / RELEASED_DIR_NAME).iterdir() if p.is
 CURRENT = {name: schema for folder in (SCHEMAS_DIR, *schema_folders(DEFAULT_SCHEMA_PATH))
            for name, schema in load_tree(folder).items()}
 CASES = [(release.name, name) for release in RELEASES for name in sorted(load_tree(release))]
-
-
-def one_way(name: str, reader: dict[str, Any], writer: dict[str, Any], direction: str) -> list[str]:
-    """Why a ``reader`` cannot read values of ``writer``, in words; empty when it can."""
-    checker = avro.compatibility.ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
-    result = checker.get_compatibility(
-        avro.schema.parse(json.dumps(reader)), avro.schema.parse(json.dumps(writer))
-    )
-    if result.compatibility is avro.compatibility.SchemaCompatibilityType.compatible:
-        return []
-    kinds = ", ".join(sorted(kind.value for kind in result.incompatibilities))
-    where = ", ".join(sorted(result.locations))
-    details = ", ".join(sorted(str(message) for message in result.messages))
-    return [f"{name}: {direction}: {kinds} at {where} ({details})"]
-
-
-def compatibility_problems(
-    name: str, current: dict[str, Any], released: dict[str, Any], release: str
-) -> list[str]:
-    """Both directions of the check for one schema against one release."""
-    return one_way(
-        name, current, released, f"current reader cannot read values written with release {release}"
-    ) + one_way(name, released, current, f"release {release} reader cannot read values written now")
 
 
 def test_there_is_a_released_contract() -> None:
