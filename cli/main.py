@@ -19,6 +19,7 @@ from .dlq_cmd import dlq_app
 from .infra_cmd import infra_app
 from .outbox_cmd import outbox_app
 from .run_cmd import run_app
+from .schemas_cmd import schemas_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Event-sourced saga orchestrator on Kafka and Postgres.")
@@ -26,6 +27,7 @@ app.add_typer(infra_app, name="infra", help="Local Kafka and Postgres: up, down,
 app.add_typer(run_app, name="run")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(outbox_app, name="outbox")
+app.add_typer(schemas_app, name="schemas")
 app.command("start")(commands.start)
 app.command("cancel")(commands.cancel)
 app.command("resume")(commands.resume)

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..infra.app import load_app
 from ..infra.heap import settle_service_heap
 from ..infra.logging import configure_logging
 from ..infra.misconfigured import Misconfigured
@@ -103,7 +104,11 @@ def service_commands(current: Settings) -> dict[str, list[str]]:
 
 
 def participant_workers(current: Settings) -> list[list[str]]:
-    """The participant workers of ``SAGA_PARTICIPANTS``: each one's participant names or paths."""
+    """The participant workers of ``SAGA_PARTICIPANTS``: each one's participant names or paths; with an app
+    (``infra.app``) and no SAGA_PARTICIPANTS of its own, a worker for each of the app's participants."""
+    loaded = load_app(current.saga_app)
+    if loaded is not None and "saga_participants" not in current.model_fields_set:
+        return [[name] for name in loaded.app.participant_names()]
     workers = [[path.strip() for path in entry.split("+") if path.strip()]
                for entry in current.saga_participants.split(",")]
     return [worker for worker in workers if worker]
@@ -125,6 +130,7 @@ def service_environment(current: Settings) -> dict[str, str]:
         "SAGA_TOPIC_PREFIX": current.saga_topic_prefix, "SAGA_TOPIC_PARTITIONS": str(current.saga_topic_partitions),
         "SAGA_DEFINITIONS": current.saga_definitions, "SAGA_PARTICIPANTS": current.saga_participants,
         "SAGA_SCHEMA_PATH": current.saga_schema_path,
+        **({"SAGA_APP": current.saga_app} if current.saga_app else {}),
         "SAGA_HOME": str(current.saga_home), "SAGA_LOG_LEVEL": current.saga_log_level,
         "SAGA_HEALTH_HOST": current.saga_health_host,
     })

@@ -18,7 +18,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Protocol, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from pydantic import BaseModel
 
+from ..infra.app import load_app, schema_path
 from ..infra.inputs import refuse_unknown_records
 from ..infra.kafka_clients import KafkaClients, KafkaSecurity, KafkaSetupError
 from ..infra.misconfigured import Misconfigured
@@ -33,6 +35,7 @@ from ..schemas.message_types import CancelSaga, ReleaseSaga, ResumeCompensation,
 from ..schemas.partitioning import partition_for
 from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
+from ..schemas.typed import to_avro
 from ..schemas.validation import input_problems
 
 CONNECT_TIMEOUT_S = 15.0
@@ -101,13 +104,17 @@ class SagaClient:
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, schemas: SchemaRegistry | None = None) -> SagaClient:
         """A client for the deployment the environment describes (KAFKA_BOOTSTRAP_SERVERS, the SAGA_KAFKA_*
-        security settings, SAGA_TOPIC_PREFIX, and SAGA_DEFINITIONS for the saga types and their input
-        records)."""
+        security settings, SAGA_TOPIC_PREFIX, and the saga types and their input records: the app SAGA_APP
+        names (``infra.app``), else SAGA_DEFINITIONS)."""
         current = settings or Settings()
-        try:
-            found = load_references(current.saga_definitions)
-        except ValueError as error:
-            raise Misconfigured(f"SAGA_DEFINITIONS={current.saga_definitions!r}: {error}") from None
+        loaded = load_app(current.saga_app)
+        if loaded is not None:
+            found: dict[str, object] = {definition.saga_type: definition for definition in loaded.app.definitions()}
+        else:
+            try:
+                found = load_references(current.saga_definitions)
+            except ValueError as error:
+                raise Misconfigured(f"SAGA_DEFINITIONS={current.saga_definitions!r}: {error}") from None
         for reference, definition in found.items():
             if not all(hasattr(definition, name) for name in ("saga_type", "version", "input_schema")):
                 raise Misconfigured(f"SAGA_DEFINITIONS: {reference} is not a saga definition (it has no saga_type, "
@@ -115,7 +122,7 @@ class SagaClient:
         if schemas is None:
             refuse_unknown_records(((f"saga type {definition.saga_type}", definition.input_schema)
                                     for definition in cast(list[SagaType], list(found.values()))),
-                                   current.saga_schema_path)
+                                   schema_path(current.saga_schema_path, loaded))
         return cls(current.kafka_servers(), input_records(cast(list[SagaType], list(found.values()))),
                    topic_prefix=current.saga_topic_prefix, schemas=schemas, security=current.kafka().security)
 
@@ -156,9 +163,12 @@ class SagaClient:
         if lookup is not None:
             await lookup.stop()
 
-    def encode_start(self, saga_type: str, saga_id: str, saga_input: Mapping[str, Any],
+    def encode_start(self, saga_type: str, saga_id: str, saga_input: Mapping[str, Any] | BaseModel,
                      tenant_id: str | None = None) -> bytes:
-        """The StartSaga record for these arguments; SagaInputError says what to fix."""
+        """The StartSaga record for these arguments (the input as its pydantic model or as a plain mapping);
+        SagaInputError says what to fix."""
+        if isinstance(saga_input, BaseModel):
+            saga_input = to_avro(saga_input)
         input_record = self._input_records.get(saga_type)
         if input_record is None:
             known = ", ".join(sorted(self._input_records))
@@ -177,7 +187,7 @@ class SagaClient:
         return wire.encode_start(StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
                                            input=encoded_input))
 
-    async def start(self, saga_type: str, saga_id: str, saga_input: Mapping[str, Any], *,
+    async def start(self, saga_type: str, saga_id: str, saga_input: Mapping[str, Any] | BaseModel, *,
                     tenant_id: str | None = None, traceparent: str | None = None) -> SagaHandle:
         """Validate, encode and publish a StartSaga; the handle of the saga. A saga id already taken is refused by
         the orchestrator: the handle's ``events`` and ``result`` then raise StartRefused."""

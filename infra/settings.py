@@ -126,6 +126,12 @@ class Settings(BaseSettings):
     )
     saga_log_level: str = Field(default="INFO", description="Log level of every service.")
     saga_log_format: str = Field(default="json", description="Log line format: json or kv (key=value).")
+    saga_app: str | None = Field(
+        default=None,
+        description="The deployment's app object (module:attribute of a SagaApp): its saga types, records and "
+                    "participants, for every process (else `[tool.saga] app` in the working directory's "
+                    "pyproject.toml). Unset: SAGA_DEFINITIONS, SAGA_SCHEMA_PATH and SAGA_PARTICIPANTS, as in 0.1.",
+    )
     saga_definitions: str = Field(
         default="saga_orchestrator.participants.trip:TRIP",
         description="Saga definitions the orchestrator runs: comma-separated module:attribute paths.",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from ..infra import kafka_records
+from ..infra.app import load_app, refuse_problems, schema_path
 from ..infra.chores import Chore
 from ..infra.db import create_pool
 from ..infra.health import ServiceHealth
@@ -83,6 +84,14 @@ def definitions(settings: Settings | None = None) -> DefinitionRegistry:
     """The saga definitions named by SAGA_DEFINITIONS; Misconfigured names what is wrong with it."""
     current = settings or Settings()
     registry = DefinitionRegistry()
+    loaded = load_app(current.saga_app)
+    if loaded is not None:
+        try:
+            for definition in loaded.app.definitions():
+                registry.register(definition)
+        except DomainError as error:
+            raise Misconfigured(f"{loaded.describe()}: {error}") from None
+        return registry
     try:
         for reference, definition in load_references(current.saga_definitions).items():
             if not isinstance(definition, SagaDefinition):
@@ -97,11 +106,15 @@ def definitions(settings: Settings | None = None) -> DefinitionRegistry:
 
 def checked_definitions(settings: Settings) -> DefinitionRegistry:
     """``definitions``, each of whose input records is in SAGA_SCHEMA_PATH (else Misconfigured): the orchestrator
-    would refuse every start of a type it cannot read."""
+    would refuse every start of a type it cannot read. With an app, also what ``infra.app.refuse_problems``
+    checks: every participant a saga names is served, has the actions it names, and every record is written."""
     registry = definitions(settings)
+    loaded = load_app(settings.saga_app)
+    if loaded is not None:
+        refuse_problems(loaded)
     needs = [(f"saga type {saga_type} (version {version})", registry.get(saga_type, version).input_schema)
              for saga_type in registry.types() for version in registry.versions(saga_type)]
-    refuse_unknown_records(needs, settings.saga_schema_path)
+    refuse_unknown_records(needs, schema_path(settings.saga_schema_path, loaded))
     return registry
 
 

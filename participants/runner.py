@@ -22,6 +22,7 @@ import faust
 import mode.loop
 
 from ..infra import kafka_records
+from ..infra.app import load_app, refuse_problems, schema_path
 from ..infra.db import create_pool
 from ..infra.health import configure as configure_health
 from ..infra.health_server import run_health
@@ -70,9 +71,12 @@ def hosted_participants(names: Sequence[str]) -> list[Participant]:
 def check_inputs(participants: Sequence[Participant], settings: Settings) -> None:
     """Misconfigured when an input record a participant reads (``Participant.input_types``) is in no schema
     folder of SAGA_SCHEMA_PATH: the worker would have to answer every such command ``Unprocessable``."""
+    loaded = load_app(settings.saga_app)
+    if loaded is not None:
+        refuse_problems(loaded)
     needs = [(f"participant {participant.name}", record)
              for participant in participants for record in sorted(participant.input_types)]
-    refuse_unknown_records(needs, settings.saga_schema_path)
+    refuse_unknown_records(needs, schema_path(settings.saga_schema_path, loaded))
 
 
 def participant_topics(name: str, settings: Settings) -> list[str]:

@@ -44,6 +44,21 @@ class Failed:
     reply_delay_ms: int = 0
 
 
+class StepFailed(Exception):
+    """Raised by a typed handler (``kit.typed``) instead of returning ``Failed``: the step fails, for good unless
+    ``retryable``, and the handler's changes are rolled back. (So a handler's return type names only its
+    output.)"""
+
+    def __init__(self, error_type: str, message: str = "", *, retryable: bool = False) -> None:
+        super().__init__(f"{error_type}: {message}" if message else error_type)
+        self.error_type = error_type
+        self.message = message or error_type
+        self.retryable = retryable
+
+    def outcome(self) -> Failed:
+        return Failed(self.error_type, self.message, self.retryable)
+
+
 @dataclass(frozen=True)
 class Deferred:
     """The handler made its change (e.g. recorded a request for a human) and the answer comes later, through
