@@ -22,6 +22,7 @@ COPY participants participants
 COPY infra infra
 COPY cli cli
 COPY client client
+COPY testing testing
 RUN pip install -c constraints.txt ".[orchestrator]" && rm -rf /src
 
 WORKDIR /app

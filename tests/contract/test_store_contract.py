@@ -46,7 +46,7 @@ from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaCancelRequested, SagaPurged
 from saga_orchestrator.schemas.partitioning import partition_for
 from saga_orchestrator.schemas.topics import Topics
-from tests.unit.saga_driver import trip_run
+from tests.trip_runs import trip_run
 
 T0 = 1_700_000_000_000  # a fixed epoch-ms origin: timer and summary times are data, not the clock
 

@@ -7,7 +7,7 @@ from saga_orchestrator.orchestrator.outbound import summary_of
 from saga_orchestrator.orchestrator.ports import Writes
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.schemas import wire
-from tests.unit.saga_driver import SagaRun
+from saga_orchestrator.testing.history import SagaRun
 
 
 async def record(store: PostgresStore, run: SagaRun) -> None:

@@ -17,7 +17,7 @@ from saga_orchestrator.orchestrator.store.postgres import migrate
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import Event
-from tests.unit.saga_driver import SagaRun
+from saga_orchestrator.testing.history import SagaRun
 
 pytestmark = pytest.mark.integration
 

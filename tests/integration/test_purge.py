@@ -21,9 +21,10 @@ from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import Event, SagaPurged, SagaRejected
 from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.topics import Topics
+from saga_orchestrator.testing.history import SagaRun
 from tests.e2e.harness import saga_cli
 from tests.integration.recorded import record
-from tests.unit.saga_driver import SagaRun, trip_run
+from tests.trip_runs import trip_run
 
 pytestmark = pytest.mark.integration
 

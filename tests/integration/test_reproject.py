@@ -14,7 +14,7 @@ from saga_orchestrator.participants.trip.definition import default_registry
 from saga_orchestrator.schemas import wire
 from tests.e2e.harness import saga_cli
 from tests.integration.recorded import record
-from tests.unit.saga_driver import trip_run
+from tests.trip_runs import trip_run
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaPurged
 from saga_orchestrator.schemas.topics import Topics
 from tests.integration.recorded import record
-from tests.unit.saga_driver import trip_run
+from tests.trip_runs import trip_run
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from saga_orchestrator.orchestrator.audit import Difference, set_purged_aside
 from saga_orchestrator.orchestrator.domain.retention import purged_event
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
-from tests.unit.saga_driver import SagaRun
+from saga_orchestrator.testing.history import SagaRun
 
 
 def _purged_trip() -> tuple[dict[tuple[str, int], set[bytes]], SagaRun]:

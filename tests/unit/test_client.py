@@ -11,7 +11,7 @@ from saga_orchestrator.client.saga_client import _event_of, client_headers, inpu
 from saga_orchestrator.participants.trip.definition import default_registry
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaStarted
-from tests.unit.saga_driver import trip_run
+from tests.trip_runs import trip_run
 
 TRIP: dict[str, Any] = {
     "customer_id": "c-7", "origin": "LIS", "destination": "NYC", "depart_date": "2027-03-01",

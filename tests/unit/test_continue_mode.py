@@ -11,7 +11,7 @@ from saga_orchestrator.orchestrator.domain.definition import Condition, FailureM
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.schemas.event_types import SagaCompletedWithFailures, StepRetryScheduled, StepSkipped
-from tests.unit.saga_driver import Action, SagaRun, command_names, event_names
+from saga_orchestrator.testing.history import Action, SagaRun, command_names, event_names
 
 
 def _step(name: str, *deps: str, compensation: bool = True, run_if: Condition = Condition.ON_SUCCESS) -> Step:

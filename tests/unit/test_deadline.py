@@ -13,7 +13,7 @@ from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, Ti
 from saga_orchestrator.orchestrator.domain.status import SagaStatus
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
-from tests.unit.saga_driver import T0, SagaRun
+from saga_orchestrator.testing.history import T0, SagaRun
 
 TRIP_IN_A_MINUTE = dataclasses.replace(TRIP, deadline_ms=60_000)
 

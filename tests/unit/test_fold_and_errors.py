@@ -40,7 +40,7 @@ from saga_orchestrator.schemas.message_types import (
     StartSaga,
     StepResult,
 )
-from tests.unit.saga_driver import SagaRun, event_names
+from saga_orchestrator.testing.history import SagaRun, event_names
 
 
 def _base(seq: int, saga_id: str = "s1", version: int = 1) -> EventBase:

@@ -7,7 +7,7 @@ import asyncio
 from saga_orchestrator.cli.inspect_cmd import _line, follow_events
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.event_types import Event, SagaCompleted
-from tests.unit.saga_driver import SagaRun
+from saga_orchestrator.testing.history import SagaRun
 
 
 def _happy_trip() -> list[Event]:

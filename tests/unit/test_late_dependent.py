@@ -8,7 +8,7 @@ from saga_orchestrator.orchestrator.domain.definition import RetryPolicy, SagaDe
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.status import SagaStatus, StepStatus
 from saga_orchestrator.schemas import event_types as ev
-from tests.unit.saga_driver import SagaRun
+from saga_orchestrator.testing.history import SagaRun
 
 RETRY = RetryPolicy(max_attempts=3, initial_backoff_ms=10, max_backoff_ms=100)
 CHAIN = SagaDefinition(

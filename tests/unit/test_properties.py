@@ -30,7 +30,7 @@ from saga_orchestrator.orchestrator.domain.state import (
 )
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StepCommand
-from tests.unit.saga_driver import SagaRun
+from saga_orchestrator.testing.history import SagaRun
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FAST = dict(initial_backoff_ms=10, max_backoff_ms=100)

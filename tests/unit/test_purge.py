@@ -21,7 +21,8 @@ from saga_orchestrator.schemas.message_types import (
     StartSaga,
     StepResult,
 )
-from tests.unit.saga_driver import SagaRun, trip_run
+from saga_orchestrator.testing.history import SagaRun
+from tests.trip_runs import trip_run
 
 NOW = 2_000_000
 

@@ -12,8 +12,8 @@ from saga_orchestrator.orchestrator.domain.state import SagaStatus, fold
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas.message_types import ReleaseSaga
-
-from .saga_driver import SagaRun, command_names, event_names, trip_run
+from saga_orchestrator.testing.history import SagaRun, command_names, event_names
+from tests.trip_runs import trip_run
 
 REASON = "UnknownDefinition: trip version 1 is not deployed"
 

@@ -12,7 +12,7 @@ from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.observe import SagaMetrics, alert_due
 from saga_orchestrator.orchestrator.outbound import Settled
 from saga_orchestrator.participants.trip.definition import TRIP
-from tests.unit.saga_driver import SagaRun
+from saga_orchestrator.testing.history import SagaRun
 
 
 def _value(health: ServiceHealth, name: str, **labels: str) -> float:

@@ -24,8 +24,7 @@ from saga_orchestrator.schemas.limits import (
     OUTPUT_TOO_LARGE,
 )
 from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus
-
-from .saga_driver import SagaRun, describe_command, event_names
+from saga_orchestrator.testing.history import SagaRun, describe_command, event_names
 
 
 def _succeed(run: SagaRun, step: str, output: bytes) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus
-from tests.unit.saga_driver import SagaRun
+from saga_orchestrator.testing.history import SagaRun
 
 FLIGHT, HOTEL, CHARGE, NOTIFY = "book_flight", "book_hotel", "charge_card", "send_itinerary"
 BOOKED = {FLIGHT: b'{"booking_id": 11}', HOTEL: b'{"booking_id": 22}', CHARGE: b'{"charge_id": 33}'}

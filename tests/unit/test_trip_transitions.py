@@ -14,7 +14,7 @@ from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.event_types import SagaCancelRefused
-from tests.unit.saga_driver import Action, SagaRun, command_names, event_names
+from saga_orchestrator.testing.history import Action, SagaRun, command_names, event_names
 
 FLIGHT, HOTEL, CHARGE, MAIL = "book_flight", "book_hotel", "charge_card", "send_itinerary"
 

@@ -19,7 +19,7 @@ from saga_orchestrator.orchestrator.invariants import (
 )
 from saga_orchestrator.orchestrator.ports import SagaSummaryRow
 from saga_orchestrator.participants.trip.definition import TRIP
-from tests.unit.saga_driver import SagaRun
+from saga_orchestrator.testing.history import SagaRun
 
 
 def counts(flight: tuple[int, int] = (0, 0), hotel: tuple[int, int] = (0, 0), charge: tuple[int, int] = (0, 0),

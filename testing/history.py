@@ -1,7 +1,9 @@
-"""A small driver for the pure core: feed messages to ``decide``, keep the events, fold again.
+"""A saga's history, message by message, through the pure core: feed messages to ``decide``, keep the events,
+fold again; no store, no clock but the one you move.
 
-Every step checks the core's own promises: events get consecutive seqs, ``Decision.state`` equals the fold
-of the whole history, and commands/timers match the *Sent / *Scheduled events.
+Every step checks the core's own promises: events get consecutive seqs, ``Decision.state`` equals the fold of
+the whole history, and commands/timers match the *Sent / *Scheduled events (an AssertionError names which).
+For a whole saga with its participants scripted, see ``saga_orchestrator.testing.environment``.
 """
 
 from __future__ import annotations
@@ -9,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from saga_orchestrator.orchestrator.domain.decide import Decision, decide
-from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
-from saga_orchestrator.orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
-from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus, fold
-from saga_orchestrator.schemas import event_types as ev
-from saga_orchestrator.schemas.ids import compensation_key, forward_key
-from saga_orchestrator.schemas.message_types import (
+from ..orchestrator.domain.decide import Decision, decide
+from ..orchestrator.domain.definition import SagaDefinition
+from ..orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
+from ..orchestrator.domain.state import SagaState, SagaStatus, fold
+from ..schemas import event_types as ev
+from ..schemas.ids import compensation_key, forward_key
+from ..schemas.message_types import (
     CancelSaga,
     CommandKind,
     ReleaseSaga,
@@ -187,25 +189,3 @@ def event_names(decision: Decision) -> list[str]:
 
 def command_names(decision: Decision) -> list[str]:
     return [describe_command(c) for c in decision.commands]
-
-
-def trip_run(kind: str, saga_id: str = "s1", at: int = T0) -> SagaRun:
-    """A trip driven to an end, or not: ``completed``, ``compensated`` (the hotel sold out), ``running`` (the
-    charge in flight) or ``rejected`` (a start of an unknown type, nothing started)."""
-    from saga_orchestrator.participants.trip.definition import TRIP
-
-    run = SagaRun(None if kind == "rejected" else TRIP, saga_id=saga_id, now=at)
-    if kind == "rejected":
-        run.start(saga_type="cruise")
-        return run
-    run.start()
-    run.ok("book_flight")
-    if kind == "compensated":
-        run.fail("book_hotel", error="SoldOut")
-        run.comp_ok("book_flight")
-        return run
-    run.ok("book_hotel")
-    if kind == "completed":
-        run.ok("charge_card")
-        run.ok("send_itinerary")
-    return run

@@ -1,0 +1,357 @@
+"""Run sagas in-process, in milliseconds: the real pipeline, a memory store, scripted participants, virtual time.
+
+    env = SagaEnvironment(checkout)                              # a Saga, a SagaDefinition or a SagaApp
+    env.script(create_shipment, fail("Undeliverable"))           # by the action object, or ("shipping", "ship")
+    saga_id = await env.start(checkout, Order(...))
+    result = await env.result(saga_id)                           # runs virtual time until the saga ends
+    assert result.status == "COMPENSATED" and result.compensated == ["authorize_payment", "reserve_stock"]
+
+Every message goes through the orchestrator's own ``SagaService`` (the inbox, ``fold``, ``decide``, the
+writes, durable timers) on a ``MemoryStore``; commands go to participants that answer as they are scripted
+(``saga_orchestrator.testing.behaviour``; unscripted actions succeed), keeping a record by idempotency key as
+the kit does. Time is virtual: ``advance`` moves it and fires what comes due on the way, ``result`` moves it
+from one due timer or late answer to the next until the saga ends, so a 48-hour deadline takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..orchestrator.authoring import Saga, SagaApp
+from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
+from ..orchestrator.domain.state import SagaState, fold
+from ..orchestrator.inbound import RecordParser
+from ..orchestrator.service import SagaService
+from ..orchestrator.store.memory import MemoryStore
+from ..participants.kit.typed import Action
+from ..schemas import event_types as ev
+from ..schemas import wire
+from ..schemas.headers import MESSAGE_ID
+from ..schemas.ids import forward_key
+from ..schemas.message_types import (
+    CancelSaga,
+    CommandKind,
+    DeadLetter,
+    ReleaseSaga,
+    ResultStatus,
+    ResumeCompensation,
+    StartSaga,
+    StepCommand,
+    StepResult,
+)
+from ..schemas.records import ConsumedRecord
+from ..schemas.registry import SchemaRegistry, default_registry, load_tree
+from ..schemas.topics import Topics
+from ..schemas.typed import Record, from_avro, schema_files, to_avro
+from .behaviour import Behaviour, Response, succeed
+
+__all__ = ["SagaEnvironment", "SagaResult", "SagaWaits"]
+
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: the virtual clock's start, unless given
+Deployment = Saga | SagaDefinition | SagaApp
+
+
+class SagaWaits(AssertionError):
+    """A saga that is not over and waits for nothing that will come (or not within the time given)."""
+
+
+@dataclass(frozen=True)
+class SagaResult:
+    """How a saga ended in the environment, and what happened on the way."""
+
+    saga_id: str
+    status: str  # COMPLETED, COMPENSATED, FAILED, COMPENSATION_FAILED, CANCELLED, ...
+    events: list[ev.Event]
+    commands: list[StepCommand]  # every command sent for it, in order (retries and compensations included)
+    effects: Mapping[str, tuple[int, int]]  # step -> (times it took effect, times it was undone)
+    elapsed: timedelta  # virtual time from the start to the end
+    outputs: Mapping[str, BaseModel | bytes] = field(default_factory=dict)  # by step, decoded when typed
+
+    @property
+    def compensated(self) -> list[str]:
+        """The steps undone, in the order their compensations succeeded."""
+        return [event.step for event in self.events if isinstance(event, ev.StepCompensated)]
+
+    @property
+    def succeeded(self) -> list[str]:
+        """The steps that succeeded, in the order they did."""
+        return [event.step for event in self.events if isinstance(event, ev.StepSucceeded)]
+
+    @property
+    def event_types(self) -> list[str]:
+        return [type(event).__name__ for event in self.events]
+
+    def attempts(self, step: str) -> int:
+        """Forward commands sent for ``step`` (its attempts)."""
+        return sum(1 for command in self.commands if command.step == step and command.kind is CommandKind.FORWARD)
+
+
+class SagaEnvironment:
+    """Sagas of a deployment run in-process (see the module); ``now`` is the virtual clock in epoch ms."""
+
+    def __init__(self, *deployment: Deployment, start_ms: int = START_MS, duplicate_messages: bool = False) -> None:
+        self.now = start_ms
+        self._sagas = _definitions(deployment)
+        self._records = _records(deployment)
+        self.definitions = DefinitionRegistry(self._sagas)
+        self.topics = Topics()
+        self.schemas = _schemas(self._records)
+        self.store = MemoryStore(clock_ms=lambda: self.now)
+        self.service = SagaService(self.store, self.definitions, self.topics, lambda: self.now)
+        participants = sorted({step.participant for definition in self._sagas for step in definition.steps})
+        self._parser = RecordParser(self.topics, self.definitions, self.schemas, tuple(participants))
+        self._commands = {self.topics.commands(name): name for name in participants}
+        self._scripts: dict[tuple[str, str], Behaviour] = {}
+        self._recorded: dict[str, Response] = {}  # idempotency key -> the outcome recorded for it
+        self._tombstones: set[str] = set()  # forward keys whose compensation came first
+        self._queue: list[tuple[int, int, ConsumedRecord]] = []
+        self._order = itertools.count()
+        self._offsets: Counter[str] = Counter()
+        self._duplicate = duplicate_messages
+        self._effects: Counter[tuple[str, str, CommandKind]] = Counter()
+        self._started_at: dict[str, int] = {}
+        self.sent: list[StepCommand] = []
+        self.letters: list[DeadLetter] = []
+
+    # -- scripting ---------------------------------------------------------------------------------------------
+
+    def script(self, action: Action | tuple[str, str], behaviour: Behaviour) -> None:
+        """How ``action`` (a typed action, or ``(participant, action)``) answers from now on."""
+        key = (action.participant_name, action.name) if isinstance(action, Action) else action
+        self._scripts[key] = behaviour
+
+    # -- what a client does ------------------------------------------------------------------------------------
+
+    async def start(self, saga: Saga | SagaDefinition | str, saga_input: BaseModel | Mapping[str, Any], *,
+                    saga_id: str | None = None, tenant_id: str | None = None) -> str:
+        """Start a saga of that type with ``saga_input`` (its input model, or a plain mapping) and let it run as
+        far as it goes without time passing; its id."""
+        saga_type = saga if isinstance(saga, str) else saga.saga_type
+        definition = self.definitions.latest(saga_type)
+        if definition is None:
+            known = ", ".join(self.definitions.types())
+            raise KeyError(f"unknown saga type {saga_type!r}; the environment runs {known}")
+        saga_id = saga_id or f"{saga_type}-{len(self._started_at) + 1}"
+        record = to_avro(saga_input) if isinstance(saga_input, BaseModel) else dict(saga_input)
+        start = StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
+                          input=self.schemas.encode(definition.input_schema, record))
+        self._started_at.setdefault(saga_id, self.now)
+        self._send(self.topics.start, saga_id, wire.encode_start(start), f"{saga_id}:start:{next(self._order)}")
+        await self._settle()
+        return saga_id
+
+    async def cancel(self, saga_id: str, reason: str = "cancelled in a test") -> None:
+        """Send a CancelSaga and let the saga run on."""
+        self._send(self.topics.control, saga_id, wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason)),
+                   f"{saga_id}:cancel:{next(self._order)}")
+        await self._settle()
+
+    async def resume(self, saga_id: str) -> None:
+        """Send a ResumeCompensation (a COMPENSATION_FAILED saga tries its compensation again)."""
+        message = ResumeCompensation(saga_id=saga_id, operator="test", detail=None)
+        self._send(self.topics.control, saga_id, wire.encode_resume(message), f"{saga_id}:resume:{next(self._order)}")
+        await self._settle()
+
+    async def release(self, saga_id: str) -> None:
+        """Send a ReleaseSaga (a QUARANTINED saga goes on)."""
+        message = ReleaseSaga(saga_id=saga_id, operator="test", detail=None)
+        self._send(self.topics.control, saga_id, wire.encode_release(message), f"{saga_id}:release:{next(self._order)}")
+        await self._settle()
+
+    # -- time --------------------------------------------------------------------------------------------------
+
+    async def advance(self, duration: timedelta | None = None, *, days: float = 0, hours: float = 0,
+                      minutes: float = 0, seconds: float = 0, milliseconds: float = 0) -> None:
+        """Move the virtual clock on, firing every timer and delivering every late answer that comes due on the
+        way, in order."""
+        step = duration or timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds,
+                                     milliseconds=milliseconds)
+        target = self.now + round(step.total_seconds() * 1000)
+        await self._settle()
+        while (next_at := await self._next_at()) is not None and next_at <= target:
+            self.now = max(self.now, next_at)
+            await self._settle()
+        self.now = target
+        await self._settle()
+
+    async def result(self, saga_id: str, within: timedelta = timedelta(days=30)) -> SagaResult:
+        """Run virtual time until ``saga_id`` ended (at most ``within``); how it ended. SagaWaits when it does
+        not end: what it waits for."""
+        limit = self.now + round(within.total_seconds() * 1000)
+        while True:
+            await self._settle()
+            state = self.state(saga_id)
+            if state is not None and state.status.is_terminal:
+                return self._result(saga_id, state)
+            next_at = await self._next_at()
+            if next_at is None or next_at > limit:
+                status = state.status.value if state is not None else "never started"
+                raise SagaWaits(f"saga {saga_id} is {status} and waits for nothing that comes "
+                                f"{'at all' if next_at is None else f'within {within}'}: {self._waiting(saga_id)}")
+            self.now = max(self.now, next_at)
+
+    # -- what it holds -----------------------------------------------------------------------------------------
+
+    def history(self, saga_id: str) -> list[ev.Event]:
+        """The saga's events so far."""
+        return [wire.decode_event(row.body) for row in self.store.events.get(saga_id, [])]
+
+    def state(self, saga_id: str) -> SagaState | None:
+        """The saga's state now (the fold of its history)."""
+        events = self.history(saga_id)
+        return fold(self.definitions.for_history(events), events) if events else None
+
+    # -- the machinery -----------------------------------------------------------------------------------------
+
+    def _send(self, topic: str, key: str, value: bytes, message_id: str, delay_ms: int = 0) -> None:
+        copies = 2 if self._duplicate else 1
+        for _ in range(copies):
+            offset = self._offsets[topic]
+            self._offsets[topic] += 1
+            record = ConsumedRecord(topic=topic, partition=0, offset=offset, key=key.encode(), value=value,
+                                    headers=((MESSAGE_ID, message_id.encode()),))
+            heapq.heappush(self._queue, (self.now + delay_ms, next(self._order), record))
+
+    async def _settle(self) -> None:
+        """Deliver what is due and fire the timers due now, until nothing more happens at this time."""
+        while True:
+            progressed = False
+            while self._queue and self._queue[0][0] <= self.now:
+                _, _, record = heapq.heappop(self._queue)
+                await self.service.handle(self._parser.parse(record))
+                self._drain()
+                progressed = True
+            if await self.service.fire_due_timers(1000):
+                self._drain()
+                progressed = True
+            if not progressed:
+                return
+
+    async def _next_at(self) -> int | None:
+        due = await self.store.next_due_ms()
+        queued = self._queue[0][0] if self._queue else None
+        return min((at for at in (due, queued) if at is not None), default=None)
+
+    def _drain(self) -> None:
+        for message in self.store.drain_outbox():
+            if message.topic == self.topics.dlq:
+                self.letters.append(wire.decode_dead_letter(message.value))
+            elif message.topic in self._commands:
+                participant = self._commands[message.topic]
+                command = wire.decode_command(message.value, participant=participant, message_id=message.message_id)
+                self.sent.append(command)
+                for _ in range(2 if self._duplicate else 1):  # a copy is answered from the record
+                    self._answer(command)
+
+    def _answer(self, command: StepCommand) -> None:
+        """A participant handles ``command`` as its script says, keeping its record as the kit does."""
+        key = command.idempotency_key
+        if command.kind is CommandKind.FORWARD and key in self._tombstones:
+            response = Response("FAILED", "Compensated", "its compensation came first")
+        elif key in self._recorded:
+            response = self._recorded[key]
+        else:
+            behaviour = self._scripts.get((command.participant, command.action), succeed())
+            response = behaviour.respond(command.attempt)
+            if response.recorded:
+                self._recorded[key] = Response(response.status, response.error_type, response.message,
+                                               response.retryable, response.output)
+                if response.status == "SUCCEEDED":
+                    self._effects[(command.saga_id, command.step, command.kind)] += 1
+            if command.kind is CommandKind.COMPENSATE:
+                forward = forward_key(command.saga_id, command.step)
+                if forward not in self._recorded:
+                    self._tombstones.add(forward)
+        if not response.answered:
+            return
+        result = StepResult(saga_id=command.saga_id, step=command.step, kind=command.kind,
+                            idempotency_key=key, attempt=command.attempt, status=ResultStatus(response.status),
+                            retryable=response.retryable, error_type=response.error_type,
+                            error_message=response.message, output=self._output(response.output))
+        self._send(self.topics.results(command.participant), command.saga_id, wire.encode_result(result),
+                   f"{key}:reply:{command.attempt}:{next(self._order)}", response.delay_ms)
+
+    def _output(self, output: BaseModel | bytes | None) -> bytes | None:
+        if output is None or isinstance(output, bytes):
+            return output
+        record = self._records.get(type(output))
+        if record is None:
+            raise TypeError(f"{type(output).__name__} is the output of no action of the environment's sagas")
+        return self.schemas.encode(record.full_name, to_avro(output))
+
+    def _result(self, saga_id: str, state: SagaState) -> SagaResult:
+        events = self.history(saga_id)
+        steps = {step for (saga, step, _) in self._effects if saga == saga_id}
+        effects = {step: (self._effects[(saga_id, step, CommandKind.FORWARD)],
+                          self._effects[(saga_id, step, CommandKind.COMPENSATE)]) for step in sorted(steps)}
+        outputs = {event.step: self._decoded(event.output) for event in events
+                   if isinstance(event, ev.StepSucceeded) and event.output}
+        return SagaResult(saga_id, state.status.value, events, [c for c in self.sent if c.saga_id == saga_id],
+                          effects, timedelta(milliseconds=self.now - self._started_at.get(saga_id, self.now)),
+                          outputs)
+
+    def _decoded(self, output: bytes) -> BaseModel | bytes:
+        try:
+            full_name, record = self.schemas.decode(output)
+        except Exception:  # not a typed record: the bytes as they are
+            return output
+        models = {record_.full_name: model for model, record_ in self._records.items()}
+        return from_avro(models[full_name], record) if full_name in models else output
+
+    def _waiting(self, saga_id: str) -> str:
+        state = self.state(saga_id)
+        if state is None:
+            return "no SagaStarted (see the environment's letters)" if self.letters else "nothing recorded"
+        settled = {"PENDING", "SUCCEEDED", "FAILED", "SKIPPED", "COMPENSATED"}
+        pending = [f"{name} ({step.status.value})" for name, step in state.steps.items()
+                   if step.status.value not in settled]
+        return ", ".join(pending) or state.status.value
+
+
+def _definitions(deployment: Iterable[Deployment]) -> list[SagaDefinition]:
+    found: list[SagaDefinition] = []
+    for item in deployment:
+        if isinstance(item, SagaApp):
+            found += item.definitions()
+        elif isinstance(item, Saga):
+            found.append(item.definition)
+        else:
+            found.append(item)
+    return found
+
+
+def _records(deployment: Iterable[Deployment]) -> dict[type[BaseModel], Record]:
+    records: dict[type[BaseModel], Record] = {}
+    for item in deployment:
+        typed = item.records() if isinstance(item, SagaApp | Saga) else []
+        for record in typed:
+            records[record.model] = record
+    return records
+
+
+def _schemas(records: Mapping[type[BaseModel], Record]) -> SchemaRegistry:
+    """The contract's schemas, the default schema path's (the trip's input) and the typed records'."""
+    base = default_registry()
+    if not records:
+        return base
+    with tempfile.TemporaryDirectory() as folder:
+        for name, schema in schema_files(records.values()).items():
+            path = Path(folder) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(schema))
+        typed = list(load_tree(Path(folder)).values())
+    known = {schema.full_name for schema in base.current_schemas()}
+    return SchemaRegistry([*base.current_schemas(), *(s for s in typed if s.full_name not in known)],
+                          base.released_schemas())
+

@@ -1,0 +1,180 @@
+"""``saga_orchestrator.testing``: sagas on the real pipeline with scripted participants and virtual time, and the
+fault matrix of any saga; the trip's matrix asserts the compensations the README documents, in order."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from pydantic import BaseModel
+
+from saga_orchestrator.orchestrator.authoring import Saga, StepContext, participant
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.testing import (
+    SagaEnvironment,
+    SagaWaits,
+    answer_late,
+    fail,
+    fail_transiently,
+    fault_matrix,
+    succeed,
+    time_out,
+)
+from saga_orchestrator.testing.fault_matrix import expect_failure
+
+HAPPY = SCENARIOS["happy"].trip("t-1")
+
+
+class Visit(BaseModel):
+    visitor: str
+
+
+class Badge(BaseModel):
+    number: int
+
+
+desk = participant("desk")
+guard = participant("guard")
+
+
+@desk.action
+async def issue_badge(step: StepContext, visit: Visit) -> Badge:
+    return Badge(number=1)
+
+
+@issue_badge.undo
+async def revoke_badge(step: StepContext, visit: Visit, badge: Badge) -> None:
+    return None
+
+
+@guard.action
+async def escort(step: StepContext, visit: Visit, badge: Badge) -> None:
+    return None
+
+
+def _visit(deadline: timedelta | None = None, escort_timeout: timedelta = timedelta(seconds=5)) -> Saga:
+    saga = Saga("visit", input=Visit, deadline=deadline)
+    badge = saga.step(issue_badge, timeout=timedelta(seconds=2))
+    saga.step(escort, after=[badge], timeout=escort_timeout)
+    return saga
+
+
+async def test_a_saga_runs_to_its_end_with_every_participant_succeeding() -> None:
+    env = SagaEnvironment(TRIP)
+    result = await env.result(await env.start("trip", HAPPY, saga_id="t-1"))
+    assert result.status == "COMPLETED"
+    assert result.succeeded == ["book_flight", "book_hotel", "charge_card", "send_itinerary"]
+    assert result.effects == {step: (1, 0) for step in result.succeeded} and result.elapsed == timedelta(0)
+
+
+async def test_typed_outputs_reach_the_result_decoded() -> None:
+    env = SagaEnvironment(_visit())
+    env.script(issue_badge, succeed(Badge(number=7)))
+    result = await env.result(await env.start("visit", Visit(visitor="ada")))
+    assert result.outputs == {"issue_badge": Badge(number=7)}
+
+
+async def test_a_definitive_failure_undoes_what_took_effect() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("payment", "charge_card"), fail("CardDeclined"))
+    result = await env.result(await env.start("trip", HAPPY))
+    assert result.status == "COMPENSATED" and result.compensated == ["book_hotel", "book_flight"]
+    assert result.effects["book_flight"] == (1, 1) and "charge_card" not in result.effects
+
+
+async def test_a_transient_failure_is_retried_with_backoff_in_virtual_time() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("payment", "charge_card"), fail_transiently(2))
+    result = await env.result(await env.start("trip", HAPPY))
+    assert result.status == "COMPLETED" and result.attempts("charge_card") == 3
+    assert timedelta(milliseconds=500) < result.elapsed < timedelta(seconds=2)  # two backoffs of 200 and 400 ms
+
+
+async def test_a_timeout_with_the_effect_applied_is_answered_from_the_record_on_the_retry() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("hotel", "book_hotel"), time_out(effect=True))
+    result = await env.result(await env.start("trip", HAPPY))
+    assert result.status == "COMPLETED" and result.attempts("book_hotel") == 2
+    assert result.effects["book_hotel"] == (1, 0)  # one booking, though two attempts
+
+
+async def test_a_late_answer_after_the_retry_changes_nothing() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("flight", "book_flight"), answer_late(timedelta(seconds=3)))
+    result = await env.result(await env.start("trip", HAPPY))
+    assert result.status == "COMPLETED" and result.effects["book_flight"] == (1, 0)
+
+
+async def test_advance_fires_what_comes_due_on_the_way() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("payment", "charge_card"), time_out(effect=False, then=fail("CardDeclined")))
+    saga_id = await env.start("trip", HAPPY)
+    await env.advance(seconds=1)
+    state = env.state(saga_id)
+    assert state is not None and state.status.value == "RUNNING"
+    await env.advance(seconds=2)  # the charge's 2 s timeout, then its retry, declined: the unwinding ran
+    state = env.state(saga_id)
+    assert state is not None and state.status.value == "COMPENSATED"
+
+
+async def test_a_48_hour_deadline_passes_in_virtual_time() -> None:
+    saga = _visit(deadline=timedelta(hours=48), escort_timeout=timedelta(hours=72))
+    env = SagaEnvironment(saga)
+    env.script(escort, answer_late(timedelta(hours=60)))
+    result = await env.result(await env.start(saga, Visit(visitor="ada")))
+    assert result.status == "CANCELLED" and result.compensated == ["issue_badge"]
+    assert result.elapsed == timedelta(hours=48)
+    assert any(getattr(event, "reason", "").startswith("deadline of") for event in result.events)
+
+
+async def test_a_saga_that_cannot_end_says_what_it_waits_for() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("notification", "send_itinerary"), fail("Bounced", retryable=True))  # after the pivot: for ever
+    saga_id = await env.start("trip", HAPPY)
+    with pytest.raises(SagaWaits, match="send_itinerary"):
+        await env.result(saga_id, within=timedelta(minutes=1))
+
+
+async def test_duplicated_messages_change_nothing() -> None:
+    env = SagaEnvironment(TRIP, duplicate_messages=True)
+    result = await env.result(await env.start("trip", HAPPY))
+    assert result.status == "COMPLETED" and all(effect == (1, 0) for effect in result.effects.values())
+
+
+# -- the fault matrix -------------------------------------------------------------------------------------------------
+
+TRIP_MATRIX = fault_matrix(TRIP)
+
+
+def test_the_trips_matrix_has_a_failure_and_a_timeout_per_step_and_a_duplicate_run() -> None:
+    names = [case.name for case in TRIP_MATRIX]
+    assert names == [*(f"{step} fails for good" for step in TRIP.order),
+                     *(f"{step} times out once, its effect applied" for step in TRIP.order),
+                     "every message delivered twice"]
+
+
+def test_the_trips_matrix_expects_the_documented_compensations() -> None:
+    # The README: compensation in reverse order before the pivot; a declined card undoes both bookings; after
+    # the pivot the saga only moves forward.
+    assert expect_failure(TRIP, "book_flight")[:2] == ("COMPENSATED", frozenset({"book_hotel"}))
+    assert expect_failure(TRIP, "book_hotel")[:2] == ("COMPENSATED", frozenset({"book_flight"}))
+    assert expect_failure(TRIP, "charge_card")[:2] == ("COMPENSATED", frozenset({"book_flight", "book_hotel"}))
+    assert expect_failure(TRIP, "send_itinerary") == ("FAILED", frozenset(), ())
+
+
+@pytest.mark.parametrize("case", TRIP_MATRIX, ids=repr)
+async def test_the_trip_against_its_matrix(case: object) -> None:
+    await case.run(TRIP, HAPPY)  # type: ignore[attr-defined]
+
+
+async def test_a_case_that_does_not_hold_says_what_differed() -> None:
+    case = TRIP_MATRIX[2]  # the pivot fails: both bookings undone
+    broken = type(case)(case.name, case.scripts, False, case.status, frozenset({"book_flight"}))
+    with pytest.raises(AssertionError, match=r"undid .* expected"):
+        await broken.run(TRIP, HAPPY)
+
+
+def test_a_dependent_is_undone_before_the_step_it_depends_on() -> None:
+    status, undone, before = expect_failure(_visit().definition, "escort")
+    assert (status, undone, before) == ("COMPENSATED", frozenset({"issue_badge"}), ())
