@@ -38,6 +38,10 @@ class TopicsMissing(Misconfigured):
     """SAGA_CREATE_TOPICS is off and topics the service needs do not exist (or have too few partitions)."""
 
 
+class PartitionsDisagree(Misconfigured):
+    """A topic has another partition count than SAGA_TOPIC_PARTITIONS says: processes disagree on it."""
+
+
 async def broker_answers(kafka: KafkaClients, seconds: float = 5.0) -> bool:
     """Whether a broker of ``kafka`` answers a metadata request within `seconds`."""
     admin = kafka.admin(request_timeout_ms=int(seconds * 1000), client_id="saga-probe")
@@ -78,8 +82,10 @@ async def ensure_topics(kafka: KafkaClients, names: list[str], layout: TopicLayo
     ``layout.create`` off, raise TopicsMissing naming every topic that is missing or has fewer than
     ``layout.partitions`` partitions. ``layout`` may be a partition count (one replica).
 
-    Existing topics are otherwise left as they are, whatever their partition count. A concurrent creator
-    winning the race (TopicAlreadyExists) is fine.
+    An existing topic with another partition count than ``layout.partitions`` is refused (PartitionsDisagree):
+    a saga's partition is its key's hash modulo SAGA_TOPIC_PARTITIONS, in every process (durable timers and
+    outbox shards follow it), so every process of a deployment must use the count its topics were made with.
+    A concurrent creator winning the race (TopicAlreadyExists) is fine.
     """
     layout = layout if isinstance(layout, TopicLayout) else TopicLayout(layout)
     wanted = list(dict.fromkeys(names))
@@ -88,11 +94,18 @@ async def ensure_topics(kafka: KafkaClients, names: list[str], layout: TopicLayo
     async with kafka.started_admin(client_id="saga-topics") as admin:
         existing = set(await admin.list_topics())
         missing = [name for name in wanted if name not in existing]
+        counts = await _partition_counts(admin, [name for name in wanted if name in existing])
         if not layout.create:
-            short = await _short_of_partitions(admin, [name for name in wanted if name in existing], layout.partitions)
+            short = {name: count for name, count in counts.items() if count < layout.partitions}
             if missing or short:
                 raise TopicsMissing(_missing_message(missing, short, layout.partitions))
-        elif missing:
+        differ = {name: count for name, count in counts.items() if count != layout.partitions}
+        if differ:
+            raise PartitionsDisagree(
+                f"SAGA_TOPIC_PARTITIONS={layout.partitions}, but "
+                + ", ".join(f"{name} has {count}" for name, count in sorted(differ.items()))
+                + ": every process of a deployment must use the SAGA_TOPIC_PARTITIONS its topics were made with")
+        if layout.create and missing:
             response = await admin.create_topics(
                 [NewTopic(name, layout.partitions, layout.replication_factor, topic_configs=layout.configs())
                  for name in missing],
@@ -117,12 +130,11 @@ async def delete_topics(kafka: KafkaClients, names: list[str] | None = None, *, 
         return doomed
 
 
-async def _short_of_partitions(admin: AIOKafkaAdminClient, names: list[str], partitions: int) -> dict[str, int]:
-    """The topics of ``names`` with fewer than ``partitions`` partitions, and how many they have."""
+async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """How many partitions each topic of ``names`` has."""
     if not names:
         return {}
-    return {topic["topic"]: len(topic["partitions"]) for topic in await admin.describe_topics(names)
-            if len(topic["partitions"]) < partitions}
+    return {topic["topic"]: len(topic["partitions"]) for topic in await admin.describe_topics(names)}
 
 
 def _missing_message(missing: list[str], short: dict[str, int], partitions: int) -> str:

@@ -6,7 +6,7 @@ import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError
 
-from saga_orchestrator.infra.kafka_admin import TopicLayout, TopicsMissing, ensure_topics
+from saga_orchestrator.infra.kafka_admin import PartitionsDisagree, TopicLayout, TopicsMissing, ensure_topics
 from saga_orchestrator.infra.kafka_clients import KafkaClients
 
 
@@ -48,6 +48,15 @@ async def test_without_creating_missing_topics_are_named(kafka_bootstrap: str, t
     assert "SAGA_CREATE_TOPICS" in message
     async with kafka.started_admin() as admin:
         assert absent not in await admin.list_topics()  # checking created nothing
+
+
+async def test_a_partition_count_other_than_the_topics_is_refused(kafka_bootstrap: str, topic_prefix: str) -> None:
+    kafka = KafkaClients(kafka_bootstrap)
+    topic = f"{topic_prefix}counted"
+    await ensure_topics(kafka, [topic], 4)
+    await ensure_topics(kafka, [topic], 4)  # the same count: nothing to say
+    with pytest.raises(PartitionsDisagree, match=rf"SAGA_TOPIC_PARTITIONS=8, but {topic} has 4: every process"):
+        await ensure_topics(kafka, [topic], 8)
 
 
 async def test_the_connection_check(kafka_bootstrap: str) -> None:
