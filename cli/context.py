@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn, TypeVar
@@ -20,8 +21,19 @@ from ..schemas.topics import Topics
 
 T = TypeVar("T")
 
-console = Console()
-errors = Console(stderr=True)
+# Piped into a file, grep or another program a table keeps every cell whole: rich would otherwise lay it out for
+# 80 columns and cut cells short ("StepRetr…"). Tables are not expanded, so they take only the width they need.
+PIPED_WIDTH = 10_000
+
+
+def terminal_console(stderr: bool = False) -> Console:
+    """A console as wide as the terminal, or wide enough for any row when the stream is not a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else PIPED_WIDTH)
+
+
+console = terminal_console()
+errors = terminal_console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

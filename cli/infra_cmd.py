@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..infra import launcher
@@ -14,13 +13,14 @@ from ..infra.failures import describe
 from ..infra.launcher.security import SCRAM_USER
 from ..infra.settings import Settings
 from ..participants.runner import hosted_participants
+from .context import terminal_console
 from .migrate_cmd import create_missing_roles, service_roles
 from .run_cmd import configured_participants
 
 infra_app = typer.Typer(no_args_is_help=True, help="Local Kafka and Postgres: start, stop, inspect.")
 
-_out = Console()
-_err = Console(stderr=True)
+_out = terminal_console()
+_err = terminal_console(stderr=True)
 
 
 def _fail(error: launcher.LauncherError) -> typer.Exit:

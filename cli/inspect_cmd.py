@@ -183,7 +183,7 @@ def history(saga_id: str = typer.Argument(..., help="The saga id."),
         for event in events:
             console.print_json(_json(event))
         return
-    table = Table("seq", "time (UTC)", "event", "step", "attempt", "error", "detail", expand=True)
+    table = Table("seq", "time (UTC)", "event", "step", "attempt", "error", "detail")
     for event in events:
         table.add_row(*_row(event))
     console.print(table)
