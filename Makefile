@@ -37,5 +37,5 @@ lint: venv
 	$(BIN)/ruff check .
 	@mkdir -p $(TYPECHECK)/saga_orchestrator
 	@for part in $(PARTS); do ln -sfn ../../../$$part $(TYPECHECK)/saga_orchestrator/$$part; done
-	MYPYPATH=$(TYPECHECK) $(BIN)/mypy --strict -p saga_orchestrator -p bench -p tests
+	MYPYPATH=$(TYPECHECK) $(BIN)/mypy --strict -p saga_orchestrator -p bench -p tests -p examples
 	PYTHONPATH=$(TYPECHECK) $(BIN)/lint-imports

@@ -154,6 +154,17 @@ class SagaWatch:
         return {saga_id: type(event).__name__ for saga_id, event in found.items()}
 
 
+async def started_and_ready(settings: Settings, log_dir: Path) -> Stack:
+    """Start every service and wait until each says it is ready."""
+    stack = await start_stack(settings, log_dir)
+    try:
+        await wait_until_ready(stack, stack.labels)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
 async def started_and_warm(settings: Settings, log_dir: Path) -> Stack:
     """Start every service, wait until each is ready, then run one happy saga through them (a participant
     still starting would time the first steps out and change how the sagas of a test end)."""

@@ -136,4 +136,12 @@ async def saga_cli(settings: Settings, *args: str, timeout_s: float = 60) -> sub
                                    timeout=timeout_s)
 
 
-
+def run_refused(settings: Settings, *args: str, **env: str) -> str:
+    """Run ``saga ARGS...`` with ``settings`` and ``env`` changed, expect it to refuse (exit code 2, no
+    traceback) and return the one ``error:`` line it printed."""
+    result = subprocess.run([sys.executable, "-P", "-m", "saga_orchestrator.cli", *args], capture_output=True,
+                            text=True, timeout=120, env={**service_environment(settings), **env})
+    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
+    return lines[0]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,6 @@ import pytest
 
 from saga_orchestrator.cli.demo_cmd import DEMO_TIMEOUT_S
 from saga_orchestrator.cli.dlq_cmd import read_parked
-from saga_orchestrator.cli.run_cmd import service_environment
 from saga_orchestrator.client import SagaClient, SagaInputError, StartRefused
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.schemas import wire
@@ -23,11 +20,11 @@ from saga_orchestrator.schemas.event_types import StepFailed, StepSucceeded
 from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.registry import DEFAULT_SCHEMA_PATH, SchemaRegistry, load_tree
 from saga_orchestrator.schemas.topics import Topics
-from tests.chaos.crash_tools import restart, wait_until_ready
+from tests.chaos.crash_tools import restart, started_and_ready
 from tests.chaos.tools.kafka_tools import wait_caught_up
 from tests.conftest import module_stack
 from tests.e2e.checkout import CHECKOUT_REQUEST, SCHEMA_DIR
-from tests.e2e.harness import Stack, publish, saga_cli, start_stack, terminal_events, wait_for
+from tests.e2e.harness import Stack, publish, run_refused, saga_cli, terminal_events, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -44,13 +41,7 @@ def checkout_settings(settings: Settings) -> Settings:
 @pytest.fixture(scope="module")
 def stack(checkout_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    yield from module_stack(_started(checkout_settings, log_dir), log_dir)
-
-
-async def _started(settings: Settings, log_dir: Path) -> Stack:
-    stack = await start_stack(settings, log_dir)
-    await wait_until_ready(stack, stack.labels)
-    return stack
+    yield from module_stack(started_and_ready(checkout_settings, log_dir), log_dir)
 
 
 def _schemas() -> SchemaRegistry:
@@ -211,30 +202,15 @@ async def test_a_start_rejected_before_its_type_was_deployed_runs_when_its_dead_
 
 # -- a deployment whose settings cannot work: refused at start with the setting named, or answered ---------------
 
-def _service(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``saga ARGS`` as a service or a command runs it, with ``settings`` and ``env`` changed; waits for its exit."""
-    return subprocess.run([sys.executable, "-P", "-m", "saga_orchestrator.cli", *args], capture_output=True,
-                          text=True, timeout=120, env={**service_environment(settings), **env})
-
-
-def _refused(result: subprocess.CompletedProcess[str]) -> str:
-    """The one line a refusal printed (exit code 2, no traceback)."""
-    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
-    return lines[0]
-
-
 def test_an_orchestrator_that_cannot_read_an_input_record_refuses_to_start(checkout_settings: Settings) -> None:
-    line = _refused(_service(checkout_settings, "run", "orchestrator", SAGA_SCHEMA_PATH=DEFAULT_SCHEMA_PATH))
+    line = run_refused(checkout_settings, "run", "orchestrator", SAGA_SCHEMA_PATH=DEFAULT_SCHEMA_PATH)
     assert f"saga type checkout (version 1) reads {CHECKOUT_REQUEST}" in line
     assert f"SAGA_SCHEMA_PATH='{DEFAULT_SCHEMA_PATH}'" in line
 
 
 def test_a_participant_that_cannot_read_its_input_record_refuses_to_start(checkout_settings: Settings) -> None:
-    result = _service(checkout_settings, "run", "participant", "tests.e2e.checkout:INVENTORY",
-                      SAGA_SCHEMA_PATH=DEFAULT_SCHEMA_PATH)
-    line = _refused(result)
+    line = run_refused(checkout_settings, "run", "participant", "tests.e2e.checkout:INVENTORY",
+                       SAGA_SCHEMA_PATH=DEFAULT_SCHEMA_PATH)
     assert f"participant inventory reads {CHECKOUT_REQUEST}" in line and "SAGA_SCHEMA_PATH=" in line
 
 
@@ -247,8 +223,7 @@ def test_a_participant_that_cannot_read_its_input_record_refuses_to_start(checko
 def test_the_command_line_names_the_setting_in_one_line(checkout_settings: Settings, env: dict[str, str],
                                                          expected: str) -> None:
     order = {"order_id": "o-1", "sku": "SKU-1", "quantity": 1, "amount_cents": 999, "address": "1 Main St"}
-    line = _refused(_service(checkout_settings, "start", "checkout", "--id", "o-1", "--input", json.dumps(order),
-                             **env))
+    line = run_refused(checkout_settings, "start", "checkout", "--id", "o-1", "--input", json.dumps(order), **env)
     assert expected in line
 
 

@@ -1,0 +1,87 @@
+"""A shop's checkout: reserve stock ∥ authorise payment → create shipment (the pivot) → send confirmation."""
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from saga_orchestrator.orchestrator.authoring import Saga, SagaApp, StepContext, StepFailed, participant
+
+
+class Order(BaseModel):
+    order_id: str
+    sku: str
+    quantity: int
+    amount_cents: int
+    address: str
+    email: str
+
+
+class Shipment(BaseModel):
+    tracking: str
+
+
+def ledger(schema: str) -> str:
+    return f"CREATE TABLE IF NOT EXISTS {schema}.ledger (key text PRIMARY KEY, saga_id text, state text)"
+
+
+inventory, payments, shipping, mail = (participant(name, tables=[ledger(name)])
+                                       for name in ("inventory", "payments", "shipping", "mail"))
+
+
+async def note(step: StepContext, schema: str, state: str) -> None:
+    await step.tx.execute(f"INSERT INTO {schema}.ledger VALUES ($1, $2, $3)", step.idempotency_key,
+                          step.saga_id, state)
+
+
+async def release(step: StepContext, schema: str) -> None:
+    await step.tx.execute(f"UPDATE {schema}.ledger SET state = 'released' WHERE saga_id = $1", step.saga_id)
+
+
+@inventory.action
+async def reserve_stock(step: StepContext, order: Order) -> None:
+    if order.quantity > 10:
+        raise StepFailed("OutOfStock", f"only 10 of {order.sku} left")
+    await note(step, "inventory", "reserved")
+
+
+@reserve_stock.undo
+async def release_stock(step: StepContext, order: Order) -> None:
+    await release(step, "inventory")
+
+
+@payments.action
+async def authorise_payment(step: StepContext, order: Order) -> None:
+    if order.amount_cents > 100_000:
+        raise StepFailed("LimitExceeded", "over the card's limit")
+    await note(step, "payments", "authorised")
+
+
+@authorise_payment.undo
+async def void_authorisation(step: StepContext, order: Order) -> None:
+    await release(step, "payments")
+
+
+@shipping.action
+async def create_shipment(step: StepContext, order: Order) -> Shipment:
+    if not order.address.strip():
+        raise StepFailed("NoAddress", "the order has no address")
+    await note(step, "shipping", "created")
+    return Shipment(tracking=f"TRK-{order.order_id}")
+
+
+@mail.action
+async def send_confirmation(step: StepContext, order: Order, shipment: Shipment) -> None:
+    if order.email.endswith("@bounce.test") and step.attempt < 3:
+        raise StepFailed("MailboxFull", "try again later", retryable=True)
+    await note(step, "mail", f"sent {shipment.tracking}")
+
+
+checkout = Saga("checkout", input=Order)
+stock = checkout.step(reserve_stock, timeout=timedelta(seconds=2))
+payment = checkout.step(authorise_payment, timeout=timedelta(seconds=2))
+shipment = checkout.step(create_shipment, after=[stock, payment], pivot=True)
+checkout.step(send_confirmation, after=[shipment])
+
+app = SagaApp(sagas=[checkout], participants=[inventory, payments, shipping, mail],
+              schema_folder=Path(__file__).parent / "schemas")
