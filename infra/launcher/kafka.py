@@ -304,7 +304,9 @@ class KafkaLauncher:
             "num.partitions": "1",
             "default.replication.factor": replicas,
             "min.insync.replicas": in_sync,
-            "auto.create.topics.enable": "true",
+            # Every process creates its topics with SAGA_TOPIC_PARTITIONS and refuses topics of another count; a
+            # topic a producer or consumer made by merely naming it would get num.partitions and stop them all.
+            "auto.create.topics.enable": "false",
             "offsets.topic.replication.factor": replicas,
             # Fewer internal partitions than the default 50: the first consumer group and the first
             # transactional producer on a fresh broker wait for these topics to be created.

@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from rich.console import Console
 
 from saga_orchestrator.infra import launcher
-from saga_orchestrator.infra.kafka_admin import broker_answers
+from saga_orchestrator.infra.kafka_admin import broker_answers, ensure_topics
 from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.launcher.private import private_settings
 from saga_orchestrator.infra.launcher.process import port_open
@@ -108,6 +108,7 @@ async def test_restart_postgres_keeps_data_and_cuts_old_connections(private_stac
 
 async def test_restart_kafka_keeps_acknowledged_records(private_stack: Settings) -> None:
     bootstrap = private_stack.kafka_servers()
+    await ensure_topics(KafkaClients(bootstrap), ["restart-probe"], 1)  # the broker creates no topic by itself
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
