@@ -21,8 +21,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 up: venv
 	$(BIN)/saga infra up
 
+# Two workers, each test file on one of them (its module fixtures, stacks and topics stay together).
 test: up
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 demo: up
 	$(BIN)/saga demo
