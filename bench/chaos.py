@@ -34,7 +34,6 @@ from bench.chaos_support import started_and_ready
 from saga_orchestrator.cli.run_cmd import service_commands
 from saga_orchestrator.infra.launcher.private import free_port_block, private_infrastructure
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 
 console = Console()
 
@@ -96,13 +95,11 @@ def print_result(result: ChaosResult, out: Console | None = None) -> None:
     figures.add_row("throughput under chaos", f"{throughput:.2f} sagas/s ({result.terminal_during_chaos} ended "
                                               f"in {result.chaos_s:.0f} s)")
     figures.add_row("drain", f"{result.drain_s:.1f} s")
-    as_planned = sum(1 for s, name in result.scenario_of.items()
-                     if result.outcome_of.get(s) == SCENARIOS[name].terminal)
+    as_planned = len(result.scenario_of) - len(result.ended_otherwise)
     figures.add_row("ended as their scenario says", f"{as_planned} of {len(result.scenario_of)} (the others timed "
                                                     "out while a service was down and were unwound)")
     out.print(figures)
-    deviations = Counter(f"{name} → {result.outcome_of.get(s, '(none)')}" for s, name in result.scenario_of.items()
-                         if result.outcome_of.get(s) != SCENARIOS[name].terminal)
+    deviations = Counter(f"{name} → {seen or '(none)'}" for name, seen in result.ended_otherwise.values())
     if deviations:
         table = Table("scenario → ended", "sagas", title="outcomes other than the scenario's", title_justify="left")
         for key, count in deviations.most_common():

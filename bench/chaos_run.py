@@ -31,7 +31,7 @@ from saga_orchestrator.orchestrator.verify import VerifyReport, verify_system
 from saga_orchestrator.participants.runner import hosted_participants
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
-from saga_orchestrator.schemas.event_types import SagaStarted
+from saga_orchestrator.schemas.event_types import SagaCancelRefused, SagaStarted
 from saga_orchestrator.schemas.message_types import CancelSaga
 from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.tools.duplicator import Duplicator
@@ -70,6 +70,7 @@ class ChaosResult:
     plan: ChaosPlan
     scenario_of: dict[str, str] = field(default_factory=dict)  # every saga whose StartSaga was acknowledged
     outcome_of: dict[str, str] = field(default_factory=dict)  # terminal event seen on saga.events
+    cancel_refused: set[str] = field(default_factory=set)  # sagas whose CancelSaga came after the pivot began
     kills: Counter[str] = field(default_factory=Counter)
     unexpected_exits: Counter[str] = field(default_factory=Counter)  # services that died on their own
     broker_restarts: int = 0
@@ -85,6 +86,16 @@ class ChaosResult:
     def lost(self) -> list[tuple[str, str, str]]:
         """Started sagas that did not end within the drain timeout (saga id, state, where it waits)."""
         return self.report.not_terminal if self.report else [(s, "?", "not verified") for s in self.scenario_of]
+
+    def ends_as(self, saga_id: str) -> str:
+        """The terminal event ``saga_id`` must end with, by its scenario and whether its cancel was refused."""
+        return SCENARIOS[self.scenario_of[saga_id]].ends_as(saga_id in self.cancel_refused)
+
+    @property
+    def ended_otherwise(self) -> dict[str, tuple[str, str | None]]:
+        """Saga id → (scenario, terminal event seen) for every saga that did not end as it must."""
+        return {saga_id: (name, self.outcome_of.get(saga_id)) for saga_id, name in self.scenario_of.items()
+                if self.outcome_of.get(saga_id) != self.ends_as(saga_id)}
 
     @property
     def ok(self) -> bool:
@@ -204,6 +215,8 @@ class ChaosRun:
                     body = wire.encode_cancel(CancelSaga(saga_id=event.saga_id, reason="customer changed plans"))
                     self._spawn(self._publisher.publish(self.topics.control, event.saga_id, body,
                                                         f"{event.saga_id}:cancel"))
+                elif isinstance(event, SagaCancelRefused) and event.saga_id in self.result.scenario_of:
+                    self.result.cancel_refused.add(event.saga_id)
             for saga_id, terminal in self._feed.terminal.items():
                 self.result.outcome_of.setdefault(saga_id, type(terminal).__name__)
 

@@ -34,6 +34,12 @@ class Scenario:
     changes: dict[str, Any] = field(default_factory=dict)
     cancel: bool = False  # send CancelSaga as soon as the saga has started
 
+    def ends_as(self, cancel_refused: bool = False) -> str:
+        """The terminal event a saga of this scenario must end with. A cancel reaches the orchestrator only
+        as fast as Kafka carries it: held up (by a broker outage, say) until the pivot is in flight, it is
+        refused (``SagaCancelRefused``), and the trip then goes ahead as if it had never been sent."""
+        return "SagaCompleted" if self.cancel and cancel_refused else self.terminal
+
     def trip(self, saga_id: str) -> dict[str, Any]:
         """The TripRequest for one saga of this scenario."""
         base: dict[str, Any] = {

@@ -28,7 +28,6 @@ from saga_orchestrator.cli.dlq_cmd import read_parked
 from saga_orchestrator.cli.run_cmd import health_port
 from saga_orchestrator.infra.health_server import fetch_health
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from tests.chaos.conftest import private_stack_settings
 from tests.chaos.tools.platform_faults import (
     FullDisk,
@@ -66,8 +65,7 @@ async def _run(stack: Stack, servers: Settings, at_s: float, name: str,
     assert result.faults == [name]
     assert result.report is not None
     assert result.report.ok, (result.report.not_terminal[:5], result.report.violations[:5])
-    wrong = {saga: (scenario, result.outcome_of.get(saga)) for saga, scenario in result.scenario_of.items()
-             if result.outcome_of.get(saga) != SCENARIOS[scenario].terminal}
+    wrong = result.ended_otherwise
     assert not wrong, f"{len(wrong)} of {len(result.scenario_of)} sagas ended wrongly: {list(wrong.items())[:10]}"
     assert len(result.scenario_of) >= 100 * _plan().duration_s / 12
     assert not result.unexpected_exits and stack.exited() == {}, stack.exited()
