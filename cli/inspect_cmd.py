@@ -223,12 +223,20 @@ def list_sagas(
 
 def effects(saga_id: str = typer.Argument(..., help="The saga id."),
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Each participant's business records for the saga (booked, cancelled, charged, refunded, sent)."""
-    from ..participants.trip.effects import collect_effects
+    """Each participant's business records for the saga, counted as the participant declares them (its
+    ``EffectTable``: e.g. booked, cancelled)."""
+    from ..participants.kit.effects import read_effects
+    from ..participants.registry import deployment_participants
+
+    current = settings()
+    declaring = [p for p in deployment_participants(current) if p.effects is not None]
+    if not declaring:
+        console.print("no participant of this deployment declares its effects (Participant.effects)")
+        raise typer.Exit(1)
 
     async def query() -> Any:
-        async with database(settings()) as pool:
-            return await collect_effects(pool, saga_id)
+        async with database(current) as pool:
+            return await read_effects(pool, declaring, saga_id)
 
     found = run(query())
     if as_json:

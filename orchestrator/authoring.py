@@ -2,9 +2,10 @@
 
     class Order(BaseModel): ...                       # the saga's input, and each step's output: pydantic models
 
-    inventory = participant("inventory", tables=[...])
+    inventory = participant("inventory", tables=[...],     # where its effects show: saga effects / verify
+                            effects=EffectTable("ledger", counts={"done": None, "undone": "state = 'released'"}))
 
-    @inventory.action
+    @inventory.action(effect="done")
     async def reserve_stock(step: StepContext, order: Order) -> Reservation | Failed: ...
 
     checkout = Saga("checkout", input=Order)
@@ -30,6 +31,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
+from ..participants.kit.effects import EffectTable
 from ..participants.kit.outcome import Deferred, Failed, StepFailed
 from ..participants.kit.participant import Participant
 from ..participants.kit.typed import Action, Calling, ParticipantSpec, StepContext, participant
@@ -45,8 +47,8 @@ from .domain.definition import (
 from .domain.errors import DefinitionError
 
 __all__ = [
-    "UNLIMITED_RETRY", "Action", "Calling", "Condition", "Deferred", "Failed", "FailureMode", "RetryPolicy", "Saga",
-    "SagaApp", "StepContext", "StepFailed", "StepRef", "participant",
+    "UNLIMITED_RETRY", "Action", "Calling", "Condition", "Deferred", "EffectTable", "Failed", "FailureMode",
+    "RetryPolicy", "Saga", "SagaApp", "StepContext", "StepFailed", "StepRef", "participant",
 ]
 
 

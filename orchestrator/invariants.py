@@ -1,31 +1,27 @@
 """The invariants ``saga verify`` checks, as pure functions of a saga's folded state and its effect counts.
 
-Effect rules are data, per saga type: for each step, which participant count records its effect and which
-its undoing (``StepEffect``), and how to read those counts from the participants' tables. How a saga ended
-then says what each step's effect must be now (``STATUS_EXPECTATIONS``): held exactly once, undone (no net
-effect), absent, or left as it is. A saga type registers its rules with ``register_rules`` when its module is
-loaded (the trip example does, in ``participants/trip/checks.py``); a type without rules gets the generic
-checks only.
+Where each step's effect shows is derived, never written by hand: a step's participant declares which count of
+its effect table each action adds to (``participants.kit.effects.EffectTable``), so the step's command gives
+the count of its effect and its compensation the count of its undoing (``step_effects``). How a saga ended then
+says what each step's effect must be now (``STATUS_EXPECTATIONS``): held exactly once, undone (no net effect),
+absent, or left as it is. A step whose participant declares no effect for its command is not checked here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
+from .domain.definition import SagaDefinition
 from .domain.state import SagaState, SagaStatus, StepStatus
 from .ports import SagaSummaryRow
 
 EffectCounts = Mapping[str, Mapping[str, int]]
 """participant → count name → value, e.g. {"flight": {"booked": 1, "cancelled": 0}}."""
 
-EffectReader = Callable[[Any, str], Awaitable[EffectCounts]]
-"""Reads one saga's effect counts: (a database pool, saga id) → counts."""
-
-DuplicateReader = Callable[[Any], Awaitable[Mapping[str, Mapping[str, int]]]]
-"""Reads the effects recorded more than once: (a database pool) → table → ``{saga_id}:{step}`` → rows."""
+DeclaredEffects = Mapping[str, Mapping[str, str]]
+"""participant → action → the count its effect adds to, as the participants declare them."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +33,16 @@ class StepEffect:
     undone: str | None = None
 
 
-@dataclass(frozen=True)
-class EffectRules:
-    """The effect of each step of one saga type (steps without a visible effect are left out), and where
-    ``saga verify`` reads the counts (no reader: only the pure checks here use the rules)."""
-
-    steps: Mapping[str, StepEffect]
-    read_effects: EffectReader | None = None
-    read_duplicates: DuplicateReader | None = None
+def step_effects(definition: SagaDefinition, declared: DeclaredEffects) -> dict[str, StepEffect]:
+    """Step name → where its effect shows, for every step whose command has a declared effect."""
+    found = {}
+    for step in definition.steps:
+        actions = declared.get(step.participant, {})
+        done = actions.get(step.command)
+        if done is not None:
+            undone = actions.get(step.compensation) if step.compensation is not None else None
+            found[step.name] = StepEffect(step.participant, done, undone)
+    return found
 
 
 class Expect(StrEnum):
@@ -114,15 +112,6 @@ STATUS_EXPECTATIONS: Mapping[SagaStatus, Expectation] = {
     SagaStatus.COMPENSATING: _as_is,
 }
 
-RULES: dict[str, EffectRules] = {}
-"""The registered rules, by saga type."""
-
-
-def register_rules(saga_type: str, rules: EffectRules) -> None:
-    """Check the effects of ``saga_type`` sagas with ``rules`` (replaces earlier rules of that type)."""
-    RULES[saga_type] = rules
-
-
 def _meets(expect: Expect, done: int, undone: int, undoable: bool) -> bool:
     if expect is Expect.HELD:
         return done == 1 and undone == 0
@@ -133,17 +122,14 @@ def _meets(expect: Expect, done: int, undone: int, undoable: bool) -> bool:
     return done <= 1 and undone <= done
 
 
-def effect_problems(state: SagaState, counts: EffectCounts, rules: EffectRules | None = None) -> list[str]:
-    """Every step whose effect does not match how the saga ended (``rules`` default: ``RULES[saga_type]``)."""
-    rules = rules if rules is not None else RULES.get(state.saga_type)
+def effect_problems(state: SagaState, counts: EffectCounts, effects: Mapping[str, StepEffect]) -> list[str]:
+    """Every step whose effect (``effects``: by step, from ``step_effects``) does not match how the saga
+    ended."""
     expectation = STATUS_EXPECTATIONS.get(state.status)
-    if rules is None or expectation is None:
+    if expectation is None:
         return []
     problems = []
-    for step, effect in rules.steps.items():
-        if step not in state.steps and state.status is not SagaStatus.REJECTED:
-            problems.append(f"rules name step {step!r}, which the {state.saga_type} definition does not have")
-            continue
+    for step, effect in effects.items():
         expect = Expect.ABSENT if step not in state.steps else expectation(state, step, effect)
         found = counts.get(effect.participant, {})
         done = found.get(effect.done, 0)

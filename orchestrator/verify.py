@@ -2,8 +2,8 @@
 behind is what how it ended says.
 
 Checks: every started saga reached a terminal state (else: where it waits — last event, pending timers, rows
-still in an outbox); each saga's participant effects match how it ended (``invariants``, with the rules its
-saga type registered); no business effect was recorded twice for one idempotency key; the saga_summary read
+still in an outbox); each saga's participant effects match how it ended (``invariants``, where each step's
+effect shows as its participant declares it); no business effect was recorded twice for one step; the saga_summary read
 model agrees with the fold of the saga's events. Events, summaries, timers and outboxes are read in one
 snapshot.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,12 +21,15 @@ import asyncpg
 
 from ..infra.db import create_pool, datetime_to_ms
 from ..infra.settings import Settings
+from ..participants.kit.effects import duplicate_effects, read_effects
+from ..participants.kit.participant import Participant
+from ..participants.registry import deployment_participants
 from ..schemas import wire
 from ..schemas.event_types import Event, SagaStarted
 from .bootstrap import definitions
-from .domain.definition import DefinitionRegistry
+from .domain.definition import DefinitionRegistry, SagaDefinition
 from .domain.state import SagaState, SagaStatus, fold
-from .invariants import RULES, PendingTimer, effect_problems, summary_problems, why_not_terminal
+from .invariants import PendingTimer, effect_problems, step_effects, summary_problems, why_not_terminal
 from .ports import SagaSummaryRow
 
 
@@ -68,17 +71,20 @@ class _Snapshot:
     now_ms: int
 
 
-async def verify_system(settings: Settings, saga_ids: Collection[str] | None = None,
-                        wait_s: float = 0) -> VerifyReport:
+async def verify_system(settings: Settings, saga_ids: Collection[str] | None = None, wait_s: float = 0,
+                        participants: Sequence[Participant] | None = None) -> VerifyReport:
     """Check every saga (or ``saga_ids``); with ``wait_s`` re-check until all is terminal and consistent
-    or the time is up, and return the last report."""
+    or the time is up, and return the last report. Effects are read from ``participants`` (default: the
+    deployment's, ``participants.registry.deployment_participants``)."""
     registry = definitions(settings)
+    declaring = [p for p in (deployment_participants(settings) if participants is None else participants)
+                 if p.effects is not None]
     wanted = None if saga_ids is None else set(saga_ids)
     deadline = time.monotonic() + wait_s
     pool = await create_pool(settings.dsn(), 4, connect_timeout_s=15)
     try:
         while True:
-            report = await _check(pool, registry, wanted)
+            report = await _check(pool, registry, declaring, wanted)
             remaining = deadline - time.monotonic()
             if report.ok or remaining <= 0:
                 return report
@@ -87,24 +93,26 @@ async def verify_system(settings: Settings, saga_ids: Collection[str] | None = N
         await pool.close()
 
 
-async def _check(pool: asyncpg.Pool, registry: DefinitionRegistry, wanted: set[str] | None) -> VerifyReport:
+async def _check(pool: asyncpg.Pool, registry: DefinitionRegistry, participants: Sequence[Participant],
+                 wanted: set[str] | None) -> VerifyReport:
     snapshot = await _read_snapshot(pool, wanted)
     violations: list[Violation] = []
     not_terminal: list[tuple[str, str, str]] = []
     terminal: Counter[str] = Counter()
     started = 0
-    states: dict[str, SagaState] = {}
+    states: dict[str, tuple[SagaDefinition | None, SagaState]] = {}
     for saga_id in sorted(wanted if wanted is not None else snapshot.events):
         events = snapshot.events.get(saga_id)
         if not events:
             not_terminal.append((saga_id, "UNKNOWN", "no events recorded: its StartSaga was not handled (yet)"))
             continue
         try:
-            state = fold(registry.for_history(events), events)
+            definition = registry.for_history(events)
+            state = fold(definition, events)
         except Exception as error:  # unknown definition, a gap, an illegal transition: all unfoldable
             violations.append(Violation(saga_id, f"cannot fold its events: {type(error).__name__}: {error}"))
             continue
-        states[saga_id] = state
+        states[saga_id] = definition, state
         started += any(isinstance(e, SagaStarted) for e in events)
         if state.is_terminal:
             terminal[state.status.value] += 1
@@ -113,32 +121,34 @@ async def _check(pool: asyncpg.Pool, registry: DefinitionRegistry, wanted: set[s
                                    snapshot.outbox_rows.get(saga_id, {}), snapshot.now_ms)
             not_terminal.append((saga_id, state.status.value, why))
         violations += [Violation(saga_id, p) for p in summary_problems(state, snapshot.summaries.get(saga_id))]
-    violations += await _effect_violations(pool, states)
-    violations += await _duplicate_violations(pool, wanted)
+    violations += await _effect_violations(pool, participants, states)
+    violations += await _duplicate_violations(pool, participants, wanted)
     return VerifyReport(started=started, terminal=dict(sorted(terminal.items())), not_terminal=not_terminal,
                         violations=violations)
 
 
-async def _effect_violations(pool: asyncpg.Pool, states: dict[str, SagaState]) -> list[Violation]:
+async def _effect_violations(pool: asyncpg.Pool, participants: Sequence[Participant],
+                             states: dict[str, tuple[SagaDefinition | None, SagaState]]) -> list[Violation]:
     slots = asyncio.Semaphore(3)
+    declared = {p.name: p.effects.actions for p in participants if p.effects is not None}
 
-    async def one(saga_id: str, state: SagaState) -> list[Violation]:
-        rules = RULES.get(state.saga_type)
-        if state.status in (SagaStatus.REJECTED, SagaStatus.PURGED) or rules is None or rules.read_effects is None:
-            return []  # nothing started, its steps were purged, or a saga type with the generic checks only
+    async def one(saga_id: str, definition: SagaDefinition | None, state: SagaState) -> list[Violation]:
+        effects = {} if definition is None else step_effects(definition, declared)
+        if state.status in (SagaStatus.REJECTED, SagaStatus.PURGED) or not effects:
+            return []  # nothing started, its steps were purged, or no step with a declared effect
+        used = {effect.participant for effect in effects.values()}
         async with slots:
-            counts = await rules.read_effects(pool, saga_id)
-        return [Violation(saga_id, p) for p in effect_problems(state, counts, rules)]
+            counts = (await read_effects(pool, [p for p in participants if p.name in used], saga_id)).counts()
+        return [Violation(saga_id, p) for p in effect_problems(state, counts, effects)]
 
-    found = await asyncio.gather(*(one(saga_id, state) for saga_id, state in states.items()))
+    found = await asyncio.gather(*(one(saga_id, *pair) for saga_id, pair in states.items()))
     return [violation for saga in found for violation in saga]
 
 
-async def _duplicate_violations(pool: asyncpg.Pool, wanted: set[str] | None) -> list[Violation]:
+async def _duplicate_violations(pool: asyncpg.Pool, participants: Sequence[Participant],
+                                wanted: set[str] | None) -> list[Violation]:
     violations = []
-    readers = list(dict.fromkeys(rules.read_duplicates for rules in RULES.values() if rules.read_duplicates))
-    duplicates = [(table, keys) for reader in readers for table, keys in (await reader(pool)).items()]
-    for table, keys in duplicates:
+    for table, keys in (await duplicate_effects(pool, participants)).items():
         for key, rows in sorted(keys.items()):
             saga_id = key.rpartition(":")[0]
             if wanted is None or saga_id in wanted:

@@ -3,8 +3,12 @@ example's (``flight`` is ``saga_orchestrator.participants.trip.flight:PARTICIPAN
 
 from __future__ import annotations
 
-from ..infra.app import current_app
+import re
+
+from ..infra.app import current_app, load_app
+from ..infra.misconfigured import Misconfigured
 from ..infra.references import load_reference
+from ..infra.settings import Settings
 from .kit.participant import Participant
 from .kit.typed import ParticipantSpec
 
@@ -35,3 +39,16 @@ def get_participant(name: str) -> Participant:
     if not isinstance(found, Participant):
         raise ValueError(f"{name} is not a participants.kit Participant")
     return found
+
+
+def deployment_participants(settings: Settings) -> list[Participant]:
+    """Every participant of the deployment: its app's, else those SAGA_PARTICIPANTS names (what ``saga effects``
+    and ``saga verify`` read the effects of); Misconfigured names the setting when one cannot be loaded."""
+    loaded = load_app(settings.saga_app)
+    if loaded is not None:
+        return [loaded.app.participant(name) for name in loaded.app.participant_names()]
+    names = [name for name in re.split(r"[,+]", settings.saga_participants) if name.strip()]
+    try:
+        return [get_participant(name.strip()) for name in dict.fromkeys(names)]
+    except ValueError as error:
+        raise Misconfigured(f"SAGA_PARTICIPANTS={settings.saga_participants!r}: {error}") from None

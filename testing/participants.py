@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from ..infra.db import create_pool
 from ..participants.kit.ddl import ensure_participant_schema
+from ..participants.kit.effects import read_effects
 from ..participants.kit.handling import Disposition, handle_commands
 from ..participants.kit.participant import Participant
 from ..participants.kit.typed import Action, ParticipantSpec
@@ -54,6 +55,7 @@ class Reply:
     message: str | None = None
     retryable: bool = False
     output: BaseModel | bytes | None = None
+    held_ms: int = 0  # how long the reply waits in the outbox before it is sent (``StepContext.hold_reply``)
 
     @property
     def duplicate(self) -> bool:
@@ -132,14 +134,21 @@ class ParticipantHarness:
 
     async def _reply(self, disposition: Disposition, key: str) -> Reply:
         rows = await self.pool.fetch(
-            f"SELECT value FROM {self.participant.outbox_table} WHERE topic = $1 ORDER BY id DESC",
+            "SELECT value, greatest(0, extract(epoch FROM available_at - created_at) * 1000)::int AS held_ms"
+            f" FROM {self.participant.outbox_table} WHERE topic = $1 ORDER BY id DESC",
             self._topics.results(self.participant.name))
         for row in rows:
             result = wire.decode_result(row["value"])
             if result.idempotency_key == key:
                 return Reply(disposition.value, result.status.value, result.error_type, result.error_message,
-                             result.retryable, self._decode_output(result.output))
+                             result.retryable, self._decode_output(result.output), row["held_ms"])
         return Reply(disposition.value, None)
+
+    async def effects(self, saga_id: str) -> dict[str, int]:
+        """The participant's effect counts for ``saga_id``, as ``saga effects`` and ``saga verify`` read them
+        (from its ``effects`` declaration; empty without one)."""
+        found = await read_effects(self.pool, [self.participant], saga_id)
+        return found.counts().get(self.participant.name, {})
 
     def _write_records(self, folder: Path) -> None:
         for name, schema in schema_files(self._records).items():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from saga_orchestrator.orchestrator.authoring import Saga, SagaApp, StepContext, StepFailed, participant
+from saga_orchestrator.orchestrator.authoring import EffectTable, Saga, SagaApp, StepContext, StepFailed, participant
 
 
 class Order(BaseModel):
@@ -22,47 +22,49 @@ class Shipment(BaseModel):
 
 
 def ledger(schema: str) -> str:
-    return f"CREATE TABLE IF NOT EXISTS {schema}.ledger (key text PRIMARY KEY, saga_id text, state text)"
+    return f"CREATE TABLE IF NOT EXISTS {schema}.ledger (key text PRIMARY KEY, saga_id text, step text, state text)"
 
 
-inventory, payments, shipping, mail = (participant(name, tables=[ledger(name)])
+# Each participant's effects are rows of its ledger: what `saga effects` prints and `saga verify` checks.
+LEDGER = EffectTable("ledger", counts={"done": None, "undone": "state = 'released'"})
+inventory, payments, shipping, mail = (participant(name, tables=[ledger(name)], effects=LEDGER)
                                        for name in ("inventory", "payments", "shipping", "mail"))
 
 
 async def note(step: StepContext, schema: str, state: str) -> None:
-    await step.tx.execute(f"INSERT INTO {schema}.ledger VALUES ($1, $2, $3)", step.idempotency_key,
-                          step.saga_id, state)
+    await step.tx.execute(f"INSERT INTO {schema}.ledger VALUES ($1, $2, $3, $4)", step.idempotency_key,
+                          step.saga_id, step.step, state)
 
 
 async def release(step: StepContext, schema: str) -> None:
     await step.tx.execute(f"UPDATE {schema}.ledger SET state = 'released' WHERE saga_id = $1", step.saga_id)
 
 
-@inventory.action
+@inventory.action(effect="done")
 async def reserve_stock(step: StepContext, order: Order) -> None:
     if order.quantity > 10:
         raise StepFailed("OutOfStock", f"only 10 of {order.sku} left")
     await note(step, "inventory", "reserved")
 
 
-@reserve_stock.undo
+@reserve_stock.undo(effect="undone")
 async def release_stock(step: StepContext, order: Order) -> None:
     await release(step, "inventory")
 
 
-@payments.action
+@payments.action(effect="done")
 async def authorise_payment(step: StepContext, order: Order) -> None:
     if order.amount_cents > 100_000:
         raise StepFailed("LimitExceeded", "over the card's limit")
     await note(step, "payments", "authorised")
 
 
-@authorise_payment.undo
+@authorise_payment.undo(effect="undone")
 async def void_authorisation(step: StepContext, order: Order) -> None:
     await release(step, "payments")
 
 
-@shipping.action
+@shipping.action(effect="done")
 async def create_shipment(step: StepContext, order: Order) -> Shipment:
     if not order.address.strip():
         raise StepFailed("NoAddress", "the order has no address")
@@ -70,7 +72,7 @@ async def create_shipment(step: StepContext, order: Order) -> Shipment:
     return Shipment(tracking=f"TRK-{order.order_id}")
 
 
-@mail.action
+@mail.action(effect="done")
 async def send_confirmation(step: StepContext, order: Order, shipment: Shipment) -> None:
     if order.email.endswith("@bounce.test") and step.attempt < 3:
         raise StepFailed("MailboxFull", "try again later", retryable=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 import asyncpg
 
+from .effects import EffectTable
 from .outcome import Outcome, ReceivedCommand
 
 Handler = Callable[[asyncpg.Connection, ReceivedCommand, Mapping[str, Any]], Awaitable[Outcome]]
@@ -27,7 +28,8 @@ class Participant:
     action has a handler, a batch handler, or both (then the batch handler serves batches of two or more).
 
     ``business_ddl`` holds idempotent statements (CREATE ... IF NOT EXISTS) run at start;
-    ``input_types`` lists the saga input records the handlers understand (empty = any).
+    ``input_types`` lists the saga input records the handlers understand (empty = any); ``effects`` says where
+    its actions' effects show (``kit.effects``: what ``saga effects`` and ``saga verify`` read).
     """
 
     name: str
@@ -36,10 +38,20 @@ class Participant:
     batch_handlers: Mapping[str, BatchHandler] = field(default_factory=dict)
     business_ddl: Sequence[str] = ()
     input_types: frozenset[str] = field(default_factory=frozenset)
+    effects: EffectTable | None = None
 
     def __post_init__(self) -> None:
         if not self.handlers and not self.batch_handlers:
             raise ValueError(f"participant {self.name!r} has no handlers")
+        unknown = sorted(set(self.effects.actions if self.effects else ()) - set(self.actions))
+        if unknown:
+            raise ValueError(f"participant {self.name!r}: its effects name actions it does not have: "
+                             f"{', '.join(unknown)}")
+
+    @property
+    def actions(self) -> frozenset[str]:
+        """Every action it serves."""
+        return frozenset(self.handlers) | frozenset(self.batch_handlers)
 
     def handler(self, action: str) -> Handler | None:
         """The handler of one ``action`` command (a batch handler given a batch of one), or None."""

@@ -30,13 +30,14 @@ import inspect
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
 
 from pydantic import BaseModel, ValidationError
 
 from ...schemas.registry import default_registry
 from ...schemas.typed import OUTPUTS_FOLDER, Record, from_avro, to_avro
+from .effects import EffectTable
 from .outcome import Deferred, Failed, Outcome, ReceivedCommand, StepFailed, Succeeded
 from .participant import BatchHandler, Call, Handler, Participant
 
@@ -49,12 +50,23 @@ InputT = TypeVar("InputT", bound=BaseModel)
 Result = BaseModel | Failed | Deferred | Succeeded | None
 
 
+@dataclass
+class _Reply:
+    delay_ms: int = 0
+
+
 @dataclass(frozen=True)
 class StepContext:
-    """What a typed handler is given besides its inputs: the kit's transaction and the command's facts."""
+    """What a typed handler is given besides its inputs: the kit's transaction and the command's facts.
+
+    ``outputs``: the outputs its parameters take, by the name of the step that gave each (e.g. to record
+    them).
+    """
 
     tx: asyncpg.Connection
     command: ReceivedCommand
+    outputs: Mapping[str, BaseModel] = field(default_factory=dict)
+    _reply: _Reply = field(default_factory=_Reply, repr=False, compare=False)
 
     @property
     def saga_id(self) -> str:
@@ -72,6 +84,10 @@ class StepContext:
     def idempotency_key(self) -> str:
         """Pass it on to an outside system as its idempotency key: a command can be handled more than once."""
         return self.command.idempotency_key
+
+    def hold_reply(self, milliseconds: int) -> None:
+        """Keep the reply in the outbox for ``milliseconds`` after the commit (a slow participant, simulated)."""
+        self._reply.delay_ms = milliseconds
 
 
 @dataclass(frozen=True)
@@ -93,11 +109,12 @@ class Action:
     """A participant's typed action: its handler, what it reads and gives, and its compensation (``undo``)."""
 
     def __init__(self, spec: ParticipantSpec, handler: Callable[..., Awaitable[Any]], name: str, many: bool,
-                 compensates: Action | None = None) -> None:
+                 compensates: Action | None = None, effect: str | None = None) -> None:
         self.spec = spec
         self.handler = handler
         self.name = name
         self.many = many
+        self.effect = effect  # the count of the participant's EffectTable its effect adds to
         self.compensates = compensates  # the forward action this one undoes
         self.compensation: Action | None = None
         self.input_model, self.needs, self.output_model = _signature(handler, many, name)
@@ -116,19 +133,22 @@ class Action:
         return None if self.output_model is None else Record(self.output_model, self.spec.namespace, OUTPUTS_FOLDER)
 
     @overload
-    def undo(self, handler: Callable[..., Awaitable[Any]], /, *, name: str | None = None) -> Action: ...
+    def undo(self, handler: Callable[..., Awaitable[Any]], /, *, name: str | None = None,
+             effect: str | None = None) -> Action: ...
 
     @overload
-    def undo(self, handler: None = None, /, *, name: str | None = None
+    def undo(self, handler: None = None, /, *, name: str | None = None, effect: str | None = None
              ) -> Callable[[Callable[..., Awaitable[Any]]], Action]: ...
 
-    def undo(self, handler: Callable[..., Awaitable[Any]] | None = None, /, *, name: str | None = None
-             ) -> Action | Callable[[Callable[..., Awaitable[Any]]], Action]:
-        """Declare the compensation of this action (a decorator, bare or with ``name=``)."""
+    def undo(self, handler: Callable[..., Awaitable[Any]] | None = None, /, *, name: str | None = None,
+             effect: str | None = None) -> Action | Callable[[Callable[..., Awaitable[Any]]], Action]:
+        """Declare the compensation of this action (a decorator, bare or with ``name=`` / ``effect=``, the count
+        of the participant's effect table that shows it undone)."""
         def declare(function: Callable[..., Awaitable[Any]]) -> Action:
             if self.compensation is not None:
                 raise ValueError(f"action {self.name!r} of {self.spec.name!r} already has a compensation")
-            undo = self.spec._add(Action(self.spec, function, name or function.__name__, False, compensates=self))
+            undo = self.spec._add(Action(self.spec, function, name or function.__name__, False, compensates=self,
+                                         effect=effect))
             self.compensation = undo
             return undo
         return declare if handler is None else declare(handler)
@@ -145,33 +165,47 @@ class ParticipantSpec:
     """A participant declared with typed actions; ``build`` makes the kit's ``Participant`` the worker runs."""
 
     def __init__(self, name: str, *, schema: str | None = None, tables: Sequence[str] = (),
-                 namespace: str | None = None) -> None:
+                 namespace: str | None = None, effects: EffectTable | None = None) -> None:
         self.name = name
         self.schema = schema or name
         self.tables = tuple(tables)
         self.namespace = namespace or f"saga.v1.{name}"
+        self.effects = effects
         self.actions: dict[str, Action] = {}
 
     @overload
-    def action(self, handler: Callable[..., Awaitable[Any]], /, *, name: str | None = None, many: bool = False
-               ) -> Action: ...
+    def action(self, handler: Callable[..., Awaitable[Any]], /, *, name: str | None = None, many: bool = False,
+               effect: str | None = None) -> Action: ...
 
     @overload
-    def action(self, handler: None = None, /, *, name: str | None = None, many: bool = False
-               ) -> Callable[[Callable[..., Awaitable[Any]]], Action]: ...
+    def action(self, handler: None = None, /, *, name: str | None = None, many: bool = False,
+               effect: str | None = None) -> Callable[[Callable[..., Awaitable[Any]]], Action]: ...
 
     def action(self, handler: Callable[..., Awaitable[Any]] | None = None, /, *, name: str | None = None,
-               many: bool = False) -> Action | Callable[[Callable[..., Awaitable[Any]]], Action]:
-        """Declare an action (a decorator, bare or with ``name=`` / ``many=True``)."""
+               many: bool = False, effect: str | None = None
+               ) -> Action | Callable[[Callable[..., Awaitable[Any]]], Action]:
+        """Declare an action (a decorator, bare or with ``name=``, ``many=True`` or ``effect=``: the count of the
+        participant's effect table its effect adds to)."""
         def declare(function: Callable[..., Awaitable[Any]]) -> Action:
-            return self._add(Action(self, function, name or function.__name__, many))
+            return self._add(Action(self, function, name or function.__name__, many, effect=effect))
         return declare if handler is None else declare(handler)
 
     def _add(self, action: Action) -> Action:
         if action.name in self.actions:
             raise ValueError(f"participant {self.name!r} already has an action {action.name!r}")
+        if action.effect is not None and (self.effects is None or action.effect not in self.effects.counts):
+            counts = ", ".join(self.effects.counts) if self.effects is not None else "no effect table"
+            raise ValueError(f"action {action.name!r} of {self.name!r}: effect {action.effect!r} is not a count of "
+                             f"the participant's effects ({counts})")
         self.actions[action.name] = action
         return action
+
+    def effect_table(self) -> EffectTable | None:
+        """Its effect table, with the counts its actions' ``effect=`` name."""
+        if self.effects is None:
+            return None
+        named = {action.name: action.effect for action in self.actions.values() if action.effect is not None}
+        return replace(self.effects, actions={**self.effects.actions, **named})
 
     def records(self) -> list[Record]:
         """The Avro records of its actions' outputs."""
@@ -188,18 +222,19 @@ class ParticipantSpec:
             else:
                 handlers[action.name] = _handler(action)
         return Participant(name=self.name, schema=self.schema, handlers=handlers, batch_handlers=batch_handlers,
-                           business_ddl=self.tables, input_types=input_types)
+                           business_ddl=self.tables, input_types=input_types, effects=self.effect_table())
 
     def __repr__(self) -> str:
         return f"<participant {self.name}: {', '.join(self.actions)}>"
 
 
 def participant(name: str, *, schema: str | None = None, tables: Sequence[str] = (),
-                namespace: str | None = None) -> ParticipantSpec:
+                namespace: str | None = None, effects: EffectTable | None = None) -> ParticipantSpec:
     """Declare a participant: ``name`` (its topics ``<name>.commands`` / ``<name>.results``), its Postgres
-    ``schema`` (default: the name), the DDL of its business ``tables`` (idempotent statements run at start)
-    and the Avro ``namespace`` of its outputs (default ``saga.v1.<name>``)."""
-    return ParticipantSpec(name, schema=schema, tables=tables, namespace=namespace)
+    ``schema`` (default: the name), the DDL of its business ``tables`` (idempotent statements run at start),
+    the Avro ``namespace`` of its outputs (default ``saga.v1.<name>``) and where its effects show
+    (``effects``: what ``saga effects`` and ``saga verify`` read; its actions' ``effect=`` name the counts)."""
+    return ParticipantSpec(name, schema=schema, tables=tables, namespace=namespace, effects=effects)
 
 
 # -- the typed handler as the kit runs it --------------------------------------------------------------------
@@ -209,12 +244,13 @@ def _handler(action: Action) -> Handler:
         read = _read(action, command, saga_input)
         if isinstance(read, Failed):
             return read
-        value, outputs = read
+        value, outputs, by_step = read
         kwargs = _arguments(action, outputs)
         if isinstance(kwargs, Failed):
             return kwargs
+        context = StepContext(conn, command, by_step)
         try:
-            return _outcome(action, await action.handler(StepContext(conn, command), value, **kwargs))
+            return _outcome(action, await action.handler(context, value, **kwargs), context)
         except StepFailed as failed:
             return failed.outcome()
     return handle
@@ -229,29 +265,35 @@ def _batch_handler(action: Action) -> BatchHandler:
             if isinstance(read, Failed):
                 refused[index] = read
                 continue
-            value, outputs = read
-            items.append(Calling(StepContext(conn, command), value, outputs))
+            value, outputs, by_step = read
+            items.append(Calling(StepContext(conn, command, by_step), value, outputs))
         try:
             given = list(await action.handler(conn, items)) if items else []
         except StepFailed as failed:  # the whole batch fails alike
             given = [failed.outcome()] * len(items)
         if len(given) != len(items):
             raise RuntimeError(f"batch action {action.name!r} returned {len(given)} results for {len(items)}")
-        results = iter(given)
-        return [refused[index] if index in refused else _outcome(action, next(results))
+        results = iter(zip(given, items, strict=True))
+        return [refused[index] if index in refused else _outcome(action, *_result_of(next(results)))
                 for index in range(len(calls))]
     return handle
 
 
+def _result_of(pair: tuple[Any, Calling[Any]]) -> tuple[Any, StepContext]:
+    return pair[0], pair[1].step
+
+
 def _read(action: Action, command: ReceivedCommand, saga_input: Mapping[str, Any]
-          ) -> tuple[BaseModel, dict[str, BaseModel]] | Failed:
-    """The typed input and the decoded outputs of a command, or the definitive failure that they do not fit."""
+          ) -> tuple[BaseModel, dict[str, BaseModel], dict[str, BaseModel]] | Failed:
+    """The typed input and the decoded outputs of a command (by model class name, and by step), or the
+    definitive failure that they do not fit."""
     try:
         value = action.input_model.model_validate(dict(saga_input))
     except ValidationError as error:
         return Failed("UnsupportedInput", f"{action.spec.name}.{action.name} cannot read {command.input_type}: "
                                           f"{_first_error(error)}")
     outputs: dict[str, BaseModel] = {}
+    by_step: dict[str, BaseModel] = {}
     registry = default_registry()
     wanted = {need.model.__name__: need.model for need in action.needs.values()}
     for step, data in command.step_outputs.items():
@@ -264,11 +306,11 @@ def _read(action: Action, command: ReceivedCommand, saga_input: Mapping[str, Any
         model = wanted.get(full_name.rpartition(".")[2])
         if model is not None:
             try:
-                outputs[model.__name__] = from_avro(model, record)
+                outputs[model.__name__] = by_step[step] = from_avro(model, record)
             except ValidationError as error:
                 return Failed("UnsupportedInput", f"the output of step {step} does not fit {model.__name__}: "
                                                   f"{_first_error(error)}")
-    return value, outputs
+    return value, outputs, by_step
 
 
 def _arguments(action: Action, outputs: Mapping[str, BaseModel]) -> dict[str, BaseModel | None] | Failed:
@@ -282,17 +324,19 @@ def _arguments(action: Action, outputs: Mapping[str, BaseModel]) -> dict[str, Ba
     return arguments
 
 
-def _outcome(action: Action, result: Any) -> Outcome:
-    """What a typed handler returned, as the kit replies it (an output model encoded as its Avro record)."""
+def _outcome(action: Action, result: Any, context: StepContext) -> Outcome:
+    """What a typed handler returned, as the kit replies it (an output model encoded as its Avro record; held
+    back as long as ``context.hold_reply`` asked)."""
+    delay_ms = context._reply.delay_ms
     if isinstance(result, Failed | Deferred | Succeeded):
         return result
     if result is None:
-        return Succeeded()
+        return Succeeded(reply_delay_ms=delay_ms)
     record = action.output_record
     if record is None or not isinstance(result, record.model):
         raise TypeError(f"{action.spec.name}.{action.name} returned {type(result).__name__}, not its declared "
                         f"{action.output_model.__name__ if action.output_model else 'None'}, Failed or Deferred")
-    return Succeeded(default_registry().encode(record.full_name, to_avro(result)))
+    return Succeeded(default_registry().encode(record.full_name, to_avro(result)), reply_delay_ms=delay_ms)
 
 
 def _first_error(error: ValidationError) -> str:

@@ -4,7 +4,8 @@
 input record (``inputs/trip_request.avsc``); the four participants ``flight``, ``hotel``, ``payment`` and
 ``notification``, each a kit Participant with its business rules; ``scenarios`` (trips that reach every
 trigger, with what each must end as: the demo and the tests); ``effects`` (what the participants did, read
-back from their tables) and ``checks`` (what ``saga verify`` expects of them).
+back from their tables with the kit's reader: each participant declares where its effects show, which is all
+``saga effects`` and ``saga verify`` need).
 
 It is loaded the way a user's saga is: ``SAGA_DEFINITIONS`` names ``saga_orchestrator.participants.trip:TRIP``,
 ``SAGA_SCHEMA_PATH`` this package (for its input record), and the participants are named by reference
@@ -13,7 +14,6 @@ It is loaded the way a user's saga is: ``SAGA_DEFINITIONS`` names ``saga_orchest
 
 from __future__ import annotations
 
-from . import checks as _checks  # noqa: F401  (registers the trip's effect rules with saga verify)
 from .definition import TRIP, TRIP_REQUEST
 
 PARTICIPANTS: tuple[str, ...] = ("flight", "hotel", "payment", "notification")

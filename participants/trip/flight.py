@@ -9,6 +9,7 @@ import asyncpg
 import orjson
 
 from ..kit.bulk import record_each
+from ..kit.effects import EffectTable
 from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
 from ..kit.participant import Call, Participant
 from .definition import TRIP_REQUEST
@@ -33,7 +34,7 @@ def cancel_flight_rule(customer_id: str) -> Verdict:
     return Proceed()
 
 # (saga_id, step) is deliberately not unique: a second booking for one step would be a double effect
-# that effects_by_idempotency_key_counts must be able to see.
+# that saga verify must be able to see.
 BUSINESS_DDL = (
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.bookings (
         booking_id bigserial PRIMARY KEY,
@@ -100,4 +101,6 @@ PARTICIPANT = Participant(
     batch_handlers={"book_flight": book_flights},
     business_ddl=BUSINESS_DDL,
     input_types=frozenset({TRIP_REQUEST}),
+    effects=EffectTable("bookings", counts={"booked": None, "cancelled": "status = 'cancelled'"},
+                        actions={"book_flight": "booked", "cancel_flight": "cancelled"}),
 )

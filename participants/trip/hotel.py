@@ -9,6 +9,7 @@ import asyncpg
 import orjson
 
 from ..kit.bulk import record_each
+from ..kit.effects import EffectTable
 from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
 from ..kit.participant import Call, Participant
 from .definition import TRIP_REQUEST
@@ -82,4 +83,6 @@ PARTICIPANT = Participant(
     batch_handlers={"book_hotel": book_hotels},
     business_ddl=BUSINESS_DDL,
     input_types=frozenset({TRIP_REQUEST}),
+    effects=EffectTable("bookings", counts={"booked": None, "cancelled": "status = 'cancelled'"},
+                        actions={"book_hotel": "booked", "cancel_hotel": "cancelled"}),
 )

@@ -9,6 +9,7 @@ import asyncpg
 import orjson
 
 from ..kit.bulk import record_each
+from ..kit.effects import EffectTable
 from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Verdict
 from ..kit.participant import Call, Participant
 from .definition import TRIP_REQUEST
@@ -76,4 +77,6 @@ PARTICIPANT = Participant(
     batch_handlers={"send_itinerary": send_itineraries},
     business_ddl=BUSINESS_DDL,
     input_types=frozenset({TRIP_REQUEST}),
+    effects=EffectTable("sent", counts={"sent": None},
+                        actions={"send_itinerary": "sent"}),
 )

@@ -9,6 +9,7 @@ import asyncpg
 import orjson
 
 from ..kit.bulk import record_each
+from ..kit.effects import EffectTable
 from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
 from ..kit.participant import Call, Participant
 from .definition import TRIP_REQUEST
@@ -88,4 +89,6 @@ PARTICIPANT = Participant(
     batch_handlers={"charge_card": charge_cards},
     business_ddl=BUSINESS_DDL,
     input_types=frozenset({TRIP_REQUEST}),
+    effects=EffectTable("charges", counts={"charged": None, "refunded": "status = 'refunded'"},
+                        actions={"charge_card": "charged", "refund_card": "refunded"}),
 )

@@ -7,8 +7,8 @@ from typing import Any
 
 from ...schemas import wire
 from ...schemas.message_types import StartSaga
+from ..kit.effects import SagaEffects
 from .definition import TRIP_REQUEST
-from .effects import SagaEffects
 
 EFFECT_NAMES = ("flights_booked", "flights_cancelled", "hotels_booked", "hotels_cancelled", "charged",
                 "refunded", "sent")

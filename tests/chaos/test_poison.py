@@ -26,7 +26,7 @@ from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.runner import app_id
 from saga_orchestrator.participants.trip import PARTICIPANTS
-from saga_orchestrator.participants.trip.effects import EFFECT_TABLES
+from saga_orchestrator.participants.trip.effects import TRIP_PARTICIPANTS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import WireError
 from saga_orchestrator.schemas.limits import MAX_VALUE_BYTES
@@ -118,8 +118,10 @@ async def _poison_rows(settings: Settings, run_id: str) -> dict[str, int]:
     conn = await asyncpg.connect(settings.dsn())
     try:
         counts = {}
-        for spec in EFFECT_TABLES:
-            for table in (spec.table, f"{spec.participant}.processed_commands"):
+        for participant in TRIP_PARTICIPANTS:
+            assert participant.effects is not None
+            business = participant.effects.in_schema(participant.schema).table
+            for table in (business, f"{participant.schema}.processed_commands"):
                 counts[table] = await conn.fetchval(
                     f"SELECT count(*) FROM {table} WHERE saga_id LIKE $1", f"{run_id}%")
         return counts

@@ -4,6 +4,7 @@ settings can be wrong, refused at start in one line that names the setting."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from examples.shop.checkout import Order
+from saga_orchestrator.cli.context import database
 from saga_orchestrator.cli.demo_cmd import DEMO_TIMEOUT_S
 from saga_orchestrator.cli.run_cmd import service_commands
 from saga_orchestrator.client import SagaClient
@@ -60,6 +62,31 @@ async def test_the_shop_checkout_runs_through_the_services(stack: Stack) -> None
     # Piped, the table keeps whole cells: the event names are not cut to the 80 columns of no terminal.
     assert history.returncode == 0 and history.stdout.count("StepRetryScheduled") == 2, history.stdout
     assert "…" not in history.stdout
+
+
+async def test_the_checkout_gets_saga_effects_and_saga_verify_from_its_declarations_alone(stack: Stack) -> None:
+    run = uuid.uuid4().hex[:6]
+    orders = {f"fx-ok-{run}": _order(f"fx-ok-{run}"), f"fx-big-{run}": _order(f"fx-big-{run}", quantity=50)}
+    async with SagaClient.from_settings(stack.settings) as client:
+        handles = [await client.start("checkout", saga_id, order) for saga_id, order in orders.items()]
+        for handle in handles:
+            await handle.result(timeout_s=DEMO_TIMEOUT_S)
+    shown = await saga_cli(stack.settings, "effects", f"fx-big-{run}", "--json")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    counts = {name: found["counts"] for name, found in json.loads(shown.stdout)["participants"].items()}
+    assert counts == {"inventory": {"done": 0, "undone": 0}, "payments": {"done": 1, "undone": 1},  # voided
+                      "shipping": {"done": 0, "undone": 0}, "mail": {"done": 0, "undone": 0}}
+    verified = await saga_cli(stack.settings, "verify", *orders)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    # A payment voided behind the saga's back: verify sees the completed order's authorisation undone.
+    async with database(stack.settings) as pool:
+        await pool.execute("UPDATE payments.ledger SET state = 'released' WHERE saga_id = $1", f"fx-ok-{run}")
+    broken = await saga_cli(stack.settings, "verify", "--json", *orders)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    problems = [v["problem"] for v in json.loads(broken.stdout)["violations"]]
+    assert problems == ["authorise_payment (payments: done=1, undone=1): a COMPLETED saga must hold its effect "
+                        "exactly once here"], problems
 
 
 async def test_the_apps_records_are_written_and_checked(shop_settings: Settings) -> None:

@@ -5,6 +5,7 @@ a step's typed output reaches the handler that needs it."""
 from __future__ import annotations
 
 import pytest
+from pydantic import BaseModel
 
 from examples.shop.checkout import (
     Order,
@@ -17,6 +18,7 @@ from examples.shop.checkout import (
     send_confirmation,
     shipping,
 )
+from saga_orchestrator.orchestrator.authoring import EffectTable, StepContext, participant
 from saga_orchestrator.testing import ParticipantHarness
 
 pytestmark = pytest.mark.integration
@@ -33,16 +35,19 @@ async def test_a_redelivery_is_answered_from_the_record_and_a_failed_step_leaves
         assert (refused.status, refused.error_type) == ("FAILED", "OutOfStock")
         rows = await harness.pool.fetch("SELECT saga_id, state FROM inventory.ledger ORDER BY saga_id")
         assert [(row["saga_id"], row["state"]) for row in rows] == [("o-1", "reserved")]  # once; none for o-2
+        assert await harness.effects("o-1") == {"done": 1, "undone": 0}  # as saga effects / saga verify count it
+        assert await harness.effects("o-2") == {"done": 0, "undone": 0}
 
         undone = await harness.send(release_stock, ORDER, saga_id="o-1")
         assert undone.status == "SUCCEEDED"
         assert await harness.pool.fetchval("SELECT state FROM inventory.ledger WHERE saga_id = 'o-1'") == "released"
+        assert await harness.effects("o-1") == {"done": 1, "undone": 1}
 
 
 async def test_a_typed_output_is_encoded_and_reaches_the_handler_that_needs_it(database_url: str) -> None:
     async with ParticipantHarness(shipping, database_url, saga_type="checkout") as harness:
         created = await harness.send(create_shipment, ORDER, saga_id="o-3")
-        assert created.output == Shipment(tracking="TRK-o-1")
+        assert created.output == Shipment(tracking="TRK-o-1") and created.held_ms == 0
     async with ParticipantHarness(mail, database_url, saga_type="checkout", records=shipping.records()) as harness:
         sent = await harness.send(send_confirmation, ORDER, saga_id="o-3", outputs={"create_shipment": created.output})
         assert sent.status == "SUCCEEDED"
@@ -60,3 +65,31 @@ async def test_a_retryable_failure_is_not_recorded_so_a_later_attempt_does_the_w
         third = await harness.send(send_confirmation, bouncing, saga_id="o-5", attempt=3, outputs=outputs)
         assert (third.disposition, third.status) == ("recorded", "SUCCEEDED")
         assert await harness.pool.fetchval("SELECT count(*) FROM mail.ledger WHERE saga_id = 'o-5'") == 1
+
+
+class Receipt(BaseModel):
+    text: str
+
+
+courier = participant("courier", tables=["CREATE TABLE IF NOT EXISTS courier.drops (saga_id text, step text)"],
+                      effects=EffectTable("drops", counts={"dropped": None}))
+
+
+@courier.action(effect="dropped")
+async def deliver(step: StepContext, order: Order, shipment: Shipment) -> Receipt:
+    step.hold_reply(3_000)  # the courier confirms late
+    await step.tx.execute("INSERT INTO courier.drops VALUES ($1, $2)", step.saga_id, step.step)
+    return Receipt(text=f"{','.join(step.outputs)}: {step.outputs['create_shipment'] == shipment}")
+
+
+async def test_a_handler_sees_its_outputs_by_step_and_can_hold_its_reply(database_url: str) -> None:
+    async with ParticipantHarness(courier, database_url, saga_type="checkout", records=shipping.records()) as harness:
+        reply = await harness.send(deliver, ORDER, saga_id="o-6", outputs={"create_shipment": Shipment(tracking="T")})
+        assert reply.output == Receipt(text="create_shipment: True")
+        assert 2_500 <= reply.held_ms <= 3_500, reply
+        assert await harness.effects("o-6") == {"dropped": 1}
+
+
+def test_an_effect_that_is_not_a_count_of_the_table_is_refused_where_it_is_written() -> None:
+    with pytest.raises(ValueError, match="effect 'delivered' is not a count of the participant's effects"):
+        courier.action(name="redeliver", effect="delivered")(deliver.handler)

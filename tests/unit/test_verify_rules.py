@@ -6,20 +6,23 @@ import dataclasses
 
 import pytest
 
+from saga_orchestrator.orchestrator.domain.definition import SagaDefinition, Step
 from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus
 from saga_orchestrator.orchestrator.invariants import (
-    RULES,
-    EffectRules,
     PendingTimer,
     StepEffect,
     effect_problems,
-    register_rules,
+    step_effects,
     summary_problems,
     why_not_terminal,
 )
 from saga_orchestrator.orchestrator.ports import SagaSummaryRow
 from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.effects import TRIP_PARTICIPANTS
 from saga_orchestrator.testing.history import SagaRun
+
+DECLARED = {p.name: p.effects.actions for p in TRIP_PARTICIPANTS if p.effects is not None}
+TRIP_EFFECTS = step_effects(TRIP, DECLARED)
 
 
 def counts(flight: tuple[int, int] = (0, 0), hotel: tuple[int, int] = (0, 0), charge: tuple[int, int] = (0, 0),
@@ -125,7 +128,7 @@ CASES = [
 def test_effects_must_match_how_the_saga_ended(name: str, make: object, found: dict[str, dict[str, int]],
                                                 culprits: list[str]) -> None:
     state = make()  # type: ignore[operator]
-    problems = effect_problems(state, found)
+    problems = effect_problems(state, found, TRIP_EFFECTS)
     assert [p.split(" ", 1)[0] for p in problems] == culprits, problems
     for problem in problems:
         assert state.status.value in problem
@@ -133,40 +136,44 @@ def test_effects_must_match_how_the_saga_ended(name: str, make: object, found: d
 
 def test_completed_with_failures_is_reported_as_it_is_except_a_double_effect() -> None:
     state = dataclasses.replace(completed(), status=SagaStatus.COMPLETED_WITH_FAILURES)
-    assert effect_problems(state, counts((1, 1), (0, 0), (1, 0), 0)) == []
-    assert [p.split(" ")[0] for p in effect_problems(state, counts(flight=(2, 0)))] == ["book_flight"]
+    assert effect_problems(state, counts((1, 1), (0, 0), (1, 0), 0), TRIP_EFFECTS) == []
+    assert [p.split(" ")[0] for p in effect_problems(state, counts(flight=(2, 0)), TRIP_EFFECTS)] == ["book_flight"]
 
 
 def test_failed_after_the_pivot_keeps_what_the_steps_did() -> None:
     state = dataclasses.replace(completed(), status=SagaStatus.FAILED, pivot_passed=True)
-    assert effect_problems(state, counts((1, 0), (1, 0), (1, 0), 1)) == []
+    assert effect_problems(state, counts((1, 0), (1, 0), (1, 0), 1), TRIP_EFFECTS) == []
     before_pivot = dataclasses.replace(state, pivot_passed=False)
-    assert len(effect_problems(before_pivot, counts((1, 0), (1, 0), (1, 0), 1))) == 3
+    assert len(effect_problems(before_pivot, counts((1, 0), (1, 0), (1, 0), 1), TRIP_EFFECTS)) == 3
 
 
-def test_a_saga_type_without_rules_gets_no_effect_checks() -> None:
-    state = dataclasses.replace(completed(), saga_type="checkout")
-    assert "checkout" not in RULES
-    assert effect_problems(state, counts(flight=(5, 0))) == []
+def test_where_each_step_shows_is_derived_from_the_participants_declarations() -> None:
+    assert TRIP_EFFECTS == {
+        "book_flight": StepEffect("flight", "booked", "cancelled"),
+        "book_hotel": StepEffect("hotel", "booked", "cancelled"),
+        "charge_card": StepEffect("payment", "charged", "refunded"),
+        "send_itinerary": StepEffect("notification", "sent"),
+    }
 
 
-def test_rules_can_be_registered_for_a_saga_type() -> None:
-    state = dataclasses.replace(completed(), saga_type="custom-trip")
-    rules = EffectRules(steps={"charge_card": StepEffect("billing", "captured", "voided")})
-    register_rules("custom-trip", rules)
-    try:
-        assert effect_problems(state, {"billing": {"captured": 1, "voided": 0}}) == []
-        problems = effect_problems(state, {"billing": {"captured": 1, "voided": 1}})
-        assert problems == ["charge_card (billing: captured=1, voided=1): a COMPLETED saga must hold its effect "
-                            "exactly once here"]
-    finally:
-        RULES.pop("custom-trip")
+def test_a_saga_of_its_own_is_checked_by_its_participants_declarations_alone() -> None:
+    checkout = SagaDefinition(saga_type="checkout", version=1, input_schema="shop.Order", steps=(
+        Step(name="authorise", participant="billing", command="authorise", compensation="void"),
+        Step(name="confirm", participant="mail", command="send", depends_on=("authorise",))))
+    effects = step_effects(checkout, {"billing": {"authorise": "captured", "void": "voided"}})
+    assert effects == {"authorise": StepEffect("billing", "captured", "voided")}  # mail declares nothing
+    run = SagaRun(checkout)
+    run.start()
+    run.ok("authorise")
+    run.ok("confirm")
+    assert effect_problems(run.saga, {"billing": {"captured": 1, "voided": 0}}, effects) == []
+    assert effect_problems(run.saga, {"billing": {"captured": 1, "voided": 1}}, effects) == [
+        "authorise (billing: captured=1, voided=1): a COMPLETED saga must hold its effect exactly once here"]
 
 
-def test_rules_naming_an_unknown_step_are_reported() -> None:
-    rules = EffectRules(steps={"book_train": StepEffect("rail", "booked")})
-    assert effect_problems(completed(), {}, rules) == [
-        "rules name step 'book_train', which the trip definition does not have"]
+def test_an_undo_without_a_declared_count_cannot_be_checked_as_undone() -> None:
+    effects = step_effects(TRIP, {"payment": {"charge_card": "charged"}})
+    assert effects == {"charge_card": StepEffect("payment", "charged", None)}
 
 
 def _summary(state: SagaState, **changes: object) -> SagaSummaryRow:
