@@ -9,7 +9,7 @@ PARTS := orchestrator outbox participants schemas infra cli client testing
 # tree of links: build/typecheck/saga_orchestrator/<part> -> <part>.
 TYPECHECK := build/typecheck
 
-.PHONY: venv up test demo down status lint
+.PHONY: venv up test demo down status lint docs tree
 
 # Reinstall only when pyproject.toml or constraints.txt changed since the last install.
 venv: $(VENV)/.installed
@@ -34,9 +34,16 @@ down: venv
 status: venv
 	$(BIN)/saga infra status
 
-lint: venv
-	$(BIN)/ruff check .
+tree:
 	@mkdir -p $(TYPECHECK)/saga_orchestrator
 	@for part in $(PARTS); do ln -sfn ../../../$$part $(TYPECHECK)/saga_orchestrator/$$part; done
+
+lint: venv tree
+	$(BIN)/ruff check .
 	MYPYPATH=$(TYPECHECK) $(BIN)/mypy --strict -p saga_orchestrator -p bench -p tests -p examples
 	PYTHONPATH=$(TYPECHECK) $(BIN)/lint-imports
+
+# The documentation site (docs/, its reference read from the code through the same tree of links) in build/site;
+# --strict: a broken link or reference fails.
+docs: venv tree
+	$(BIN)/mkdocs build --strict --quiet

@@ -1,7 +1,7 @@
 """Latency against load: the trip at a ladder of rates, each rung on a fresh stack.
 
     python -m bench.curve [--rates 10,50,100,200,400,600] [--seconds 20] [--unpaced 3000]
-                          [--png bench/curve.png] [--participants SPEC]
+                          [--png docs/curve.png] [--participants SPEC]
 
 Each rung is one ``bench.throughput`` run (a fresh database, topic prefix and services, warmed up, then
 ``rate * seconds`` sagas paced at ``rate``; the last rung publishes ``--unpaced`` sagas at once). The end is a
@@ -135,7 +135,7 @@ def main() -> None:
                         help="paced rates, sagas/s, comma-separated")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of sagas at each paced rate")
     parser.add_argument("--unpaced", type=int, default=3000, help="sagas published at once last (0: no such rung)")
-    parser.add_argument("--png", type=Path, default=Path("bench/curve.png"), help="where to draw the curve")
+    parser.add_argument("--png", type=Path, default=Path("docs/curve.png"), help="where to draw the curve")
     parser.add_argument("--partitions", type=int, default=Settings().saga_topic_partitions)
     parser.add_argument("--participants", default=None, help="participant workers, as SAGA_PARTICIPANTS")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for a rung's sagas to end")
