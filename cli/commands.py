@@ -38,15 +38,17 @@ def start(
     tenant: str | None = typer.Option(None, "--tenant", help="Optional tenant id."),
     wait: bool = typer.Option(False, "--wait", help="Print the saga's events until it ends; exit 0 when it "
                                                     "COMPLETED, 1 when it ended otherwise."),
+    force: bool = typer.Option(False, "--force", help="Publish without first checking the event store for the id "
+                                                      "(the orchestrator still refuses an id already started)."),
 ) -> None:
-    """Validate, encode and publish a StartSaga on saga.start."""
+    """Validate, encode and publish a StartSaga on saga.start; an id already started is refused here first."""
     current = settings()
     client = SagaClient.from_settings(current)
     try:
         value = client.encode_start(saga_type, saga_id, _parse_json_object(input_json), tenant)
     except SagaInputError as error:
         fail(f"{_OPTION_OF[error.field]} {error.problem}" if error.field in _OPTION_OF else error.problem)
-    if wait and any(isinstance(event, SagaStarted) for event in run(load_events_of(saga_id))):
+    if not force and any(isinstance(event, SagaStarted) for event in run(load_events_of(saga_id))):
         fail(f"saga {saga_id!r} already exists, so this start would be refused; choose another --id, or "
              f"follow that saga with `saga history {saga_id} --follow`")
     run(_publish(current, topics(current).start, saga_id, value, saga_type))

@@ -302,6 +302,13 @@ async def test_start_wait_prints_the_saga_until_it_ends_and_exits_by_how_it_ende
                            json.dumps(SCENARIOS["happy"].trip("x")), "--wait")
     assert again.returncode == 2
     assert "already exists, so this start would be refused" in " ".join(again.stderr.split())
+    without_wait = await saga_cli(stack.settings, "start", "trip", "--id", f"e2e-wait-{run_id}-happy", "--input",
+                                  json.dumps(SCENARIOS["happy"].trip("x")))
+    assert without_wait.returncode == 2 and "published" not in without_wait.stdout, without_wait.stdout
+    assert "already exists, so this start would be refused" in " ".join(without_wait.stderr.split())
+    forced = await saga_cli(stack.settings, "start", "trip", "--id", f"e2e-wait-{run_id}-happy", "--input",
+                            json.dumps(SCENARIOS["happy"].trip("x")), "--force")
+    assert forced.returncode == 0 and "published StartSaga" in forced.stdout, forced.stdout + forced.stderr
 
 
 async def test_cancel_and_resume_refuse_what_the_event_store_says_cannot_apply(
