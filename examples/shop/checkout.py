@@ -31,44 +31,44 @@ inventory, payments, shipping, mail = (participant(name, tables=[ledger(name)], 
                                        for name in ("inventory", "payments", "shipping", "mail"))
 
 
-async def note(step: StepContext, schema: str, state: str) -> None:
-    await step.tx.execute(f"INSERT INTO {schema}.ledger VALUES ($1, $2, $3, $4)", step.idempotency_key,
+async def note(step: StepContext, state: str) -> None:
+    await step.tx.execute(f"INSERT INTO {step.schema}.ledger VALUES ($1, $2, $3, $4)", step.idempotency_key,
                           step.saga_id, step.step, state)
 
 
-async def release(step: StepContext, schema: str) -> None:
-    await step.tx.execute(f"UPDATE {schema}.ledger SET state = 'released' WHERE saga_id = $1", step.saga_id)
+async def release(step: StepContext) -> None:
+    await step.tx.execute(f"UPDATE {step.schema}.ledger SET state = 'released' WHERE saga_id = $1", step.saga_id)
 
 
 @inventory.action(effect="done")
 async def reserve_stock(step: StepContext, order: Order) -> None:
     if order.quantity > 10:
         raise StepFailed("OutOfStock", f"only 10 of {order.sku} left")
-    await note(step, "inventory", "reserved")
+    await note(step, "reserved")
 
 
 @reserve_stock.undo(effect="undone")
 async def release_stock(step: StepContext, order: Order) -> None:
-    await release(step, "inventory")
+    await release(step)
 
 
 @payments.action(effect="done")
 async def authorise_payment(step: StepContext, order: Order) -> None:
     if order.amount_cents > 100_000:
         raise StepFailed("LimitExceeded", "over the card's limit")
-    await note(step, "payments", "authorised")
+    await note(step, "authorised")
 
 
 @authorise_payment.undo(effect="undone")
 async def void_authorisation(step: StepContext, order: Order) -> None:
-    await release(step, "payments")
+    await release(step)
 
 
 @shipping.action(effect="done")
 async def create_shipment(step: StepContext, order: Order) -> Shipment:
     if not order.address.strip():
         raise StepFailed("NoAddress", "the order has no address")
-    await note(step, "shipping", "created")
+    await note(step, "created")
     return Shipment(tracking=f"TRK-{order.order_id}")
 
 
@@ -76,7 +76,7 @@ async def create_shipment(step: StepContext, order: Order) -> Shipment:
 async def send_confirmation(step: StepContext, order: Order, shipment: Shipment) -> None:
     if order.email.endswith("@bounce.test") and step.attempt < 3:
         raise StepFailed("MailboxFull", "try again later", retryable=True)
-    await note(step, "mail", f"sent {shipment.tracking}")
+    await note(step, f"sent {shipment.tracking}")
 
 
 checkout = Saga("checkout", input=Order)

@@ -60,12 +60,13 @@ class StepContext:
     """What a typed handler is given besides its inputs: the kit's transaction and the command's facts.
 
     ``outputs``: the outputs its parameters take, by the name of the step that gave each (e.g. to record
-    them).
+    them); ``schema``: the participant's Postgres schema, where its tables are (``f"{step.schema}.ledger"``).
     """
 
     tx: asyncpg.Connection
     command: ReceivedCommand
     outputs: Mapping[str, BaseModel] = field(default_factory=dict)
+    schema: str = "public"
     _reply: _Reply = field(default_factory=_Reply, repr=False, compare=False)
 
     @property
@@ -248,7 +249,7 @@ def _handler(action: Action) -> Handler:
         kwargs = _arguments(action, outputs)
         if isinstance(kwargs, Failed):
             return kwargs
-        context = StepContext(conn, command, by_step)
+        context = StepContext(conn, command, by_step, action.spec.schema)
         try:
             return _outcome(action, await action.handler(context, value, **kwargs), context)
         except StepFailed as failed:
@@ -266,7 +267,7 @@ def _batch_handler(action: Action) -> BatchHandler:
                 refused[index] = read
                 continue
             value, outputs, by_step = read
-            items.append(Calling(StepContext(conn, command, by_step), value, outputs))
+            items.append(Calling(StepContext(conn, command, by_step, action.spec.schema), value, outputs))
         try:
             given = list(await action.handler(conn, items)) if items else []
         except StepFailed as failed:  # the whole batch fails alike
