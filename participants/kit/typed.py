@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["Action", "Calling", "ParticipantSpec", "StepContext", "participant"]
 
 InputT = TypeVar("InputT", bound=BaseModel)
+OutputT = TypeVar("OutputT", bound=BaseModel)
 Result = BaseModel | Failed | Deferred | Succeeded | None
 
 
@@ -99,6 +100,11 @@ class Calling(Generic[InputT]):
     input: InputT
     outputs: Mapping[str, BaseModel] = field(default_factory=dict)  # by model class name
 
+    def output(self, model: type[OutputT]) -> OutputT:
+        """The output of type ``model`` this call carries (one its action ``needs=``); KeyError when it has none
+        (a ``Model | None`` need that was missing)."""
+        return typing.cast(OutputT, self.outputs[model.__name__])  # _read decoded it as that model
+
 
 @dataclass(frozen=True)
 class _Need:
@@ -110,7 +116,7 @@ class Action:
     """A participant's typed action: its handler, what it reads and gives, and its compensation (``undo``)."""
 
     def __init__(self, spec: ParticipantSpec, handler: Callable[..., Awaitable[Any]], name: str, many: bool,
-                 compensates: Action | None = None, effect: str | None = None) -> None:
+                 compensates: Action | None = None, effect: str | None = None, needs: Sequence[Any] = ()) -> None:
         self.spec = spec
         self.handler = handler
         self.name = name
@@ -119,6 +125,11 @@ class Action:
         self.compensates = compensates  # the forward action this one undoes
         self.compensation: Action | None = None
         self.input_model, self.needs, self.output_model = _signature(handler, many, name)
+        if needs and not many:
+            raise TypeError(f"action {name!r}: needs= is for a batch action (many=True); a handler of one command "
+                            "names the outputs it needs as parameters")
+        for need in (_need(hint, name, "needs") for hint in needs):
+            self.needs[need.model.__name__] = need
 
     @property
     def participant_name(self) -> str:
@@ -176,19 +187,21 @@ class ParticipantSpec:
 
     @overload
     def action(self, handler: Callable[..., Awaitable[Any]], /, *, name: str | None = None, many: bool = False,
-               effect: str | None = None) -> Action: ...
+               effect: str | None = None, needs: Sequence[Any] = ()) -> Action: ...
 
     @overload
     def action(self, handler: None = None, /, *, name: str | None = None, many: bool = False,
-               effect: str | None = None) -> Callable[[Callable[..., Awaitable[Any]]], Action]: ...
+               effect: str | None = None, needs: Sequence[Any] = ()
+               ) -> Callable[[Callable[..., Awaitable[Any]]], Action]: ...
 
     def action(self, handler: Callable[..., Awaitable[Any]] | None = None, /, *, name: str | None = None,
-               many: bool = False, effect: str | None = None
+               many: bool = False, effect: str | None = None, needs: Sequence[Any] = ()
                ) -> Action | Callable[[Callable[..., Awaitable[Any]]], Action]:
-        """Declare an action (a decorator, bare or with ``name=``, ``many=True`` or ``effect=``: the count of the
-        participant's effect table its effect adds to)."""
+        """Declare an action (a decorator, bare or with ``name=``, ``many=True``, ``effect=``: the count of the
+        participant's effect table its effect adds to, or, for a batch action, ``needs=``: the output models of
+        earlier steps each of its calls must carry, ``Model | None`` for one that may be missing)."""
         def declare(function: Callable[..., Awaitable[Any]]) -> Action:
-            return self._add(Action(self, function, name or function.__name__, many, effect=effect))
+            return self._add(Action(self, function, name or function.__name__, many, effect=effect, needs=needs))
         return declare if handler is None else declare(handler)
 
     def _add(self, action: Action) -> Action:
@@ -267,6 +280,10 @@ def _batch_handler(action: Action) -> BatchHandler:
                 refused[index] = read
                 continue
             value, outputs, by_step = read
+            missing = _arguments(action, outputs)
+            if isinstance(missing, Failed):
+                refused[index] = missing
+                continue
             items.append(Calling(StepContext(conn, command, by_step, action.spec.schema), value, outputs))
         try:
             given = list(await action.handler(conn, items)) if items else []

@@ -4,6 +4,9 @@ a step's typed output reaches the handler that needs it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import asyncpg
 import pytest
 from pydantic import BaseModel
 
@@ -18,7 +21,7 @@ from examples.shop.checkout import (
     send_confirmation,
     shipping,
 )
-from saga_orchestrator.orchestrator.authoring import EffectTable, StepContext, participant
+from saga_orchestrator.orchestrator.authoring import Calling, EffectTable, StepContext, participant
 from saga_orchestrator.testing import ParticipantHarness
 
 pytestmark = pytest.mark.integration
@@ -93,3 +96,35 @@ async def test_a_handler_sees_its_outputs_by_step_and_can_hold_its_reply(databas
 def test_an_effect_that_is_not_a_count_of_the_table_is_refused_where_it_is_written() -> None:
     with pytest.raises(ValueError, match="effect 'delivered' is not a count of the participant's effects"):
         courier.action(name="redeliver", effect="delivered")(deliver.handler)
+
+
+class Manifest(BaseModel):
+    parcels: int
+
+
+depot = participant("depot", tables=["CREATE TABLE IF NOT EXISTS depot.loads (saga_id text, step text, tracking text)"],
+                    effects=EffectTable("loads", counts={"loaded": None}))
+
+
+@depot.action(many=True, needs=[Shipment], effect="loaded")
+async def load_vans(tx: asyncpg.Connection, calls: Sequence[Calling[Order]]) -> list[Manifest]:
+    """A batch action: one INSERT for every call of the batch, each call's shipment from the step before."""
+    await tx.executemany("INSERT INTO depot.loads VALUES ($1, $2, $3)",
+                         [(c.step.saga_id, c.step.step, c.output(Shipment).tracking) for c in calls])
+    return [Manifest(parcels=c.input.quantity) for c in calls]
+
+
+async def test_a_batch_action_gets_the_outputs_it_needs_and_refuses_a_call_without_them(database_url: str) -> None:
+    async with ParticipantHarness(depot, database_url, saga_type="checkout", records=shipping.records()) as harness:
+        van = {"create_shipment": Shipment(tracking="V")}
+        loaded = await harness.send(load_vans, ORDER, saga_id="o-8", outputs=van)
+        assert (loaded.status, loaded.output) == ("SUCCEEDED", Manifest(parcels=1))
+        assert await harness.pool.fetchval("SELECT tracking FROM depot.loads WHERE saga_id = 'o-8'") == "V"
+        missing = await harness.send(load_vans, ORDER, saga_id="o-9")
+        assert (missing.status, missing.error_type) == ("FAILED", "MissingOutput")
+        assert await harness.effects("o-9") == {"loaded": 0}
+
+
+def test_needs_is_for_a_batch_action_only() -> None:
+    with pytest.raises(TypeError, match="needs= is for a batch action"):
+        depot.action(name="single", needs=[Shipment])(deliver.handler)
