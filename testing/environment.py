@@ -127,8 +127,14 @@ class SagaEnvironment:
     # -- scripting ---------------------------------------------------------------------------------------------
 
     def script(self, action: Action | tuple[str, str], behaviour: Behaviour) -> None:
-        """How ``action`` (a typed action, or ``(participant, action)``) answers from now on."""
+        """How ``action`` (a typed action, or ``(participant, action)``) answers from now on; ValueError when no
+        step of the environment's sagas sends it (a misspelt name would otherwise script nothing)."""
         key = (action.participant_name, action.name) if isinstance(action, Action) else action
+        sent = {(step.participant, name) for definition in self._sagas for step in definition.steps
+                for name in (step.command, step.compensation) if name is not None}
+        if key not in sent:
+            known = ", ".join(f"{participant}.{name}" for participant, name in sorted(sent))
+            raise ValueError(f"no step of the environment's sagas sends {key[0]}.{key[1]} (they send: {known})")
         self._scripts[key] = behaviour
 
     # -- what a client does ------------------------------------------------------------------------------------

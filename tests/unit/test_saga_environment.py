@@ -83,6 +83,14 @@ async def test_a_definitive_failure_undoes_what_took_effect() -> None:
     assert result.effects["book_flight"] == (1, 1) and "charge_card" not in result.effects
 
 
+def test_a_script_for_an_action_no_step_sends_is_refused() -> None:
+    env = SagaEnvironment(TRIP)
+    with pytest.raises(ValueError, match=r"no step of the environment's sagas sends payment\.charge_crad \(they send: "
+                                         r"flight\.book_flight, flight\.cancel_flight"):
+        env.script(("payment", "charge_crad"), fail("CardDeclined"))
+    env.script(("payment", "refund_card"), fail("Refused"))  # a compensation is sent too
+
+
 async def test_a_transient_failure_is_retried_with_backoff_in_virtual_time() -> None:
     env = SagaEnvironment(TRIP)
     env.script(("payment", "charge_card"), fail_transiently(2))
