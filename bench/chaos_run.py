@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.chaos_support import Publisher, poll_until, schedule, sleep_or_over
-from saga_orchestrator.cli.run_cmd import participant_workers
 from saga_orchestrator.client.event_feed import EventFeed
 from saga_orchestrator.infra import launcher
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.verify import VerifyReport, verify_system
+from saga_orchestrator.participants.registry import participant_workers
 from saga_orchestrator.participants.runner import hosted_participants
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire

@@ -43,7 +43,6 @@ from bench.runs import RunSummary, runs_table
 from bench.watch import Watcher, publish, wait_for
 from saga_orchestrator.cli.run_cmd import (
     Services,
-    participant_workers,
     start_service,
     start_services,
     stop_services,
@@ -54,6 +53,7 @@ from saga_orchestrator.infra.launcher.postgres import PostgresLauncher
 from saga_orchestrator.infra.logging import configure_logging
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
+from saga_orchestrator.participants.registry import participant_workers
 from saga_orchestrator.participants.runner import hosted_participants, worker_id
 from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.schemas.topics import Topics

@@ -12,10 +12,10 @@ from ..infra import launcher
 from ..infra.failures import describe
 from ..infra.launcher.security import SCRAM_USER
 from ..infra.settings import Settings
+from ..participants.registry import configured_participants
 from ..participants.runner import hosted_participants
 from .context import terminal_console
 from .migrate_cmd import create_missing_roles, service_roles
-from .run_cmd import configured_participants
 
 infra_app = typer.Typer(no_args_is_help=True, help="Local Kafka and Postgres: start, stop, inspect.")
 

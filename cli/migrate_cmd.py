@@ -15,9 +15,9 @@ from ..infra.settings import Settings
 from ..orchestrator.store.postgres import migrate as migrate_orchestrator
 from ..participants.kit.ddl import ensure_participant_schema
 from ..participants.kit.participant import Participant
+from ..participants.registry import configured_participants
 from ..participants.runner import hosted_participants
 from .context import console, fail, refuse_postgres_failure, run, settings
-from .run_cmd import configured_participants
 
 
 def migrate_command(

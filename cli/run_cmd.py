@@ -13,11 +13,11 @@ from typing import Annotated, Any
 
 import typer
 
-from ..infra.app import load_app
 from ..infra.heap import settle_service_heap
 from ..infra.logging import configure_logging
 from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
+from ..participants.registry import participant_workers
 from .context import console, fail, settings
 
 Services = Mapping[str, subprocess.Popen[bytes]]  # started services by label
@@ -101,22 +101,6 @@ def service_commands(current: Settings) -> dict[str, list[str]]:
         label = "+".join(path.rpartition(":")[2].lower() for path in worker)
         commands[label] = [*base, "participant", *worker]
     return commands
-
-
-def participant_workers(current: Settings) -> list[list[str]]:
-    """The participant workers of ``SAGA_PARTICIPANTS``: each one's participant names or paths; with an app
-    (``infra.app``) and no SAGA_PARTICIPANTS of its own, a worker for each of the app's participants."""
-    loaded = load_app(current.saga_app)
-    if loaded is not None and "saga_participants" not in current.model_fields_set:
-        return [[name] for name in loaded.app.participant_names()]
-    workers = [[path.strip() for path in entry.split("+") if path.strip()]
-               for entry in current.saga_participants.split(",")]
-    return [worker for worker in workers if worker]
-
-
-def configured_participants(current: Settings) -> list[str]:
-    """Every participant of ``SAGA_PARTICIPANTS`` (names or paths), whichever worker hosts it."""
-    return [name for worker in participant_workers(current) for name in worker]
 
 
 def service_environment(current: Settings) -> dict[str, str]:

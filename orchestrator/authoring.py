@@ -182,8 +182,7 @@ class SagaApp:
                     found.append(f"{where} sends to participant {step.participant}, which no participant of the "
                                  f"app serves (known: {', '.join(sorted(self.participants)) or 'none'})")
                     continue
-                actions = set(declared.actions) if isinstance(declared, ParticipantSpec) else (
-                    set(declared.handlers) | set(declared.batch_handlers))
+                actions = set(declared.actions)  # a ParticipantSpec's by name, a Participant's served ones
                 for action in (step.command, step.compensation):
                     if action is not None and action not in actions:
                         found.append(f"{where} names action {action} of participant {step.participant}, which has "

@@ -21,7 +21,7 @@ import asyncpg
 
 from ..infra.db import create_pool, datetime_to_ms
 from ..infra.settings import Settings
-from ..participants.kit.effects import duplicate_effects, read_effects
+from ..participants.kit.effects import count_effects, duplicate_effects
 from ..participants.kit.participant import Participant
 from ..participants.registry import deployment_participants
 from ..schemas import wire
@@ -138,7 +138,7 @@ async def _effect_violations(pool: asyncpg.Pool, participants: Sequence[Particip
             return []  # nothing started, its steps were purged, or no step with a declared effect
         used = {effect.participant for effect in effects.values()}
         async with slots:
-            counts = (await read_effects(pool, [p for p in participants if p.name in used], saga_id)).counts()
+            counts = await count_effects(pool, [p for p in participants if p.name in used], saga_id)
         return [Violation(saga_id, p) for p in effect_problems(state, counts, effects)]
 
     found = await asyncio.gather(*(one(saga_id, *pair) for saga_id, pair in states.items()))

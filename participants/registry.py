@@ -3,8 +3,6 @@ example's (``flight`` is ``saga_orchestrator.participants.trip.flight:PARTICIPAN
 
 from __future__ import annotations
 
-import re
-
 from ..infra.app import current_app, load_app
 from ..infra.misconfigured import Misconfigured
 from ..infra.references import load_reference
@@ -41,14 +39,29 @@ def get_participant(name: str) -> Participant:
     return found
 
 
+def participant_workers(current: Settings) -> list[list[str]]:
+    """The participant workers of ``SAGA_PARTICIPANTS``: each one's participant names or paths; with an app
+    (``infra.app``) and no SAGA_PARTICIPANTS of its own, a worker for each of the app's participants."""
+    loaded = load_app(current.saga_app)
+    if loaded is not None and "saga_participants" not in current.model_fields_set:
+        return [[name] for name in loaded.app.participant_names()]
+    workers = [[path.strip() for path in entry.split("+") if path.strip()]
+               for entry in current.saga_participants.split(",")]
+    return [worker for worker in workers if worker]
+
+
+def configured_participants(current: Settings) -> list[str]:
+    """Every participant of ``SAGA_PARTICIPANTS`` (names or paths), whichever worker hosts it."""
+    return [name for worker in participant_workers(current) for name in worker]
+
+
 def deployment_participants(settings: Settings) -> list[Participant]:
     """Every participant of the deployment: its app's, else those SAGA_PARTICIPANTS names (what ``saga effects``
     and ``saga verify`` read the effects of); Misconfigured names the setting when one cannot be loaded."""
     loaded = load_app(settings.saga_app)
     if loaded is not None:
         return [loaded.app.participant(name) for name in loaded.app.participant_names()]
-    names = [name for name in re.split(r"[,+]", settings.saga_participants) if name.strip()]
     try:
-        return [get_participant(name.strip()) for name in dict.fromkeys(names)]
+        return [get_participant(name) for name in dict.fromkeys(configured_participants(settings))]
     except ValueError as error:
         raise Misconfigured(f"SAGA_PARTICIPANTS={settings.saga_participants!r}: {error}") from None

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-__all__ = ["EffectTable", "ParticipantEffects", "SagaEffects", "duplicate_effects", "read_effects"]
+__all__ = ["EffectTable", "ParticipantEffects", "SagaEffects", "count_effects", "duplicate_effects", "read_effects"]
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,6 @@ class EffectTable:
     def in_schema(self, schema: str) -> EffectTable:
         """The same declaration with its table qualified by ``schema`` (kept when already qualified)."""
         return self if "." in self.table else replace(self, table=f"{schema}.{self.table}")
-
-    def count_of(self, action: str | None) -> str | None:
-        """The count ``action``'s effect adds to, None when it has none here."""
-        return None if action is None else self.actions.get(action)
 
 
 class DeclaresEffects(Protocol):
@@ -141,18 +137,33 @@ def _count_sql(counts: Mapping[str, str | None]) -> str:
                      counts.items())
 
 
+async def _counts(conn: asyncpg.Connection, table: EffectTable, saga_id: str) -> dict[str, int]:
+    counted = await conn.fetchrow(f"SELECT {_count_sql(table.counts)} FROM {table.table} "
+                                  f"WHERE {table.saga_column} = $1", saga_id)
+    return {name: int(counted[name]) for name in table.counts} if counted else dict.fromkeys(table.counts, 0)
+
+
+async def count_effects(pool: asyncpg.Pool, participants: Iterable[DeclaresEffects], saga_id: str
+                        ) -> dict[str, dict[str, int]]:
+    """participant → count name → value for ``saga_id``: what ``saga verify`` compares (one query a table)."""
+    found: dict[str, dict[str, int]] = {}
+    async with pool.acquire() as conn:
+        for participant, table in _declared(participants):
+            exists = await _exists(conn, table.table)
+            found[participant.name] = await _counts(conn, table, saga_id) if exists else dict.fromkeys(table.counts, 0)
+    return found
+
+
 async def read_effects(pool: asyncpg.Pool, participants: Iterable[DeclaresEffects], saga_id: str) -> SagaEffects:
     """Each declaring participant's rows, handled commands and counts for ``saga_id`` (a table not made yet
-    reads as empty)."""
+    reads as empty): what ``saga effects`` shows."""
     found: dict[str, ParticipantEffects] = {}
     async with pool.acquire() as conn:
         for participant, table in _declared(participants):
             if not await _exists(conn, table.table):
                 found[participant.name] = ParticipantEffects(participant.name, counts=dict.fromkeys(table.counts, 0))
                 continue
-            where = f"WHERE {table.saga_column} = $1"
-            rows = await conn.fetch(f"SELECT * FROM {table.table} {where} ORDER BY 1", saga_id)
-            counted = await conn.fetchrow(f"SELECT {_count_sql(table.counts)} FROM {table.table} {where}", saga_id)
+            rows = await conn.fetch(f"SELECT * FROM {table.table} WHERE {table.saga_column} = $1 ORDER BY 1", saga_id)
             processed_table = f"{participant.schema}.processed_commands"
             processed = await conn.fetch(
                 f"""SELECT idempotency_key, step, kind, action, attempt, status, error_type, error_message,
@@ -161,8 +172,7 @@ async def read_effects(pool: asyncpg.Pool, participants: Iterable[DeclaresEffect
                 saga_id) if await _exists(conn, processed_table) else []
             found[participant.name] = ParticipantEffects(
                 participant.name, rows=tuple(_row_dict(row) for row in rows),
-                processed=tuple(_row_dict(row) for row in processed),
-                counts={name: int(counted[name]) for name in table.counts} if counted else {})
+                processed=tuple(_row_dict(row) for row in processed), counts=await _counts(conn, table, saga_id))
     return SagaEffects(saga_id, found)
 
 

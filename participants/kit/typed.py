@@ -280,9 +280,9 @@ def _batch_handler(action: Action) -> BatchHandler:
                 refused[index] = read
                 continue
             value, outputs, by_step = read
-            missing = _arguments(action, outputs)
-            if isinstance(missing, Failed):
-                refused[index] = missing
+            checked = _arguments(action, outputs)  # a call without an output it needs is refused alone
+            if isinstance(checked, Failed):
+                refused[index] = checked
                 continue
             items.append(Calling(StepContext(conn, command, by_step, action.spec.schema), value, outputs))
         try:
@@ -291,14 +291,9 @@ def _batch_handler(action: Action) -> BatchHandler:
             given = [failed.outcome()] * len(items)
         if len(given) != len(items):
             raise RuntimeError(f"batch action {action.name!r} returned {len(given)} results for {len(items)}")
-        results = iter(zip(given, items, strict=True))
-        return [refused[index] if index in refused else _outcome(action, *_result_of(next(results)))
-                for index in range(len(calls))]
+        outcomes = iter([_outcome(action, result, item.step) for result, item in zip(given, items, strict=True)])
+        return [refused[index] if index in refused else next(outcomes) for index in range(len(calls))]
     return handle
-
-
-def _result_of(pair: tuple[Any, Calling[Any]]) -> tuple[Any, StepContext]:
-    return pair[0], pair[1].step
 
 
 def _read(action: Action, command: ReceivedCommand, saga_input: Mapping[str, Any]
