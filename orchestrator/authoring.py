@@ -144,6 +144,7 @@ class SagaApp:
         self.sagas = list(sagas)
         self.participants = {p.name: p for p in participants}
         self.schema_folder = None if schema_folder is None else Path(schema_folder)
+        self._built: dict[str, Participant] = {}
 
     def definitions(self) -> list[SagaDefinition]:
         """The engine's definitions of its saga types."""
@@ -153,15 +154,17 @@ class SagaApp:
         return list(self.participants)
 
     def participant(self, name: str) -> Participant:
-        """The kit Participant called ``name``, reading the input records of the sagas that use it."""
+        """The kit Participant called ``name``, reading the input records of the sagas that use it (built once)."""
         declared = self.participants.get(name)
         if declared is None:
             raise KeyError(name)
         if isinstance(declared, Participant):
             return declared
-        reads = frozenset(definition.input_schema for definition in self.definitions()
-                          if any(step.participant == name for step in definition.steps))
-        return declared.build(input_types=reads)
+        if name not in self._built:
+            reads = frozenset(definition.input_schema for definition in self.definitions()
+                              if any(step.participant == name for step in definition.steps))
+            self._built[name] = declared.build(input_types=reads)
+        return self._built[name]
 
     def records(self) -> list[Record]:
         """Every typed record of its sagas and participants (the engine definitions' records are files)."""

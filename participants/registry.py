@@ -1,20 +1,18 @@
-"""Participants by reference: ``module:attribute`` of a kit Participant, or the short name of one of the trip
-example's (``flight`` is ``saga_orchestrator.participants.trip.flight:PARTICIPANT``), loaded the same way."""
+"""Participants by reference: ``module:attribute`` of a kit Participant (or a ``participant(...)`` declaration),
+or the short name of one of the trip example's (``flight`` is the trip app's participant ``flight``)."""
 
 from __future__ import annotations
 
-from ..infra.app import current_app, load_app
+from ..infra.app import App, current_app, load_app
 from ..infra.misconfigured import Misconfigured
 from ..infra.references import load_reference
 from ..infra.settings import Settings
 from .kit.participant import Participant
 from .kit.typed import ParticipantSpec
 
-REFERENCE_PARTICIPANTS: dict[str, str] = {
-    name: f"saga_orchestrator.participants.trip.{name}:PARTICIPANT"
-    for name in ("flight", "hotel", "payment", "notification")
-}
-"""The trip example's participants by short name."""
+TRIP_APP = "saga_orchestrator.participants.trip:app"
+REFERENCE_PARTICIPANTS = ("flight", "hotel", "payment", "notification")
+"""The trip example's participants by short name (those of the app TRIP_APP names)."""
 
 
 def get_participant(name: str) -> Participant:
@@ -24,12 +22,16 @@ def get_participant(name: str) -> Participant:
     if loaded is not None and name in loaded.app.participant_names():
         found_in_app: Participant = loaded.app.participant(name)
         return found_in_app
-    reference = name if ":" in name else REFERENCE_PARTICIPANTS.get(name)
-    if reference is None:
+    if name in REFERENCE_PARTICIPANTS:
+        trip_app = load_reference(TRIP_APP)
+        assert isinstance(trip_app, App)
+        trip: Participant = trip_app.participant(name)
+        return trip
+    if ":" not in name:
         known = ", ".join(sorted(loaded.app.participant_names()) if loaded is not None else REFERENCE_PARTICIPANTS)
         raise ValueError(f"unknown participant {name!r} (known: {known}, or module:attribute)")
     try:
-        found = load_reference(reference)
+        found = load_reference(name)
     except ValueError as error:
         raise ValueError(f"cannot load participant {name!r}: {error}") from None
     if isinstance(found, ParticipantSpec):

@@ -50,8 +50,9 @@ class Record:
         return generated
 
     def file_name(self) -> str:
-        """Its file in a schema folder: ``inputs/Order.avsc``."""
-        return f"{self.folder}/{self.model.__name__}.avsc"
+        """Its file in a schema folder, by its full name (``inputs/saga.v1.checkout.Order.avsc``): one model may be
+        the output of actions of two participants, a record in each one's namespace."""
+        return f"{self.folder}/{self.full_name}.avsc"
 
 
 def to_avro(value: BaseModel) -> dict[str, Any]:

@@ -1,22 +1,24 @@
 """The trip saga, whole: the example a saga type of your own is written like.
 
-``definition`` (TRIP: book a flight ∥ book a hotel → charge the card, the pivot → send the itinerary) and its
-input record (``inputs/trip_request.avsc``); the four participants ``flight``, ``hotel``, ``payment`` and
-``notification``, each a kit Participant with its business rules; ``scenarios`` (trips that reach every
-trigger, with what each must end as: the demo and the tests); ``effects`` (what the participants did, read
-back from their tables with the kit's reader: each participant declares where its effects show, which is all
-``saga effects`` and ``saga verify`` need).
+``records`` (its input and each step's output, pydantic models; their Avro schemas in ``inputs/`` and
+``outputs/``); the four participants ``flight``, ``hotel``, ``payment`` and ``notification``, each declared with
+typed actions beside its business rules; ``definition`` (the saga ``trip``: book a flight ∥ book a hotel →
+charge the card, the pivot → send the itinerary, built from those actions, and ``app``, the deployment);
+``scenarios`` (trips that reach every trigger, with what each must end as: the demo and the tests);
+``effects`` (what the participants did, read back from their tables with the kit's reader: each participant
+declares where its effects show, which is all ``saga effects`` and ``saga verify`` need).
 
-It is loaded the way a user's saga is: ``SAGA_DEFINITIONS`` names ``saga_orchestrator.participants.trip:TRIP``,
-``SAGA_SCHEMA_PATH`` this package (for its input record), and the participants are named by reference
-(``flight`` is short for ``saga_orchestrator.participants.trip.flight:PARTICIPANT``).
+It is loaded the way a user's saga is, by ``SAGA_APP=saga_orchestrator.participants.trip:app``; or, as a 0.1
+deployment is, by the defaults of ``SAGA_DEFINITIONS`` (``saga_orchestrator.participants.trip:TRIP``),
+``SAGA_SCHEMA_PATH`` (this package, for its records) and ``SAGA_PARTICIPANTS`` (the short names ``flight``,
+``hotel``, ``payment`` and ``notification`` are the app's participants).
 """
 
 from __future__ import annotations
 
-from .definition import TRIP, TRIP_REQUEST
+from .definition import TRIP, TRIP_REQUEST, app
 
 PARTICIPANTS: tuple[str, ...] = ("flight", "hotel", "payment", "notification")
 """The trip's participants, by name (their topics: ``<name>.commands`` and ``<name>.results``)."""
 
-__all__ = ["PARTICIPANTS", "TRIP", "TRIP_REQUEST"]
+__all__ = ["PARTICIPANTS", "TRIP", "TRIP_REQUEST", "app"]

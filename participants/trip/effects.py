@@ -13,10 +13,9 @@ import asyncpg
 
 from ..kit.effects import SagaEffects, duplicate_effects, read_effects
 from ..kit.participant import Participant
-from . import flight, hotel, notification, payment
+from .definition import app
 
-TRIP_PARTICIPANTS: tuple[Participant, ...] = (flight.PARTICIPANT, hotel.PARTICIPANT, payment.PARTICIPANT,
-                                              notification.PARTICIPANT)
+TRIP_PARTICIPANTS: tuple[Participant, ...] = tuple(app.participant(name) for name in app.participant_names())
 
 
 @dataclass(frozen=True)

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import asyncpg
-import orjson
 
-from ..kit.bulk import record_each
+from ..kit.bulk import record_calls
 from ..kit.effects import EffectTable
-from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
-from ..kit.participant import Call, Participant
-from .definition import TRIP_REQUEST
+from ..kit.outcome import Failed, Proceed, Verdict
+from ..kit.typed import Calling, StepContext, participant
+from .records import Cancellation, FlightBooking, TripRequest
 
 SCHEMA = "flight"
 
@@ -60,47 +58,38 @@ BUSINESS_DDL = (
     )""",
 )
 
+flight = participant("flight", tables=BUSINESS_DDL,
+                     effects=EffectTable("bookings", counts={"booked": None, "cancelled": "status = 'cancelled'"}))
 
 BOOKING_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "customer_id": "text",
                    "origin": "text", "destination": "text", "depart_date": "text", "return_date": "text",
                    "status": "text"}
 
 
-async def book_flights(conn: asyncpg.Connection, calls: Sequence[Call]) -> list[Outcome]:
+@flight.action(many=True, effect="booked")
+async def book_flight(tx: asyncpg.Connection, calls: Sequence[Calling[TripRequest]]) -> list[FlightBooking | Failed]:
     """Book the trip's flight for each saga step (one INSERT for all of them)."""
-    verdicts = [book_flight_rule(trip["origin"], trip["destination"]) for _, trip in calls]
-    return await record_each(conn, calls, verdicts, f"{SCHEMA}.bookings", BOOKING_COLUMNS, _booking, "booking_id")
+    verdicts = [book_flight_rule(call.input.origin, call.input.destination) for call in calls]
+    return await record_calls(tx, calls, verdicts, f"{SCHEMA}.bookings", BOOKING_COLUMNS, _booking, FlightBooking)
 
 
-def _booking(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[str, ...]:
-    return (command.saga_id, command.step, command.idempotency_key, trip["customer_id"], trip["origin"],
-            trip["destination"], trip["depart_date"], trip["return_date"], "booked")
+def _booking(call: Calling[TripRequest]) -> tuple[str, ...]:
+    trip = call.input
+    return (call.step.saga_id, call.step.step, call.step.idempotency_key, trip.customer_id, trip.origin,
+            trip.destination, trip.depart_date, trip.return_date, "booked")
 
 
-async def cancel_flight(
-    conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]
-) -> Outcome:
+@book_flight.undo(effect="cancelled")
+async def cancel_flight(step: StepContext, trip: TripRequest) -> Cancellation | Failed:
     """Cancel the step's booking; a booking that never happened is already 'cancelled' (no-op). A fare that
     cannot be cancelled is refused for good, unless the saga has a cancellation waiver."""
-    verdict = cancel_flight_rule(trip["customer_id"])
-    if isinstance(verdict, Failed) and not await conn.fetchval(
-            f"SELECT true FROM {SCHEMA}.cancellation_waivers WHERE saga_id = $1", command.saga_id):
+    verdict = cancel_flight_rule(trip.customer_id)
+    if isinstance(verdict, Failed) and not await step.tx.fetchval(
+            f"SELECT true FROM {SCHEMA}.cancellation_waivers WHERE saga_id = $1", step.saga_id):
         return verdict
-    cancelled = await conn.fetch(
+    cancelled = await step.tx.fetch(
         f"""UPDATE {SCHEMA}.bookings SET status = 'cancelled', cancelled_at = now()
             WHERE saga_id = $1 AND step = $2 AND status = 'booked' RETURNING booking_id""",
-        command.saga_id, command.step,
+        step.saga_id, step.step,
     )
-    return Succeeded(orjson.dumps({"cancelled_booking_ids": [row["booking_id"] for row in cancelled]}))
-
-
-PARTICIPANT = Participant(
-    name="flight",
-    schema=SCHEMA,
-    handlers={"cancel_flight": cancel_flight},
-    batch_handlers={"book_flight": book_flights},
-    business_ddl=BUSINESS_DDL,
-    input_types=frozenset({TRIP_REQUEST}),
-    effects=EffectTable("bookings", counts={"booked": None, "cancelled": "status = 'cancelled'"},
-                        actions={"book_flight": "booked", "cancel_flight": "cancelled"}),
-)
+    return Cancellation(cancelled_booking_ids=[row["booking_id"] for row in cancelled])

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import asyncpg
-import orjson
 
-from ..kit.bulk import record_each
+from ..kit.bulk import record_calls
 from ..kit.effects import EffectTable
-from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
-from ..kit.participant import Call, Participant
-from .definition import TRIP_REQUEST
+from ..kit.outcome import Failed, Proceed, Verdict
+from ..kit.typed import Calling, StepContext, participant
+from .records import Cancellation, HotelBooking, TripRequest
 
 SCHEMA = "hotel"
 
@@ -48,41 +46,32 @@ BUSINESS_DDL = (
     f"CREATE INDEX IF NOT EXISTS bookings_saga_step_idx ON {SCHEMA}.bookings (saga_id, step)",
 )
 
+hotel = participant("hotel", tables=BUSINESS_DDL,
+                    effects=EffectTable("bookings", counts={"booked": None, "cancelled": "status = 'cancelled'"}))
 
 BOOKING_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "customer_id": "text",
                    "destination": "text", "check_in": "text", "check_out": "text", "status": "text"}
 
 
-async def book_hotels(conn: asyncpg.Connection, calls: Sequence[Call]) -> list[Outcome]:
+@hotel.action(many=True, effect="booked")
+async def book_hotel(tx: asyncpg.Connection, calls: Sequence[Calling[TripRequest]]) -> list[HotelBooking | Failed]:
     """Book a room at the destination for the trip's dates, for each saga step (one INSERT for all)."""
-    verdicts = [book_hotel_rule(trip["destination"]) for _, trip in calls]
-    return await record_each(conn, calls, verdicts, f"{SCHEMA}.bookings", BOOKING_COLUMNS, _booking, "booking_id")
+    verdicts = [book_hotel_rule(call.input.destination) for call in calls]
+    return await record_calls(tx, calls, verdicts, f"{SCHEMA}.bookings", BOOKING_COLUMNS, _booking, HotelBooking)
 
 
-def _booking(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[str, ...]:
-    return (command.saga_id, command.step, command.idempotency_key, trip["customer_id"], trip["destination"],
-            trip["depart_date"], trip["return_date"], "booked")
+def _booking(call: Calling[TripRequest]) -> tuple[str, ...]:
+    trip = call.input
+    return (call.step.saga_id, call.step.step, call.step.idempotency_key, trip.customer_id, trip.destination,
+            trip.depart_date, trip.return_date, "booked")
 
 
-async def cancel_hotel(
-    conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]
-) -> Outcome:
+@book_hotel.undo(effect="cancelled")
+async def cancel_hotel(step: StepContext, trip: TripRequest) -> Cancellation:
     """Cancel the step's room; cancelling a booking that never happened succeeds as a no-op."""
-    cancelled = await conn.fetch(
+    cancelled = await step.tx.fetch(
         f"""UPDATE {SCHEMA}.bookings SET status = 'cancelled', cancelled_at = now()
             WHERE saga_id = $1 AND step = $2 AND status = 'booked' RETURNING booking_id""",
-        command.saga_id, command.step,
+        step.saga_id, step.step,
     )
-    return Succeeded(orjson.dumps({"cancelled_booking_ids": [row["booking_id"] for row in cancelled]}))
-
-
-PARTICIPANT = Participant(
-    name="hotel",
-    schema=SCHEMA,
-    handlers={"cancel_hotel": cancel_hotel},
-    batch_handlers={"book_hotel": book_hotels},
-    business_ddl=BUSINESS_DDL,
-    input_types=frozenset({TRIP_REQUEST}),
-    effects=EffectTable("bookings", counts={"booked": None, "cancelled": "status = 'cancelled'"},
-                        actions={"book_hotel": "booked", "cancel_hotel": "cancelled"}),
-)
+    return Cancellation(cancelled_booking_ids=[row["booking_id"] for row in cancelled])

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import asyncpg
 import orjson
 
-from ..kit.bulk import record_each
+from ..kit.bulk import record_calls
 from ..kit.effects import EffectTable
-from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Verdict
-from ..kit.participant import Call, Participant
-from .definition import TRIP_REQUEST
+from ..kit.outcome import Failed, Proceed, Verdict
+from ..kit.typed import Calling, participant
+from .records import Charge, FlightBooking, HotelBooking, Itinerary, TripRequest
 
 SCHEMA = "notification"
 
@@ -43,40 +42,26 @@ BUSINESS_DDL = (
     f"ALTER TABLE {SCHEMA}.sent ADD COLUMN IF NOT EXISTS itinerary jsonb NOT NULL DEFAULT '{{}}'",
 )
 
+notification = participant("notification", tables=BUSINESS_DDL,
+                           effects=EffectTable("sent", counts={"sent": None}))
 
 SENT_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "email": "text", "itinerary": "jsonb"}
 
 
-async def send_itineraries(conn: asyncpg.Connection, calls: Sequence[Call]) -> list[Outcome]:
-    """Send each itinerary to the customer's e-mail address (recorded as rows in notification.sent, one
-    INSERT for all of them)."""
-    verdicts = [send_itinerary_rule(trip["email"], command.attempt) for command, trip in calls]
-    return await record_each(conn, calls, verdicts, f"{SCHEMA}.sent", SENT_COLUMNS, _sent, "sent_id")
+# Each may be missing: a trip started before its steps' outputs were typed records carries them as JSON bytes,
+# which are not decoded; its itinerary then lists what is there.
+@notification.action(many=True, effect="sent", needs=[FlightBooking | None, HotelBooking | None, Charge | None])
+async def send_itinerary(tx: asyncpg.Connection, calls: Sequence[Calling[TripRequest]]) -> list[Itinerary | Failed]:
+    """Send each itinerary, with the bookings and the charge, to the customer's e-mail address (recorded as rows
+    in notification.sent, one INSERT for all of them)."""
+    verdicts = [send_itinerary_rule(call.input.email, call.step.attempt) for call in calls]
+    return await record_calls(tx, calls, verdicts, f"{SCHEMA}.sent", SENT_COLUMNS, _sent, Itinerary)
 
 
-def _sent(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[str, ...]:
-    return command.saga_id, command.step, command.idempotency_key, trip["email"], itinerary(command)
+def _sent(call: Calling[TripRequest]) -> tuple[str, ...]:
+    return (call.step.saga_id, call.step.step, call.step.idempotency_key, call.input.email, itinerary(call))
 
 
-def itinerary(command: ReceivedCommand) -> str:
-    """The itinerary a send_itinerary command describes, as JSON text: each earlier step's output by step name
-    (the reference participants answer with JSON; anything else is kept as hex)."""
-    return orjson.dumps({step: _readable(output) for step, output in command.step_outputs.items()}).decode()
-
-
-def _readable(output: bytes) -> Any:
-    try:
-        return orjson.loads(output)
-    except orjson.JSONDecodeError:
-        return output.hex()
-
-
-PARTICIPANT = Participant(
-    name="notification",
-    schema=SCHEMA,
-    batch_handlers={"send_itinerary": send_itineraries},
-    business_ddl=BUSINESS_DDL,
-    input_types=frozenset({TRIP_REQUEST}),
-    effects=EffectTable("sent", counts={"sent": None},
-                        actions={"send_itinerary": "sent"}),
-)
+def itinerary(call: Calling[TripRequest]) -> str:
+    """What an itinerary describes, as JSON text: each earlier step's output it was given, by step name."""
+    return orjson.dumps({step: output.model_dump() for step, output in call.step.outputs.items()}).decode()

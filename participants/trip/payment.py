@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-import orjson
 
-from ..kit.bulk import record_each
+from ..kit.bulk import record_calls
 from ..kit.effects import EffectTable
-from ..kit.outcome import Failed, Outcome, Proceed, ReceivedCommand, Succeeded, Verdict
-from ..kit.participant import Call, Participant
-from .definition import TRIP_REQUEST
+from ..kit.outcome import Failed, Proceed, Verdict
+from ..kit.typed import Calling, StepContext, participant
+from .records import Charge, Refund, TripRequest
 
 SCHEMA = "payment"
 
@@ -55,40 +54,33 @@ BUSINESS_DDL = (
     f"CREATE INDEX IF NOT EXISTS charges_saga_step_idx ON {SCHEMA}.charges (saga_id, step)",
 )
 
+payment = participant("payment", tables=BUSINESS_DDL,
+                      effects=EffectTable("charges", counts={"charged": None, "refunded": "status = 'refunded'"}))
 
 CHARGE_COLUMNS = {"saga_id": "text", "step": "text", "idempotency_key": "text", "customer_id": "text",
                   "amount_cents": "bigint", "currency": "text", "status": "text"}
 
 
-async def charge_cards(conn: asyncpg.Connection, calls: Sequence[Call]) -> list[Outcome]:
+@payment.action(many=True, effect="charged")
+async def charge_card(tx: asyncpg.Connection, calls: Sequence[Calling[TripRequest]]) -> list[Charge | Failed]:
     """Charge each trip's amount to its card (card tokens trigger decline / flaky / slow behaviours), one
     INSERT for all of them."""
-    verdicts = [charge_card_rule(trip["card_token"], command.attempt) for command, trip in calls]
-    return await record_each(conn, calls, verdicts, f"{SCHEMA}.charges", CHARGE_COLUMNS, _charge, "charge_id")
+    verdicts = [charge_card_rule(call.input.card_token, call.step.attempt) for call in calls]
+    return await record_calls(tx, calls, verdicts, f"{SCHEMA}.charges", CHARGE_COLUMNS, _charge, Charge)
 
 
-def _charge(command: ReceivedCommand, trip: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (command.saga_id, command.step, command.idempotency_key, trip["customer_id"], trip["amount_cents"],
-            trip["currency"], "charged")
+def _charge(call: Calling[TripRequest]) -> tuple[Any, ...]:
+    trip = call.input
+    return (call.step.saga_id, call.step.step, call.step.idempotency_key, trip.customer_id, trip.amount_cents,
+            trip.currency, "charged")
 
 
-async def refund_card(conn: asyncpg.Connection, command: ReceivedCommand, trip: Mapping[str, Any]) -> Outcome:
+@charge_card.undo(effect="refunded")
+async def refund_card(step: StepContext, trip: TripRequest) -> Refund:
     """Refund the step's charge; refunding a charge that never happened succeeds as a no-op."""
-    refunded = await conn.fetch(
+    refunded = await step.tx.fetch(
         f"""UPDATE {SCHEMA}.charges SET status = 'refunded', refunded_at = now()
             WHERE saga_id = $1 AND step = $2 AND status = 'charged' RETURNING charge_id""",
-        command.saga_id, command.step,
+        step.saga_id, step.step,
     )
-    return Succeeded(orjson.dumps({"refunded_charge_ids": [row["charge_id"] for row in refunded]}))
-
-
-PARTICIPANT = Participant(
-    name="payment",
-    schema=SCHEMA,
-    handlers={"refund_card": refund_card},
-    batch_handlers={"charge_card": charge_cards},
-    business_ddl=BUSINESS_DDL,
-    input_types=frozenset({TRIP_REQUEST}),
-    effects=EffectTable("charges", counts={"charged": None, "refunded": "status = 'refunded'"},
-                        actions={"charge_card": "charged", "refund_card": "refunded"}),
-)
+    return Refund(refunded_charge_ids=[row["charge_id"] for row in refunded])

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
-import orjson
 import pytest
 
 from saga_orchestrator.infra.db import create_pool
@@ -16,6 +15,7 @@ from saga_orchestrator.participants.kit.handling import Disposition, handle_comm
 from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Call, Participant
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
+from saga_orchestrator.schemas.registry import default_registry
 from tests.integration.test_participants import FLIGHT, PAYMENT, TOPICS, command, delivered, processed, replies
 
 pytestmark = pytest.mark.integration
@@ -222,7 +222,8 @@ async def test_reference_batch_handlers_book_each_command_once(pool: asyncpg.Poo
     for n, row in enumerate(rows):  # each reply names its own booking
         (reply,) = await replies(pool, "flight", sid(n))
         assert reply["result"]["status"] == "SUCCEEDED"
-        assert orjson.loads(reply["result"]["output"]) == {"booking_id": row["booking_id"]}
+        assert default_registry().decode(reply["result"]["output"]) == ("saga.v1.flight.FlightBooking",
+                                                                        {"booking_id": row["booking_id"]})
 
 
 def counting_participant(calls: dict[str, int]) -> Participant:

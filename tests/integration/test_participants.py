@@ -135,7 +135,8 @@ async def test_success_writes_the_booking_the_record_and_the_reply_together(pool
     assert reply["name"] == "saga.v1.StepResult"
     result = reply["result"]
     assert (result["status"], result["kind"], result["attempt"]) == ("SUCCEEDED", "FORWARD", 1)
-    assert orjson.loads(result["output"]) == {"booking_id": bookings[0]["booking_id"]}
+    assert default_registry().decode(result["output"]) == ("saga.v1.flight.FlightBooking",
+                                                           {"booking_id": bookings[0]["booking_id"]})
     assert reply["due_in_s"] <= 0
 
 

@@ -81,10 +81,17 @@ def test_a_value_goes_through_its_record_and_back(tmp_path: Path) -> None:
 
 def test_a_type_nested_in_two_records_is_defined_once_in_the_folder(tmp_path: Path) -> None:
     files = schema_files([Record(Label, "shop.v1", OUTPUTS_FOLDER), Record(Parcel, "shop.v1")])
-    assert list(files) == ["inputs/Parcel.avsc", "outputs/Label.avsc"]
-    label_fields = {field["name"]: field["type"] for field in files["outputs/Label.avsc"]["fields"]}
+    assert list(files) == ["inputs/shop.v1.Parcel.avsc", "outputs/shop.v1.Label.avsc"]
+    label_fields = {field["name"]: field["type"] for field in files["outputs/shop.v1.Label.avsc"]["fields"]}
     assert label_fields["to"] == "shop.v1.Address"  # defined in Parcel's file, referred to here
     assert set(load_tree(_written(tmp_path, files))) == {"shop.v1.Parcel", "shop.v1.Label"}
+
+
+def test_one_model_given_by_two_participants_is_a_record_and_a_file_in_each_namespace() -> None:
+    files = schema_files([Record(Label, "saga.v1.post", OUTPUTS_FOLDER),
+                          Record(Label, "saga.v1.courier", OUTPUTS_FOLDER)])
+    assert list(files) == ["outputs/saga.v1.courier.Label.avsc", "outputs/saga.v1.post.Label.avsc"]
+    assert {schema["namespace"] for schema in files.values()} == {"saga.v1.courier", "saga.v1.post"}
 
 
 def test_a_field_added_with_a_default_stays_compatible_and_one_without_does_not() -> None:
