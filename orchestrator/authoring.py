@@ -108,11 +108,15 @@ class Saga:
         self._check_needs(definition)
         return definition
 
+    def actions(self) -> list[Action]:
+        """The actions its steps run, their compensations after them."""
+        actions = [ref.action for ref, _ in self.steps]
+        return actions + [action.compensation for action in actions if action.compensation is not None]
+
     def records(self) -> list[Record]:
         """Its input record and the output records of its actions."""
-        actions = [ref.action for ref, _ in self.steps]
-        actions += [action.compensation for action in actions if action.compensation is not None]
-        return [self.input_record, *(record for action in actions if (record := action.output_record) is not None)]
+        return [self.input_record, *(record for action in self.actions()
+                                     if (record := action.output_record) is not None)]
 
     def _check_needs(self, definition: SagaDefinition) -> None:
         gives = {ref.name: ref.action.output_model for ref, _ in self.steps}

@@ -4,11 +4,17 @@ A participant in the environment keeps a record by idempotency key, as the kit d
 recorded (a success, or a definitive failure), every later attempt of that key is answered from the record; a
 transient failure is not recorded, so a later attempt does the work. A compensation that arrives before its
 forward step took effect leaves a tombstone: the forward, when it comes, is answered ``Compensated``.
+
+Behaviours chain with ``then``: each covers the first attempts it describes (``fail_transiently(n)`` n of them,
+``time_out`` and ``answer_late`` the first) and hands the later ones to ``then``, which counts them from its own
+first. What an attempt records answers every attempt after it, whatever ``then`` says; so a chain that could
+only start after a recorded attempt is refused where it is written (``time_out(effect=False, then=time_out())``
+times out twice, ``time_out(then=time_out())`` could not).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from pydantic import BaseModel
@@ -68,7 +74,7 @@ class _Transiently(Behaviour):
     def respond(self, attempt: int) -> Response:
         if attempt <= self.times:
             return Response("FAILED", self.error_type, f"scripted {self.error_type} (attempt {attempt})", True)
-        return self.then.respond(attempt)
+        return self.then.respond(attempt - self.times)
 
 
 @dataclass(frozen=True)
@@ -76,15 +82,21 @@ class _TimeOut(Behaviour):
     effect: bool
     then: Behaviour
 
+    def __post_init__(self) -> None:
+        if self.effect and isinstance(self.then, _TimeOut | _Late):
+            raise ValueError("time_out(effect=True) records its first attempt's outcome, so the retry is answered "
+                             "from the record at once and a timeout or late answer after it cannot happen: "
+                             "time out first without the effect (time_out(effect=False, then=...))")
+
     def respond(self, attempt: int) -> Response:
+        if not self.effect:  # the first attempt did nothing: ``then`` starts with the second
+            if attempt == 1:
+                return Response("FAILED", "NoAnswer", "no answer", True, answered=False)
+            return self.then.respond(attempt - 1)
+        # The first attempt is ``then``'s, its outcome recorded (when it records) and its answer lost, so the
+        # retry (the same key) is answered from the record, as a kit participant would.
         response = self.then.respond(attempt)
-        if attempt == 1:
-            # No answer: the step times out. With ``effect`` the outcome is recorded all the same, so the retry
-            # (the same key) is answered from the record, as a kit participant would.
-            return Response(response.status, response.error_type, response.message, response.retryable,
-                            response.output, answered=False) if self.effect else Response(
-                                "FAILED", "NoAnswer", "no answer", True, answered=False)
-        return response
+        return replace(response, answered=False) if attempt == 1 else response
 
 
 @dataclass(frozen=True)
@@ -92,10 +104,14 @@ class _Late(Behaviour):
     delay: timedelta
     then: Behaviour = field(default_factory=lambda: _Succeed())
 
+    def __post_init__(self) -> None:
+        if isinstance(self.then, _TimeOut | _Late):
+            raise ValueError("answer_late answers its first attempt as `then` would, late, and records it, so `then` "
+                             "cannot be a timeout or another late answer: chain them the other way round")
+
     def respond(self, attempt: int) -> Response:
         response = self.then.respond(attempt)
-        return Response(response.status, response.error_type, response.message, response.retryable,
-                        response.output, delay_ms=round(self.delay.total_seconds() * 1000))
+        return replace(response, delay_ms=round(self.delay.total_seconds() * 1000)) if attempt == 1 else response
 
 
 def succeed(output: BaseModel | bytes | None = None) -> Behaviour:
@@ -109,16 +125,19 @@ def fail(error_type: str, message: str = "", *, retryable: bool = False) -> Beha
 
 
 def fail_transiently(times: int, error_type: str = "Unavailable", then: Behaviour | None = None) -> Behaviour:
-    """Fail retryably on the first ``times`` attempts, then behave as ``then`` (default: succeed)."""
+    """Fail retryably on the first ``times`` attempts, then behave as ``then`` (default: succeed), its first attempt
+    being the one after them."""
     return _Transiently(times, error_type, then or succeed())
 
 
 def time_out(*, effect: bool = True, then: Behaviour | None = None) -> Behaviour:
-    """Give no answer to the first attempt (the step times out), with the effect applied (``effect``: the retry
-    is answered from the record) or not; later attempts behave as ``then`` (default: succeed)."""
+    """Give no answer to the first attempt (the step times out). With ``effect`` it took effect as ``then``'s first
+    attempt (default: succeed) and the retry is answered from the record; without, it did nothing and the
+    attempts after it behave as ``then``, from its first."""
     return _TimeOut(effect, then or succeed())
 
 
 def answer_late(after: timedelta, then: Behaviour | None = None) -> Behaviour:
-    """Answer as ``then`` (default: succeed) would, ``after`` later (past the step's timeout, say)."""
+    """Answer the first attempt as ``then`` (default: succeed) would, ``after`` later (past the step's timeout,
+    say); the later attempts as ``then`` does (a retry of a recorded outcome is answered from the record)."""
     return _Late(after, then or succeed())

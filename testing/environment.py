@@ -104,6 +104,7 @@ class SagaEnvironment:
         self.now = start_ms
         self._sagas = _definitions(deployment)
         self._records = _records(deployment)
+        self._outputs = _outputs(deployment)
         self.definitions = DefinitionRegistry(self._sagas)
         self.topics = Topics()
         self.schemas = _schemas(self._records)
@@ -284,16 +285,22 @@ class SagaEnvironment:
         result = StepResult(saga_id=command.saga_id, step=command.step, kind=command.kind,
                             idempotency_key=key, attempt=command.attempt, status=ResultStatus(response.status),
                             retryable=response.retryable, error_type=response.error_type,
-                            error_message=response.message, output=self._output(response.output))
+                            error_message=response.message,
+                            output=self._output(command.participant, response.output))
         self._send(self.topics.results(command.participant), command.saga_id, wire.encode_result(result),
                    f"{key}:reply:{command.attempt}:{next(self._order)}", response.delay_ms)
 
-    def _output(self, output: BaseModel | bytes | None) -> bytes | None:
+    def _output(self, participant: str, output: BaseModel | bytes | None) -> bytes | None:
+        """``output`` as the record of ``participant``'s action that gives it (one model may be the output of
+        two participants' actions, a record in each one's namespace)."""
         if output is None or isinstance(output, bytes):
             return output
-        record = self._records.get(type(output))
+        record = self._outputs.get((participant, type(output)))
         if record is None:
-            raise TypeError(f"{type(output).__name__} is the output of no action of the environment's sagas")
+            records = [record for record in self._records.values() if record.model is type(output)]
+            if not records:
+                raise TypeError(f"{type(output).__name__} is the output of no action of the environment's sagas")
+            record = records[0]
         return self.schemas.encode(record.full_name, to_avro(output))
 
     def _result(self, saga_id: str, state: SagaState) -> SagaResult:
@@ -312,8 +319,8 @@ class SagaEnvironment:
             full_name, record = self.schemas.decode(output)
         except Exception:  # not a typed record: the bytes as they are
             return output
-        models = {record_.full_name: model for model, record_ in self._records.items()}
-        return from_avro(models[full_name], record) if full_name in models else output
+        known = self._records.get(full_name)
+        return from_avro(known.model, record) if known is not None else output
 
     def _waiting(self, saga_id: str) -> str:
         state = self.state(saga_id)
@@ -326,27 +333,41 @@ class SagaEnvironment:
 
 
 def _definitions(deployment: Iterable[Deployment]) -> list[SagaDefinition]:
-    found: list[SagaDefinition] = []
+    return [definition for item in deployment for definition in _definitions_of(item)]
+
+
+def _definitions_of(item: Deployment) -> list[SagaDefinition]:
+    """The definitions of one item of a deployment; ValueError names what its app cannot run (a participant
+    nobody serves, an action its participant lacks), as every process of that app would refuse it."""
+    if isinstance(item, SagaApp):
+        problems = item.problems()
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ValueError(f"the app cannot run: {problems[0]}{more}")
+        return item.definitions()
+    return [item.definition if isinstance(item, Saga) else item]
+
+
+def _records(deployment: Iterable[Deployment]) -> dict[str, Record]:
+    """The typed records of the deployment, by full name."""
+    return {record.full_name: record for item in deployment
+            for record in (item.records() if isinstance(item, SagaApp | Saga) else [])}
+
+
+def _outputs(deployment: Iterable[Deployment]) -> dict[tuple[str, type[BaseModel]], Record]:
+    """The record of each (participant, output model) the deployment's typed actions give."""
+    outputs: dict[tuple[str, type[BaseModel]], Record] = {}
     for item in deployment:
-        if isinstance(item, SagaApp):
-            found += item.definitions()
-        elif isinstance(item, Saga):
-            found.append(item.definition)
-        else:
-            found.append(item)
-    return found
+        sagas = [saga for saga in item.sagas if isinstance(saga, Saga)] if isinstance(item, SagaApp) else (
+            [item] if isinstance(item, Saga) else [])
+        for action in (action for saga in sagas for action in saga.actions()):
+            record = action.output_record
+            if record is not None:
+                outputs[(action.participant_name, record.model)] = record
+    return outputs
 
 
-def _records(deployment: Iterable[Deployment]) -> dict[type[BaseModel], Record]:
-    records: dict[type[BaseModel], Record] = {}
-    for item in deployment:
-        typed = item.records() if isinstance(item, SagaApp | Saga) else []
-        for record in typed:
-            records[record.model] = record
-    return records
-
-
-def _schemas(records: Mapping[type[BaseModel], Record]) -> SchemaRegistry:
+def _schemas(records: Mapping[str, Record]) -> SchemaRegistry:
     """The contract's schemas, the default schema path's (the trip's input) and the typed records'."""
     base = default_registry()
     if not records:

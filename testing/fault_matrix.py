@@ -11,8 +11,10 @@ every step that took effect by then, or whose answer was still on its way, is un
 dependents before the steps they depend on, and the saga ends COMPENSATED (FAILED when nothing was undone). A
 step after the pivot that fails for good ends the saga FAILED with nothing undone: past the pivot a saga only
 moves forward. A step that times out once with its effect applied is retried under the same key, answered from
-the participant's record, and the saga completes with every effect held once; so does a saga whose every
-message arrives twice.
+the participant's record, and the saga completes with every effect held once, unless the saga's deadline
+passes before that retry brings it past its pivot (to its end, without one): then it is cancelled, and every
+step that took effect is undone, the one that timed out too. A saga whose every message arrives twice
+completes with every effect held once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from ..orchestrator.domain.definition import FailureMode, SagaDefinition
 from .behaviour import Behaviour, fail, time_out
 from .environment import SagaEnvironment, SagaResult
 
-__all__ = ["FaultCase", "expect_failure", "fault_matrix"]
+__all__ = ["FaultCase", "expect_failure", "expect_timeout", "fault_matrix"]
+
+FAULT_CASE_ID = "fault-case"  # the saga id of every case (its retry backoffs' jitter comes from it)
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class FaultCase:
             if len(types) != 1:
                 raise ValueError(f"name the saga type to start: the deployment runs {', '.join(types)}")
             saga_type = types[0]
-        result = await environment.result(await environment.start(saga_type, saga_input, saga_id="fault-case"))
+        result = await environment.result(await environment.start(saga_type, saga_input, saga_id=FAULT_CASE_ID))
         self.check(result)
         return result
 
@@ -95,10 +99,35 @@ def _cases(saga: Saga | SagaDefinition) -> Iterator[FaultCase]:
                         status, undone, before)
     for name in definition.order:
         step = definition.step(name)
+        status, undone, before = expect_timeout(definition, name)
         yield FaultCase(f"{name} times out once, its effect applied",
-                        {(step.participant, step.command): time_out(effect=True)}, False, "COMPLETED", frozenset(),
-                        retried=frozenset({name}))
+                        {(step.participant, step.command): time_out(effect=True)}, False, status, undone, before,
+                        retried=frozenset({name}) if status == "COMPLETED" else frozenset())
     yield FaultCase("every message delivered twice", {}, True, "COMPLETED", frozenset())
+
+
+def expect_timeout(definition: SagaDefinition, timing_out: str
+                   ) -> tuple[str, frozenset[str], tuple[tuple[str, str], ...]]:
+    """What the saga must do when ``timing_out`` times out once with its effect applied, every other step
+    succeeding at once: COMPLETED, unless the deadline passes before the retry brings the saga past its pivot
+    (to its end, without one); then CANCELLED, with every step that took effect undone."""
+    step = definition.step(timing_out)
+    pivot = definition.pivot
+    holds_up = pivot is None or timing_out == pivot.name or timing_out in definition.upstream(pivot.name)
+    retried_at = step.timeout_ms + step.retry.backoff_ms(1, f"{FAULT_CASE_ID}:{timing_out}:1")
+    if definition.deadline_ms is None or not holds_up or retried_at < definition.deadline_ms:
+        return "COMPLETED", frozenset(), ()
+    effected = {timing_out}
+    progressed = True
+    while progressed:  # every step the timed-out one does not hold up took effect at once
+        progressed = False
+        for name in definition.order:
+            if name not in effected and name not in definition.downstream(timing_out) and (
+                    set(definition.step(name).depends_on) <= effected - {timing_out}):
+                effected.add(name)
+                progressed = True
+    undone = frozenset(name for name in effected if definition.step(name).compensation is not None)
+    return "CANCELLED", undone, _undo_order(definition, undone)
 
 
 def expect_failure(definition: SagaDefinition, failing: str) -> tuple[str, frozenset[str], tuple[tuple[str, str], ...]]:
@@ -129,6 +158,10 @@ def expect_failure(definition: SagaDefinition, failing: str) -> tuple[str, froze
         if not stopped:
             dispatch()
     undone = frozenset(name for name in effected if definition.step(name).compensation is not None)
-    before = tuple((dependent, upstream) for upstream in sorted(undone) for dependent in sorted(undone)
-                   if dependent in definition.downstream(upstream))
-    return ("COMPENSATED" if undone else "FAILED"), undone, before
+    return ("COMPENSATED" if undone else "FAILED"), undone, _undo_order(definition, undone)
+
+
+def _undo_order(definition: SagaDefinition, undone: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """The (dependent, upstream) pairs of ``undone`` whose undoing must come in that order."""
+    return tuple((dependent, upstream) for upstream in sorted(undone) for dependent in sorted(undone)
+                 if dependent in definition.downstream(upstream))

@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from saga_orchestrator.orchestrator.authoring import Saga, StepContext, participant
+from saga_orchestrator.orchestrator.authoring import Saga, SagaApp, StepContext, participant
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.testing import (
     SagaEnvironment,
     SagaWaits,
@@ -186,3 +187,75 @@ async def test_a_case_that_does_not_hold_says_what_differed() -> None:
 def test_a_dependent_is_undone_before_the_step_it_depends_on() -> None:
     status, undone, before = expect_failure(_visit().definition, "escort")
     assert (status, undone, before) == ("COMPENSATED", frozenset({"issue_badge"}), ())
+
+
+def _deadline_visit() -> Saga:
+    return _visit(deadline=timedelta(hours=48), escort_timeout=timedelta(hours=72))
+
+
+def test_a_deadline_that_passes_before_a_timed_out_step_retries_cancels_in_the_matrix() -> None:
+    cases = {case.name: case for case in fault_matrix(_deadline_visit())}
+    badge_times_out = cases["issue_badge times out once, its effect applied"]
+    escort_times_out = cases["escort times out once, its effect applied"]
+    assert (badge_times_out.status, badge_times_out.compensated) == ("COMPLETED", frozenset())
+    assert (escort_times_out.status, escort_times_out.compensated) == ("CANCELLED", frozenset({"issue_badge"}))
+
+
+@pytest.mark.parametrize("case", fault_matrix(_deadline_visit()), ids=repr)
+async def test_a_saga_with_a_deadline_against_its_matrix(case: object) -> None:
+    await case.run(_deadline_visit(), Visit(visitor="ada"))  # type: ignore[attr-defined]
+
+
+async def test_then_counts_the_attempts_it_is_handed_from_its_first() -> None:
+    env = SagaEnvironment(TRIP)  # the charge has five attempts
+    env.script(("payment", "charge_card"), time_out(effect=False, then=time_out(effect=False)))
+    result = await env.result(await env.start("trip", HAPPY))
+    assert result.status == "COMPLETED" and result.attempts("charge_card") == 3
+    env = SagaEnvironment(TRIP)
+    env.script(("payment", "charge_card"), fail_transiently(1, then=time_out(effect=False, then=fail_transiently(1))))
+    result = await env.result(await env.start("trip", HAPPY))
+    assert result.status == "COMPLETED" and result.attempts("charge_card") == 4
+
+
+def test_a_chain_that_could_only_follow_a_recorded_attempt_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"time_out\(effect=True\) records"):
+        time_out(then=time_out())
+    with pytest.raises(ValueError, match="answer_late answers its first attempt"):
+        answer_late(timedelta(seconds=3), then=answer_late(timedelta(seconds=3)))
+
+
+def test_an_app_whose_saga_names_a_participant_it_does_not_serve_is_refused() -> None:
+    app = SagaApp(sagas=[_visit()], participants=[desk])
+    with pytest.raises(ValueError, match="sends to participant guard, which no participant of the app serves"):
+        SagaEnvironment(app)
+
+
+class Label(BaseModel):
+    code: str
+
+
+post, courier = participant("post"), participant("courier")
+
+
+@post.action
+async def post_label(step: StepContext, visit: Visit) -> Label:
+    return Label(code="P")
+
+
+@courier.action
+async def courier_label(step: StepContext, visit: Visit) -> Label:
+    return Label(code="C")
+
+
+async def test_one_model_given_by_two_participants_is_encoded_in_each_ones_namespace() -> None:
+    saga = Saga("labels", input=Visit)
+    saga.step(post_label)
+    saga.step(courier_label)
+    env = SagaEnvironment(saga)
+    env.script(post_label, succeed(Label(code="P")))
+    env.script(courier_label, succeed(Label(code="C")))
+    result = await env.result(await env.start(saga, Visit(visitor="ada")))
+    given = {event.step: env.schemas.decode(event.output)[0] for event in result.events
+             if isinstance(event, ev.StepSucceeded) and event.output}
+    assert given == {"post_label": "saga.v1.post.Label", "courier_label": "saga.v1.courier.Label"}
+    assert result.outputs == {"post_label": Label(code="P"), "courier_label": Label(code="C")}
