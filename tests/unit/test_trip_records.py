@@ -11,6 +11,10 @@ from saga_orchestrator.participants.trip import TRIP_REQUEST, app
 from saga_orchestrator.schemas.registry import SCHEMAS_DIR
 
 
+def test_the_trips_app_has_nothing_to_refuse() -> None:
+    assert app.problems() == []
+
+
 def test_the_trips_record_files_are_what_its_models_generate() -> None:
     assert stale_records(LoadedApp(app, "saga_orchestrator.participants.trip:app", "SAGA_APP")) == []
     assert sorted(record.full_name for record in app.records()) == [
