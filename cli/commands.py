@@ -13,7 +13,7 @@ from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaStatus, fold
 from ..schemas import wire
 from ..schemas.event_types import SagaCompleted, SagaQuarantined, SagaReleased, SagaStarted
-from ..schemas.message_types import CancelSaga, ReleaseSaga, ResumeCompensation
+from ..schemas.message_types import RETRY_NOW, CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation
 from .context import console, fail, producer, run, settings, topics
 from .inspect_cmd import folded, follow, load_events_of
 
@@ -117,6 +117,21 @@ def release(
     body = wire.encode_release(ReleaseSaga(saga_id=saga_id, operator=operator, detail=detail))
     run(_publish(current, topics(current).control, saga_id, body, None))
     console.print(f"published ReleaseSaga for [bold]{saga_id}[/]")
+
+
+def retry_now(
+    saga_id: str = typer.Argument(..., help="A saga with a step or a compensation waiting on its retry backoff."),
+    step: str = typer.Argument(..., help="That step."),
+    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    reason: str | None = typer.Option(None, "--reason", help="Why; recorded."),
+) -> None:
+    """Send a step (or its compensation) waiting on its retry backoff at once, under its same key. The
+    orchestrator records it in the saga's history, or records why it could not apply (OperatorActionRefused)."""
+    current = settings()
+    message = OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator, reason=reason)
+    run(_publish(current, topics(current).control, saga_id, wire.encode_operate(message), None))
+    console.print(f"published OperateSaga {RETRY_NOW} {step} for [bold]{saga_id}[/]: `saga history {saga_id}` "
+                  "shows whether it applied")
 
 
 def _check_quarantined(saga_id: str) -> None:

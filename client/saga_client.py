@@ -31,7 +31,7 @@ from ..schemas.codec import WireError
 from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted, StepSucceeded
 from ..schemas.headers import kafka_headers, message_headers, valid_traceparent
 from ..schemas.limits import id_problem
-from ..schemas.message_types import CancelSaga, ReleaseSaga, ResumeCompensation, StartSaga
+from ..schemas.message_types import RETRY_NOW, CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation, StartSaga
 from ..schemas.partitioning import partition_for
 from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
@@ -214,6 +214,13 @@ class SagaClient:
         history still does not fold stays quarantined and the release is dead-lettered with the reason."""
         message = ReleaseSaga(saga_id=saga_id, operator=operator, detail=detail)
         await self.publish(self.topics.control, saga_id, wire.encode_release(message))
+
+    async def retry_now(self, saga_id: str, step: str, operator: str | None = None, reason: str | None = None
+                        ) -> None:
+        """Publish an OperateSaga RetryNow: ``step`` (or its compensation), waiting on its retry backoff, is sent
+        at once under its same key; the saga's history records it, or why it could not apply."""
+        message = OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator, reason=reason)
+        await self.publish(self.topics.control, saga_id, wire.encode_operate(message))
 
     def handle(self, saga_id: str, since_ms: int | None = None) -> SagaHandle:
         """The handle of a saga started earlier: its events from ``since_ms`` (epoch ms; default the

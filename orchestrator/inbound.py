@@ -19,7 +19,15 @@ from ..schemas.limits import (
     id_problem,
     nul_field,
 )
-from ..schemas.message_types import CancelSaga, CommandKind, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
+from ..schemas.message_types import (
+    CancelSaga,
+    CommandKind,
+    OperateSaga,
+    ReleaseSaga,
+    ResumeCompensation,
+    StartSaga,
+    StepResult,
+)
 from ..schemas.records import ConsumedRecord
 from ..schemas.registry import SchemaRegistry
 from ..schemas.topics import Topics
@@ -154,7 +162,8 @@ class RecordParser:
         digest = content_digest(raw)
         return Envelope(message, f"content:{digest}", raw, (CONTENT_IDS, digest))
 
-    def _decode(self, raw: ConsumedRecord) -> StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | StepResult:
+    def _decode(self, raw: ConsumedRecord
+                ) -> StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga | StepResult:
         assert raw.value is not None
         if raw.topic == self._topics.start:
             return wire.decode_start(raw.value)
@@ -164,6 +173,8 @@ class RecordParser:
                 return wire.decode_resume(raw.value)
             if name == wire.RELEASE_SAGA:
                 return wire.decode_release(raw.value)
+            if name == wire.OPERATE_SAGA:
+                return wire.decode_operate(raw.value)
             return wire.decode_cancel(raw.value)
         if raw.topic in self._results_topics:
             return wire.decode_result(raw.value)

@@ -138,6 +138,16 @@ class OperatorAction(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class OperatorActionRefused(Event):
+    """An operator's lever could not apply to the saga as it stood (``reason``); nothing else changed."""
+
+    action: str
+    step: str | None
+    operator: str | None
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class SagaQuarantined(Event):
     """The saga cannot go on until an operator acts (``reason``); ``message_id`` names the message that met it."""
 
@@ -227,6 +237,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SagaCancelRequested,
         SagaCancelRefused,
         OperatorAction,
+        OperatorActionRefused,
         SagaQuarantined,
         SagaReleased,
         *TERMINAL_EVENTS,

@@ -61,6 +61,24 @@ class ReleaseSaga:
     detail: str | None
 
 
+RETRY_NOW = "RetryNow"
+"""OperateSaga.action: a step (or its compensation) waiting on its retry backoff is sent at once."""
+LEVERS: tuple[str, ...] = (RETRY_NOW,)
+"""Every lever an OperateSaga may pull."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperateSaga:
+    """An operator pulls a lever (``action``, e.g. RetryNow) on one saga, for a ``step`` where the lever acts on
+    one (topic saga.control); the orchestrator records it, or its refusal, in the saga's stream."""
+
+    saga_id: str
+    action: str
+    step: str | None
+    operator: str | None
+    reason: str | None
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepCommand:
     """A command for a participant (topic <participant>.commands).

@@ -18,6 +18,7 @@ from .message_types import (
     CancelSaga,
     CommandKind,
     DeadLetter,
+    OperateSaga,
     ReleaseSaga,
     ResultStatus,
     ResumeCompensation,
@@ -33,6 +34,7 @@ START_SAGA = "saga.v1.StartSaga"
 CANCEL_SAGA = "saga.v1.CancelSaga"
 RESUME_COMPENSATION = "saga.v1.ResumeCompensation"
 RELEASE_SAGA = "saga.v1.ReleaseSaga"
+OPERATE_SAGA = "saga.v1.OperateSaga"
 STEP_COMMAND = "saga.v1.StepCommand"
 STEP_RESULT = "saga.v1.StepResult"
 DEAD_LETTER = "saga.v1.DeadLetter"
@@ -42,7 +44,7 @@ EVENT_SCHEMAS: frozenset[str] = frozenset(f"{EVENTS_NAMESPACE}.{name}" for name 
 """Full Avro names of every event type the domain knows."""
 
 TopicKind = Literal["start", "control", "results"]
-IncomingWire = StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | StepResult
+IncomingWire = StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga | StepResult
 
 T = TypeVar("T")
 E = TypeVar("E", CommandKind, ResultStatus)
@@ -168,6 +170,20 @@ def decode_release(data: bytes) -> ReleaseSaga:
     return _release_from(default_registry().decode_as(data, RELEASE_SAGA)[1])
 
 
+def encode_operate(message: OperateSaga) -> bytes:
+    """Encode an operator's OperateSaga (a lever) for topic saga.control."""
+    return default_registry().encode(OPERATE_SAGA, _record(message))
+
+
+def _operate_from(record: dict[str, Any]) -> OperateSaga:
+    return _build(OperateSaga, OPERATE_SAGA, record)
+
+
+def decode_operate(data: bytes) -> OperateSaga:
+    """Decode an OperateSaga command."""
+    return _operate_from(default_registry().decode_as(data, OPERATE_SAGA)[1])
+
+
 # --- participant commands and results -----------------------------------------------------------------
 
 
@@ -211,7 +227,7 @@ def decode_command(data: bytes, *, participant: str, message_id: str) -> StepCom
 
 _TOPIC_SCHEMAS: dict[str, frozenset[str]] = {
     "start": frozenset({START_SAGA}),
-    "control": frozenset({CANCEL_SAGA, RESUME_COMPENSATION, RELEASE_SAGA}),
+    "control": frozenset({CANCEL_SAGA, RESUME_COMPENSATION, RELEASE_SAGA, OPERATE_SAGA}),
     "results": frozenset({STEP_RESULT}),
 }
 _INCOMING: dict[str, Callable[[dict[str, Any]], IncomingWire]] = {
@@ -219,13 +235,14 @@ _INCOMING: dict[str, Callable[[dict[str, Any]], IncomingWire]] = {
     CANCEL_SAGA: _cancel_from,
     RESUME_COMPENSATION: _resume_from,
     RELEASE_SAGA: _release_from,
+    OPERATE_SAGA: _operate_from,
     STEP_RESULT: _result_from,
 }
 
 
 def decode_incoming(topic_kind: TopicKind, data: bytes) -> IncomingWire:
     """Decode a message the orchestrator consumes, checking it is the one its topic carries:
-    ``start`` -> StartSaga, ``control`` -> CancelSaga, ResumeCompensation or ReleaseSaga, ``results`` ->
+    ``start`` -> StartSaga, ``control`` -> CancelSaga, ResumeCompensation, ReleaseSaga or OperateSaga, ``results`` ->
     StepResult."""
     try:
         expected = _TOPIC_SCHEMAS[topic_kind]

@@ -40,9 +40,11 @@ from ..schemas import wire
 from ..schemas.headers import MESSAGE_ID
 from ..schemas.ids import forward_key
 from ..schemas.message_types import (
+    RETRY_NOW,
     CancelSaga,
     CommandKind,
     DeadLetter,
+    OperateSaga,
     ReleaseSaga,
     ResultStatus,
     ResumeCompensation,
@@ -174,6 +176,13 @@ class SagaEnvironment:
         """Send a ReleaseSaga (a QUARANTINED saga goes on)."""
         message = ReleaseSaga(saga_id=saga_id, operator="test", detail=None)
         self._send(self.topics.control, saga_id, wire.encode_release(message), f"{saga_id}:release:{next(self._order)}")
+        await self._settle()
+
+    async def retry_now(self, saga_id: str, step: str, reason: str | None = None) -> None:
+        """Send an operator's RetryNow for ``step`` (waiting on its retry backoff: sent at once)."""
+        message = OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator="test", reason=reason)
+        self._send(self.topics.control, saga_id, wire.encode_operate(message),
+                   f"{saga_id}:operate:{next(self._order)}")
         await self._settle()
 
     # -- time --------------------------------------------------------------------------------------------------

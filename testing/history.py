@@ -20,6 +20,7 @@ from ..schemas.ids import compensation_key, forward_key
 from ..schemas.message_types import (
     CancelSaga,
     CommandKind,
+    OperateSaga,
     ReleaseSaga,
     ResultStatus,
     ResumeCompensation,
@@ -162,6 +163,10 @@ class SagaRun:
 
     def release(self) -> Decision:
         return self.send(ReleaseSaga(saga_id=self.saga_id, operator="ops", detail="deployed the fix"))
+
+    def operate(self, action: str, step: str | None = None, reason: str | None = "asked by support") -> Decision:
+        """Pull an operator's lever (OperateSaga) as operator ``ops``."""
+        return self.send(OperateSaga(saga_id=self.saga_id, action=action, step=step, operator="ops", reason=reason))
 
 
 Action = Callable[[SagaRun], Decision]

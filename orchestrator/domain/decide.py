@@ -8,7 +8,7 @@ duplicate replies, stale replies and stale timers are recognised from the state 
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from ...schemas.message_types import CancelSaga, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
+from ...schemas.message_types import CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
 from .builder import (
     DEADLINE_TIMER_ID,
     Decision,
@@ -20,6 +20,7 @@ from .builder import (
 )
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition
+from .levers import operate, refuse
 from .messages import IncomingMessage, RejectedRecord, TimerFired, TimerKind
 from .model import RESUME_COMPENSATION, SagaState
 from .on_reply import handle_step_result, handle_timer_fired
@@ -64,10 +65,12 @@ def decide(
     if state.status is SagaStatus.QUARANTINED:
         return _while_quarantined(definition, state, message, now)
     if state.status in (SagaStatus.REJECTED, SagaStatus.PURGED):
-        # Nothing runs: a cancel is refused and recorded, everything else changes nothing.
+        # Nothing runs: a cancel or a lever is refused and recorded, everything else changes nothing.
         b = DecisionBuilder(None, state, now, state.saga_id)
         if isinstance(message, CancelSaga):
             _cancel(b, message)
+        elif isinstance(message, OperateSaga):
+            refuse(b, message, f"saga is {state.status}: nothing runs")
         return b.build()
     if definition is None:
         raise UnknownDefinition(
@@ -88,6 +91,8 @@ def decide(
         handle_step_result(b, message)
     elif isinstance(message, ReleaseSaga):
         pass  # not quarantined: nothing to release, and a repeated release must be harmless
+    elif isinstance(message, OperateSaga):
+        operate(b, message)
     elif message.timer.kind is TimerKind.SAGA_DEADLINE:
         _deadline(b, definition, message.timer.timer_id)
     else:

@@ -71,7 +71,7 @@ def apply_event(definition: SagaDefinition | None, state: SagaState | None, even
     # A refused StartSaga / cancel changes nothing, so it needs no definition (the StartSaga may even name
     # an unknown type); everything else of a started saga does.
     needs_definition = not isinstance(event, ev.SagaRejected | ev.SagaCancelRefused | ev.SagaPurged
-                                      | ev.SagaQuarantined | ev.SagaReleased)
+                                      | ev.SagaQuarantined | ev.SagaReleased | ev.OperatorActionRefused)
     if needs_definition and state.status is not SagaStatus.REJECTED and definition is None:
         raise HistoryMismatch(f"saga {state.saga_id!r}: {type(event).__name__} needs the saga's definition")
     moved = evolved(state, last_seq=event.seq, updated_at=event.occurred_at)
@@ -249,6 +249,10 @@ def _on_operator_action(d: _Def, s: SagaState, e: ev.OperatorAction) -> SagaStat
     return s
 
 
+def _on_operator_action_refused(d: _Def, s: SagaState, e: ev.OperatorActionRefused) -> SagaState:
+    return s
+
+
 def _on_saga_quarantined(d: _Def, s: SagaState, e: ev.SagaQuarantined) -> SagaState:
     return _to_status(s, e, SagaStatus.QUARANTINED, quarantined_from=s.status, quarantine_reason=e.reason)
 
@@ -312,6 +316,7 @@ _HANDLERS: Mapping[type[ev.Event], _Handler] = {
     ev.SagaCancelRequested: _on_saga_cancel_requested,
     ev.SagaCancelRefused: _on_saga_cancel_refused,
     ev.OperatorAction: _on_operator_action,
+    ev.OperatorActionRefused: _on_operator_action_refused,
     ev.SagaQuarantined: _on_saga_quarantined,
     ev.SagaReleased: _on_saga_released,
     ev.SagaCompleted: _on_saga_completed,

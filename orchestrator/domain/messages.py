@@ -1,7 +1,8 @@
 """What the core reacts to: the contract's incoming messages, records that are none, and the durable timers
 it arms itself.
 
-The messages that travel on Kafka (StartSaga, CancelSaga, ResumeCompensation, ReleaseSaga, StepResult) and the
+The messages that travel on Kafka (StartSaga, CancelSaga, ResumeCompensation, ReleaseSaga, OperateSaga,
+StepResult) and the
 commands the core emits (StepCommand) are the contract's, in ``schemas.message_types``; timers never leave the
 orchestrator.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ...schemas.message_types import CancelSaga, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
+from ...schemas.message_types import CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
 
 
 class TimerKind(StrEnum):
@@ -60,4 +61,4 @@ class RejectedRecord:
 
 
 IncomingMessage = (StartSaga | CancelSaga | StepResult | TimerFired | ResumeCompensation | ReleaseSaga
-                   | RejectedRecord)
+                   | OperateSaga | RejectedRecord)

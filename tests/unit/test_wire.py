@@ -15,6 +15,7 @@ from saga_orchestrator.schemas.message_types import (
     CancelSaga,
     CommandKind,
     DeadLetter,
+    OperateSaga,
     ResultStatus,
     ResumeCompensation,
     StartSaga,
@@ -77,6 +78,7 @@ def test_event_fields_equal_avro_fields(name: str) -> None:
         (StartSaga, wire.START_SAGA, ["traceparent"]),  # a header
         (CancelSaga, wire.CANCEL_SAGA, []),
         (ResumeCompensation, wire.RESUME_COMPENSATION, []),
+        (OperateSaga, wire.OPERATE_SAGA, []),
         (StepResult, wire.STEP_RESULT, []),
         (StepCommand, wire.STEP_COMMAND, ["participant", "message_id"]),
         (DeadLetter, wire.DEAD_LETTER, []),
@@ -152,6 +154,9 @@ def test_incoming_messages_are_checked_against_their_topic() -> None:
     assert wire.decode_incoming("control", wire.encode_cancel(cancel)) == cancel
     resume = sample(ResumeCompensation)
     assert wire.decode_incoming("control", wire.encode_resume(resume)) == resume
+    operate = sample(OperateSaga)
+    assert wire.decode_incoming("control", wire.encode_operate(operate)) == operate
+    assert wire.decode_operate(wire.encode_operate(operate)) == operate
     assert wire.decode_incoming("results", wire.encode_result(result)) == result
     with pytest.raises(WrongSchema):
         wire.decode_incoming("results", wire.encode_start(start))

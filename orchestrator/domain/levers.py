@@ -1,0 +1,61 @@
+"""An operator's levers on one saga (``OperateSaga`` on saga.control), decided like every other message.
+
+Each lever either applies, recorded as ``OperatorAction`` (its ``action``, the operator, and as ``detail`` the
+step and the reason given) followed by what it changes, or is refused, recorded as ``OperatorActionRefused``
+with why, and changes nothing else. Levers:
+
+- ``RetryNow`` STEP: a step waiting on its retry backoff is sent at once, as the attempt that was due, under
+  its same key (the participant answers a repeat from its record); so is a compensation waiting on its retry
+  backoff. The retry's timer, when it fires later, is stale and changes nothing.
+"""
+
+from __future__ import annotations
+
+from ...schemas import event_types as ev
+from ...schemas.message_types import LEVERS, RETRY_NOW, OperateSaga
+from .builder import DecisionBuilder, send_step
+from .progress import advance, retry_compensation
+from .status import SagaStatus, StepStatus
+
+
+def operate(b: DecisionBuilder, message: OperateSaga) -> None:
+    """Apply the lever ``message`` pulls, or record why it cannot apply."""
+    if message.action == RETRY_NOW:
+        _retry_now(b, message)
+    else:
+        refuse(b, message, f"unknown lever {message.action!r} (known: {', '.join(LEVERS)})")
+
+
+def refuse(b: DecisionBuilder, message: OperateSaga, reason: str) -> None:
+    """Record that the lever ``message`` pulls cannot apply (``reason``); nothing else changes."""
+    b.record(ev.OperatorActionRefused(**b.base(), action=message.action, step=message.step,
+                                      operator=message.operator, reason=reason))
+
+
+def _applied(b: DecisionBuilder, message: OperateSaga) -> None:
+    detail = message.step if message.reason is None else f"{message.step}: {message.reason}"
+    b.record(ev.OperatorAction(**b.base(), action=message.action, operator=message.operator, detail=detail))
+
+
+def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
+    state = b.saga
+    name = message.step
+    if name is None or not b.defn.has_step(name):
+        steps = ", ".join(b.defn.order)
+        refuse(b, message, f"{RETRY_NOW} needs one of the saga's steps ({steps}), got {name!r}")
+        return
+    if state.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+        refuse(b, message, f"saga is {state.status}: nothing waits to be retried")
+        return
+    step = state.steps[name]
+    if step.status is StepStatus.RETRY_SCHEDULED and (
+            state.status is SagaStatus.RUNNING or step.outcome_unknown):
+        _applied(b, message)
+        send_step(b, name, step.attempt)
+    elif step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
+        _applied(b, message)
+        retry_compensation(b, name, step.compensation_attempt)
+    else:
+        refuse(b, message, f"step {name} is {step.status}, not waiting on a retry backoff")
+        return
+    advance(b)

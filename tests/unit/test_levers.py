@@ -1,0 +1,156 @@
+"""An operator's levers in the pure core: given a saga's history, when a lever is pulled, then what it records.
+
+RetryNow sends a step (or a compensation) waiting on its retry backoff at once, as the attempt that was due and
+under its same key; every other lever pulled where it cannot apply is recorded as refused with why, and
+changes nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.schemas import event_types as ev
+from saga_orchestrator.schemas.message_types import RETRY_NOW, CommandKind
+from saga_orchestrator.testing import SagaEnvironment, fail_transiently
+from saga_orchestrator.testing.history import SagaRun, describe
+
+
+def names(events: tuple[ev.Event, ...]) -> list[str]:
+    return [describe(event) for event in events]
+
+
+def _charge_waits_on_its_backoff() -> SagaRun:
+    run = SagaRun(TRIP)
+    run.start()
+    run.ok("book_flight")
+    run.ok("book_hotel")
+    run.fail("charge_card", "CardNetworkTimeout", retryable=True)
+    assert run.saga.steps["charge_card"].status is StepStatus.RETRY_SCHEDULED
+    return run
+
+
+def test_retry_now_sends_the_due_attempt_at_once_under_the_same_key() -> None:
+    run = _charge_waits_on_its_backoff()
+    decision = run.operate(RETRY_NOW, "charge_card")
+    assert names(decision.events) == ["OperatorAction", "StepCommandSent charge_card 2"]
+    [action] = [event for event in decision.events if isinstance(event, ev.OperatorAction)]
+    assert (action.action, action.operator, action.detail) == (RETRY_NOW, "ops", "charge_card: asked by support")
+    [command] = decision.commands
+    assert (command.step, command.attempt, command.idempotency_key) == ("charge_card", 2, "s1:charge_card")
+    assert run.sent[-1].kind is CommandKind.FORWARD
+
+
+def test_the_backoff_timer_that_fires_afterwards_changes_nothing() -> None:
+    run = _charge_waits_on_its_backoff()
+    run.operate(RETRY_NOW, "charge_card")
+    assert run.fire(TimerKind.STEP_RETRY, "charge_card", attempt=2).events == ()
+    run.ok("charge_card")
+    run.ok("send_itinerary")
+    assert run.status() is SagaStatus.COMPLETED
+
+
+def test_retry_now_of_a_compensation_waiting_on_its_backoff_sends_it_at_once() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    run.ok("book_flight")
+    run.fail("book_hotel", "SoldOut")
+    run.comp_fail("book_flight", "Unavailable", retryable=True)
+    assert run.saga.steps["book_flight"].status is StepStatus.COMPENSATION_RETRY_SCHEDULED
+    decision = run.operate(RETRY_NOW, "book_flight")
+    assert names(decision.events) == ["OperatorAction", "CompensationSent book_flight 2"]
+    run.comp_ok("book_flight")
+    assert run.status() is SagaStatus.COMPENSATED
+
+
+REFUSALS: list[tuple[str, Callable[[SagaRun], object], str, str | None, str]] = [
+    ("a step in flight", lambda run: (run.start(),), RETRY_NOW, "book_flight",
+     "step book_flight is RUNNING, not waiting on a retry backoff"),
+    ("a step that succeeded", lambda run: (run.start(), run.ok("book_flight")), RETRY_NOW, "book_flight",
+     "step book_flight is SUCCEEDED, not waiting on a retry backoff"),
+    ("a step the saga does not have", lambda run: (run.start(),), RETRY_NOW, "book_car",
+     "RetryNow needs one of the saga's steps"),
+    ("no step", lambda run: (run.start(),), RETRY_NOW, None, "RetryNow needs one of the saga's steps"),
+    ("an ended saga", lambda run: (run.start(), run.ok("book_hotel"), run.fail("book_flight", "InvalidRoute"),
+                                   run.comp_ok("book_hotel")),
+     RETRY_NOW, "book_flight", "saga is COMPENSATED: nothing waits to be retried"),
+    ("a lever nobody knows", lambda run: (run.start(),), "Teleport", None, "unknown lever 'Teleport'"),
+]
+
+
+@pytest.mark.parametrize(("given", "history", "lever", "step", "reason"), REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_a_lever_that_cannot_apply_is_refused_with_why_and_changes_nothing(
+        given: str, history: Callable[[SagaRun], object], lever: str, step: str | None, reason: str) -> None:
+    run = SagaRun(TRIP)
+    history(run)
+    before = run.saga
+    decision = run.operate(lever, step)
+    [refused] = decision.events
+    assert isinstance(refused, ev.OperatorActionRefused), given
+    assert refused.reason.startswith(reason) and (refused.action, refused.step, refused.operator) == (
+        lever, step, "ops")
+    assert decision.commands == () and decision.timers == ()
+    assert run.saga.steps == before.steps and run.saga.status is before.status
+
+
+def test_a_lever_on_a_rejected_saga_is_refused() -> None:
+    run = SagaRun(None)
+    run.start("no_such_type")
+    [refused] = run.operate(RETRY_NOW, "book_flight").events
+    assert isinstance(refused, ev.OperatorActionRefused) and refused.reason == "saga is REJECTED: nothing runs"
+
+
+STEPS = list(TRIP.order)
+MOVES = st.lists(st.sampled_from(["ok", "fail", "fail_retryable", "comp_ok", "comp_fail_retryable", "retry_now",
+                                  "fire"]).flatmap(lambda move: st.tuples(st.just(move), st.sampled_from(STEPS))),
+                 max_size=25)
+
+
+@settings(max_examples=200, deadline=None)
+@given(MOVES)
+def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: list[tuple[str, str]]) -> None:
+    """Any mix of replies, timers and RetryNow: every history folds (the fold checks every transition), and a
+    saga that passed its pivot never sends a compensation."""
+    run = SagaRun(TRIP)
+    run.start()
+    for move, step in moves:
+        state = run.saga.steps[step]
+        try:
+            if move == "retry_now":
+                run.operate(RETRY_NOW, step)
+            elif move == "fire":
+                armed = [timer for timer in run.armed.values() if timer.step == step]
+                if armed:
+                    run.fire(armed[0].kind, step)
+            elif move in ("ok", "fail", "fail_retryable") and state.status is StepStatus.RUNNING:
+                if move == "ok":
+                    run.ok(step)
+                else:
+                    run.fail(step, "Boom", retryable=move == "fail_retryable")
+            elif move.startswith("comp") and state.status is StepStatus.COMPENSATING:
+                if move == "comp_ok":
+                    run.comp_ok(step)
+                else:
+                    run.comp_fail(step, "Boom", retryable=True)
+        finally:
+            if run.saga.pivot_passed:
+                assert not any(command.kind is CommandKind.COMPENSATE for command in run.sent), names(
+                    tuple(run.events))
+
+
+async def test_retry_now_in_the_environment_skips_the_backoff() -> None:
+    from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+
+    env = SagaEnvironment(TRIP)
+    env.script(("payment", "charge_card"), fail_transiently(1))
+    saga_id = await env.start("trip", SCENARIOS["happy"].trip("t-1"))
+    await env.retry_now(saga_id, "charge_card")
+    state = env.state(saga_id)
+    assert state is not None and state.status is SagaStatus.COMPLETED  # the 200 ms backoff never passed
+    assert any(isinstance(event, ev.OperatorAction) and event.action == RETRY_NOW for event in env.history(saga_id))
