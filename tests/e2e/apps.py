@@ -1,11 +1,23 @@
-"""Apps that cannot work, each one way, for the start-up refusals: the shop checkout's parts put together wrong."""
+"""Apps of the shop checkout's parts: put together wrong, each one way, for the start-up refusals; and a patient one."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from examples.shop.checkout import Order, app, checkout, inventory, mail, payments, shipping
-from saga_orchestrator.orchestrator.authoring import SagaApp, StepContext, participant
+from examples.shop.checkout import (
+    Order,
+    app,
+    authorise_payment,
+    checkout,
+    create_shipment,
+    inventory,
+    mail,
+    payments,
+    reserve_stock,
+    send_confirmation,
+    shipping,
+)
+from saga_orchestrator.orchestrator.authoring import RetryPolicy, Saga, SagaApp, StepContext, participant
 
 NOBODY_SHIPS = SagaApp(sagas=[checkout], participants=[inventory, payments, mail], schema_folder=app.schema_folder)
 """The checkout sends to participant shipping, which no participant of this app serves."""
@@ -25,3 +37,13 @@ SHIPS_OTHERWISE = SagaApp(sagas=[checkout], participants=[inventory, payments, s
 NOT_WRITTEN = SagaApp(sagas=[checkout], participants=[inventory, payments, shipping, mail],
                       schema_folder=Path(__file__).parent / "no_schemas_here")
 """Its records were never written to its schema folder."""
+
+patient = Saga("patient_checkout", input=Order, namespace="saga.v1.checkout")
+_stock = patient.step(reserve_stock)
+_payment = patient.step(authorise_payment)
+_shipment = patient.step(create_shipment, after=[_stock, _payment], pivot=True)
+patient.step(send_confirmation, after=[_shipment],
+             retry=RetryPolicy(max_attempts=None, initial_backoff_ms=3_600_000, max_backoff_ms=3_600_000))
+PATIENT = SagaApp(sagas=[patient], participants=[inventory, payments, shipping, mail], schema_folder=app.schema_folder)
+"""The checkout with an hour between the confirmation's attempts (a full mailbox is tried again hourly): a saga
+that waits on a retry backoff long enough for an operator to pull RetryNow."""

@@ -1,0 +1,98 @@
+"""An operator's levers through the real services: RetryNow from the CLI and from the client, on a checkout whose
+confirmation waits an hour between attempts, recorded with the operator and the reason; a lever that cannot
+apply recorded as refused; `saga audit` and `saga verify` agree afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.shop.checkout import Order
+from saga_orchestrator.cli.demo_cmd import DEMO_TIMEOUT_S
+from saga_orchestrator.client import SagaClient
+from saga_orchestrator.client.saga_client import SagaHandle
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.schemas.event_types import SagaCompleted, StepRetryScheduled
+from tests.chaos.crash_tools import started_and_ready
+from tests.conftest import module_stack
+from tests.e2e.harness import Stack, saga_cli
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    log_dir: Path = tmp_path_factory.mktemp("logs")
+    patient = settings.model_copy(update={"saga_app": "tests.e2e.apps:PATIENT"})
+    yield from module_stack(started_and_ready(patient, log_dir), log_dir)
+
+
+async def _history(stack: Stack, saga_id: str) -> list[dict[str, Any]]:
+    """`saga history ID --json`: its events, in order."""
+    shown = await saga_cli(stack.settings, "history", saga_id, "--json")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    decoder, text, events, at = json.JSONDecoder(), shown.stdout, [], 0
+    while (at := _skip_space(text, at)) < len(text):
+        event, at = decoder.raw_decode(text, at)
+        events.append(event)
+    return events
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
+
+
+async def _retry_scheduled(handle: SagaHandle, attempt: int) -> StepRetryScheduled:
+    async for event in handle.events(timeout_s=DEMO_TIMEOUT_S):
+        if isinstance(event, StepRetryScheduled) and event.attempt == attempt:
+            return event
+    raise AssertionError(f"{handle.saga_id} ended before attempt {attempt} of a step was scheduled")
+
+
+async def test_retry_now_from_the_cli_and_the_client_skips_the_hour(stack: Stack) -> None:
+    saga_id = f"lever-{uuid.uuid4().hex[:6]}"
+    order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
+                  email="full@bounce.test")  # the mailbox is full on the first two attempts
+    async with SagaClient.from_settings(stack.settings) as client:
+        handle = await client.start("patient_checkout", saga_id, order)
+        scheduled = await _retry_scheduled(handle, 2)
+        assert scheduled.step == "send_confirmation" and scheduled.due_at - scheduled.occurred_at >= 3_000_000
+
+        pulled = await saga_cli(stack.settings, "retry-now", saga_id, "send_confirmation", "--operator", "alice",
+                                "--reason", "mailbox emptied")
+        assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+        await _retry_scheduled(handle, 3)  # attempt 2 ran at once, and found the mailbox full again
+
+        await client.retry_now(saga_id, "send_confirmation", operator="bob", reason="asked the customer")
+        ended = await handle.result(timeout_s=DEMO_TIMEOUT_S)
+    assert isinstance(ended, SagaCompleted)
+
+    refused = await saga_cli(stack.settings, "retry-now", saga_id, "send_confirmation", "--operator", "carol")
+    assert refused.returncode == 0, refused.stdout + refused.stderr
+    events = await _history(stack, saga_id)
+    for _ in range(20):  # the refusal is recorded once the orchestrator has read it
+        if events[-1]["event"] == "OperatorActionRefused":
+            break
+        await asyncio.sleep(0.5)
+        events = await _history(stack, saga_id)
+    levers = [(event["event"], event["operator"], event.get("detail") or event.get("reason"))
+              for event in events if event["event"].startswith("OperatorAction")]
+    assert levers == [("OperatorAction", "alice", "send_confirmation: mailbox emptied"),
+                      ("OperatorAction", "bob", "send_confirmation: asked the customer"),
+                      ("OperatorActionRefused", "carol", "saga is COMPLETED: nothing waits to be retried")], levers
+    attempts = [event["attempt"] for event in events if event["event"] == "StepCommandSent"
+                and event["step"] == "send_confirmation"]
+    assert attempts == [1, 2, 3]  # each attempt once: the hourly timers that fire later change nothing
+
+    audited = await saga_cli(stack.settings, "audit", timeout_s=120)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    verified = await saga_cli(stack.settings, "verify", saga_id)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
