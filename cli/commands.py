@@ -13,7 +13,7 @@ from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaStatus, fold
 from ..schemas import wire
 from ..schemas.event_types import SagaCompleted, SagaQuarantined, SagaReleased, SagaStarted
-from ..schemas.message_types import RETRY_NOW, CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation
+from ..schemas.message_types import RETRY_NOW, TERMINATE, CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation
 from .context import console, fail, producer, run, settings, topics
 from .inspect_cmd import folded, follow, load_events_of
 
@@ -127,11 +127,24 @@ def retry_now(
 ) -> None:
     """Send a step (or its compensation) waiting on its retry backoff at once, under its same key. The
     orchestrator records it in the saga's history, or records why it could not apply (OperatorActionRefused)."""
+    _operate(OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator, reason=reason))
+
+
+def terminate(
+    saga_id: str = typer.Argument(..., help="A saga that has not ended (or waits after a failed compensation)."),
+    reason: str = typer.Option(..., "--reason", help="What settled the saga by hand; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+) -> None:
+    """End a saga TERMINATED as it stands, compensating nothing: for a saga settled by hand. The orchestrator
+    records it, or records why it could not apply (OperatorActionRefused)."""
+    _operate(OperateSaga(saga_id=saga_id, action=TERMINATE, step=None, operator=operator, reason=reason))
+
+
+def _operate(message: OperateSaga) -> None:
     current = settings()
-    message = OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator, reason=reason)
-    run(_publish(current, topics(current).control, saga_id, wire.encode_operate(message), None))
-    console.print(f"published OperateSaga {RETRY_NOW} {step} for [bold]{saga_id}[/]: `saga history {saga_id}` "
-                  "shows whether it applied")
+    run(_publish(current, topics(current).control, message.saga_id, wire.encode_operate(message), None))
+    console.print(f"published OperateSaga {message.action}{' ' + message.step if message.step else ''} for "
+                  f"[bold]{message.saga_id}[/]: `saga history {message.saga_id}` shows whether it applied")
 
 
 def _check_quarantined(saga_id: str) -> None:

@@ -31,7 +31,15 @@ from ..schemas.codec import WireError
 from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaRejected, SagaStarted, StepSucceeded
 from ..schemas.headers import kafka_headers, message_headers, valid_traceparent
 from ..schemas.limits import id_problem
-from ..schemas.message_types import RETRY_NOW, CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation, StartSaga
+from ..schemas.message_types import (
+    RETRY_NOW,
+    TERMINATE,
+    CancelSaga,
+    OperateSaga,
+    ReleaseSaga,
+    ResumeCompensation,
+    StartSaga,
+)
 from ..schemas.partitioning import partition_for
 from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
@@ -219,8 +227,18 @@ class SagaClient:
                         ) -> None:
         """Publish an OperateSaga RetryNow: ``step`` (or its compensation), waiting on its retry backoff, is sent
         at once under its same key; the saga's history records it, or why it could not apply."""
-        message = OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator, reason=reason)
-        await self.publish(self.topics.control, saga_id, wire.encode_operate(message))
+        await self.operate(OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator,
+                                       reason=reason))
+
+    async def terminate(self, saga_id: str, reason: str, operator: str | None = None) -> None:
+        """Publish an OperateSaga Terminate: the saga ends TERMINATED as it stands, nothing compensated (it was
+        settled by hand); the saga's history records it, or why it could not apply."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=TERMINATE, step=None, operator=operator,
+                                       reason=reason))
+
+    async def operate(self, message: OperateSaga) -> None:
+        """Publish an operator's lever (``message.action``: one of ``schemas.message_types.LEVERS``)."""
+        await self.publish(self.topics.control, message.saga_id, wire.encode_operate(message))
 
     def handle(self, saga_id: str, since_ms: int | None = None) -> SagaHandle:
         """The handle of a saga started earlier: its events from ``since_ms`` (epoch ms; default the

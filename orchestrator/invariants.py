@@ -107,6 +107,7 @@ STATUS_EXPECTATIONS: Mapping[SagaStatus, Expectation] = {
     SagaStatus.FAILED: _failed,
     SagaStatus.COMPENSATION_FAILED: _compensation_failed,
     SagaStatus.COMPLETED_WITH_FAILURES: _as_is,  # reported as it is
+    SagaStatus.TERMINATED: _as_is,  # settled by hand: whatever its steps left is the operator's to answer for
     SagaStatus.REJECTED: _absent,  # never started
     SagaStatus.RUNNING: _as_is,
     SagaStatus.COMPENSATING: _as_is,

@@ -192,6 +192,13 @@ class SagaCancelled(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SagaTerminated(Event):
+    """An operator ended the saga as it stood, without compensating (settled by hand)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class SagaCompletedWithFailures(Event):
     failed_steps: tuple[str, ...] = field(default=())
 
@@ -215,6 +222,7 @@ TERMINAL_EVENTS: tuple[type[Event], ...] = (
     SagaCompensationFailed,
     SagaCancelled,
     SagaCompletedWithFailures,
+    SagaTerminated,
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {

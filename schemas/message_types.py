@@ -63,7 +63,9 @@ class ReleaseSaga:
 
 RETRY_NOW = "RetryNow"
 """OperateSaga.action: a step (or its compensation) waiting on its retry backoff is sent at once."""
-LEVERS: tuple[str, ...] = (RETRY_NOW,)
+TERMINATE = "Terminate"
+"""OperateSaga.action: the saga ends TERMINATED as it stands, nothing compensated (it was settled by hand)."""
+LEVERS: tuple[str, ...] = (RETRY_NOW, TERMINATE)
 """Every lever an OperateSaga may pull."""
 
 

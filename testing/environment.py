@@ -41,6 +41,7 @@ from ..schemas.headers import MESSAGE_ID
 from ..schemas.ids import forward_key
 from ..schemas.message_types import (
     RETRY_NOW,
+    TERMINATE,
     CancelSaga,
     CommandKind,
     DeadLetter,
@@ -180,9 +181,18 @@ class SagaEnvironment:
 
     async def retry_now(self, saga_id: str, step: str, reason: str | None = None) -> None:
         """Send an operator's RetryNow for ``step`` (waiting on its retry backoff: sent at once)."""
-        message = OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator="test", reason=reason)
-        self._send(self.topics.control, saga_id, wire.encode_operate(message),
-                   f"{saga_id}:operate:{next(self._order)}")
+        await self.operate(OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator="test",
+                                       reason=reason))
+
+    async def terminate(self, saga_id: str, reason: str) -> None:
+        """Send an operator's Terminate (the saga ends TERMINATED as it stands)."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=TERMINATE, step=None, operator="test",
+                                       reason=reason))
+
+    async def operate(self, message: OperateSaga) -> None:
+        """Send an operator's lever, as saga.control carries it."""
+        self._send(self.topics.control, message.saga_id, wire.encode_operate(message),
+                   f"{message.saga_id}:operate:{next(self._order)}")
         await self._settle()
 
     # -- time --------------------------------------------------------------------------------------------------

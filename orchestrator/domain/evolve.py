@@ -291,6 +291,10 @@ def _on_saga_cancelled(d: _Def, s: SagaState, e: ev.SagaCancelled) -> SagaState:
     return _to_status(s, e, SagaStatus.CANCELLED, cancel_reason=s.cancel_reason or e.reason)
 
 
+def _on_saga_terminated(d: _Def, s: SagaState, e: ev.SagaTerminated) -> SagaState:
+    return _to_status(s, e, SagaStatus.TERMINATED, failure_reason=e.reason)
+
+
 def _on_saga_completed_with_failures(d: _Def, s: SagaState, e: ev.SagaCompletedWithFailures) -> SagaState:
     unknown = [name for name in e.failed_steps if name not in s.steps]
     if unknown:
@@ -325,5 +329,6 @@ _HANDLERS: Mapping[type[ev.Event], _Handler] = {
     ev.SagaCompensationFailed: _on_saga_compensation_failed,
     ev.SagaCancelled: _on_saga_cancelled,
     ev.SagaCompletedWithFailures: _on_saga_completed_with_failures,
+    ev.SagaTerminated: _on_saga_terminated,
     ev.SagaPurged: _on_saga_purged,
 }

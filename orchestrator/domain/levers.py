@@ -7,12 +7,15 @@ with why, and changes nothing else. Levers:
 - ``RetryNow`` STEP: a step waiting on its retry backoff is sent at once, as the attempt that was due, under
   its same key (the participant answers a repeat from its record); so is a compensation waiting on its retry
   backoff. The retry's timer, when it fires later, is stale and changes nothing.
+- ``Terminate`` (a reason is required): a saga that has not ended, or waits for an operator after a
+  compensation failed, ends TERMINATED as it stands (``SagaTerminated``), nothing compensated and nothing sent:
+  for a saga settled by hand. Its timers are stale from then on and late replies change nothing.
 """
 
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from ...schemas.message_types import LEVERS, RETRY_NOW, OperateSaga
+from ...schemas.message_types import LEVERS, RETRY_NOW, TERMINATE, OperateSaga
 from .builder import DecisionBuilder, send_step
 from .progress import advance, retry_compensation
 from .status import SagaStatus, StepStatus
@@ -22,6 +25,8 @@ def operate(b: DecisionBuilder, message: OperateSaga) -> None:
     """Apply the lever ``message`` pulls, or record why it cannot apply."""
     if message.action == RETRY_NOW:
         _retry_now(b, message)
+    elif message.action == TERMINATE:
+        _terminate(b, message)
     else:
         refuse(b, message, f"unknown lever {message.action!r} (known: {', '.join(LEVERS)})")
 
@@ -33,7 +38,7 @@ def refuse(b: DecisionBuilder, message: OperateSaga, reason: str) -> None:
 
 
 def _applied(b: DecisionBuilder, message: OperateSaga) -> None:
-    detail = message.step if message.reason is None else f"{message.step}: {message.reason}"
+    detail = ": ".join(part for part in (message.step, message.reason) if part) or None
     b.record(ev.OperatorAction(**b.base(), action=message.action, operator=message.operator, detail=detail))
 
 
@@ -59,3 +64,15 @@ def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
         refuse(b, message, f"step {name} is {step.status}, not waiting on a retry backoff")
         return
     advance(b)
+
+
+def _terminate(b: DecisionBuilder, message: OperateSaga) -> None:
+    state = b.saga
+    if not message.reason:
+        refuse(b, message, f"{TERMINATE} needs a reason (what settled the saga by hand)")
+        return
+    if state.is_terminal and state.status is not SagaStatus.COMPENSATION_FAILED:  # that one waits for an operator
+        refuse(b, message, f"saga already {state.status}")
+        return
+    _applied(b, message)
+    b.record(ev.SagaTerminated(**b.base(), reason=message.reason))

@@ -25,6 +25,7 @@ class SagaStatus(StrEnum):
     REJECTED = "REJECTED"  # the saga id's history is only SagaRejected: nothing started (yet)
     PURGED = "PURGED"  # ended, and its events were deleted (retention): SagaPurged stands in for them
     QUARANTINED = "QUARANTINED"  # a message for it failed in a way no retry mends: it waits for an operator
+    TERMINATED = "TERMINATED"  # an operator ended it as it stood, without compensating (settled by hand)
 
     @property
     def is_terminal(self) -> bool:
@@ -42,6 +43,7 @@ TERMINAL_STATUSES: frozenset[SagaStatus] = frozenset(
         SagaStatus.COMPLETED_WITH_FAILURES,
         SagaStatus.REJECTED,
         SagaStatus.PURGED,
+        SagaStatus.TERMINATED,
     }
 )
 
@@ -57,6 +59,7 @@ _STARTED_TRANSITIONS: Mapping[SagaStatus, frozenset[SagaStatus]] = {
             SagaStatus.COMPLETED_WITH_FAILURES,
             SagaStatus.FAILED,  # failed with nothing to undo, or failed after the pivot
             SagaStatus.CANCELLED,  # cancelled with nothing to undo and nothing in flight
+            SagaStatus.TERMINATED,  # an operator's Terminate, here and from the two below
         }
     ),
     SagaStatus.COMPENSATING: frozenset(
@@ -65,14 +68,17 @@ _STARTED_TRANSITIONS: Mapping[SagaStatus, frozenset[SagaStatus]] = {
             SagaStatus.COMPENSATION_FAILED,
             SagaStatus.CANCELLED,
             SagaStatus.FAILED,  # in-flight steps resolved and nothing needed undoing after all
+            SagaStatus.TERMINATED,
         }
     ),
-    SagaStatus.COMPENSATION_FAILED: frozenset({SagaStatus.COMPENSATING}),  # an operator resumed it
+    SagaStatus.COMPENSATION_FAILED: frozenset({SagaStatus.COMPENSATING,  # an operator resumed it
+                                               SagaStatus.TERMINATED}),
     SagaStatus.COMPLETED: _PURGE,
     SagaStatus.FAILED: _PURGE,
     SagaStatus.COMPENSATED: _PURGE,
     SagaStatus.CANCELLED: _PURGE,
     SagaStatus.COMPLETED_WITH_FAILURES: _PURGE,
+    SagaStatus.TERMINATED: _PURGE,
 }
 # A started saga may be quarantined from any status (its history or its definition may be what fails), and a
 # release puts it back where it stood.

@@ -96,3 +96,32 @@ async def test_retry_now_from_the_cli_and_the_client_skips_the_hour(stack: Stack
     assert audited.returncode == 0, audited.stdout + audited.stderr
     verified = await saga_cli(stack.settings, "verify", saga_id)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+async def test_terminate_from_the_cli_and_the_client_ends_sagas_as_they_stand(stack: Stack) -> None:
+    run = uuid.uuid4().hex[:6]
+    ids = [f"term-cli-{run}", f"term-client-{run}"]
+    async with SagaClient.from_settings(stack.settings) as client:
+        handles = []
+        for saga_id in ids:
+            order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
+                          email="full@bounce.test")
+            handles.append(handle := await client.start("patient_checkout", saga_id, order))
+            await _retry_scheduled(handle, 2)  # the confirmation waits an hour
+        ended = await saga_cli(stack.settings, "terminate", ids[0], "--reason", "confirmed by phone",
+                               "--operator", "dora")
+        assert ended.returncode == 0, ended.stdout + ended.stderr
+        await client.terminate(ids[1], "confirmed by post", operator="erin")
+        results = [await handle.result(timeout_s=DEMO_TIMEOUT_S) for handle in handles]
+    assert [type(result).__name__ for result in results] == ["SagaTerminated", "SagaTerminated"]
+    assert [getattr(result, "reason", None) for result in results] == ["confirmed by phone", "confirmed by post"]
+    for saga_id, operator in zip(ids, ("dora", "erin"), strict=True):
+        events = await _history(stack, saga_id)
+        assert [(e["event"], e.get("operator")) for e in events[-2:]] == [("OperatorAction", operator),
+                                                                         ("SagaTerminated", None)]
+        status = await saga_cli(stack.settings, "status", saga_id)
+        assert status.returncode == 0 and "TERMINATED" in status.stdout, status.stdout + status.stderr
+    audited = await saga_cli(stack.settings, "audit", timeout_s=120)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    verified = await saga_cli(stack.settings, "verify", *ids)
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -68,12 +68,13 @@ def test_saga_table_terminal_states_have_no_way_out_but_the_documented_ones() ->
     assert SAGA_TRANSITIONS[SagaStatus.QUARANTINED] == started
     exits = {s: SAGA_TRANSITIONS[s] - {SagaStatus.PURGED, SagaStatus.QUARANTINED} for s in TERMINAL_STATUSES}
     assert {s: out for s, out in exits.items() if out} == {
-        SagaStatus.COMPENSATION_FAILED: {SagaStatus.COMPENSATING},  # operator resume
+        SagaStatus.COMPENSATION_FAILED: {SagaStatus.COMPENSATING, SagaStatus.TERMINATED},  # resume, or terminate
         SagaStatus.REJECTED: {SagaStatus.RUNNING},  # a valid start after refusals
     }
     # Purging (retention) is the one way on from an end, and a saga waiting for an operator cannot be purged.
     assert set(PURGEABLE_STATUSES) == {SagaStatus.COMPLETED, SagaStatus.FAILED, SagaStatus.COMPENSATED,
-                                       SagaStatus.CANCELLED, SagaStatus.COMPLETED_WITH_FAILURES, SagaStatus.REJECTED}
+                                       SagaStatus.CANCELLED, SagaStatus.COMPLETED_WITH_FAILURES, SagaStatus.REJECTED,
+                                       SagaStatus.TERMINATED}
     assert PURGEABLE_STATUSES <= TERMINAL_STATUSES and not SAGA_TRANSITIONS[SagaStatus.PURGED]
     assert set(TERMINAL_STATUSES) == set(SagaStatus) - {SagaStatus.RUNNING, SagaStatus.COMPENSATING,
                                                         SagaStatus.QUARANTINED}

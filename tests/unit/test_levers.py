@@ -17,7 +17,7 @@ from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
-from saga_orchestrator.schemas.message_types import RETRY_NOW, CommandKind
+from saga_orchestrator.schemas.message_types import RETRY_NOW, TERMINATE, CommandKind
 from saga_orchestrator.testing import SagaEnvironment, fail_transiently
 from saga_orchestrator.testing.history import SagaRun, describe
 
@@ -69,6 +69,31 @@ def test_retry_now_of_a_compensation_waiting_on_its_backoff_sends_it_at_once() -
     assert run.status() is SagaStatus.COMPENSATED
 
 
+def test_terminate_ends_a_running_saga_as_it_stands_compensating_nothing() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    run.ok("book_flight")  # book_hotel is still in flight
+    decision = run.operate(TERMINATE, reason="refunded by phone")
+    assert names(decision.events) == ["OperatorAction", "SagaTerminated"]
+    assert decision.commands == () and decision.timers == ()
+    assert run.status() is SagaStatus.TERMINATED and run.saga.reason == "refunded by phone"
+    assert run.ok("book_hotel").events == ()  # a late reply changes nothing
+    assert run.fire(TimerKind.STEP_TIMEOUT, "book_hotel", attempt=1).events == ()
+
+
+def test_terminate_ends_a_saga_waiting_after_a_failed_compensation() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    run.ok("book_hotel")
+    run.ok("book_flight")
+    run.fail("charge_card", "CardDeclined")
+    run.comp_fail("book_flight", "CancellationRefused")
+    run.comp_ok("book_hotel")
+    assert run.status() is SagaStatus.COMPENSATION_FAILED
+    decision = run.operate(TERMINATE, reason="the airline cancelled the fare itself")
+    assert names(decision.events) == ["OperatorAction", "SagaTerminated"] and run.status() is SagaStatus.TERMINATED
+
+
 REFUSALS: list[tuple[str, Callable[[SagaRun], object], str, str | None, str]] = [
     ("a step in flight", lambda run: (run.start(),), RETRY_NOW, "book_flight",
      "step book_flight is RUNNING, not waiting on a retry backoff"),
@@ -81,6 +106,10 @@ REFUSALS: list[tuple[str, Callable[[SagaRun], object], str, str | None, str]] = 
                                    run.comp_ok("book_hotel")),
      RETRY_NOW, "book_flight", "saga is COMPENSATED: nothing waits to be retried"),
     ("a lever nobody knows", lambda run: (run.start(),), "Teleport", None, "unknown lever 'Teleport'"),
+    ("terminate without a reason", lambda run: (run.start(),), TERMINATE, None, "Terminate needs a reason"),
+    ("terminate an ended saga", lambda run: (run.start(), run.ok("book_hotel"), run.fail("book_flight", "InvalidRoute"),
+                                             run.comp_ok("book_hotel")), TERMINATE, None,
+     "saga already COMPENSATED"),
 ]
 
 
@@ -90,7 +119,7 @@ def test_a_lever_that_cannot_apply_is_refused_with_why_and_changes_nothing(
     run = SagaRun(TRIP)
     history(run)
     before = run.saga
-    decision = run.operate(lever, step)
+    decision = run.operate(lever, step, reason=None if given == "terminate without a reason" else "asked by support")
     [refused] = decision.events
     assert isinstance(refused, ev.OperatorActionRefused), given
     assert refused.reason.startswith(reason) and (refused.action, refused.step, refused.operator) == (
@@ -107,16 +136,15 @@ def test_a_lever_on_a_rejected_saga_is_refused() -> None:
 
 
 STEPS = list(TRIP.order)
-MOVES = st.lists(st.sampled_from(["ok", "fail", "fail_retryable", "comp_ok", "comp_fail_retryable", "retry_now",
-                                  "fire"]).flatmap(lambda move: st.tuples(st.just(move), st.sampled_from(STEPS))),
-                 max_size=25)
+MOVE_NAMES = ["ok", "fail", "fail_retryable", "comp_ok", "comp_fail_retryable", "retry_now", "fire", "terminate"]
+MOVES = st.lists(st.tuples(st.sampled_from(MOVE_NAMES), st.sampled_from(STEPS)), max_size=25)
 
 
 @settings(max_examples=200, deadline=None)
 @given(MOVES)
 def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: list[tuple[str, str]]) -> None:
-    """Any mix of replies, timers and RetryNow: every history folds (the fold checks every transition), and a
-    saga that passed its pivot never sends a compensation."""
+    """Any mix of replies, timers, RetryNow and Terminate: every history folds (the fold checks every
+    transition), a saga that passed its pivot never sends a compensation, and a terminated one sends nothing."""
     run = SagaRun(TRIP)
     run.start()
     for move, step in moves:
@@ -124,6 +152,8 @@ def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: li
         try:
             if move == "retry_now":
                 run.operate(RETRY_NOW, step)
+            elif move == "terminate":
+                run.operate(TERMINATE, reason="settled by hand")
             elif move == "fire":
                 armed = [timer for timer in run.armed.values() if timer.step == step]
                 if armed:
@@ -139,6 +169,9 @@ def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: li
                 else:
                     run.comp_fail(step, "Boom", retryable=True)
         finally:
+            if run.status() is SagaStatus.TERMINATED:
+                sent = len(run.sent)
+                assert run.operate(RETRY_NOW, step).commands == () and len(run.sent) == sent
             if run.saga.pivot_passed:
                 assert not any(command.kind is CommandKind.COMPENSATE for command in run.sent), names(
                     tuple(run.events))
@@ -154,3 +187,14 @@ async def test_retry_now_in_the_environment_skips_the_backoff() -> None:
     state = env.state(saga_id)
     assert state is not None and state.status is SagaStatus.COMPLETED  # the 200 ms backoff never passed
     assert any(isinstance(event, ev.OperatorAction) and event.action == RETRY_NOW for event in env.history(saga_id))
+
+
+async def test_terminate_in_the_environment() -> None:
+    from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+
+    env = SagaEnvironment(TRIP)
+    env.script(("payment", "charge_card"), fail_transiently(1))
+    saga_id = await env.start("trip", SCENARIOS["happy"].trip("t-2"))
+    await env.terminate(saga_id, "the customer paid at the desk")
+    result = await env.result(saga_id)
+    assert result.status == "TERMINATED" and result.compensated == []
