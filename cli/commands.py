@@ -13,7 +13,16 @@ from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaStatus, fold
 from ..schemas import wire
 from ..schemas.event_types import SagaCompleted, SagaQuarantined, SagaReleased, SagaStarted
-from ..schemas.message_types import RETRY_NOW, TERMINATE, CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation
+from ..schemas.message_types import (
+    PAUSE,
+    RETRY_NOW,
+    TERMINATE,
+    UNPAUSE,
+    CancelSaga,
+    OperateSaga,
+    ReleaseSaga,
+    ResumeCompensation,
+)
 from .context import console, fail, producer, run, settings, topics
 from .inspect_cmd import folded, follow, load_events_of
 
@@ -138,6 +147,25 @@ def terminate(
     """End a saga TERMINATED as it stands, compensating nothing: for a saga settled by hand. The orchestrator
     records it, or records why it could not apply (OperatorActionRefused)."""
     _operate(OperateSaga(saga_id=saga_id, action=TERMINATE, step=None, operator=operator, reason=reason))
+
+
+def pause(
+    saga_id: str = typer.Argument(..., help="A RUNNING or COMPENSATING saga."),
+    reason: str | None = typer.Option(None, "--reason", help="Why; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+) -> None:
+    """Pause a saga: nothing more is sent for it and none of its timers acts until `saga unpause` (replies that
+    come meanwhile are recorded)."""
+    _operate(OperateSaga(saga_id=saga_id, action=PAUSE, step=None, operator=operator, reason=reason))
+
+
+def unpause(
+    saga_id: str = typer.Argument(..., help="A paused saga."),
+    reason: str | None = typer.Option(None, "--reason", help="Why; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+) -> None:
+    """Let a paused saga go on: what is open is sent again (under the same keys) and its timers are armed."""
+    _operate(OperateSaga(saga_id=saga_id, action=UNPAUSE, step=None, operator=operator, reason=reason))
 
 
 def _operate(message: OperateSaga) -> None:

@@ -32,8 +32,10 @@ from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaRejected, SagaStar
 from ..schemas.headers import kafka_headers, message_headers, valid_traceparent
 from ..schemas.limits import id_problem
 from ..schemas.message_types import (
+    PAUSE,
     RETRY_NOW,
     TERMINATE,
+    UNPAUSE,
     CancelSaga,
     OperateSaga,
     ReleaseSaga,
@@ -234,6 +236,17 @@ class SagaClient:
         """Publish an OperateSaga Terminate: the saga ends TERMINATED as it stands, nothing compensated (it was
         settled by hand); the saga's history records it, or why it could not apply."""
         await self.operate(OperateSaga(saga_id=saga_id, action=TERMINATE, step=None, operator=operator,
+                                       reason=reason))
+
+    async def pause(self, saga_id: str, reason: str | None = None, operator: str | None = None) -> None:
+        """Publish an OperateSaga Pause: nothing more is sent for the saga and none of its timers acts until
+        ``unpause`` (replies that come meanwhile are recorded)."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=PAUSE, step=None, operator=operator,
+                                       reason=reason))
+
+    async def unpause(self, saga_id: str, reason: str | None = None, operator: str | None = None) -> None:
+        """Publish an OperateSaga Unpause: a paused saga goes on, what is open sent again under the same keys."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=UNPAUSE, step=None, operator=operator,
                                        reason=reason))
 
     async def operate(self, message: OperateSaga) -> None:

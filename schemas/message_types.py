@@ -65,7 +65,12 @@ RETRY_NOW = "RetryNow"
 """OperateSaga.action: a step (or its compensation) waiting on its retry backoff is sent at once."""
 TERMINATE = "Terminate"
 """OperateSaga.action: the saga ends TERMINATED as it stands, nothing compensated (it was settled by hand)."""
-LEVERS: tuple[str, ...] = (RETRY_NOW, TERMINATE)
+PAUSE = "Pause"
+"""OperateSaga.action: nothing more is sent for the saga and none of its timers acts (replies are still
+recorded) until Unpause, which sends again what is open."""
+UNPAUSE = "Unpause"
+"""OperateSaga.action: a paused saga goes on, its open steps and compensations sent again."""
+LEVERS: tuple[str, ...] = (RETRY_NOW, TERMINATE, PAUSE, UNPAUSE)
 """Every lever an OperateSaga may pull."""
 
 

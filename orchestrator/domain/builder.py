@@ -96,7 +96,8 @@ class DecisionBuilder:
         if self.definition is not None:
             commands, timers = effects_of(self.definition, self.state, event)
             self._commands.extend(commands)
-            self._timers.extend(timers)
+            if not self.state.paused:  # a retry scheduled while paused is sent on Unpause, not by a timer
+                self._timers.extend(timers)
 
     def build(self, dead_letter: str | None = None) -> Decision:
         """The finished Decision (``dead_letter``: the reason its message is parked on the DLQ)."""
@@ -225,8 +226,8 @@ def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -
     """
     if definition is None or state is None:
         return frozenset()
-    if state.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-        return frozenset()  # terminal, or waiting for an operator: timers are re-armed on resume
+    if state.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING) or state.paused:
+        return frozenset()  # terminal, paused, or waiting for an operator: timers are re-armed on resume
     unwinding = state.status is SagaStatus.COMPENSATING
     live: set[str] = set()
     if definition.deadline_ms is not None and not (unwinding or state.pivot_passed or state.cancel_requested

@@ -14,9 +14,7 @@ from .builder import (
     Decision,
     DecisionBuilder,
     live_timer_ids,
-    needs_resolution,
     pivot_blocks_cancel,
-    send_step,
 )
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition
@@ -24,8 +22,8 @@ from .levers import operate, refuse
 from .messages import IncomingMessage, RejectedRecord, TimerFired, TimerKind
 from .model import RESUME_COMPENSATION, SagaState
 from .on_reply import handle_step_result, handle_timer_fired
-from .progress import advance, retry_compensation, unwind
-from .status import TIMED_OUT_ERROR, SagaStatus, StepStatus
+from .progress import advance, resend_open, unwind
+from .status import TIMED_OUT_ERROR, SagaStatus
 
 __all__ = ["DUPLICATE_START_REASON", "TIMED_OUT_ERROR", "Decision", "decide"]
 
@@ -132,7 +130,7 @@ def _while_quarantined(definition: SagaDefinition | None, state: SagaState, mess
     b = DecisionBuilder(definition, state, now, state.saga_id)
     b.record(ev.SagaReleased(**b.base(), operator=message.operator, detail=message.detail))
     if b.saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-        _resend_open(b)
+        resend_open(b)
         advance(b)
     return b.build()
 
@@ -228,26 +226,5 @@ def _resume(b: DecisionBuilder, message: ResumeCompensation) -> None:
             **b.base(), action=RESUME_COMPENSATION, operator=message.operator, detail=message.detail
         )
     )
-    _resend_open(b)
+    resend_open(b)
     advance(b)
-
-
-def _resend_open(b: DecisionBuilder) -> None:
-    """Timers were ignored while the saga waited for a human (or were stopped): re-send everything still open,
-    each as a new attempt under the same key (a retry that was due keeps its attempt)."""
-    for name in reversed(b.defn.order):  # the order compensation waves use
-        step = b.saga.steps[name]
-        if step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
-            retry_compensation(b, name, step.compensation_attempt)
-        elif step.status in (
-            StepStatus.COMPENSATING,
-            StepStatus.COMPENSATION_TIMED_OUT,
-            StepStatus.COMPENSATION_FAILED,
-        ):
-            retry_compensation(b, name, step.compensation_attempt + 1)
-        elif needs_resolution(b.defn, step) or (
-            b.saga.status is SagaStatus.RUNNING
-            and step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)
-        ):
-            retry_due = step.status is StepStatus.RETRY_SCHEDULED
-            send_step(b, name, step.attempt if retry_due else step.attempt + 1)

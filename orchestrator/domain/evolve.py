@@ -12,6 +12,7 @@ from typing import Any
 from ...schemas import event_types as ev
 from ...schemas.ids import compensation_key, forward_key
 from ...schemas.limits import OUTPUT_REFUSED
+from ...schemas.message_types import PAUSE, UNPAUSE
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, IllegalTransition
 from .model import RESUME_COMPENSATION, SagaState, StepState, evolved
@@ -246,6 +247,8 @@ def _on_saga_cancel_refused(d: _Def, s: SagaState, e: ev.SagaCancelRefused) -> S
 def _on_operator_action(d: _Def, s: SagaState, e: ev.OperatorAction) -> SagaState:
     if e.action == RESUME_COMPENSATION:
         return _to_status(s, e, SagaStatus.COMPENSATING)
+    if e.action in (PAUSE, UNPAUSE):
+        return evolved(s, paused=e.action == PAUSE)
     return s
 
 

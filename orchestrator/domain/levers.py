@@ -10,14 +10,19 @@ with why, and changes nothing else. Levers:
 - ``Terminate`` (a reason is required): a saga that has not ended, or waits for an operator after a
   compensation failed, ends TERMINATED as it stands (``SagaTerminated``), nothing compensated and nothing sent:
   for a saga settled by hand. Its timers are stale from then on and late replies change nothing.
+- ``Pause``: a RUNNING or COMPENSATING saga sends nothing more and none of its timers acts (they are dropped,
+  its deadline too); replies that come meanwhile are recorded, and a cancel, a resume or a release is taken,
+  but what they would send waits. ``Unpause`` sends again what is open (each in-flight step as a new attempt
+  under its same key, a retry that was due at once) and the saga goes on; its deadline is armed again (one
+  that passed meanwhile cancels it then, as it would have).
 """
 
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from ...schemas.message_types import LEVERS, RETRY_NOW, TERMINATE, OperateSaga
+from ...schemas.message_types import LEVERS, PAUSE, RETRY_NOW, TERMINATE, UNPAUSE, OperateSaga
 from .builder import DecisionBuilder, send_step
-from .progress import advance, retry_compensation
+from .progress import advance, resend_open, retry_compensation
 from .status import SagaStatus, StepStatus
 
 
@@ -27,6 +32,10 @@ def operate(b: DecisionBuilder, message: OperateSaga) -> None:
         _retry_now(b, message)
     elif message.action == TERMINATE:
         _terminate(b, message)
+    elif message.action == PAUSE:
+        _pause(b, message)
+    elif message.action == UNPAUSE:
+        _unpause(b, message)
     else:
         refuse(b, message, f"unknown lever {message.action!r} (known: {', '.join(LEVERS)})")
 
@@ -52,6 +61,9 @@ def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
     if state.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
         refuse(b, message, f"saga is {state.status}: nothing waits to be retried")
         return
+    if state.paused:
+        refuse(b, message, "saga is paused: unpause it, which sends what is open")
+        return
     step = state.steps[name]
     if step.status is StepStatus.RETRY_SCHEDULED and (
             state.status is SagaStatus.RUNNING or step.outcome_unknown):
@@ -76,3 +88,23 @@ def _terminate(b: DecisionBuilder, message: OperateSaga) -> None:
         return
     _applied(b, message)
     b.record(ev.SagaTerminated(**b.base(), reason=message.reason))
+
+
+def _pause(b: DecisionBuilder, message: OperateSaga) -> None:
+    state = b.saga
+    if state.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+        refuse(b, message, f"saga is {state.status}: only a RUNNING or COMPENSATING saga can be paused")
+    elif state.paused:
+        refuse(b, message, "saga is already paused")
+    else:
+        _applied(b, message)
+
+
+def _unpause(b: DecisionBuilder, message: OperateSaga) -> None:
+    if not b.saga.paused:
+        refuse(b, message, "saga is not paused")
+        return
+    _applied(b, message)
+    if b.saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+        resend_open(b)
+        advance(b)

@@ -54,6 +54,7 @@ class SagaState:
     traceparent: str | None = None  # from SagaStarted: the trace context every message of the saga carries
     quarantined_from: SagaStatus | None = None  # while QUARANTINED: the status a release puts it back to
     quarantine_reason: str | None = None
+    paused: bool = False  # an operator's Pause: nothing is sent and no timer acts until Unpause
 
     @property
     def is_terminal(self) -> bool:

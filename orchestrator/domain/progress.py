@@ -21,7 +21,9 @@ from .status import COMPENSATION_IN_PROGRESS, FORWARD_SETTLED, SagaStatus, StepS
 
 
 def advance(b: DecisionBuilder) -> None:
-    """Record whatever the current state calls for next (possibly nothing)."""
+    """Record whatever the current state calls for next (possibly nothing; nothing while paused)."""
+    if b.saga.paused:
+        return
     if b.saga.status is SagaStatus.RUNNING:
         _advance_forward(b)
     if b.saga.status is SagaStatus.COMPENSATING:  # also right after the forward part started unwinding
@@ -173,3 +175,27 @@ def _advance_compensation(b: DecisionBuilder) -> None:
         b.record(
             ev.SagaFailed(**b.base(), reason=state.failure_reason or "failed", failed_step=state.failed_step)
         )
+
+
+def resend_open(b: DecisionBuilder) -> None:
+    """Timers were ignored while the saga waited for a human (or were stopped): re-send everything still open,
+    each as a new attempt under the same key (a retry that was due keeps its attempt). Nothing while paused:
+    Unpause sends it."""
+    if b.saga.paused:
+        return
+    for name in reversed(b.defn.order):  # the order compensation waves use
+        step = b.saga.steps[name]
+        if step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
+            retry_compensation(b, name, step.compensation_attempt)
+        elif step.status in (
+            StepStatus.COMPENSATING,
+            StepStatus.COMPENSATION_TIMED_OUT,
+            StepStatus.COMPENSATION_FAILED,
+        ):
+            retry_compensation(b, name, step.compensation_attempt + 1)
+        elif needs_resolution(b.defn, step) or (
+            b.saga.status is SagaStatus.RUNNING
+            and step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)
+        ):
+            retry_due = step.status is StepStatus.RETRY_SCHEDULED
+            send_step(b, name, step.attempt if retry_due else step.attempt + 1)

@@ -125,3 +125,36 @@ async def test_terminate_from_the_cli_and_the_client_ends_sagas_as_they_stand(st
     assert audited.returncode == 0, audited.stdout + audited.stderr
     verified = await saga_cli(stack.settings, "verify", *ids)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+async def test_a_paused_saga_refuses_retry_now_and_unpause_sends_what_was_due(stack: Stack) -> None:
+    saga_id = f"pause-{uuid.uuid4().hex[:6]}"
+    order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
+                  email="full@bounce.test")
+    async with SagaClient.from_settings(stack.settings) as client:
+        handle = await client.start("patient_checkout", saga_id, order)
+        await _retry_scheduled(handle, 2)
+        paused = await saga_cli(stack.settings, "pause", saga_id, "--operator", "fay", "--reason", "carrier strike")
+        assert paused.returncode == 0, paused.stdout + paused.stderr
+        await client.retry_now(saga_id, "send_confirmation", operator="gus")  # refused: the saga is paused
+        events = await _history(stack, saga_id)
+        for _ in range(20):
+            if events[-1]["event"] == "OperatorActionRefused":
+                break
+            await asyncio.sleep(0.5)
+            events = await _history(stack, saga_id)
+        assert [(e["event"], e["operator"]) for e in events[-2:]] == [("OperatorAction", "fay"),
+                                                                     ("OperatorActionRefused", "gus")], events[-2:]
+        assert events[-1]["reason"] == "saga is paused: unpause it, which sends what is open"
+
+        await client.unpause(saga_id, operator="fay")  # attempt 2 was due: sent at once, and the mailbox is full
+        await _retry_scheduled(handle, 3)
+        await client.retry_now(saga_id, "send_confirmation", operator="fay")
+        ended = await handle.result(timeout_s=DEMO_TIMEOUT_S)
+    assert isinstance(ended, SagaCompleted)
+    events = await _history(stack, saga_id)
+    sent = [(e["event"], e.get("attempt")) for e in events
+            if e["event"] == "StepCommandSent" and e["step"] == "send_confirmation"]
+    assert sent == [("StepCommandSent", 1), ("StepCommandSent", 2), ("StepCommandSent", 3)]
+    verified = await saga_cli(stack.settings, "verify", saga_id)
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -17,7 +17,7 @@ from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
-from saga_orchestrator.schemas.message_types import RETRY_NOW, TERMINATE, CommandKind
+from saga_orchestrator.schemas.message_types import PAUSE, RETRY_NOW, TERMINATE, UNPAUSE, CommandKind
 from saga_orchestrator.testing import SagaEnvironment, fail_transiently
 from saga_orchestrator.testing.history import SagaRun, describe
 
@@ -94,6 +94,35 @@ def test_terminate_ends_a_saga_waiting_after_a_failed_compensation() -> None:
     assert names(decision.events) == ["OperatorAction", "SagaTerminated"] and run.status() is SagaStatus.TERMINATED
 
 
+def test_a_paused_saga_records_replies_and_sends_nothing_until_unpaused() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    paused = run.operate(PAUSE)
+    assert names(paused.events) == ["OperatorAction"] and run.saga.paused
+    assert set(paused.obsolete_timers) == {"STEP_TIMEOUT:book_flight:1", "STEP_TIMEOUT:book_hotel:1"}
+    assert names(run.ok("book_flight").events) == ["StepSucceeded book_flight 1"]
+    assert names(run.ok("book_hotel").events) == ["StepSucceeded book_hotel 1"]  # charge_card is not sent
+    assert run.fire(TimerKind.STEP_TIMEOUT, "book_hotel", attempt=1).events == ()
+    unpaused = run.operate(UNPAUSE)
+    assert names(unpaused.events) == ["OperatorAction", "StepCommandSent charge_card 1"] and not run.saga.paused
+    run.ok("charge_card")
+    run.ok("send_itinerary")
+    assert run.status() is SagaStatus.COMPLETED
+
+
+def test_a_retry_scheduled_while_paused_arms_no_timer_and_goes_on_unpause() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    run.operate(PAUSE)
+    failed = run.fail("book_hotel", "Unavailable", retryable=True)
+    assert names(failed.events) == ["StepFailed book_hotel 1", "StepRetryScheduled book_hotel 2"]
+    assert failed.timers == () and failed.commands == ()
+    in_flight = run.operate(UNPAUSE)  # book_flight was in flight: sent again, same key; the hotel's retry now
+    assert names(in_flight.events) == ["OperatorAction", "StepCommandSent book_hotel 2",
+                                       "StepCommandSent book_flight 2"]
+    assert {command.idempotency_key for command in in_flight.commands} == {"s1:book_flight", "s1:book_hotel"}
+
+
 REFUSALS: list[tuple[str, Callable[[SagaRun], object], str, str | None, str]] = [
     ("a step in flight", lambda run: (run.start(),), RETRY_NOW, "book_flight",
      "step book_flight is RUNNING, not waiting on a retry backoff"),
@@ -110,6 +139,14 @@ REFUSALS: list[tuple[str, Callable[[SagaRun], object], str, str | None, str]] = 
     ("terminate an ended saga", lambda run: (run.start(), run.ok("book_hotel"), run.fail("book_flight", "InvalidRoute"),
                                              run.comp_ok("book_hotel")), TERMINATE, None,
      "saga already COMPENSATED"),
+    ("pause an ended saga", lambda run: (run.start(), run.ok("book_hotel"), run.fail("book_flight", "InvalidRoute"),
+                                         run.comp_ok("book_hotel")), PAUSE, None,
+     "saga is COMPENSATED: only a RUNNING or COMPENSATING saga can be paused"),
+    ("pause twice", lambda run: (run.start(), run.operate(PAUSE)), PAUSE, None, "saga is already paused"),
+    ("unpause a saga not paused", lambda run: (run.start(),), UNPAUSE, None, "saga is not paused"),
+    ("retry now while paused", lambda run: (run.start(), run.operate(PAUSE),
+                                            run.fail("book_hotel", "Unavailable", retryable=True)),
+     RETRY_NOW, "book_hotel", "saga is paused: unpause it"),
 ]
 
 
@@ -136,24 +173,31 @@ def test_a_lever_on_a_rejected_saga_is_refused() -> None:
 
 
 STEPS = list(TRIP.order)
-MOVE_NAMES = ["ok", "fail", "fail_retryable", "comp_ok", "comp_fail_retryable", "retry_now", "fire", "terminate"]
+MOVE_NAMES = ["ok", "fail", "fail_retryable", "comp_ok", "comp_fail_retryable", "retry_now", "fire", "terminate",
+              "pause", "unpause", "cancel"]
 MOVES = st.lists(st.tuples(st.sampled_from(MOVE_NAMES), st.sampled_from(STEPS)), max_size=25)
 
 
 @settings(max_examples=200, deadline=None)
 @given(MOVES)
 def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: list[tuple[str, str]]) -> None:
-    """Any mix of replies, timers, RetryNow and Terminate: every history folds (the fold checks every
-    transition), a saga that passed its pivot never sends a compensation, and a terminated one sends nothing."""
+    """Any mix of replies, timers, cancels and levers: every history folds (the fold checks every transition), a
+    saga that passed its pivot never sends a compensation, a paused one sends nothing until unpaused, and a
+    terminated one sends nothing."""
     run = SagaRun(TRIP)
     run.start()
     for move, step in moves:
         state = run.saga.steps[step]
+        paused, sent = run.saga.paused, len(run.sent)
         try:
             if move == "retry_now":
                 run.operate(RETRY_NOW, step)
             elif move == "terminate":
                 run.operate(TERMINATE, reason="settled by hand")
+            elif move in ("pause", "unpause"):
+                run.operate(PAUSE if move == "pause" else UNPAUSE)
+            elif move == "cancel":
+                run.cancel()
             elif move == "fire":
                 armed = [timer for timer in run.armed.values() if timer.step == step]
                 if armed:
@@ -169,6 +213,8 @@ def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: li
                 else:
                     run.comp_fail(step, "Boom", retryable=True)
         finally:
+            if paused and move != "unpause":
+                assert len(run.sent) == sent, f"{move} {step} sent a command while paused"
             if run.status() is SagaStatus.TERMINATED:
                 sent = len(run.sent)
                 assert run.operate(RETRY_NOW, step).commands == () and len(run.sent) == sent
