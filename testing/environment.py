@@ -40,8 +40,10 @@ from ..schemas import wire
 from ..schemas.headers import MESSAGE_ID
 from ..schemas.ids import forward_key
 from ..schemas.message_types import (
+    PAUSE,
     RETRY_NOW,
     TERMINATE,
+    UNPAUSE,
     CancelSaga,
     CommandKind,
     DeadLetter,
@@ -188,6 +190,14 @@ class SagaEnvironment:
         """Send an operator's Terminate (the saga ends TERMINATED as it stands)."""
         await self.operate(OperateSaga(saga_id=saga_id, action=TERMINATE, step=None, operator="test",
                                        reason=reason))
+
+    async def pause(self, saga_id: str) -> None:
+        """Send an operator's Pause (nothing is sent for the saga, no timer acts, until ``unpause``)."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=PAUSE, step=None, operator="test", reason=None))
+
+    async def unpause(self, saga_id: str) -> None:
+        """Send an operator's Unpause (what is open is sent again)."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=UNPAUSE, step=None, operator="test", reason=None))
 
     async def operate(self, message: OperateSaga) -> None:
         """Send an operator's lever, as saga.control carries it."""

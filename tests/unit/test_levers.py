@@ -244,3 +244,19 @@ async def test_terminate_in_the_environment() -> None:
     await env.terminate(saga_id, "the customer paid at the desk")
     result = await env.result(saga_id)
     assert result.status == "TERMINATED" and result.compensated == []
+
+
+async def test_pause_holds_a_saga_in_the_environment_until_unpaused() -> None:
+    from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+
+    env = SagaEnvironment(TRIP)
+    env.script(("payment", "charge_card"), fail_transiently(1))
+    saga_id = await env.start("trip", SCENARIOS["happy"].trip("t-3"))
+    await env.pause(saga_id)
+    await env.advance(hours=1)  # the charge's retry would have gone after 200 ms
+    state = env.state(saga_id)
+    assert state is not None and state.status is SagaStatus.RUNNING and state.paused
+    assert state.steps["charge_card"].status is StepStatus.RETRY_SCHEDULED
+    await env.unpause(saga_id)
+    result = await env.result(saga_id)
+    assert result.status == "COMPLETED" and result.attempts("charge_card") == 2
