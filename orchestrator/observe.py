@@ -27,6 +27,9 @@ FIRST_ALERT_ATTEMPT = 5
 
 DURATION_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, 86400.0)
 
+SAGAS_TIMED_AT_ONCE = 100_000
+"""Sagas whose step commands in flight ``saga_step_duration_seconds`` keeps the send times of, at most."""
+
 STEP_OUTCOMES: dict[type[ev.Event], str] = {
     ev.StepSucceeded: "succeeded",
     ev.StepFailed: "failed",
@@ -56,6 +59,14 @@ class SagaMetrics:
                              "compensated...", ["saga_type", "step", "outcome"], registry=registry)
         self.rejected = Counter("saga_sagas_rejected", "SagaRejected events recorded (bad or duplicate starts).",
                                 registry=registry)
+        self.step_duration = Histogram(
+            "saga_step_duration_seconds", "From a step's StepCommandSent to the StepSucceeded or StepFailed of "
+            "that attempt, by outcome (succeeded, failed).", ["saga_type", "step", "outcome"],
+            buckets=DURATION_BUCKETS_S, registry=registry)
+        # When each step command in flight was sent (epoch ms), by saga, then (step, attempt): the start of its
+        # duration. Kept here, not in the state, so the fold stays as it is; a command sent before a restart
+        # (or by another instance) has no entry and its reply is not timed. A saga's entry goes when it ends.
+        self._sent_at: dict[str, dict[tuple[str, int], int]] = {}
         self.conflicts = Counter(
             "saga_concurrency_conflicts", "Units of work retried because another writer appended to one of their "
             "sagas first (two instances handling one saga: 0 while each saga stays on one instance).",
@@ -73,16 +84,40 @@ class SagaMetrics:
                     self.started.labels(saga_type=state.saga_type).inc()
                 elif kind is ev.SagaRejected:
                     self.rejected.inc()
+                elif isinstance(event, ev.StepCommandSent):
+                    self._sent(event)
                 elif isinstance(event, ev.TERMINAL_EVENTS):
                     labels = {"saga_type": state.saga_type, "status": state.status.value}
                     self.ended.labels(**labels).inc()
                     self.duration.labels(**labels).observe(max(0, event.occurred_at - state.started_at) / 1000)
+                    self._forget(state.saga_id)
                 elif (outcome := STEP_OUTCOMES.get(kind)) is not None:
+                    if isinstance(event, ev.StepSucceeded | ev.StepFailed):
+                        self._answered(state.saga_type, event, outcome)
                     self.steps.labels(saga_type=state.saga_type, step=getattr(event, "step", ""),
                                       outcome=outcome).inc()
                     if isinstance(event, ev.CompensationRetryScheduled) and alert_due(event.attempt - 1):
                         _warn_stuck(decision.events, event)
         self._health.dead_lettered(settled.dead_lettered)
+
+    def _sent(self, event: ev.StepCommandSent) -> None:
+        in_flight = self._sent_at.get(event.saga_id)
+        if in_flight is None:
+            if len(self._sent_at) >= SAGAS_TIMED_AT_ONCE:  # bound the memory: the longest-known saga goes untimed
+                del self._sent_at[next(iter(self._sent_at))]
+            in_flight = self._sent_at[event.saga_id] = {}
+        in_flight[(event.step, event.attempt)] = event.occurred_at
+
+    def _answered(self, saga_type: str, event: ev.StepSucceeded | ev.StepFailed, outcome: str) -> None:
+        in_flight = self._sent_at.get(event.saga_id)
+        sent_at = in_flight.pop((event.step, event.attempt), None) if in_flight is not None else None
+        if sent_at is not None:
+            self.step_duration.labels(saga_type=saga_type, step=event.step, outcome=outcome).observe(
+                max(0, event.occurred_at - sent_at) / 1000)
+
+    def _forget(self, saga_id: str) -> None:
+        """An ended saga's commands still in flight (timed out, or their replies are late) are not timed."""
+        self._sent_at.pop(saga_id, None)
 
 
 def alert_due(failed_attempts: int) -> bool:

@@ -66,3 +66,30 @@ def test_a_compensation_that_keeps_failing_is_logged_at_5_10_20_failures(caplog:
         SagaMetrics(ServiceHealth("orchestrator")).observe(Settled(decisions=decisions))
     warned = [(r.saga_id, r.step, r.failed_attempts, r.error) for r in caplog.records]  # type: ignore[attr-defined]
     assert warned == [("t-stuck", "book_flight", n, "AirlineDown: book_flight said AirlineDown") for n in (5, 10)]
+
+
+def test_a_step_is_timed_from_its_command_to_the_reply_of_that_attempt() -> None:
+    run = SagaRun(TRIP, saga_id="t-timed")
+    metrics = SagaMetrics(health := ServiceHealth("orchestrator"))
+    metrics.observe(Settled(decisions=[run.start()]))  # book_flight and book_hotel sent
+    run.now += 1_500
+    metrics.observe(Settled(decisions=[run.ok("book_flight")]))
+    run.now += 2_000
+    metrics.observe(Settled(decisions=[run.fail("book_hotel", error="SoldOut")]))
+    assert _value(health, "saga_step_duration_seconds_count", saga_type="trip", step="book_flight",
+                  outcome="succeeded") == 1
+    assert _value(health, "saga_step_duration_seconds_sum", saga_type="trip", step="book_flight",
+                  outcome="succeeded") == 1.5
+    assert _value(health, "saga_step_duration_seconds_sum", saga_type="trip", step="book_hotel",
+                  outcome="failed") == 3.5
+    assert not metrics._sent_at.get("t-timed")  # answered: nothing kept for them
+
+
+def test_a_reply_whose_command_was_not_seen_here_is_not_timed() -> None:
+    run = SagaRun(TRIP, saga_id="t-untimed")
+    run.start()  # sent before this instance started: never observed
+    metrics = SagaMetrics(health := ServiceHealth("orchestrator"))
+    metrics.observe(Settled(decisions=[run.ok("book_flight")]))
+    assert _value(health, "saga_step_duration_seconds_count", saga_type="trip", step="book_flight",
+                  outcome="succeeded") == 0
+    assert _value(health, "saga_step_events_total", saga_type="trip", step="book_flight", outcome="succeeded") == 1
