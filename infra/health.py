@@ -92,6 +92,15 @@ class ServiceHealth:
         self.platform_faults = Counter(
             "saga_platform_faults", "Platform faults a component's work met and waited out (each counted once).",
             ["component"], registry=self.registry)
+        # The outbox a service writes, refreshed every few seconds by the service (``outbox.depth``).
+        self.outbox_rows = Gauge("saga_outbox_rows", "Outbox rows not yet published, held-back ones included.",
+                                 ["table"], registry=self.registry)
+        self.outbox_oldest_age = Gauge(
+            "saga_outbox_oldest_age_seconds", "How long the oldest outbox row that is due has waited to be "
+            "published (0 when none is due).", ["table"], registry=self.registry)
+        self.outbox_parked_rows = Gauge(
+            "saga_outbox_parked_rows", "Outbox rows parked because the broker refused them for good (saga outbox "
+            "list).", ["table"], registry=self.registry)
         self.last_progress_gauge = Gauge("saga_last_progress_timestamp_seconds",
                                          "When this service last made progress (epoch seconds).",
                                          registry=self.registry)

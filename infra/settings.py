@@ -106,6 +106,11 @@ class Settings(BaseSettings):
                     "(as `saga purge --ended-before`; checked every 10 minutes, never COMPENSATION_FAILED ones); "
                     "0 keeps every event.",
     )
+    saga_compensation_alert_minutes: float = Field(
+        default=15, gt=0,
+        description="Orchestrator: a compensation still retrying this long after its first retry was scheduled "
+                    "counts in saga_compensations_retrying_too_long (refreshed every few seconds).",
+    )
     saga_participant_retention_hours: float = Field(
         default=168, ge=0,
         description="Participant: idempotency records (processed_commands) are deleted this long after their "

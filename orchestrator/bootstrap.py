@@ -24,6 +24,7 @@ from ..infra.misconfigured import Misconfigured
 from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..infra.startup import StartupStopped, retry_startup
+from ..outbox.depth import outbox_gauges, quiet_refresh
 from ..outbox.relay import MAX_POLL_MS, WOKEN_MAX_POLL_MS, OutboxRelay
 from ..schemas.registry import default_registry
 from ..schemas.topics import Topics
@@ -35,6 +36,7 @@ from .inbound import RecordParser
 from .observe import SagaMetrics
 from .outbound import Settled
 from .service import SagaService
+from .signals import TableSignals
 from .store.postgres import PostgresStore, migrate
 from .timers import TIMERS_COMPONENT, TimerScheduler
 
@@ -212,6 +214,9 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
             health.sagas.labels(status=status).set(sagas)
 
     health.before_scrape.append(count_sagas)
+    signals = TableSignals(pool, health, settings.saga_compensation_alert_minutes * 60)
+    chores.append(outbox_gauges(pool, [OUTBOX_TABLE], health))
+    chores.append(quiet_refresh("orchestrator gauges", signals.refresh))
     return Orchestrator(service, consumer, timers, relay, chores)
 
 

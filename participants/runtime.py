@@ -14,6 +14,7 @@ from ..infra.db import create_pool
 from ..infra.health import current as current_health
 from ..infra.isolation import IsolationLadder, OutageWait
 from ..infra.settings import Settings
+from ..outbox.depth import outbox_gauges
 from ..outbox.relay import WOKEN_MAX_POLL_MS, OutboxRelay
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
@@ -87,6 +88,8 @@ class ParticipantRuntime:
                 self._relay = relay
                 name = self.participant.name
                 self._tasks.append(asyncio.create_task(relay.run(self._tasks_stop), name=f"outbox-relay-{name}"))
+                depth = outbox_gauges(pool, [self.participant.outbox_table], current_health())
+                self._tasks.append(asyncio.create_task(depth.run(self._tasks_stop), name=f"outbox-gauges-{name}"))
                 if retention_h := self.settings.saga_participant_retention_hours:
                     pruner = record_pruner(pool, self.participant.schema, retention_h * 3600)
                     self._tasks.append(asyncio.create_task(pruner.run(self._tasks_stop), name=f"pruner-{name}"))
