@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -64,6 +64,7 @@ class ServiceHealth:
         self.published_total = 0
         # Async callables run before each scrape, e.g. to refresh a gauge from the database.
         self.before_scrape: list[Callable[[], Awaitable[None]]] = []
+        self._lag_labels: dict[str, set[tuple[str, int]]] = {}  # group -> partitions in consumer_lag
         self.registry = CollectorRegistry()
         self.messages_handled = Counter(
             "saga_messages_handled", "Messages this service handled (consumed and committed).",
@@ -101,6 +102,10 @@ class ServiceHealth:
         self.outbox_parked_rows = Gauge(
             "saga_outbox_parked_rows", "Outbox rows parked because the broker refused them for good (saga outbox "
             "list).", ["table"], registry=self.registry)
+        self.consumer_lag = Gauge(
+            "saga_consumer_lag", "Records of an assigned partition this service's consumer has not handled yet: "
+            "the partition's last known end offset minus the consumer's position.",
+            ["group", "topic", "partition"], registry=self.registry)
         self.last_progress_gauge = Gauge("saga_last_progress_timestamp_seconds",
                                          "When this service last made progress (epoch seconds).",
                                          registry=self.registry)
@@ -191,6 +196,16 @@ class ServiceHealth:
     def parked(self, table: str, rows: int) -> None:
         """The relay of ``table`` parked ``rows`` rows."""
         self.relay_rows_parked.labels(table=table).inc(rows)
+
+    def consumer_lags(self, group: str, lags: Mapping[tuple[str, int], int]) -> None:
+        """The lag of each (topic, partition) consumer group ``group`` has assigned here now; partitions it no
+        longer has drop out of ``saga_consumer_lag``."""
+        for labels in list(self._lag_labels.get(group, ())):
+            if labels not in lags:
+                self.consumer_lag.remove(group, labels[0], str(labels[1]))
+        for (topic, partition), lag in lags.items():
+            self.consumer_lag.labels(group=group, topic=topic, partition=str(partition)).set(lag)
+        self._lag_labels[group] = set(lags)
 
     def progress(self) -> None:
         """The service did useful work just now."""

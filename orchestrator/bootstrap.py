@@ -213,7 +213,10 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
         for status, sagas in counts.items():
             health.sagas.labels(status=status).set(sagas)
 
-    health.before_scrape.append(count_sagas)
+    async def report_lag() -> None:  # the consumer's own state, no request: cheap enough per scrape
+        health.consumer_lags(consumer.group_id, await consumer.partition_lags())
+
+    health.before_scrape.extend([count_sagas, report_lag])
     signals = TableSignals(pool, health, settings.saga_compensation_alert_minutes * 60)
     chores.append(outbox_gauges(pool, [OUTBOX_TABLE], health))
     chores.append(quiet_refresh("orchestrator gauges", signals.refresh))

@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.errors import CommitFailedError, IllegalStateError
 
 from ..infra import kafka_records
+from ..infra.consumer_lag import partition_lags
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
 from ..infra.isolation import OutageWait
@@ -208,6 +209,26 @@ class OrchestratorConsumer:
         self._offsets = _Offsets()
         self._finishing = asyncio.Lock()
         self._outage = OutageWait("orchestrator messages", max_s=MAX_BACKOFF_S)
+        self._live: AIOKafkaConsumer | None = None  # the consumer of the current round, for its lag
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group this consumer joins."""
+        return self._group_id
+
+    async def partition_lags(self) -> dict[tuple[str, int], int]:
+        """The lag of each partition assigned here, by (topic, partition) (``infra.consumer_lag``); empty while
+        not in the group. Read from the consumer's own state: cheap enough for every scrape."""
+        consumer = self._live
+        if consumer is None or not self.consuming:
+            return {}
+
+        def end_offset(tp: TopicPartition) -> int | None:
+            stable: int | None = consumer.last_stable_offset(tp)
+            return consumer.highwater(tp) if stable is None else stable
+
+        return await partition_lags(consumer.assignment(), end_offset, consumer.position,
+                                    _first_unhandled(self._in_flight))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, reconnecting with backoff when Kafka is away."""
@@ -223,6 +244,7 @@ class OrchestratorConsumer:
                 max_partition_fetch_bytes=kafka_records.PARTITION_FETCH_BYTES,
             )
             consumer.subscribe(self._parser.topic_names(), listener=_HandOver(self, consumer))
+            self._live = consumer
             try:
                 await consumer.start()  # returns once the group is joined and partitions are assigned
                 self.consuming = current_health().consuming = True
@@ -332,10 +354,7 @@ class OrchestratorConsumer:
         if now - self._horizon_at < HORIZON_EVERY_S:
             return
         self._horizon_at = now
-        unread_from: dict[TopicPartition, int] = {}
-        for poll in in_flight:
-            for tp, records in poll.batches.items():
-                unread_from.setdefault(tp, records[0].offset)
+        unread_from = _first_unhandled(in_flight)
         progress = []
         for tp in consumer.assignment():
             if tp.topic in self._result_topics:
@@ -393,3 +412,12 @@ class OrchestratorConsumer:
     def _count(self, messages: int) -> None:
         self.handled += messages
         current_health().handled(messages)
+
+
+def _first_unhandled(in_flight: Iterable[_Poll]) -> dict[TopicPartition, int]:
+    """The first offset of each partition's records fetched but still in flight (not yet handled)."""
+    first: dict[TopicPartition, int] = {}
+    for poll in in_flight:
+        for tp, records in poll.batches.items():
+            first.setdefault(tp, records[0].offset)
+    return first

@@ -23,6 +23,7 @@ import mode.loop
 
 from ..infra import kafka_records
 from ..infra.app import load_app, refuse_problems, schema_path
+from ..infra.consumer_lag import partition_lags
 from ..infra.db import create_pool
 from ..infra.health import configure as configure_health
 from ..infra.health_server import run_health
@@ -152,6 +153,13 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
         await run_health(health, settings.kafka(), settings.dsn(), settings.saga_health_host,
                          settings.saga_health_port, health_stop)
 
+    async def report_lag() -> None:  # what faust's consumer already knows, no request: cheap enough per scrape
+        consumer = app.consumer if health.consuming else None
+        lags = {} if consumer is None else await partition_lags(consumer.assignment(), consumer.highwater,
+                                                                  consumer.position)
+        health.consumer_lags(ident, lags)
+
+    health.before_scrape.append(report_lag)
     app.task(start_runtimes)
     app.task(watch_health)
 

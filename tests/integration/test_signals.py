@@ -3,17 +3,24 @@ unpublished, a timer past its due time, a saga RUNNING for an hour, a compensati
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import asyncpg
 import orjson
 import pytest
 
 from saga_orchestrator.infra.health import ServiceHealth
+from saga_orchestrator.infra.health import current as current_health
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.bootstrap import run_orchestrator
 from saga_orchestrator.orchestrator.domain.model import RESUME_COMPENSATION
 from saga_orchestrator.orchestrator.signals import TableSignals
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.outbox.depth import outbox_gauges, refresh_outbox_gauges
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.topics import Topics
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +144,35 @@ async def test_overdue_timers_the_oldest_running_saga_and_long_retrying_compensa
     await signals.refresh()
     assert gauge(health, "saga_oldest_running_age_seconds", saga_type="trip") is None
     assert gauge(health, "saga_compensations_retrying_too_long", saga_type="trip") == 0
+
+
+async def test_a_running_orchestrator_exports_its_consumer_lag_and_table_gauges(pool: asyncpg.Pool,
+                                                                               settings: Settings) -> None:
+    group = f"{settings.saga_topic_prefix}saga-orchestrator"
+    start_topic = Topics(settings.saga_topic_prefix).start
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(run_orchestrator(settings, stop))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            health = current_health()
+            scraped = (await health.metrics()).decode()
+            lags = {(labels["topic"], labels["partition"]): value for labels, value in _samples(health,
+                                                                                                 "saga_consumer_lag")}
+            if (health.service == "orchestrator" and 'saga_outbox_rows{table="saga.outbox"} 0.0' in scraped
+                    and "saga_timers_overdue 0.0" in scraped
+                    and {topic for topic, _ in lags} >= {start_topic}):
+                break
+            assert time.monotonic() < deadline and not running.done(), scraped
+            await asyncio.sleep(0.2)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 30)
+    assert f'saga_consumer_lag{{group="{group}",partition="0",topic="{start_topic}"}} 0.0' in scraped
+    assert sorted(int(p) for topic, p in lags if topic == start_topic) == list(range(settings.saga_topic_partitions))
+    assert set(lags.values()) == {0.0}  # nothing was published: nothing to read
+
+
+def _samples(health: ServiceHealth, name: str) -> list[tuple[dict[str, str], float]]:
+    return [(sample.labels, sample.value) for family in health.registry.collect() for sample in family.samples
+            if sample.name == name]

@@ -8,8 +8,10 @@ import logging
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition
 
 from saga_orchestrator.cli.run_cmd import health_port, service_commands
+from saga_orchestrator.infra.consumer_lag import partition_lags
 from saga_orchestrator.infra.health import Dependency, ServiceHealth
 from saga_orchestrator.infra.health_server import HealthMonitor, KafkaProbe, fetch_health, serve_health
 from saga_orchestrator.infra.kafka_clients import KafkaClients
@@ -218,3 +220,22 @@ def test_saga_participants_joined_by_plus_share_one_worker() -> None:
     assert commands["billing+notification"][-3:] == ["participant", "tests.e2e.checkout:BILLING", "notification"]
     assert [health_port(Settings(saga_participants="flight+hotel+payment+notification", saga_health_port=9000),
                         label) for label in ("orchestrator", "flight+hotel+payment+notification")] == [9000, 9001]
+
+
+async def test_consumer_lag_is_the_end_offset_minus_what_is_handled_and_revoked_partitions_drop_out() -> None:
+    a0, a1, a2, a3 = (TopicPartition("a", partition) for partition in range(4))
+    ends = {a0: 120, a1: 50, a2: None, a3: 7}
+
+    async def position(partition: TopicPartition) -> int | None:
+        if partition == a3:
+            await asyncio.sleep(5)  # a position still being reset is not waited for
+        return {a0: 100, a1: 50}.get(partition)
+
+    lags = await partition_lags([a0, a1, a2, a3], ends.__getitem__, position, unhandled_from={a1: 40})
+    assert lags == {("a", 0): 20, ("a", 1): 10}  # a1: records fetched from 40 on are still in flight
+    health = ServiceHealth("orchestrator")
+    health.consumer_lags("g", lags)
+    assert health.registry.get_sample_value("saga_consumer_lag", {"group": "g", "topic": "a", "partition": "1"}) == 10
+    health.consumer_lags("g", {("a", 0): 3})
+    assert health.registry.get_sample_value("saga_consumer_lag", {"group": "g", "topic": "a", "partition": "1"}) is None
+    assert health.registry.get_sample_value("saga_consumer_lag", {"group": "g", "topic": "a", "partition": "0"}) == 3
