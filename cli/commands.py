@@ -16,6 +16,7 @@ from ..schemas.event_types import SagaCompleted, SagaQuarantined, SagaReleased, 
 from ..schemas.message_types import (
     PAUSE,
     RETRY_NOW,
+    SKIP,
     TERMINATE,
     UNPAUSE,
     CancelSaga,
@@ -137,6 +138,17 @@ def retry_now(
     """Send a step (or its compensation) waiting on its retry backoff at once, under its same key. The
     orchestrator records it in the saga's history, or records why it could not apply (OperatorActionRefused)."""
     _operate(OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator, reason=reason))
+
+
+def skip(
+    saga_id: str = typer.Argument(..., help="A RUNNING saga with a skippable step that is stuck."),
+    step: str = typer.Argument(..., help="That step (its definition must declare it skippable)."),
+    reason: str = typer.Option(..., "--reason", help="Why the saga may go on without it; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+) -> None:
+    """Record a stuck step (in flight, timed out, waiting on a retry) as skipped: the saga goes on as if it had
+    succeeded, without its output. The orchestrator records it, or why it could not apply."""
+    _operate(OperateSaga(saga_id=saga_id, action=SKIP, step=step, operator=operator, reason=reason))
 
 
 def terminate(

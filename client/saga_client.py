@@ -34,6 +34,7 @@ from ..schemas.limits import id_problem
 from ..schemas.message_types import (
     PAUSE,
     RETRY_NOW,
+    SKIP,
     TERMINATE,
     UNPAUSE,
     CancelSaga,
@@ -231,6 +232,11 @@ class SagaClient:
         at once under its same key; the saga's history records it, or why it could not apply."""
         await self.operate(OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator,
                                        reason=reason))
+
+    async def skip(self, saga_id: str, step: str, reason: str, operator: str | None = None) -> None:
+        """Publish an OperateSaga Skip: a skippable ``step`` that is stuck is recorded as skipped and the saga goes
+        on as if it had succeeded, without its output; the saga's history records it, or why it could not."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=SKIP, step=step, operator=operator, reason=reason))
 
     async def terminate(self, saga_id: str, reason: str, operator: str | None = None) -> None:
         """Publish an OperateSaga Terminate: the saga ends TERMINATED as it stands, nothing compensated (it was

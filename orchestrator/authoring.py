@@ -82,7 +82,7 @@ class Saga:
     def step(self, action: Action, *, name: str | None = None, after: Sequence[StepRef] = (),
              retry: RetryPolicy | None = None, undo_retry: RetryPolicy = UNLIMITED_RETRY,
              timeout: timedelta = timedelta(seconds=5), undo_timeout: timedelta = timedelta(seconds=5),
-             pivot: bool = False, run_if: Condition = Condition.ON_SUCCESS) -> StepRef:
+             pivot: bool = False, run_if: Condition = Condition.ON_SUCCESS, skippable: bool = False) -> StepRef:
         """Add a step running ``action`` once the steps ``after`` names are settled; it is undone by the action's
         compensation. ``retry``: default three attempts (``RetryPolicy()``), and no limit for a step after the
         pivot, as the saga only moves forward there."""
@@ -94,7 +94,7 @@ class Saga:
             name=ref.name, participant=action.participant_name, command=action.name,
             compensation=action.undo_name, depends_on=tuple(step.name for step in after), retry=chosen,
             compensation_retry=undo_retry, timeout_ms=_ms(timeout), compensation_timeout_ms=_ms(undo_timeout),
-            pivot=pivot, run_if=run_if)))
+            pivot=pivot, run_if=run_if, skippable=skippable)))
         return ref
 
     @functools.cached_property

@@ -70,7 +70,10 @@ PAUSE = "Pause"
 recorded) until Unpause, which sends again what is open."""
 UNPAUSE = "Unpause"
 """OperateSaga.action: a paused saga goes on, its open steps and compensations sent again."""
-LEVERS: tuple[str, ...] = (RETRY_NOW, TERMINATE, PAUSE, UNPAUSE)
+SKIP = "Skip"
+"""OperateSaga.action: a skippable step that is stuck (in flight, timed out, waiting on a retry) is recorded as
+skipped and the saga goes on as if it had succeeded, without its output."""
+LEVERS: tuple[str, ...] = (RETRY_NOW, SKIP, TERMINATE, PAUSE, UNPAUSE)
 """Every lever an OperateSaga may pull."""
 
 

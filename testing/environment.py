@@ -42,6 +42,7 @@ from ..schemas.ids import forward_key
 from ..schemas.message_types import (
     PAUSE,
     RETRY_NOW,
+    SKIP,
     TERMINATE,
     UNPAUSE,
     CancelSaga,
@@ -185,6 +186,10 @@ class SagaEnvironment:
         """Send an operator's RetryNow for ``step`` (waiting on its retry backoff: sent at once)."""
         await self.operate(OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator="test",
                                        reason=reason))
+
+    async def skip(self, saga_id: str, step: str, reason: str) -> None:
+        """Send an operator's Skip for ``step`` (skippable and stuck: the saga goes on without it)."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=SKIP, step=step, operator="test", reason=reason))
 
     async def terminate(self, saga_id: str, reason: str) -> None:
         """Send an operator's Terminate (the saga ends TERMINATED as it stands)."""

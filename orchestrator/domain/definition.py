@@ -102,9 +102,13 @@ class Step:
     compensation_timeout_ms: int = 5_000
     pivot: bool = False
     run_if: Condition = Condition.ON_SUCCESS
+    skippable: bool = False  # an operator may skip it (the Skip lever) when it is stuck: its dependents go on
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "depends_on", tuple(self.depends_on))
+        if self.pivot and self.skippable:
+            raise DefinitionError(f"step {self.name!r}: a pivot cannot be skippable (the saga passes its pivot "
+                                  "only by the pivot succeeding)")
         # ':' separates the parts of idempotency keys and timer ids; a step name containing it could make
         # two different keys equal ("a:compensate" vs the compensation of "a").
         if not self.name or ":" in self.name:

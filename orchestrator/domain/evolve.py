@@ -202,7 +202,9 @@ def _on_step_retry_scheduled(d: _Def, s: SagaState, e: ev.StepRetryScheduled) ->
 
 
 def _on_step_skipped(d: _Def, s: SagaState, e: ev.StepSkipped) -> SagaState:
-    return _step(s, e, e.step, StepStatus.SKIPPED)
+    # A condition skips a step before it is sent; one skipped after it was sent was skipped by an operator.
+    waived = e.step in s.steps and s.steps[e.step].status is not StepStatus.PENDING
+    return _step(s, e, e.step, StepStatus.SKIPPED, waived=waived)
 
 
 def _on_compensation_sent(d: _Def, s: SagaState, e: ev.CompensationSent) -> SagaState:

@@ -7,6 +7,11 @@ with why, and changes nothing else. Levers:
 - ``RetryNow`` STEP: a step waiting on its retry backoff is sent at once, as the attempt that was due, under
   its same key (the participant answers a repeat from its record); so is a compensation waiting on its retry
   backoff. The retry's timer, when it fires later, is stale and changes nothing.
+- ``Skip`` STEP (a reason is required): a step its definition declares ``skippable`` that is stuck (in flight,
+  timed out, or waiting on a retry) in a RUNNING saga is recorded as skipped (``StepSkipped``, the step
+  ``waived``) and the saga goes on as if it had succeeded, without its output: its dependents run. It is not
+  undone if the saga unwinds later, and its replies and timers change nothing from then on; whether it took
+  effect is the operator's to answer for (``saga verify`` expects at most one effect of it).
 - ``Terminate`` (a reason is required): a saga that has not ended, or waits for an operator after a
   compensation failed, ends TERMINATED as it stands (``SagaTerminated``), nothing compensated and nothing sent:
   for a saga settled by hand. Its timers are stale from then on and late replies change nothing.
@@ -20,7 +25,7 @@ with why, and changes nothing else. Levers:
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from ...schemas.message_types import LEVERS, PAUSE, RETRY_NOW, TERMINATE, UNPAUSE, OperateSaga
+from ...schemas.message_types import LEVERS, PAUSE, RETRY_NOW, SKIP, TERMINATE, UNPAUSE, OperateSaga
 from .builder import DecisionBuilder, send_step
 from .progress import advance, resend_open, retry_compensation
 from .status import SagaStatus, StepStatus
@@ -30,6 +35,8 @@ def operate(b: DecisionBuilder, message: OperateSaga) -> None:
     """Apply the lever ``message`` pulls, or record why it cannot apply."""
     if message.action == RETRY_NOW:
         _retry_now(b, message)
+    elif message.action == SKIP:
+        _skip(b, message)
     elif message.action == TERMINATE:
         _terminate(b, message)
     elif message.action == PAUSE:
@@ -108,3 +115,29 @@ def _unpause(b: DecisionBuilder, message: OperateSaga) -> None:
     if b.saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
         resend_open(b)
         advance(b)
+
+
+def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
+    state = b.saga
+    name = message.step
+    if name is None or not b.defn.has_step(name):
+        refuse(b, message, f"{SKIP} needs one of the saga's steps ({', '.join(b.defn.order)}), got {name!r}")
+        return
+    if not message.reason:
+        refuse(b, message, f"{SKIP} needs a reason (why the saga may go on without step {name})")
+        return
+    if not b.defn.step(name).skippable:
+        refuse(b, message, f"step {name} is not skippable: its definition must say so (skippable=True)")
+        return
+    if state.status is not SagaStatus.RUNNING or state.paused:
+        refuse(b, message, f"saga is {'paused' if state.paused else state.status}: only a running saga's step can "
+                           "be skipped")
+        return
+    step = state.steps[name]
+    if step.status not in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED):
+        refuse(b, message, f"step {name} is {step.status}: only a step in flight or waiting on a retry can be "
+                           "skipped")
+        return
+    _applied(b, message)
+    b.record(ev.StepSkipped(**b.base(), step=name, reason=f"skipped by an operator: {message.reason}"))
+    advance(b)

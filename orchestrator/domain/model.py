@@ -28,6 +28,7 @@ class StepState:
     last_error_type: str | None = None
     last_error_message: str | None = None
     output: bytes | None = None
+    waived: bool = False  # SKIPPED by an operator after it was sent: counts as done for its dependents
 
 
 @dataclass(frozen=True, kw_only=True)

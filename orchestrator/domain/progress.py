@@ -61,7 +61,7 @@ def _readiness(definition: SagaDefinition, state: SagaState, name: str) -> bool 
             u for u in definition.upstream(name) if state.steps[u].status is StepStatus.FAILED
         )
         return True if upstream_failed else "no step it depends on failed"
-    blocking = [d for d in step.depends_on if deps[d] is not StepStatus.SUCCEEDED]
+    blocking = [d for d in step.depends_on if deps[d] is not StepStatus.SUCCEEDED and not state.steps[d].waived]
     if not blocking:
         return True
     return f"dependency {blocking[0]} {deps[blocking[0]].lower()}"

@@ -109,7 +109,7 @@ class StepStatus(StrEnum):
     RETRY_SCHEDULED = "RETRY_SCHEDULED"  # waiting for the backoff timer of ``attempt``
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"  # failed and not retried
-    SKIPPED = "SKIPPED"  # never ran: its condition did not hold
+    SKIPPED = "SKIPPED"  # never ran (its condition did not hold), or an operator skipped it (StepState.waived)
     COMPENSATING = "COMPENSATING"  # compensation sent, waiting for the reply to ``compensation_attempt``
     COMPENSATION_TIMED_OUT = "COMPENSATION_TIMED_OUT"
     COMPENSATION_RETRY_SCHEDULED = "COMPENSATION_RETRY_SCHEDULED"
@@ -122,11 +122,12 @@ _S = StepStatus
 STEP_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     _S.PENDING: frozenset({_S.RUNNING, _S.SKIPPED}),
     # RUNNING -> RUNNING: an operator's resume re-sends an unanswered command under the same key
-    _S.RUNNING: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.TIMED_OUT}),
-    _S.TIMED_OUT: frozenset({_S.RETRY_SCHEDULED, _S.FAILED, _S.SUCCEEDED, _S.RUNNING}),
+    # RUNNING / TIMED_OUT / RETRY_SCHEDULED -> SKIPPED: an operator's Skip of a skippable step that is stuck
+    _S.RUNNING: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.TIMED_OUT, _S.SKIPPED}),
+    _S.TIMED_OUT: frozenset({_S.RETRY_SCHEDULED, _S.FAILED, _S.SUCCEEDED, _S.RUNNING, _S.SKIPPED}),
     # RETRY_SCHEDULED -> SUCCEEDED: a late success of an earlier attempt (same key, same operation); -> FAILED:
     # such a success whose output cannot be carried on
-    _S.RETRY_SCHEDULED: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED}),
+    _S.RETRY_SCHEDULED: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.SKIPPED}),
     # FAILED -> COMPENSATING: a step given up after its attempts timed out may have taken effect; unwinding
     # undoes it (a compensation of something that never happened is a no-op).
     _S.FAILED: frozenset({_S.RETRY_SCHEDULED, _S.COMPENSATING}),

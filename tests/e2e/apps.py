@@ -42,8 +42,8 @@ patient = Saga("patient_checkout", input=Order, namespace="saga.v1.checkout")
 _stock = patient.step(reserve_stock)
 _payment = patient.step(authorise_payment)
 _shipment = patient.step(create_shipment, after=[_stock, _payment], pivot=True)
-patient.step(send_confirmation, after=[_shipment],
+patient.step(send_confirmation, after=[_shipment], skippable=True,
              retry=RetryPolicy(max_attempts=None, initial_backoff_ms=3_600_000, max_backoff_ms=3_600_000))
 PATIENT = SagaApp(sagas=[patient], participants=[inventory, payments, shipping, mail], schema_folder=app.schema_folder)
 """The checkout with an hour between the confirmation's attempts (a full mailbox is tried again hourly): a saga
-that waits on a retry backoff long enough for an operator to pull RetryNow."""
+that waits on a retry backoff long enough for an operator to pull a lever; the confirmation may be skipped."""

@@ -158,3 +158,30 @@ async def test_a_paused_saga_refuses_retry_now_and_unpause_sends_what_was_due(st
     assert sent == [("StepCommandSent", 1), ("StepCommandSent", 2), ("StepCommandSent", 3)]
     verified = await saga_cli(stack.settings, "verify", saga_id)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+async def test_skip_lets_a_saga_go_on_without_a_stuck_step(stack: Stack) -> None:
+    saga_id = f"skip-{uuid.uuid4().hex[:6]}"
+    order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
+                  email="full@bounce.test")
+    async with SagaClient.from_settings(stack.settings) as client:
+        handle = await client.start("patient_checkout", saga_id, order)
+        await _retry_scheduled(handle, 2)
+        skipped = await saga_cli(stack.settings, "skip", saga_id, "send_confirmation", "--reason", "sent by hand",
+                                 "--operator", "hal")
+        assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+        ended = await handle.result(timeout_s=DEMO_TIMEOUT_S)
+    assert isinstance(ended, SagaCompleted)
+    async with SagaClient.from_settings(stack.settings) as client:
+        await client.skip(saga_id, "reserve_stock", "mistaken", operator="ivy")  # not skippable: refused
+    events = await _history(stack, saga_id)
+    for _ in range(20):
+        if events[-1]["event"] == "OperatorActionRefused":
+            break
+        await asyncio.sleep(0.5)
+        events = await _history(stack, saga_id)
+    assert [(e["event"], e.get("step")) for e in events if e["event"] in ("OperatorAction", "StepSkipped")] == [
+        ("OperatorAction", None), ("StepSkipped", "send_confirmation")]
+    assert events[-1]["reason"].startswith("step reserve_stock is not skippable")
+    verified = await saga_cli(stack.settings, "verify", saga_id)
+    assert verified.returncode == 0, verified.stdout + verified.stderr

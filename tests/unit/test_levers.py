@@ -7,23 +7,32 @@ changes nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
+from saga_orchestrator.orchestrator.domain.errors import DefinitionError
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
-from saga_orchestrator.schemas.message_types import PAUSE, RETRY_NOW, TERMINATE, UNPAUSE, CommandKind
+from saga_orchestrator.schemas.message_types import PAUSE, RETRY_NOW, SKIP, TERMINATE, UNPAUSE, CommandKind
 from saga_orchestrator.testing import SagaEnvironment, fail_transiently
 from saga_orchestrator.testing.history import SagaRun, describe
 
 
 def names(events: tuple[ev.Event, ...]) -> list[str]:
     return [describe(event) for event in events]
+
+
+# The trip with every step but the pivot skippable.
+SKIPPABLE_TRIP = SagaDefinition(
+    saga_type=TRIP.saga_type, version=TRIP.version, input_schema=TRIP.input_schema,
+    steps=tuple(dataclasses.replace(step, skippable=not step.pivot) for step in TRIP.steps))
 
 
 def _charge_waits_on_its_backoff() -> SagaRun:
@@ -123,6 +132,36 @@ def test_a_retry_scheduled_while_paused_arms_no_timer_and_goes_on_unpause() -> N
     assert {command.idempotency_key for command in in_flight.commands} == {"s1:book_flight", "s1:book_hotel"}
 
 
+def test_skip_records_a_stuck_step_skipped_and_its_dependents_go_on() -> None:
+    run = SagaRun(SKIPPABLE_TRIP)
+    run.start()
+    run.ok("book_flight")
+    run.fail("book_hotel", "Unavailable", retryable=True)
+    decision = run.operate(SKIP, "book_hotel", reason="booked by phone")
+    assert names(decision.events) == ["OperatorAction", "StepSkipped book_hotel", "StepCommandSent charge_card 1"]
+    assert run.saga.steps["book_hotel"].waived and "STEP_RETRY:book_hotel:2" in decision.obsolete_timers
+    assert run.ok("book_hotel", attempt=1).events == ()  # a late success of the skipped step changes nothing
+    run.ok("charge_card")
+    run.ok("send_itinerary")
+    assert run.status() is SagaStatus.COMPLETED
+
+
+def test_a_skipped_step_is_not_undone_when_the_saga_unwinds_later() -> None:
+    run = SagaRun(SKIPPABLE_TRIP)
+    run.start()
+    run.ok("book_flight")
+    run.operate(SKIP, "book_hotel", reason="booked by phone")  # in flight
+    run.fail("charge_card", "CardDeclined")
+    assert [command.step for command in run.sent if command.kind is CommandKind.COMPENSATE] == ["book_flight"]
+    run.comp_ok("book_flight")
+    assert run.status() is SagaStatus.COMPENSATED
+
+
+def test_a_pivot_cannot_be_skippable() -> None:
+    with pytest.raises(DefinitionError, match="a pivot cannot be skippable"):
+        dataclasses.replace(TRIP.step("charge_card"), skippable=True)
+
+
 REFUSALS: list[tuple[str, Callable[[SagaRun], object], str, str | None, str]] = [
     ("a step in flight", lambda run: (run.start(),), RETRY_NOW, "book_flight",
      "step book_flight is RUNNING, not waiting on a retry backoff"),
@@ -144,10 +183,36 @@ REFUSALS: list[tuple[str, Callable[[SagaRun], object], str, str | None, str]] = 
      "saga is COMPENSATED: only a RUNNING or COMPENSATING saga can be paused"),
     ("pause twice", lambda run: (run.start(), run.operate(PAUSE)), PAUSE, None, "saga is already paused"),
     ("unpause a saga not paused", lambda run: (run.start(),), UNPAUSE, None, "saga is not paused"),
+    ("skip a step not skippable", lambda run: (run.start(),), SKIP, "book_flight",
+     "step book_flight is not skippable"),
     ("retry now while paused", lambda run: (run.start(), run.operate(PAUSE),
                                             run.fail("book_hotel", "Unavailable", retryable=True)),
      RETRY_NOW, "book_hotel", "saga is paused: unpause it"),
 ]
+SKIP_REFUSALS: list[tuple[str, Callable[[SagaRun], object], str | None, str | None, str]] = [
+    ("skip without a reason", lambda run: (run.start(),), "book_flight", None, "Skip needs a reason"),
+    ("skip a step that succeeded", lambda run: (run.start(), run.ok("book_flight")), "book_flight", "done",
+     "step book_flight is SUCCEEDED: only a step in flight or waiting on a retry can be skipped"),
+    ("skip a step not yet sent", lambda run: (run.start(),), "send_itinerary", "done",
+     "step send_itinerary is PENDING"),
+    ("skip while paused", lambda run: (run.start(), run.operate(PAUSE)), "book_flight", "done",
+     "saga is paused: only a running saga's step can be skipped"),
+    ("skip in an unwinding saga", lambda run: (run.start(), run.fail("book_flight", "InvalidRoute")), "book_hotel",
+     "done", "saga is COMPENSATING: only a running saga's step can be skipped"),
+]
+
+
+@pytest.mark.parametrize(("given", "history", "step", "reason", "expected"), SKIP_REFUSALS,
+                         ids=[r[0] for r in SKIP_REFUSALS])
+def test_a_skip_that_cannot_apply_is_refused(given: str, history: Callable[[SagaRun], object], step: str | None,
+                                             reason: str | None, expected: str) -> None:
+    run = SagaRun(SKIPPABLE_TRIP)
+    history(run)
+    before = run.saga
+    [refused] = run.operate(SKIP, step, reason=reason).events
+    assert isinstance(refused, ev.OperatorActionRefused), given
+    assert refused.reason.startswith(expected), refused.reason
+    assert run.saga.steps == before.steps
 
 
 @pytest.mark.parametrize(("given", "history", "lever", "step", "reason"), REFUSALS, ids=[r[0] for r in REFUSALS])
@@ -174,7 +239,7 @@ def test_a_lever_on_a_rejected_saga_is_refused() -> None:
 
 STEPS = list(TRIP.order)
 MOVE_NAMES = ["ok", "fail", "fail_retryable", "comp_ok", "comp_fail_retryable", "retry_now", "fire", "terminate",
-              "pause", "unpause", "cancel"]
+              "pause", "unpause", "cancel", "skip"]
 MOVES = st.lists(st.tuples(st.sampled_from(MOVE_NAMES), st.sampled_from(STEPS)), max_size=25)
 
 
@@ -184,7 +249,7 @@ def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: li
     """Any mix of replies, timers, cancels and levers: every history folds (the fold checks every transition), a
     saga that passed its pivot never sends a compensation, a paused one sends nothing until unpaused, and a
     terminated one sends nothing."""
-    run = SagaRun(TRIP)
+    run = SagaRun(SKIPPABLE_TRIP)
     run.start()
     for move, step in moves:
         state = run.saga.steps[step]
@@ -198,6 +263,8 @@ def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: li
                 run.operate(PAUSE if move == "pause" else UNPAUSE)
             elif move == "cancel":
                 run.cancel()
+            elif move == "skip":
+                run.operate(SKIP, step, reason="settled by hand")
             elif move == "fire":
                 armed = [timer for timer in run.armed.values() if timer.step == step]
                 if armed:
