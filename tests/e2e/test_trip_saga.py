@@ -202,6 +202,12 @@ def _sample(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float], name: 
     return metrics.get((name, frozenset(labels.items())), 0.0)
 
 
+def _lags(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float], group: str) -> dict[str, float]:
+    """``saga_consumer_lag`` of consumer group ``group``, by topic:partition."""
+    return {f"{labels['topic']}:{labels['partition']}": value for (name, pairs), value in metrics.items()
+            if name == "saga_consumer_lag" and (labels := dict(pairs))["group"] == group}
+
+
 async def test_metrics_count_sagas_by_end_state_step_outcomes_commands_and_dead_letters(
         trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
     settings = stack.settings
@@ -218,6 +224,14 @@ async def test_metrics_count_sagas_by_end_state_step_outcomes_commands_and_dead_
                    outcome="compensated") >= 1
     hotel = await _metrics(settings, "hotel")
     assert _sample(hotel, "saga_participant_commands_total", participant="hotel", disposition="recorded") >= len(ended)
+    # The signals to page on: each step timed, each consumer's lag known, the tables' gauges refreshed.
+    assert _sample(orchestrator, "saga_step_duration_seconds_count", saga_type="trip", step="book_flight",
+                   outcome="succeeded") >= 1
+    assert _lags(orchestrator, f"{settings.saga_topic_prefix}saga-orchestrator")
+    assert _lags(hotel, f"{settings.saga_topic_prefix}saga-participant-hotel")
+    assert ("saga_outbox_oldest_age_seconds", frozenset({("table", "saga.outbox")})) in orchestrator
+    assert ("saga_outbox_rows", frozenset({("table", "hotel.outbox")})) in hotel
+    assert ("saga_timers_overdue", frozenset()) in orchestrator
 
     before = _sample(orchestrator, "saga_messages_dead_lettered_total")
     await publish(settings, Topics(settings.saga_topic_prefix).start, b"e2e-metrics-garbage", b"not avro")
