@@ -14,12 +14,8 @@ from ..orchestrator.domain.state import SagaStatus, fold
 from ..schemas import wire
 from ..schemas.event_types import SagaCompleted, SagaQuarantined, SagaReleased, SagaStarted
 from ..schemas.message_types import (
-    PAUSE,
-    RETRY_NOW,
-    SKIP,
-    TERMINATE,
-    UNPAUSE,
     CancelSaga,
+    Lever,
     OperateSaga,
     ReleaseSaga,
     ResumeCompensation,
@@ -137,7 +133,7 @@ def retry_now(
 ) -> None:
     """Send a step (or its compensation) waiting on its retry backoff at once, under its same key. The
     orchestrator records it in the saga's history, or records why it could not apply (OperatorActionRefused)."""
-    _operate(OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator, reason=reason))
+    _operate(OperateSaga(saga_id=saga_id, action=Lever.RETRY_NOW, step=step, operator=operator, reason=reason))
 
 
 def skip(
@@ -148,7 +144,17 @@ def skip(
 ) -> None:
     """Record a stuck step (in flight, timed out, waiting on a retry) as skipped: the saga goes on as if it had
     succeeded, without its output. The orchestrator records it, or why it could not apply."""
-    _operate(OperateSaga(saga_id=saga_id, action=SKIP, step=step, operator=operator, reason=reason))
+    _operate(OperateSaga(saga_id=saga_id, action=Lever.SKIP, step=step, operator=operator, reason=reason))
+
+
+def force_compensate(
+    saga_id: str = typer.Argument(..., help="A RUNNING saga, or one that ended FAILED."),
+    reason: str = typer.Option(..., "--reason", help="Why what it did must be undone; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+) -> None:
+    """Undo what the saga did, also after its pivot (the pivot by its undo): recorded as forced. The orchestrator
+    records it, or why it could not apply."""
+    _operate(OperateSaga(saga_id=saga_id, action=Lever.FORCE_COMPENSATE, step=None, operator=operator, reason=reason))
 
 
 def terminate(
@@ -158,7 +164,7 @@ def terminate(
 ) -> None:
     """End a saga TERMINATED as it stands, compensating nothing: for a saga settled by hand. The orchestrator
     records it, or records why it could not apply (OperatorActionRefused)."""
-    _operate(OperateSaga(saga_id=saga_id, action=TERMINATE, step=None, operator=operator, reason=reason))
+    _operate(OperateSaga(saga_id=saga_id, action=Lever.TERMINATE, step=None, operator=operator, reason=reason))
 
 
 def pause(
@@ -168,7 +174,7 @@ def pause(
 ) -> None:
     """Pause a saga: nothing more is sent for it and none of its timers acts until `saga unpause` (replies that
     come meanwhile are recorded)."""
-    _operate(OperateSaga(saga_id=saga_id, action=PAUSE, step=None, operator=operator, reason=reason))
+    _operate(OperateSaga(saga_id=saga_id, action=Lever.PAUSE, step=None, operator=operator, reason=reason))
 
 
 def unpause(
@@ -177,7 +183,7 @@ def unpause(
     operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
 ) -> None:
     """Let a paused saga go on: what is open is sent again (under the same keys) and its timers are armed."""
-    _operate(OperateSaga(saga_id=saga_id, action=UNPAUSE, step=None, operator=operator, reason=reason))
+    _operate(OperateSaga(saga_id=saga_id, action=Lever.UNPAUSE, step=None, operator=operator, reason=reason))
 
 
 def _operate(message: OperateSaga) -> None:

@@ -32,12 +32,8 @@ from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaRejected, SagaStar
 from ..schemas.headers import kafka_headers, message_headers, valid_traceparent
 from ..schemas.limits import id_problem
 from ..schemas.message_types import (
-    PAUSE,
-    RETRY_NOW,
-    SKIP,
-    TERMINATE,
-    UNPAUSE,
     CancelSaga,
+    Lever,
     OperateSaga,
     ReleaseSaga,
     ResumeCompensation,
@@ -230,33 +226,39 @@ class SagaClient:
                         ) -> None:
         """Publish an OperateSaga RetryNow: ``step`` (or its compensation), waiting on its retry backoff, is sent
         at once under its same key; the saga's history records it, or why it could not apply."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator=operator,
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.RETRY_NOW, step=step, operator=operator,
                                        reason=reason))
 
     async def skip(self, saga_id: str, step: str, reason: str, operator: str | None = None) -> None:
         """Publish an OperateSaga Skip: a skippable ``step`` that is stuck is recorded as skipped and the saga goes
         on as if it had succeeded, without its output; the saga's history records it, or why it could not."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=SKIP, step=step, operator=operator, reason=reason))
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.SKIP, step=step, operator=operator, reason=reason))
+
+    async def force_compensate(self, saga_id: str, reason: str, operator: str | None = None) -> None:
+        """Publish an OperateSaga ForceCompensate: a RUNNING saga, or one that ended FAILED, undoes what it did,
+        also after its pivot; recorded as forced."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.FORCE_COMPENSATE, step=None, operator=operator,
+                                       reason=reason))
 
     async def terminate(self, saga_id: str, reason: str, operator: str | None = None) -> None:
         """Publish an OperateSaga Terminate: the saga ends TERMINATED as it stands, nothing compensated (it was
         settled by hand); the saga's history records it, or why it could not apply."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=TERMINATE, step=None, operator=operator,
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.TERMINATE, step=None, operator=operator,
                                        reason=reason))
 
     async def pause(self, saga_id: str, reason: str | None = None, operator: str | None = None) -> None:
         """Publish an OperateSaga Pause: nothing more is sent for the saga and none of its timers acts until
         ``unpause`` (replies that come meanwhile are recorded)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=PAUSE, step=None, operator=operator,
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.PAUSE, step=None, operator=operator,
                                        reason=reason))
 
     async def unpause(self, saga_id: str, reason: str | None = None, operator: str | None = None) -> None:
         """Publish an OperateSaga Unpause: a paused saga goes on, what is open sent again under the same keys."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=UNPAUSE, step=None, operator=operator,
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.UNPAUSE, step=None, operator=operator,
                                        reason=reason))
 
     async def operate(self, message: OperateSaga) -> None:
-        """Publish an operator's lever (``message.action``: one of ``schemas.message_types.LEVERS``)."""
+        """Publish an operator's lever (``message.action``: one of ``schemas.message_types.Lever``)."""
         await self.publish(self.topics.control, message.saga_id, wire.encode_operate(message))
 
     def handle(self, saga_id: str, since_ms: int | None = None) -> SagaHandle:

@@ -61,20 +61,15 @@ class ReleaseSaga:
     detail: str | None
 
 
-RETRY_NOW = "RetryNow"
-"""OperateSaga.action: a step (or its compensation) waiting on its retry backoff is sent at once."""
-TERMINATE = "Terminate"
-"""OperateSaga.action: the saga ends TERMINATED as it stands, nothing compensated (it was settled by hand)."""
-PAUSE = "Pause"
-"""OperateSaga.action: nothing more is sent for the saga and none of its timers acts (replies are still
-recorded) until Unpause, which sends again what is open."""
-UNPAUSE = "Unpause"
-"""OperateSaga.action: a paused saga goes on, its open steps and compensations sent again."""
-SKIP = "Skip"
-"""OperateSaga.action: a skippable step that is stuck (in flight, timed out, waiting on a retry) is recorded as
-skipped and the saga goes on as if it had succeeded, without its output."""
-LEVERS: tuple[str, ...] = (RETRY_NOW, SKIP, TERMINATE, PAUSE, UNPAUSE)
-"""Every lever an OperateSaga may pull."""
+class Lever(StrEnum):
+    """What an OperateSaga may pull (its ``action``)."""
+
+    RETRY_NOW = "RetryNow"  # a step (or its compensation) waiting on its retry backoff is sent at once
+    SKIP = "Skip"  # a skippable step that is stuck is recorded as skipped; the saga goes on without its output
+    FORCE_COMPENSATE = "ForceCompensate"  # undo what the saga did, also past its pivot or after it ended FAILED
+    TERMINATE = "Terminate"  # the saga ends TERMINATED as it stands, nothing compensated (settled by hand)
+    PAUSE = "Pause"  # nothing more is sent and no timer acts (replies are still recorded) until Unpause
+    UNPAUSE = "Unpause"  # a paused saga goes on, what is open sent again
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,14 +40,10 @@ from ..schemas import wire
 from ..schemas.headers import MESSAGE_ID
 from ..schemas.ids import forward_key
 from ..schemas.message_types import (
-    PAUSE,
-    RETRY_NOW,
-    SKIP,
-    TERMINATE,
-    UNPAUSE,
     CancelSaga,
     CommandKind,
     DeadLetter,
+    Lever,
     OperateSaga,
     ReleaseSaga,
     ResultStatus,
@@ -184,25 +180,30 @@ class SagaEnvironment:
 
     async def retry_now(self, saga_id: str, step: str, reason: str | None = None) -> None:
         """Send an operator's RetryNow for ``step`` (waiting on its retry backoff: sent at once)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=RETRY_NOW, step=step, operator="test",
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.RETRY_NOW, step=step, operator="test",
                                        reason=reason))
 
     async def skip(self, saga_id: str, step: str, reason: str) -> None:
         """Send an operator's Skip for ``step`` (skippable and stuck: the saga goes on without it)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=SKIP, step=step, operator="test", reason=reason))
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.SKIP, step=step, operator="test", reason=reason))
+
+    async def force_compensate(self, saga_id: str, reason: str) -> None:
+        """Send an operator's ForceCompensate (undo what the saga did, also after its pivot)."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.FORCE_COMPENSATE, step=None, operator="test",
+                                       reason=reason))
 
     async def terminate(self, saga_id: str, reason: str) -> None:
         """Send an operator's Terminate (the saga ends TERMINATED as it stands)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=TERMINATE, step=None, operator="test",
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.TERMINATE, step=None, operator="test",
                                        reason=reason))
 
     async def pause(self, saga_id: str) -> None:
         """Send an operator's Pause (nothing is sent for the saga, no timer acts, until ``unpause``)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=PAUSE, step=None, operator="test", reason=None))
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.PAUSE, step=None, operator="test", reason=None))
 
     async def unpause(self, saga_id: str) -> None:
         """Send an operator's Unpause (what is open is sent again)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=UNPAUSE, step=None, operator="test", reason=None))
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.UNPAUSE, step=None, operator="test", reason=None))
 
     async def operate(self, message: OperateSaga) -> None:
         """Send an operator's lever, as saga.control carries it."""

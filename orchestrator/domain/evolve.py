@@ -12,7 +12,7 @@ from typing import Any
 from ...schemas import event_types as ev
 from ...schemas.ids import compensation_key, forward_key
 from ...schemas.limits import OUTPUT_REFUSED
-from ...schemas.message_types import PAUSE, UNPAUSE
+from ...schemas.message_types import Lever
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, IllegalTransition
 from .model import RESUME_COMPENSATION, SagaState, StepState, evolved
@@ -249,8 +249,10 @@ def _on_saga_cancel_refused(d: _Def, s: SagaState, e: ev.SagaCancelRefused) -> S
 def _on_operator_action(d: _Def, s: SagaState, e: ev.OperatorAction) -> SagaState:
     if e.action == RESUME_COMPENSATION:
         return _to_status(s, e, SagaStatus.COMPENSATING)
-    if e.action in (PAUSE, UNPAUSE):
-        return evolved(s, paused=e.action == PAUSE)
+    if e.action in (Lever.PAUSE, Lever.UNPAUSE):
+        return evolved(s, paused=e.action == Lever.PAUSE)
+    if e.action == Lever.FORCE_COMPENSATE:
+        return evolved(s, forced_compensation=True)
     return s
 
 

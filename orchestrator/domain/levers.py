@@ -12,6 +12,10 @@ with why, and changes nothing else. Levers:
   ``waived``) and the saga goes on as if it had succeeded, without its output: its dependents run. It is not
   undone if the saga unwinds later, and its replies and timers change nothing from then on; whether it took
   effect is the operator's to answer for (``saga verify`` expects at most one effect of it).
+- ``ForceCompensate`` (a reason is required): a RUNNING saga, or one that ended FAILED, unwinds: every step
+  that took effect and has an undo is undone, dependents first, the pivot too (by its undo) when it passed;
+  steps without an undo keep what they did. The one way to compensate after a successful pivot, recorded as
+  forced (``OperatorAction`` ForceCompensate, ``SagaCompensationStarted`` "forced by an operator: ...").
 - ``Terminate`` (a reason is required): a saga that has not ended, or waits for an operator after a
   compensation failed, ends TERMINATED as it stands (``SagaTerminated``), nothing compensated and nothing sent:
   for a saga settled by hand. Its timers are stale from then on and late replies change nothing.
@@ -25,26 +29,31 @@ with why, and changes nothing else. Levers:
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from ...schemas.message_types import LEVERS, PAUSE, RETRY_NOW, SKIP, TERMINATE, UNPAUSE, OperateSaga
-from .builder import DecisionBuilder, send_step
-from .progress import advance, resend_open, retry_compensation
+from ...schemas.message_types import (
+    Lever,
+    OperateSaga,
+)
+from .builder import DecisionBuilder, needs_resolution, send_step, to_undo
+from .progress import advance, resend_open, retry_compensation, unwind
 from .status import SagaStatus, StepStatus
 
 
 def operate(b: DecisionBuilder, message: OperateSaga) -> None:
     """Apply the lever ``message`` pulls, or record why it cannot apply."""
-    if message.action == RETRY_NOW:
+    if message.action == Lever.RETRY_NOW:
         _retry_now(b, message)
-    elif message.action == SKIP:
+    elif message.action == Lever.SKIP:
         _skip(b, message)
-    elif message.action == TERMINATE:
+    elif message.action == Lever.FORCE_COMPENSATE:
+        _force_compensate(b, message)
+    elif message.action == Lever.TERMINATE:
         _terminate(b, message)
-    elif message.action == PAUSE:
+    elif message.action == Lever.PAUSE:
         _pause(b, message)
-    elif message.action == UNPAUSE:
+    elif message.action == Lever.UNPAUSE:
         _unpause(b, message)
     else:
-        refuse(b, message, f"unknown lever {message.action!r} (known: {', '.join(LEVERS)})")
+        refuse(b, message, f"unknown lever {message.action!r} (known: {', '.join(Lever)})")
 
 
 def refuse(b: DecisionBuilder, message: OperateSaga, reason: str) -> None:
@@ -63,7 +72,7 @@ def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
     name = message.step
     if name is None or not b.defn.has_step(name):
         steps = ", ".join(b.defn.order)
-        refuse(b, message, f"{RETRY_NOW} needs one of the saga's steps ({steps}), got {name!r}")
+        refuse(b, message, f"{Lever.RETRY_NOW} needs one of the saga's steps ({steps}), got {name!r}")
         return
     if state.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
         refuse(b, message, f"saga is {state.status}: nothing waits to be retried")
@@ -88,7 +97,7 @@ def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
 def _terminate(b: DecisionBuilder, message: OperateSaga) -> None:
     state = b.saga
     if not message.reason:
-        refuse(b, message, f"{TERMINATE} needs a reason (what settled the saga by hand)")
+        refuse(b, message, f"{Lever.TERMINATE} needs a reason (what settled the saga by hand)")
         return
     if state.is_terminal and state.status is not SagaStatus.COMPENSATION_FAILED:  # that one waits for an operator
         refuse(b, message, f"saga already {state.status}")
@@ -121,10 +130,10 @@ def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
     state = b.saga
     name = message.step
     if name is None or not b.defn.has_step(name):
-        refuse(b, message, f"{SKIP} needs one of the saga's steps ({', '.join(b.defn.order)}), got {name!r}")
+        refuse(b, message, f"{Lever.SKIP} needs one of the saga's steps ({', '.join(b.defn.order)}), got {name!r}")
         return
     if not message.reason:
-        refuse(b, message, f"{SKIP} needs a reason (why the saga may go on without step {name})")
+        refuse(b, message, f"{Lever.SKIP} needs a reason (why the saga may go on without step {name})")
         return
     if not b.defn.step(name).skippable:
         refuse(b, message, f"step {name} is not skippable: its definition must say so (skippable=True)")
@@ -140,4 +149,22 @@ def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
         return
     _applied(b, message)
     b.record(ev.StepSkipped(**b.base(), step=name, reason=f"skipped by an operator: {message.reason}"))
+    advance(b)
+
+
+def _force_compensate(b: DecisionBuilder, message: OperateSaga) -> None:
+    state, definition = b.saga, b.defn
+    if not message.reason:
+        refuse(b, message, f"{Lever.FORCE_COMPENSATE} needs a reason (why what the saga did must be undone)")
+        return
+    if state.status not in (SagaStatus.RUNNING, SagaStatus.FAILED) or state.paused:
+        refuse(b, message, f"saga is {'paused' if state.paused else state.status}: only a RUNNING or FAILED saga "
+                           "can be compensated by force")
+        return
+    steps = state.steps.values()
+    if not any(to_undo(definition, step) or needs_resolution(definition, step) for step in steps):
+        refuse(b, message, "nothing it did has an undo")
+        return
+    _applied(b, message)
+    unwind(b, f"forced by an operator: {message.reason}", None)
     advance(b)

@@ -56,6 +56,7 @@ class SagaState:
     quarantined_from: SagaStatus | None = None  # while QUARANTINED: the status a release puts it back to
     quarantine_reason: str | None = None
     paused: bool = False  # an operator's Pause: nothing is sent and no timer acts until Unpause
+    forced_compensation: bool = False  # an operator's ForceCompensate: undoing past the pivot was asked for
 
     @property
     def is_terminal(self) -> bool:

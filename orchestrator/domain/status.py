@@ -74,7 +74,7 @@ _STARTED_TRANSITIONS: Mapping[SagaStatus, frozenset[SagaStatus]] = {
     SagaStatus.COMPENSATION_FAILED: frozenset({SagaStatus.COMPENSATING,  # an operator resumed it
                                                SagaStatus.TERMINATED}),
     SagaStatus.COMPLETED: _PURGE,
-    SagaStatus.FAILED: _PURGE,
+    SagaStatus.FAILED: _PURGE | {SagaStatus.COMPENSATING},  # an operator's ForceCompensate
     SagaStatus.COMPENSATED: _PURGE,
     SagaStatus.CANCELLED: _PURGE,
     SagaStatus.COMPLETED_WITH_FAILURES: _PURGE,

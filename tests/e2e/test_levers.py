@@ -18,7 +18,7 @@ from saga_orchestrator.cli.demo_cmd import DEMO_TIMEOUT_S
 from saga_orchestrator.client import SagaClient
 from saga_orchestrator.client.saga_client import SagaHandle
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.schemas.event_types import SagaCompleted, StepRetryScheduled
+from saga_orchestrator.schemas.event_types import SagaCompensated, SagaCompleted, StepRetryScheduled
 from tests.chaos.crash_tools import started_and_ready
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack, saga_cli
@@ -183,5 +183,34 @@ async def test_skip_lets_a_saga_go_on_without_a_stuck_step(stack: Stack) -> None
     assert [(e["event"], e.get("step")) for e in events if e["event"] in ("OperatorAction", "StepSkipped")] == [
         ("OperatorAction", None), ("StepSkipped", "send_confirmation")]
     assert events[-1]["reason"].startswith("step reserve_stock is not skippable")
+    verified = await saga_cli(stack.settings, "verify", saga_id)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+async def test_force_compensate_undoes_a_saga_past_its_pivot(stack: Stack) -> None:
+    saga_id = f"force-{uuid.uuid4().hex[:6]}"
+    order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
+                  email="full@bounce.test")
+    async with SagaClient.from_settings(stack.settings) as client:
+        handle = await client.start("patient_checkout", saga_id, order)
+        await _retry_scheduled(handle, 2)  # past the pivot (the shipment is created), the confirmation waits
+        forced = await saga_cli(stack.settings, "force-compensate", saga_id, "--reason", "order withdrawn",
+                                "--operator", "jo")
+        assert forced.returncode == 0, forced.stdout + forced.stderr
+        ended = await handle.result(timeout_s=DEMO_TIMEOUT_S)
+        assert isinstance(ended, SagaCompensated) and ended.reason == "forced by an operator: order withdrawn"
+        await client.force_compensate(saga_id, "again", operator="kim")  # it ended COMPENSATED: refused
+    events = await _history(stack, saga_id)
+    for _ in range(20):
+        if events[-1]["event"] == "OperatorActionRefused":
+            break
+        await asyncio.sleep(0.5)
+        events = await _history(stack, saga_id)
+    assert events[-1]["reason"].startswith("saga is COMPENSATED: only a RUNNING or FAILED saga"), events[-1]
+    shown = await saga_cli(stack.settings, "effects", saga_id, "--json")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    counts = {name: found["counts"] for name, found in json.loads(shown.stdout)["participants"].items()}
+    assert counts == {"inventory": {"done": 1, "undone": 1}, "payments": {"done": 1, "undone": 1},
+                      "shipping": {"done": 1, "undone": 0}, "mail": {"done": 0, "undone": 0}}  # no undo to ship
     verified = await saga_cli(stack.settings, "verify", saga_id)
     assert verified.returncode == 0, verified.stdout + verified.stderr
