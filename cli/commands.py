@@ -82,6 +82,7 @@ def _status_of(saga_id: str) -> SagaStatus:
 def cancel(
     saga_id: str = typer.Argument(..., help="The saga to cancel."),
     reason: str = typer.Option(..., "--reason", help="Why; recorded in the saga's history."),
+    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Publish a CancelSaga on saga.control (refused and recorded once the pivot step succeeded)."""
@@ -90,7 +91,7 @@ def cancel(
     if not force and (status := _status_of(saga_id)).is_terminal:
         fail(f"saga {saga_id!r} already ended {status.value}: there is nothing to cancel")
     current = settings()
-    body = wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason))
+    body = wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason, operator=operator))
     run(_publish(current, topics(current).control, saga_id, body, None))
     console.print(f"published CancelSaga for [bold]{saga_id}[/]")
 

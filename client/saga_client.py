@@ -205,10 +205,11 @@ class SagaClient:
         await self.publish(self.topics.start, saga_id, value, saga_type=saga_type, traceparent=traceparent)
         return handle
 
-    async def cancel(self, saga_id: str, reason: str) -> None:
-        """Publish a CancelSaga (the orchestrator refuses, and records, a cancel after the pivot)."""
-        await self.publish(self.topics.control, saga_id, wire.encode_cancel(CancelSaga(saga_id=saga_id,
-                                                                                      reason=reason)))
+    async def cancel(self, saga_id: str, reason: str, operator: str | None = None) -> None:
+        """Publish a CancelSaga (the orchestrator refuses, and records, a cancel after the pivot), recording
+        ``operator`` as who asked."""
+        message = CancelSaga(saga_id=saga_id, reason=reason, operator=operator)
+        await self.publish(self.topics.control, saga_id, wire.encode_cancel(message))
 
     async def resume(self, saga_id: str, operator: str | None = None, detail: str | None = None) -> None:
         """Publish a ResumeCompensation: a COMPENSATION_FAILED saga retries its failed compensation."""

@@ -123,11 +123,13 @@ class SagaCompensationStarted(Event):
 @dataclass(frozen=True, kw_only=True)
 class SagaCancelRequested(Event):
     reason: str
+    operator: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class SagaCancelRefused(Event):
     reason: str
+    operator: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,10 +37,11 @@ class StartSaga:
 
 @dataclass(frozen=True, kw_only=True)
 class CancelSaga:
-    """Cancel a saga (topic saga.control)."""
+    """Cancel a saga (topic saga.control); ``operator``: who asked, recorded with the cancel."""
 
     saga_id: str
     reason: str
+    operator: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -162,7 +162,8 @@ class SagaEnvironment:
 
     async def cancel(self, saga_id: str, reason: str = "cancelled in a test") -> None:
         """Send a CancelSaga and let the saga run on."""
-        self._send(self.topics.control, saga_id, wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason)),
+        self._send(self.topics.control, saga_id,
+                   wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason, operator="test")),
                    f"{saga_id}:cancel:{next(self._order)}")
         await self._settle()
 

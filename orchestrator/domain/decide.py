@@ -183,9 +183,9 @@ def _start(
 def _cancel(b: DecisionBuilder, message: CancelSaga) -> None:
     refusal = _cancel_refusal(b)
     if refusal is not None:
-        b.record(ev.SagaCancelRefused(**b.base(), reason=refusal))
+        b.record(ev.SagaCancelRefused(**b.base(), reason=refusal, operator=message.operator))
         return
-    b.record(ev.SagaCancelRequested(**b.base(), reason=message.reason))
+    b.record(ev.SagaCancelRequested(**b.base(), reason=message.reason, operator=message.operator))
     unwind(b, f"cancel requested: {message.reason}", None)
     advance(b)
 

@@ -18,7 +18,7 @@ from saga_orchestrator.cli.demo_cmd import DEMO_TIMEOUT_S
 from saga_orchestrator.client import SagaClient
 from saga_orchestrator.client.saga_client import SagaHandle
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.schemas.event_types import SagaCompensated, SagaCompleted, StepRetryScheduled
+from saga_orchestrator.schemas.event_types import SagaCancelRefused, SagaCompensated, SagaCompleted, StepRetryScheduled
 from tests.chaos.crash_tools import started_and_ready
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack, saga_cli
@@ -50,6 +50,18 @@ def _skip_space(text: str, at: int) -> int:
     return at
 
 
+async def _waiting(client: SagaClient, prefix: str) -> tuple[str, SagaHandle]:
+    """A checkout started whose confirmation (past the pivot) found the mailbox full and waits an hour to try
+    again: its saga id and handle."""
+    saga_id = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
+                  email="full@bounce.test")  # the mailbox is full on the first two attempts
+    handle = await client.start("patient_checkout", saga_id, order)
+    scheduled = await _retry_scheduled(handle, 2)
+    assert scheduled.step == "send_confirmation" and scheduled.due_at - scheduled.occurred_at >= 3_000_000
+    return saga_id, handle
+
+
 async def _retry_scheduled(handle: SagaHandle, attempt: int) -> StepRetryScheduled:
     async for event in handle.events(timeout_s=DEMO_TIMEOUT_S):
         if isinstance(event, StepRetryScheduled) and event.attempt == attempt:
@@ -58,13 +70,8 @@ async def _retry_scheduled(handle: SagaHandle, attempt: int) -> StepRetrySchedul
 
 
 async def test_retry_now_from_the_cli_and_the_client_skips_the_hour(stack: Stack) -> None:
-    saga_id = f"lever-{uuid.uuid4().hex[:6]}"
-    order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
-                  email="full@bounce.test")  # the mailbox is full on the first two attempts
     async with SagaClient.from_settings(stack.settings) as client:
-        handle = await client.start("patient_checkout", saga_id, order)
-        scheduled = await _retry_scheduled(handle, 2)
-        assert scheduled.step == "send_confirmation" and scheduled.due_at - scheduled.occurred_at >= 3_000_000
+        saga_id, handle = await _waiting(client, "lever")
 
         pulled = await saga_cli(stack.settings, "retry-now", saga_id, "send_confirmation", "--operator", "alice",
                                 "--reason", "mailbox emptied")
@@ -99,15 +106,9 @@ async def test_retry_now_from_the_cli_and_the_client_skips_the_hour(stack: Stack
 
 
 async def test_terminate_from_the_cli_and_the_client_ends_sagas_as_they_stand(stack: Stack) -> None:
-    run = uuid.uuid4().hex[:6]
-    ids = [f"term-cli-{run}", f"term-client-{run}"]
     async with SagaClient.from_settings(stack.settings) as client:
-        handles = []
-        for saga_id in ids:
-            order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
-                          email="full@bounce.test")
-            handles.append(handle := await client.start("patient_checkout", saga_id, order))
-            await _retry_scheduled(handle, 2)  # the confirmation waits an hour
+        waiting = [await _waiting(client, "term-cli"), await _waiting(client, "term-client")]
+        ids, handles = [saga_id for saga_id, _ in waiting], [handle for _, handle in waiting]
         ended = await saga_cli(stack.settings, "terminate", ids[0], "--reason", "confirmed by phone",
                                "--operator", "dora")
         assert ended.returncode == 0, ended.stdout + ended.stderr
@@ -128,12 +129,8 @@ async def test_terminate_from_the_cli_and_the_client_ends_sagas_as_they_stand(st
 
 
 async def test_a_paused_saga_refuses_retry_now_and_unpause_sends_what_was_due(stack: Stack) -> None:
-    saga_id = f"pause-{uuid.uuid4().hex[:6]}"
-    order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
-                  email="full@bounce.test")
     async with SagaClient.from_settings(stack.settings) as client:
-        handle = await client.start("patient_checkout", saga_id, order)
-        await _retry_scheduled(handle, 2)
+        saga_id, handle = await _waiting(client, "pause")
         paused = await saga_cli(stack.settings, "pause", saga_id, "--operator", "fay", "--reason", "carrier strike")
         assert paused.returncode == 0, paused.stdout + paused.stderr
         await client.retry_now(saga_id, "send_confirmation", operator="gus")  # refused: the saga is paused
@@ -161,12 +158,8 @@ async def test_a_paused_saga_refuses_retry_now_and_unpause_sends_what_was_due(st
 
 
 async def test_skip_lets_a_saga_go_on_without_a_stuck_step(stack: Stack) -> None:
-    saga_id = f"skip-{uuid.uuid4().hex[:6]}"
-    order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
-                  email="full@bounce.test")
     async with SagaClient.from_settings(stack.settings) as client:
-        handle = await client.start("patient_checkout", saga_id, order)
-        await _retry_scheduled(handle, 2)
+        saga_id, handle = await _waiting(client, "skip")
         skipped = await saga_cli(stack.settings, "skip", saga_id, "send_confirmation", "--reason", "sent by hand",
                                  "--operator", "hal")
         assert skipped.returncode == 0, skipped.stdout + skipped.stderr
@@ -188,12 +181,8 @@ async def test_skip_lets_a_saga_go_on_without_a_stuck_step(stack: Stack) -> None
 
 
 async def test_force_compensate_undoes_a_saga_past_its_pivot(stack: Stack) -> None:
-    saga_id = f"force-{uuid.uuid4().hex[:6]}"
-    order = Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address="1 Main St",
-                  email="full@bounce.test")
     async with SagaClient.from_settings(stack.settings) as client:
-        handle = await client.start("patient_checkout", saga_id, order)
-        await _retry_scheduled(handle, 2)  # past the pivot (the shipment is created), the confirmation waits
+        saga_id, handle = await _waiting(client, "force")
         forced = await saga_cli(stack.settings, "force-compensate", saga_id, "--reason", "order withdrawn",
                                 "--operator", "jo")
         assert forced.returncode == 0, forced.stdout + forced.stderr
@@ -214,3 +203,18 @@ async def test_force_compensate_undoes_a_saga_past_its_pivot(stack: Stack) -> No
                       "shipping": {"done": 1, "undone": 0}, "mail": {"done": 0, "undone": 0}}  # no undo to ship
     verified = await saga_cli(stack.settings, "verify", saga_id)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+async def test_a_cancel_refused_after_the_pivot_records_who_asked(stack: Stack) -> None:
+    async with SagaClient.from_settings(stack.settings) as client:
+        saga_id, handle = await _waiting(client, "cancel")
+        cancelled = await saga_cli(stack.settings, "cancel", saga_id, "--reason", "customer asked", "--operator",
+                                   "lee")
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+        refused = None
+        async for event in handle.events(timeout_s=DEMO_TIMEOUT_S):
+            if isinstance(event, SagaCancelRefused):
+                refused = event
+                break
+    assert refused is not None and refused.operator == "lee"
+    assert refused.reason == "pivot step create_shipment already succeeded; the saga only moves forward"

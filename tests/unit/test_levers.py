@@ -21,6 +21,7 @@ from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas.message_types import (
+    CancelSaga,
     CommandKind,
     Lever,
 )
@@ -393,3 +394,13 @@ async def test_pause_holds_a_saga_in_the_environment_until_unpaused() -> None:
     await env.unpause(saga_id)
     result = await env.result(saga_id)
     assert result.status == "COMPLETED" and result.attempts("charge_card") == 2
+
+
+def test_a_cancel_records_who_asked_whether_it_applies_or_not() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    [requested, *_] = run.send(CancelSaga(saga_id="s1", reason="customer changed plans", operator="lee")).events
+    assert isinstance(requested, ev.SagaCancelRequested) and requested.operator == "lee"
+    [refused] = run.send(CancelSaga(saga_id="s1", reason="again", operator="max")).events
+    assert isinstance(refused, ev.SagaCancelRefused) and (refused.operator, refused.reason) == (
+        "max", "cancel already requested")
