@@ -47,7 +47,10 @@ async def test_follow_waits_for_the_saga_prints_its_events_as_recorded_and_exits
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "DATABASE_URL": database_url, "COLUMNS": "200"})
     try:
-        await asyncio.sleep(2)
+        assert follower.stdout is not None
+        # Record nothing before it says it waits: on a loaded machine its start alone can take seconds.
+        first = await asyncio.wait_for(follower.stdout.readline(), 30)
+        assert first.decode().rstrip("\n") == f"waiting for saga {saga_id} to start (Ctrl-C to stop)"
         assert follower.returncode is None, "it stopped before the saga started"
         await _record(conn, history[:2])
         await asyncio.sleep(1)
@@ -59,8 +62,6 @@ async def test_follow_waits_for_the_saga_prints_its_events_as_recorded_and_exits
             follower.kill()
         await conn.close()
     assert follower.returncode == 0, err.decode()
-    lines = out.decode().splitlines()
-    assert lines[0] == f"waiting for saga {saga_id} to start (Ctrl-C to stop)"
-    shown = [json.loads(line) for line in lines[1:]]
+    shown = [json.loads(line) for line in out.decode().splitlines()]
     assert [(row["event"], row["seq"]) for row in shown] == [(type(e).__name__, e.seq) for e in history]
     assert shown[-1]["event"] == "SagaCompensated"
