@@ -117,15 +117,8 @@ def expect_timeout(definition: SagaDefinition, timing_out: str
     retried_at = step.timeout_ms + step.retry.backoff_ms(1, f"{FAULT_CASE_ID}:{timing_out}:1")
     if definition.deadline_ms is None or not holds_up or retried_at < definition.deadline_ms:
         return "COMPLETED", frozenset(), ()
-    effected = {timing_out}
-    progressed = True
-    while progressed:  # every step the timed-out one does not hold up took effect at once
-        progressed = False
-        for name in definition.order:
-            if name not in effected and name not in definition.downstream(timing_out) and (
-                    set(definition.step(name).depends_on) <= effected - {timing_out}):
-                effected.add(name)
-                progressed = True
+    # It took effect, and so did every step it does not hold up (they succeed at once).
+    effected = set(definition.order) - definition.downstream(timing_out)
     undone = frozenset(name for name in effected if definition.step(name).compensation is not None)
     return "CANCELLED", undone, _undo_order(definition, undone)
 

@@ -28,6 +28,8 @@ with why, and changes nothing else. Levers:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ...schemas import event_types as ev
 from ...schemas.message_types import (
     Lever,
@@ -40,20 +42,11 @@ from .status import SagaStatus, StepStatus
 
 def operate(b: DecisionBuilder, message: OperateSaga) -> None:
     """Apply the lever ``message`` pulls, or record why it cannot apply."""
-    if message.action == Lever.RETRY_NOW:
-        _retry_now(b, message)
-    elif message.action == Lever.SKIP:
-        _skip(b, message)
-    elif message.action == Lever.FORCE_COMPENSATE:
-        _force_compensate(b, message)
-    elif message.action == Lever.TERMINATE:
-        _terminate(b, message)
-    elif message.action == Lever.PAUSE:
-        _pause(b, message)
-    elif message.action == Lever.UNPAUSE:
-        _unpause(b, message)
-    else:
+    pull = _LEVERS.get(message.action)
+    if pull is None:
         refuse(b, message, f"unknown lever {message.action!r} (known: {', '.join(Lever)})")
+    else:
+        pull(b, message)
 
 
 def refuse(b: DecisionBuilder, message: OperateSaga, reason: str) -> None:
@@ -67,12 +60,20 @@ def _applied(b: DecisionBuilder, message: OperateSaga) -> None:
     b.record(ev.OperatorAction(**b.base(), action=message.action, operator=message.operator, detail=detail))
 
 
-def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
-    state = b.saga
+def _named_step(b: DecisionBuilder, message: OperateSaga) -> str | None:
+    """The step a lever that acts on one names, or None, its refusal recorded, when it names none of the saga's."""
     name = message.step
     if name is None or not b.defn.has_step(name):
-        steps = ", ".join(b.defn.order)
-        refuse(b, message, f"{Lever.RETRY_NOW} needs one of the saga's steps ({steps}), got {name!r}")
+        refuse(b, message, f"{message.action} needs one of the saga's steps ({', '.join(b.defn.order)}), "
+                           f"got {name!r}")
+        return None
+    return name
+
+
+def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
+    state = b.saga
+    name = _named_step(b, message)
+    if name is None:
         return
     if state.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
         refuse(b, message, f"saga is {state.status}: nothing waits to be retried")
@@ -128,9 +129,8 @@ def _unpause(b: DecisionBuilder, message: OperateSaga) -> None:
 
 def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
     state = b.saga
-    name = message.step
-    if name is None or not b.defn.has_step(name):
-        refuse(b, message, f"{Lever.SKIP} needs one of the saga's steps ({', '.join(b.defn.order)}), got {name!r}")
+    name = _named_step(b, message)
+    if name is None:
         return
     if not message.reason:
         refuse(b, message, f"{Lever.SKIP} needs a reason (why the saga may go on without step {name})")
@@ -168,3 +168,9 @@ def _force_compensate(b: DecisionBuilder, message: OperateSaga) -> None:
     _applied(b, message)
     unwind(b, f"forced by an operator: {message.reason}", None)
     advance(b)
+
+
+_LEVERS: dict[str, Callable[[DecisionBuilder, OperateSaga], None]] = {
+    Lever.RETRY_NOW: _retry_now, Lever.SKIP: _skip, Lever.FORCE_COMPENSATE: _force_compensate,
+    Lever.TERMINATE: _terminate, Lever.PAUSE: _pause, Lever.UNPAUSE: _unpause,
+}

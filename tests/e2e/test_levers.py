@@ -44,6 +44,18 @@ async def _history(stack: Stack, saga_id: str) -> list[dict[str, Any]]:
     return events
 
 
+async def _history_until_refused(stack: Stack, saga_id: str) -> list[dict[str, Any]]:
+    """The saga's history once it ends with the OperatorActionRefused the orchestrator records for a lever just
+    published (it reads it a moment later), or as it stands after 10 s."""
+    events = await _history(stack, saga_id)
+    for _ in range(20):
+        if events[-1]["event"] == "OperatorActionRefused":
+            break
+        await asyncio.sleep(0.5)
+        events = await _history(stack, saga_id)
+    return events
+
+
 def _skip_space(text: str, at: int) -> int:
     while at < len(text) and text[at].isspace():
         at += 1
@@ -84,12 +96,7 @@ async def test_retry_now_from_the_cli_and_the_client_skips_the_hour(stack: Stack
 
     refused = await saga_cli(stack.settings, "retry-now", saga_id, "send_confirmation", "--operator", "carol")
     assert refused.returncode == 0, refused.stdout + refused.stderr
-    events = await _history(stack, saga_id)
-    for _ in range(20):  # the refusal is recorded once the orchestrator has read it
-        if events[-1]["event"] == "OperatorActionRefused":
-            break
-        await asyncio.sleep(0.5)
-        events = await _history(stack, saga_id)
+    events = await _history_until_refused(stack, saga_id)
     levers = [(event["event"], event["operator"], event.get("detail") or event.get("reason"))
               for event in events if event["event"].startswith("OperatorAction")]
     assert levers == [("OperatorAction", "alice", "send_confirmation: mailbox emptied"),
@@ -134,12 +141,7 @@ async def test_a_paused_saga_refuses_retry_now_and_unpause_sends_what_was_due(st
         paused = await saga_cli(stack.settings, "pause", saga_id, "--operator", "fay", "--reason", "carrier strike")
         assert paused.returncode == 0, paused.stdout + paused.stderr
         await client.retry_now(saga_id, "send_confirmation", operator="gus")  # refused: the saga is paused
-        events = await _history(stack, saga_id)
-        for _ in range(20):
-            if events[-1]["event"] == "OperatorActionRefused":
-                break
-            await asyncio.sleep(0.5)
-            events = await _history(stack, saga_id)
+        events = await _history_until_refused(stack, saga_id)
         assert [(e["event"], e["operator"]) for e in events[-2:]] == [("OperatorAction", "fay"),
                                                                      ("OperatorActionRefused", "gus")], events[-2:]
         assert events[-1]["reason"] == "saga is paused: unpause it, which sends what is open"
@@ -167,12 +169,7 @@ async def test_skip_lets_a_saga_go_on_without_a_stuck_step(stack: Stack) -> None
     assert isinstance(ended, SagaCompleted)
     async with SagaClient.from_settings(stack.settings) as client:
         await client.skip(saga_id, "reserve_stock", "mistaken", operator="ivy")  # not skippable: refused
-    events = await _history(stack, saga_id)
-    for _ in range(20):
-        if events[-1]["event"] == "OperatorActionRefused":
-            break
-        await asyncio.sleep(0.5)
-        events = await _history(stack, saga_id)
+    events = await _history_until_refused(stack, saga_id)
     assert [(e["event"], e.get("step")) for e in events if e["event"] in ("OperatorAction", "StepSkipped")] == [
         ("OperatorAction", None), ("StepSkipped", "send_confirmation")]
     assert events[-1]["reason"].startswith("step reserve_stock is not skippable")
@@ -189,12 +186,7 @@ async def test_force_compensate_undoes_a_saga_past_its_pivot(stack: Stack) -> No
         ended = await handle.result(timeout_s=DEMO_TIMEOUT_S)
         assert isinstance(ended, SagaCompensated) and ended.reason == "forced by an operator: order withdrawn"
         await client.force_compensate(saga_id, "again", operator="kim")  # it ended COMPENSATED: refused
-    events = await _history(stack, saga_id)
-    for _ in range(20):
-        if events[-1]["event"] == "OperatorActionRefused":
-            break
-        await asyncio.sleep(0.5)
-        events = await _history(stack, saga_id)
+    events = await _history_until_refused(stack, saga_id)
     assert events[-1]["reason"].startswith("saga is COMPENSATED: only a RUNNING or FAILED saga"), events[-1]
     shown = await saga_cli(stack.settings, "effects", saga_id, "--json")
     assert shown.returncode == 0, shown.stdout + shown.stderr
