@@ -65,13 +65,15 @@ class Saga:
 
     ``input``: the pydantic model of its input, the Avro record ``<namespace>.<Model>`` (``namespace``: default
     ``saga.v1.<saga_type>``). ``deadline``: the time from the start within which it must pass its pivot (or end,
-    without one), else it is cancelled.
+    without one), else it is cancelled. ``searchable``: input fields (text, whole numbers or booleans) its sagas
+    are found by in the console and the HTTP API, a customer id or an order number.
     """
 
     def __init__(self, saga_type: str, *, input: type[BaseModel], version: int = 1, namespace: str | None = None,
                  failure_mode: FailureMode = FailureMode.FAIL_FAST, compensate_on_continue: bool = False,
-                 deadline: timedelta | None = None) -> None:
+                 deadline: timedelta | None = None, searchable: Sequence[str] = ()) -> None:
         self.saga_type = saga_type
+        self.searchable = _searchable(saga_type, input, searchable)
         self.version = version
         self.input_record = Record(input, namespace or f"saga.v1.{saga_type}", INPUTS_FOLDER)
         self.failure_mode = failure_mode
@@ -104,7 +106,7 @@ class Saga:
             saga_type=self.saga_type, version=self.version, input_schema=self.input_record.full_name,
             steps=tuple(step for _, step in self.steps), failure_mode=self.failure_mode,
             compensate_on_continue=self.compensate_on_continue,
-            deadline_ms=None if self.deadline is None else _ms(self.deadline))
+            deadline_ms=None if self.deadline is None else _ms(self.deadline), searchable=self.searchable)
         self._check_needs(definition)
         return definition
 
@@ -220,3 +222,19 @@ def _after_pivot(saga: _Steps, after: Sequence[StepRef]) -> bool:
 
 def _ms(delta: timedelta) -> int:
     return round(delta.total_seconds() * 1000)
+
+
+def _searchable(saga_type: str, model: type[BaseModel], names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` checked: each a field of ``model`` holding text, a whole number or a boolean (else
+    DefinitionError naming it)."""
+    for name in names:
+        field = model.model_fields.get(name)
+        if field is None:
+            raise DefinitionError(f"saga {saga_type!r}: searchable field {name!r} is not a field of "
+                                  f"{model.__name__} (its fields: {', '.join(model.model_fields)})")
+        if field.annotation not in (str, int, bool, str | None, int | None):
+            raise DefinitionError(f"saga {saga_type!r}: searchable field {name!r} must hold text, a whole number "
+                                  f"or a boolean, not {field.annotation}")
+    if len(set(names)) != len(names):
+        raise DefinitionError(f"saga {saga_type!r}: a searchable field is named twice in {list(names)}")
+    return tuple(names)

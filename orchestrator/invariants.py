@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from .domain.definition import SagaDefinition
 from .domain.state import SagaState, SagaStatus, StepStatus
+from .domain.trouble import trouble
 from .ports import SagaSummaryRow
 
 EffectCounts = Mapping[str, Mapping[str, int]]
@@ -150,9 +151,12 @@ def summary_problems(state: SagaState, summary: SagaSummaryRow | None) -> list[s
     """Where the saga_summary read model disagrees with the fold of the saga's events."""
     if summary is None:
         return ["no saga_summary row"]
+    stuck = trouble(state)
     expected = {
         "saga_type": state.saga_type, "status": state.status.value, "last_seq": state.last_seq,
         "failed_step": state.failed_step or state.compensation_failed_step, "reason": state.reason,
+        "current_step": None if stuck is None else stuck.step, "step_failures": 0 if stuck is None else stuck.failures,
+        "last_error": None if stuck is None else stuck.error,
     }
     return [f"saga_summary.{name} is {getattr(summary, name)!r}, the events say {value!r}"
             for name, value in expected.items() if getattr(summary, name) != value]

@@ -3,7 +3,9 @@ the published events and the dead letters, timers, read-model rows), sent in a f
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..outbox.dead_letters import dead_letter_message
 from ..outbox.table import OutboxMessage
@@ -17,7 +19,8 @@ from ..schemas.topics import Topics
 from .domain.decide import Decision
 from .domain.messages import Timer
 from .domain.state import SagaState, SagaStatus
-from .ports import SagaSummaryRow, StatusMark, StoredEvent, TimerRow, UnitOfWork, Writes
+from .domain.trouble import trouble
+from .ports import SagaSummaryRow, SearchKey, StatusMark, StoredEvent, TimerRow, UnitOfWork, Writes
 
 
 @dataclass
@@ -53,6 +56,7 @@ class PendingWrites:
         self.timers: dict[tuple[str, str], TimerRow | None] = {}
         self.summaries: dict[str, SagaSummaryRow] = {}
         self.marks: list[StatusMark] = []
+        self.search_keys: list[SearchKey] = []
         self.decisions: list[Decision] = []
         self.dead_lettered = 0
 
@@ -76,6 +80,12 @@ class PendingWrites:
             self.timers[(row.saga_id, row.timer_id)] = row
         self.summaries[state.saga_id] = summary_of(state)
         return state
+
+    def index(self, saga_id: str, fields: Sequence[str], record: Mapping[str, Any]) -> None:
+        """Add the business keys of a saga that has just started: the values of its input ``record``'s
+        ``fields`` (those its definition declares searchable), as text; a null value is not indexed."""
+        self.search_keys += [SearchKey(saga_id, name, str(record[name])) for name in fields
+                             if record.get(name) is not None]
 
     def record_unfolded(self, decision: Decision, causation_id: str) -> None:
         """Add the events of a decision about a saga whose history does not fold (a quarantine): their rows and
@@ -112,7 +122,7 @@ class PendingWrites:
         saga order, so two multi-saga transactions wait for each other in one direction only (no
         deadlock). Outbox rows keep decision order: that order is the publishing order.
         """
-        if not (self.timers or self.events or self.outbox or self.summaries or self.marks):
+        if not (self.timers or self.events or self.outbox or self.summaries or self.marks or self.search_keys):
             return
         await uow.write(Writes(
             deleted_timers=sorted(key for key, row in self.timers.items() if row is None),
@@ -121,6 +131,7 @@ class PendingWrites:
             timers=[row for _, row in sorted(self.timers.items()) if row is not None],
             summaries=[self.summaries[saga_id] for saga_id in sorted(self.summaries)],
             marks=sorted(self.marks, key=lambda mark: mark.saga_id),
+            search_keys=sorted(self.search_keys, key=lambda key: (key.field, key.value, key.saga_id)),
         ))
 
 
@@ -152,8 +163,11 @@ def _timer_row(timer: Timer) -> TimerRow:
 
 def summary_of(state: SagaState) -> SagaSummaryRow:
     """The saga_summary row (read model) of a saga in ``state``."""
+    stuck = trouble(state)
     return SagaSummaryRow(
         saga_id=state.saga_id, saga_type=state.saga_type, tenant_id=state.tenant_id, status=state.status.value,
         started_at_ms=state.started_at, updated_at_ms=state.updated_at, last_seq=state.last_seq,
         failed_step=state.failed_step or state.compensation_failed_step, reason=state.reason,
+        current_step=None if stuck is None else stuck.step, step_failures=0 if stuck is None else stuck.failures,
+        last_error=None if stuck is None else stuck.error,
     )

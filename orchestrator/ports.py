@@ -85,6 +85,18 @@ class SagaSummaryRow:
     last_seq: int
     failed_step: str | None = None
     reason: str | None = None
+    current_step: str | None = None  # orchestrator.domain.trouble: the step it waits on, the most failed first
+    step_failures: int = 0  # that step's failed or timed-out attempts
+    last_error: str | None = None  # the latest of them: its error type, or "timeout"
+
+
+@dataclass(frozen=True)
+class SearchKey:
+    """One business-key field of a saga's input that its definition declares searchable (``searchable=``)."""
+
+    saga_id: str
+    field: str
+    value: str
 
 
 @dataclass(frozen=True)
@@ -109,6 +121,7 @@ class Writes:
     timers: Sequence[TimerRow] = ()
     summaries: Sequence[SagaSummaryRow] = ()
     marks: Sequence[StatusMark] = ()
+    search_keys: Sequence[SearchKey] = ()  # written once, when the saga starts
 
 
 class UnitOfWork(Protocol):

@@ -25,9 +25,10 @@ from typing import TypeVar
 from ..infra.isolation import IsolationLadder
 from ..schemas import wire
 from ..schemas.codec import WireError
-from ..schemas.event_types import SagaQuarantined, SagaReleased
+from ..schemas.event_types import SagaQuarantined, SagaReleased, SagaStarted
 from ..schemas.limits import MAX_REJECTION_REASON_CHARS
 from ..schemas.message_types import ReleaseSaga, StartSaga
+from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
 from .domain.decide import Decision, decide, quarantine, quarantine_unfolded
 from .domain.definition import DefinitionRegistry, SagaDefinition
@@ -80,8 +81,9 @@ class SagaService:
                  on_commit: Callable[[], None] | None = None,
                  on_settled: Callable[[Settled], None] | None = None,
                  poison_attempts: int = POISON_ATTEMPTS, cache_bytes: int = STATE_CACHE_BYTES,
-                 on_conflict: Callable[[], None] | None = None) -> None:
+                 on_conflict: Callable[[], None] | None = None, schemas: SchemaRegistry | None = None) -> None:
         self._units = units
+        self._schemas = schemas or default_registry()  # decodes a starting saga's input for its search keys
         self._definitions = definitions
         self._topics = topics
         self._clock_ms = clock_ms
@@ -249,6 +251,8 @@ class SagaService:
         if after is not None:
             states[after.saga_id] = after
             log_decision(decision.events)
+            if definition is not None and definition.searchable and isinstance(decision.events[0], SagaStarted):
+                writes.index(after.saga_id, definition.searchable, self._schemas.decode(after.input)[1])
         if decision.dead_letter is None or envelope.raw is None:  # no record handed over (a test): no bytes
             return Outcome.APPLIED if decision.events else Outcome.NOTHING_TO_DO
         saga_type = message.saga_type if isinstance(message, RejectedRecord) else None

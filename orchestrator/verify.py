@@ -175,7 +175,8 @@ async def _read_snapshot(pool: asyncpg.Pool, wanted: set[str] | None) -> _Snapsh
                 saga_id=row["saga_id"], saga_type=row["saga_type"], tenant_id=row["tenant_id"],
                 status=row["status"], started_at_ms=datetime_to_ms(row["started_at"]),
                 updated_at_ms=datetime_to_ms(row["updated_at"]), last_seq=row["last_seq"],
-                failed_step=row["failed_step"], reason=row["reason"])
+                failed_step=row["failed_step"], reason=row["reason"], current_step=row["current_step"],
+                step_failures=row["step_failures"], last_error=row["last_error"])
         for row in await conn.fetch(f"SELECT * FROM saga.timers {where} ORDER BY due_at", *args):
             timers.setdefault(row["saga_id"], []).append(
                 PendingTimer(row["kind"], row["step"], row["attempt"], datetime_to_ms(row["due_at"])))

@@ -79,7 +79,7 @@ async def send_confirmation(step: StepContext, order: Order, shipment: Shipment)
     await note(step, f"sent {shipment.tracking}")
 
 
-checkout = Saga("checkout", input=Order)
+checkout = Saga("checkout", input=Order, searchable=("order_id", "email"))
 stock = checkout.step(reserve_stock, timeout=timedelta(seconds=2))
 payment = checkout.step(authorise_payment, timeout=timedelta(seconds=2))
 shipment = checkout.step(create_shipment, after=[stock, payment], pivot=True)

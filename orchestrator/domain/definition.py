@@ -132,6 +132,9 @@ class SagaDefinition:
     # Time from the start within which the saga must pass its pivot (or end, without one); when it runs out
     # the saga is cancelled as if a CancelSaga had come. None: no deadline.
     deadline_ms: int | None = None
+    # Input fields (top-level, of a primitive type) every saga of this type is findable by: a customer id, an
+    # order number. Indexed when a saga starts (saga.search_keys); the console and the HTTP API search them.
+    searchable: tuple[str, ...] = ()
 
     order: tuple[str, ...] = field(init=False, repr=False, compare=False)  # topological, stable
     _by_name: Mapping[str, Step] = field(init=False, repr=False, compare=False)

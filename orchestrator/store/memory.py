@@ -20,6 +20,7 @@ from ..ports import (
     InboxKey,
     OutboxMessage,
     SagaSummaryRow,
+    SearchKey,
     StoredEvent,
     TimerRow,
     Writes,
@@ -43,6 +44,7 @@ class MemoryUnitOfWork:
         self._outbox: list[OutboxMessage] = []
         self._timers: dict[_TimerKey, TimerRow | None] = {}  # None = deleted in this unit of work
         self._summaries: dict[str, SagaSummaryRow] = {}
+        self._search_keys: list[SearchKey] = []
         self._claimed: set[_TimerKey] = set()
         self._claimed_sagas: set[str] = set()
         self._deleted_through: dict[str, int] = {}
@@ -88,6 +90,7 @@ class MemoryUnitOfWork:
                 self._summaries[mark.saga_id] = dataclasses.replace(
                     current, status=mark.status, reason=mark.reason, last_seq=mark.last_seq,
                     updated_at_ms=mark.updated_at_ms)
+        self._search_keys.extend(writes.search_keys)
 
     async def claim_timers(self, due: Sequence[TimerRow]) -> list[TimerRow]:
         """Those of ``due`` visible to this unit of work exactly as given and not claimed by another open one;
@@ -159,6 +162,7 @@ class MemoryUnitOfWork:
             current = store.summaries.get(saga_id)
             if current is None or current.last_seq <= summary.last_seq:
                 store.summaries[saga_id] = summary
+        store.search_keys.update(self._search_keys)
 
     def _release(self) -> None:
         self._store.claimed -= self._claimed
@@ -181,6 +185,7 @@ class MemoryStore:
         self.next_outbox_id = 1
         self.timers: dict[_TimerKey, TimerRow] = {}
         self.summaries: dict[str, SagaSummaryRow] = {}
+        self.search_keys: set[SearchKey] = set()
         self.claimed: set[_TimerKey] = set()  # timers claimed by open units of work
         self.claimed_sagas: set[str] = set()  # ended sagas claimed by open units of work (retention)
 

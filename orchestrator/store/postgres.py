@@ -43,7 +43,8 @@ def _owned(param: str) -> str:
     return f"({param}::int[] IS NULL OR partition IS NULL OR partition = ANY({param}::int[]))"
 
 
-_SUMMARY_COLUMNS = "saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason"
+_SUMMARY_COLUMNS = ("saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason,"
+                    " current_step, step_failures, last_error")
 
 
 class PostgresUnitOfWork:
@@ -114,13 +115,17 @@ class PostgresUnitOfWork:
                 summarized AS (INSERT INTO {self._s}.saga_summary AS s ({_SUMMARY_COLUMNS})
                                SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[],
                                                     $24::timestamptz[], $25::timestamptz[], $26::bigint[],
-                                                    $27::text[], $28::text[])
+                                                    $27::text[], $28::text[], $31::text[], $32::int[],
+                                                    $33::text[])
                                ON CONFLICT (saga_id) DO UPDATE SET saga_type = excluded.saga_type,
                                    tenant_id = excluded.tenant_id, status = excluded.status,
                                    started_at = excluded.started_at, updated_at = excluded.updated_at,
                                    last_seq = excluded.last_seq, failed_step = excluded.failed_step,
-                                   reason = excluded.reason
-                               WHERE s.last_seq <= excluded.last_seq)
+                                   reason = excluded.reason, current_step = excluded.current_step,
+                                   step_failures = excluded.step_failures, last_error = excluded.last_error
+                               WHERE s.last_seq <= excluded.last_seq),
+                indexed AS (INSERT INTO {self._s}.search_keys (field, value, saga_id)
+                            SELECT * FROM unnest($34::text[], $35::text[], $36::text[]) ON CONFLICT DO NOTHING)
                 SELECT 1""",
                 [saga_id for saga_id, _ in writes.deleted_timers],
                 [timer_id for _, timer_id in writes.deleted_timers],
@@ -135,6 +140,10 @@ class PostgresUnitOfWork:
                 *_summary_columns(summaries),
                 [self._partition_of(t.saga_id) for t in timers],
                 [self._partition_of(m.key) or 0 for m in writes.outbox],  # keyed by saga id: its partition
+                *_summary_trouble_columns(summaries),
+                [k.field for k in writes.search_keys],
+                [k.value for k in writes.search_keys],
+                [k.saga_id for k in writes.search_keys],
             )
         except asyncpg.UniqueViolationError as exc:
             sagas = sorted({e.saga_id for e in writes.events})
@@ -396,6 +405,10 @@ def _summary_columns(rows: Sequence[SagaSummaryRow]) -> list[list[Any]]:
     ]
 
 
+def _summary_trouble_columns(rows: Sequence[SagaSummaryRow]) -> list[list[Any]]:
+    return [[r.current_step for r in rows], [r.step_failures for r in rows], [r.last_error for r in rows]]
+
+
 def _event_columns(events: Sequence[StoredEvent]) -> list[list[Any]]:
     return [
         [e.saga_id for e in events],
@@ -415,4 +428,5 @@ def _summary(row: asyncpg.Record) -> SagaSummaryRow:
         saga_id=row["saga_id"], saga_type=row["saga_type"], tenant_id=row["tenant_id"], status=row["status"],
         started_at_ms=datetime_to_ms(row["started_at"]), updated_at_ms=datetime_to_ms(row["updated_at"]),
         last_seq=row["last_seq"], failed_step=row["failed_step"], reason=row["reason"],
+        current_step=row["current_step"], step_failures=row["step_failures"], last_error=row["last_error"],
     )

@@ -32,7 +32,7 @@ CHARGE_RETRY = RetryPolicy(max_attempts=5, initial_backoff_ms=200, multiplier=2.
                            non_retryable_errors=frozenset({"CardDeclined"}))
 TWO_SECONDS = timedelta(seconds=2)
 
-trip = Saga("trip", input=TripRequest)
+trip = Saga("trip", input=TripRequest, searchable=("customer_id", "email"))
 flight_booked = trip.step(book_flight, retry=BOOKING_RETRY, undo_retry=CANCEL_FLIGHT_RETRY, timeout=TWO_SECONDS,
                           undo_timeout=TWO_SECONDS)
 hotel_booked = trip.step(book_hotel, retry=BOOKING_RETRY, undo_retry=COMPENSATION_RETRY, timeout=TWO_SECONDS,

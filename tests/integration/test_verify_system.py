@@ -16,7 +16,8 @@ import pytest_asyncio
 from saga_orchestrator.infra.db import create_pool, ms_to_datetime
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.domain.state import SagaState
-from saga_orchestrator.orchestrator.ports import SagaSummaryRow, StoredEvent, Writes
+from saga_orchestrator.orchestrator.outbound import summary_of
+from saga_orchestrator.orchestrator.ports import StoredEvent, Writes
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
 from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
@@ -44,11 +45,7 @@ async def _record(pool: asyncpg.Pool, events: list[Event], state: SagaState) -> 
         await uow.write(Writes(
             events=[StoredEvent(saga_id=e.saga_id, seq=e.seq, event_type=type(e).__name__,
                                 body=wire.encode_event(e), recorded_at_ms=e.occurred_at) for e in events],
-            summaries=[SagaSummaryRow(
-                saga_id=state.saga_id, saga_type=state.saga_type, tenant_id=state.tenant_id,
-                status=state.status.value, started_at_ms=state.started_at, updated_at_ms=state.updated_at,
-                last_seq=state.last_seq, failed_step=state.failed_step or state.compensation_failed_step,
-                reason=state.reason)]))
+            summaries=[summary_of(state)]))
 
 
 async def _book(pool: asyncpg.Pool, saga_id: str, table: str, step: str, status: str, key: str = "") -> None:

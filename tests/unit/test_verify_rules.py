@@ -16,6 +16,7 @@ from saga_orchestrator.orchestrator.invariants import (
     summary_problems,
     why_not_terminal,
 )
+from saga_orchestrator.orchestrator.outbound import summary_of
 from saga_orchestrator.orchestrator.ports import SagaSummaryRow
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.effects import TRIP_PARTICIPANTS
@@ -177,11 +178,7 @@ def test_an_undo_without_a_declared_count_cannot_be_checked_as_undone() -> None:
 
 
 def _summary(state: SagaState, **changes: object) -> SagaSummaryRow:
-    row = SagaSummaryRow(saga_id=state.saga_id, saga_type=state.saga_type, tenant_id=state.tenant_id,
-                         status=state.status.value, started_at_ms=state.started_at,
-                         updated_at_ms=state.updated_at, last_seq=state.last_seq,
-                         failed_step=state.failed_step or state.compensation_failed_step, reason=state.reason)
-    return dataclasses.replace(row, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(summary_of(state), **changes)  # type: ignore[arg-type]
 
 
 def test_the_read_model_must_agree_with_the_fold() -> None:
@@ -191,6 +188,10 @@ def test_the_read_model_must_agree_with_the_fold() -> None:
     stale = summary_problems(state, _summary(state, status="COMPENSATING", last_seq=state.last_seq - 1))
     assert stale == ["saga_summary.status is 'COMPENSATING', the events say 'COMPENSATION_FAILED'",
                      f"saga_summary.last_seq is {state.last_seq - 1}, the events say {state.last_seq}"]
+    stuck = _summary(state)
+    assert stuck.step_failures > 0, "the uncancellable saga's compensation failed"
+    assert summary_problems(state, _summary(state, step_failures=0)) == [
+        f"saga_summary.step_failures is 0, the events say {stuck.step_failures}"]
 
 
 def test_an_unfinished_saga_says_where_it_waits() -> None:
