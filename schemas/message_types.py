@@ -71,6 +71,7 @@ class Lever(StrEnum):
     TERMINATE = "Terminate"  # the saga ends TERMINATED as it stands, nothing compensated (settled by hand)
     PAUSE = "Pause"  # nothing more is sent and no timer acts (replies are still recorded) until Unpause
     UNPAUSE = "Unpause"  # a paused saga goes on, what is open sent again
+    REDRIVE = "Redrive"  # a saga that ended FAILED runs again: its failed steps are sent with a fresh attempt budget
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -294,8 +294,10 @@ def send_compensation(b: DecisionBuilder, name: str, attempt: int) -> None:
 
 
 def schedule_step_retry(b: DecisionBuilder, name: str, failed_attempt: int) -> None:
-    """Record StepRetryScheduled for the attempt after ``failed_attempt``, after the policy's backoff."""
-    delay = b.defn.step(name).retry.backoff_ms(failed_attempt, f"{b.saga_id}:{name}:{failed_attempt}")
+    """Record StepRetryScheduled for the attempt after ``failed_attempt``, after the policy's backoff (counted from
+    the step's latest Redrive, as its attempt budget is)."""
+    spent = b.saga.steps[name].attempt_base
+    delay = b.defn.step(name).retry.backoff_ms(failed_attempt - spent, f"{b.saga_id}:{name}:{failed_attempt}")
     b.record(ev.StepRetryScheduled(**b.base(), step=name, attempt=failed_attempt + 1, due_at=b.now + delay))
 
 

@@ -87,6 +87,9 @@ def _started(definition: SagaDefinition | None, state: SagaState | None, event: 
             f"saga {event.saga_id!r} started as {event.saga_type!r} v{event.definition_version}, "
             f"folded with {definition.saga_type!r} v{definition.version}"
         )
+    if state is not None and state.status is not SagaStatus.REJECTED:  # a redriven FAILED saga does not restart
+        raise IllegalTransition(f"saga {event.saga_id!r}: SagaStarted seq {event.seq} would move it from "
+                                f"{state.status} to {SagaStatus.RUNNING}: a saga starts once")
     _check_saga_transition(event, None if state is None else state.status, SagaStatus.RUNNING)
     steps = {
         name: StepState(
@@ -253,6 +256,18 @@ def _on_operator_action(d: _Def, s: SagaState, e: ev.OperatorAction) -> SagaStat
         return evolved(s, paused=e.action == Lever.PAUSE)
     if e.action == Lever.FORCE_COMPENSATE:
         return evolved(s, forced_compensation=True)
+    if e.action == Lever.REDRIVE:
+        return _redriven(s, e)
+    return s
+
+
+def _redriven(s: SagaState, e: ev.OperatorAction) -> SagaState:
+    """A FAILED saga runs again: each step that failed for good is PENDING once more, its attempts so far spent
+    (``attempt_base``), so the decision that recorded ``e`` sends it as its next attempt under its same key."""
+    s = _to_status(s, e, SagaStatus.RUNNING, failure_reason=None, failed_step=None)
+    for name, step in s.steps.items():
+        if step.status is StepStatus.FAILED:
+            s = _step(s, e, name, StepStatus.PENDING, attempt_base=step.attempt)
     return s
 
 

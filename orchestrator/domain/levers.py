@@ -24,6 +24,24 @@ with why, and changes nothing else. Levers:
   but what they would send waits. ``Unpause`` sends again what is open (each in-flight step as a new attempt
   under its same key, a retry that was due at once) and the saga goes on; its deadline is armed again (one
   that passed meanwhile cancels it then, as it would have).
+- ``Redrive`` (a reason is required: what was fixed): a saga that ended FAILED (a forward step failed for good,
+  typically after its pivot, where the saga only moves forward) runs again: RUNNING once more, each step that
+  failed for good is sent again with a fresh attempt budget (its retry policy counts the attempts from the
+  re-drive on), a step that was still in flight when the saga failed is sent again too, and the saga goes on
+  from there. Refused for any other status (a FAILED saga was never cancelled and undid nothing: an unwinding
+  that undoes something ends COMPENSATED), and for a saga whose failure mode goes on past a failure (its later
+  steps were skipped, which is final).
+
+  A re-driven step keeps its idempotency key (``{saga_id}:{step}``, frozen) and its attempt numbers go on from
+  the last one (attempt n + 1, n + 2, ...): nothing new is derived, so the key and every message id stay a
+  function of the history. The participant's ledger takes a recorded definitive failure up again for a later
+  attempt of the same key (``participants.kit.ledger.claim``: a failure left no business change behind, so
+  running the handler again applies nothing twice), while a recorded success still answers every attempt, so a
+  step whose outcome was unknown (given up after timeouts) is not done twice. A new key per re-drive would not
+  be answered from that record, would escape the tombstone a later compensation leaves under the step's key,
+  and would fail the orchestrator's check of the key a reply carries; restarting at attempt 1 would be
+  answered with the recorded failure and its reply dropped as a duplicate (reply message ids are
+  ``{key}:reply:{attempt}``).
 """
 
 from __future__ import annotations
@@ -36,6 +54,7 @@ from ...schemas.message_types import (
     OperateSaga,
 )
 from .builder import DecisionBuilder, needs_resolution, send_step, to_undo
+from .definition import FailureMode
 from .progress import advance, resend_open, retry_compensation, unwind
 from .status import SagaStatus, StepStatus
 
@@ -170,7 +189,30 @@ def _force_compensate(b: DecisionBuilder, message: OperateSaga) -> None:
     advance(b)
 
 
+def _redrive(b: DecisionBuilder, message: OperateSaga) -> None:
+    state, definition = b.saga, b.defn
+    if not message.reason:
+        refuse(b, message, f"{Lever.REDRIVE} needs a reason (what was fixed so that its failed steps can succeed)")
+        return
+    if message.step is not None:
+        refuse(b, message, f"{Lever.REDRIVE} names no step: it sends every step that failed for good again")
+        return
+    if state.status is not SagaStatus.FAILED:
+        refuse(b, message, f"saga is {state.status}: only a FAILED saga can be re-driven")
+        return
+    if definition.failure_mode is not FailureMode.FAIL_FAST:
+        refuse(b, message, f"its failure mode is {definition.failure_mode}: the steps after a failure were "
+                           "skipped, so re-driving cannot run them")
+        return
+    if not any(step.status is StepStatus.FAILED for step in state.steps.values()):
+        refuse(b, message, "no step failed for good: nothing to send again")
+        return
+    _applied(b, message)  # every FAILED step is PENDING again (evolve), its attempts so far spent
+    resend_open(b)  # steps still in flight when the saga failed: their replies were not taken since
+    advance(b)
+
+
 _LEVERS: dict[str, Callable[[DecisionBuilder, OperateSaga], None]] = {
     Lever.RETRY_NOW: _retry_now, Lever.SKIP: _skip, Lever.FORCE_COMPENSATE: _force_compensate,
-    Lever.TERMINATE: _terminate, Lever.PAUSE: _pause, Lever.UNPAUSE: _unpause,
+    Lever.TERMINATE: _terminate, Lever.PAUSE: _pause, Lever.UNPAUSE: _unpause, Lever.REDRIVE: _redrive,
 }

@@ -29,6 +29,7 @@ class StepState:
     last_error_message: str | None = None
     output: bytes | None = None
     waived: bool = False  # SKIPPED by an operator after it was sent: counts as done for its dependents
+    attempt_base: int = 0  # attempts spent before the latest Redrive: the retry policy counts the ones after it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,10 +75,11 @@ def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
             retryable=result.retryable,
         )
     )
-    # While unwinding a known failure settles the step: it did not happen, nothing to undo or retry.
+    # While unwinding a known failure settles the step: it did not happen, nothing to undo or retry. The budget
+    # counts the attempts since the step's latest Redrive.
     policy = b.defn.step(step.name).retry
     if state.status is SagaStatus.RUNNING and policy.should_retry(
-        result.attempt, result.retryable, error_type
+        result.attempt - step.attempt_base, result.retryable, error_type
     ):
         schedule_step_retry(b, step.name, result.attempt)
 
@@ -139,7 +140,8 @@ def handle_timer_fired(b: DecisionBuilder, fired: TimerFired) -> None:
     if timer.kind is TimerKind.STEP_TIMEOUT:
         b.record(ev.StepTimedOut(**b.base(), step=name, attempt=attempt))
         # Unknown outcome: try again under the same key; only running out of attempts makes it definitive.
-        if step.retry.allows_attempt(attempt + 1):
+        spent = attempt - b.saga.steps[name].attempt_base  # since its latest Redrive
+        if step.retry.allows_attempt(spent + 1):
             schedule_step_retry(b, name, attempt)
         else:
             b.record(
@@ -148,7 +150,7 @@ def handle_timer_fired(b: DecisionBuilder, fired: TimerFired) -> None:
                     step=name,
                     attempt=attempt,
                     error_type=TIMED_OUT_ERROR,
-                    error_message=f"no reply within {step.timeout_ms} ms, {attempt} attempt(s)",
+                    error_message=f"no reply within {step.timeout_ms} ms, {spent} attempt(s)",
                     retryable=False,
                 )
             )

@@ -40,8 +40,8 @@ def _advance_forward(b: DecisionBuilder) -> None:
         if b.saga.steps[name].status is not StepStatus.PENDING:
             continue
         verdict = _readiness(definition, b.saga, name)
-        if verdict is True:
-            send_step(b, name, 1)
+        if verdict is True:  # its first attempt, or after a Redrive the one after those it spent
+            send_step(b, name, b.saga.steps[name].attempt + 1)
         elif isinstance(verdict, str):
             b.record(ev.StepSkipped(**b.base(), step=name, reason=verdict))
     if all(s.status in FORWARD_SETTLED for s in b.saga.steps.values()):

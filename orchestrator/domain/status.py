@@ -74,7 +74,9 @@ _STARTED_TRANSITIONS: Mapping[SagaStatus, frozenset[SagaStatus]] = {
     SagaStatus.COMPENSATION_FAILED: frozenset({SagaStatus.COMPENSATING,  # an operator resumed it
                                                SagaStatus.TERMINATED}),
     SagaStatus.COMPLETED: _PURGE,
-    SagaStatus.FAILED: _PURGE | {SagaStatus.COMPENSATING},  # an operator's ForceCompensate
+    # -> COMPENSATING: an operator's ForceCompensate; -> RUNNING: an operator's Redrive (no other event moves a
+    # started saga to RUNNING: the fold takes SagaStarted only as a saga's first status)
+    SagaStatus.FAILED: _PURGE | {SagaStatus.COMPENSATING, SagaStatus.RUNNING},
     SagaStatus.COMPENSATED: _PURGE,
     SagaStatus.CANCELLED: _PURGE,
     SagaStatus.COMPLETED_WITH_FAILURES: _PURGE,
@@ -130,7 +132,9 @@ STEP_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     _S.RETRY_SCHEDULED: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.SKIPPED}),
     # FAILED -> COMPENSATING: a step given up after its attempts timed out may have taken effect; unwinding
     # undoes it (a compensation of something that never happened is a no-op).
-    _S.FAILED: frozenset({_S.RETRY_SCHEDULED, _S.COMPENSATING}),
+    # FAILED -> PENDING: an operator's Redrive of a FAILED saga (no other event moves a step back to PENDING); the
+    # step is sent again as its next attempt, under its same key.
+    _S.FAILED: frozenset({_S.RETRY_SCHEDULED, _S.COMPENSATING, _S.PENDING}),
     _S.SUCCEEDED: frozenset({_S.COMPENSATING}),
     _S.SKIPPED: frozenset(),
     _S.COMPENSATING: frozenset(

@@ -69,7 +69,7 @@ def test_saga_table_terminal_states_have_no_way_out_but_the_documented_ones() ->
     exits = {s: SAGA_TRANSITIONS[s] - {SagaStatus.PURGED, SagaStatus.QUARANTINED} for s in TERMINAL_STATUSES}
     assert {s: out for s, out in exits.items() if out} == {
         SagaStatus.COMPENSATION_FAILED: {SagaStatus.COMPENSATING, SagaStatus.TERMINATED},  # resume, or terminate
-        SagaStatus.FAILED: {SagaStatus.COMPENSATING},  # an operator's ForceCompensate
+        SagaStatus.FAILED: {SagaStatus.COMPENSATING, SagaStatus.RUNNING},  # ForceCompensate, or Redrive
         SagaStatus.REJECTED: {SagaStatus.RUNNING},  # a valid start after refusals
     }
     # Purging (retention) is the one way on from an end, and a saga waiting for an operator cannot be purged.

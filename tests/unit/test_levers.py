@@ -1,8 +1,9 @@
 """An operator's levers in the pure core: given a saga's history, when a lever is pulled, then what it records.
 
 RetryNow sends a step (or a compensation) waiting on its retry backoff at once, as the attempt that was due and
-under its same key; every other lever pulled where it cannot apply is recorded as refused with why, and
-changes nothing else.
+under its same key; Redrive sends the failed steps of a FAILED saga again, as their next attempts under their
+same keys, with a fresh attempt budget; every lever pulled where it cannot apply is recorded as refused with
+why, and changes nothing else.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
-from saga_orchestrator.orchestrator.domain.errors import DefinitionError
+from saga_orchestrator.orchestrator.domain.errors import DefinitionError, IllegalTransition
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
-from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
-from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus, fold
+from saga_orchestrator.participants.trip.definition import BOOKING_RETRY, TRIP
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas.message_types import (
     CancelSaga,
@@ -27,6 +28,7 @@ from saga_orchestrator.schemas.message_types import (
 )
 from saga_orchestrator.testing import SagaEnvironment, fail_transiently
 from saga_orchestrator.testing.history import SagaRun, describe
+from tests.unit.test_continue_mode import BATCH_UNDO
 
 
 def names(events: tuple[ev.Event, ...]) -> list[str]:
@@ -203,6 +205,125 @@ def test_force_compensate_of_a_running_saga_waits_for_what_is_in_flight() -> Non
     assert run.status() is SagaStatus.COMPENSATED
 
 
+def test_redrive_sends_a_step_that_failed_after_the_pivot_again_as_its_next_attempt_under_its_key() -> None:
+    run = _failed_after_its_pivot()
+    decision = run.operate(Lever.REDRIVE, reason="the address was corrected")
+    assert names(decision.events) == ["OperatorAction", "StepCommandSent send_itinerary 2"]
+    [action] = [event for event in decision.events if isinstance(event, ev.OperatorAction)]
+    assert (action.action, action.operator, action.detail) == (Lever.REDRIVE, "ops", "the address was corrected")
+    [command] = decision.commands
+    assert (command.step, command.attempt, command.idempotency_key) == ("send_itinerary", 2, "s1:send_itinerary")
+    assert run.status() is SagaStatus.RUNNING and run.saga.reason is None and run.saga.failed_step is None
+    run.ok("send_itinerary")
+    assert run.status() is SagaStatus.COMPLETED
+
+
+def test_a_redriven_step_gets_a_fresh_attempt_budget() -> None:
+    run = SagaRun(TRIP)  # a booking has 3 attempts
+    run.start()
+    for _ in (1, 2):
+        run.fail("book_flight", "Unavailable", retryable=True)
+        run.fire(TimerKind.STEP_RETRY, "book_flight")
+    run.fail("book_flight", "Unavailable", retryable=True)  # the third: for good, and the hotel is in flight
+    run.fail("book_hotel", "SoldOut")
+    assert run.status() is SagaStatus.FAILED and run.saga.steps["book_flight"].attempt == 3
+    run.operate(Lever.REDRIVE, reason="the airline is back")
+    run.ok("book_hotel")
+    assert names(run.fail("book_flight", "Unavailable", retryable=True).events) == [
+        "StepFailed book_flight 4", "StepRetryScheduled book_flight 5"]  # one of three spent since
+    [retry] = [timer for timer in run.armed.values() if timer.kind is TimerKind.STEP_RETRY]
+    assert retry.due_at == run.now + BOOKING_RETRY.backoff_ms(1, "s1:book_flight:4")  # a first failure's backoff
+    run.fire(TimerKind.STEP_RETRY, "book_flight")
+    assert names(run.fire(TimerKind.STEP_TIMEOUT, "book_flight").events) == [
+        "StepTimedOut book_flight 5", "StepRetryScheduled book_flight 6"]  # two spent: timeouts count from it too
+    run.fire(TimerKind.STEP_RETRY, "book_flight")
+    assert names(run.fail("book_flight", "Unavailable", retryable=True).events) == [
+        "StepFailed book_flight 6", "SagaCompensationStarted", "CompensationSent book_hotel 1"]  # three: spent
+
+
+def test_redrive_of_a_saga_that_failed_before_its_pivot_sends_every_failed_step_again() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    run.fail("book_flight", "InvalidRoute")
+    run.fail("book_hotel", "SoldOut")  # nothing took effect: the saga ends FAILED, nothing to undo
+    assert run.status() is SagaStatus.FAILED
+    decision = run.operate(Lever.REDRIVE, reason="routes loaded")
+    assert sorted(names(decision.events)) == ["OperatorAction", "StepCommandSent book_flight 2",
+                                              "StepCommandSent book_hotel 2"]
+    run.ok("book_flight")
+    run.ok("book_hotel")
+    run.ok("charge_card")
+    run.ok("send_itinerary")
+    assert run.status() is SagaStatus.COMPLETED
+
+
+def test_redrive_sends_a_step_that_was_still_in_flight_when_the_saga_failed_again() -> None:
+    no_hotel_undo = SagaDefinition(
+        saga_type=TRIP.saga_type, version=TRIP.version, input_schema=TRIP.input_schema,
+        steps=tuple(dataclasses.replace(step, compensation=None)
+                    if step.name == "book_hotel" else step for step in TRIP.steps))
+    run = SagaRun(no_hotel_undo)
+    run.start()
+    run.fail("book_flight", "InvalidRoute")  # the hotel has no undo: the saga does not wait for it
+    assert run.status() is SagaStatus.FAILED and run.saga.steps["book_hotel"].status is StepStatus.RUNNING
+    assert run.ok("book_hotel").events == ()  # a reply after the end is not taken
+    decision = run.operate(Lever.REDRIVE, reason="routes loaded")
+    assert sorted(names(decision.events)) == ["OperatorAction", "StepCommandSent book_flight 2",
+                                              "StepCommandSent book_hotel 2"]
+    run.ok("book_hotel")
+    run.ok("book_flight")
+    assert names(run.ok("charge_card").events) == ["StepSucceeded charge_card 1", "StepCommandSent send_itinerary 1"]
+
+
+REDRIVE_REFUSALS: list[tuple[str, SagaDefinition, Callable[[SagaRun], object], str | None, str | None, str]] = [
+    ("redrive without a reason", TRIP, lambda run: _fail_after_pivot(run), None, None, "Redrive needs a reason"),
+    ("redrive naming a step", TRIP, lambda run: _fail_after_pivot(run), "send_itinerary", "fixed",
+     "Redrive names no step"),
+    ("redrive a running saga", TRIP, lambda run: (run.start(),), None, "fixed",
+     "saga is RUNNING: only a FAILED saga can be re-driven"),
+    ("redrive a compensated saga", TRIP, lambda run: (run.start(), run.ok("book_hotel"),
+                                                      run.fail("book_flight", "InvalidRoute"),
+                                                      run.comp_ok("book_hotel")), None, "fixed",
+     "saga is COMPENSATED: only a FAILED saga"),
+    ("redrive a completed saga", TRIP, lambda run: (run.start(), run.ok("book_flight"), run.ok("book_hotel"),
+                                                    run.ok("charge_card"), run.ok("send_itinerary")), None, "fixed",
+     "saga is COMPLETED: only a FAILED saga"),
+    ("redrive a saga that goes on past failures", BATCH_UNDO,
+     lambda run: (run.start(), run.fail("a", "Broken"), run.fail("c", "Broken"), run.ok("alert"), run.ok("report")),
+     None, "fixed", "its failure mode is CONTINUE"),
+]
+
+
+def _fail_after_pivot(run: SagaRun) -> None:
+    run.start()
+    for step in ("book_flight", "book_hotel", "charge_card"):
+        run.ok(step)
+    run.fail("send_itinerary", "AddressGone")
+
+
+@pytest.mark.parametrize(("given", "definition", "history", "step", "reason", "expected"), REDRIVE_REFUSALS,
+                         ids=[r[0] for r in REDRIVE_REFUSALS])
+def test_a_redrive_that_cannot_apply_is_refused(given: str, definition: SagaDefinition,
+                                                history: Callable[[SagaRun], object], step: str | None,
+                                                reason: str | None, expected: str) -> None:
+    run = SagaRun(definition)
+    history(run)
+    before = run.saga
+    decision = run.operate(Lever.REDRIVE, step, reason=reason)
+    [refused] = decision.events
+    assert isinstance(refused, ev.OperatorActionRefused), given
+    assert refused.reason.startswith(expected), refused.reason
+    assert decision.commands == () and run.saga.steps == before.steps and run.saga.status is before.status
+
+
+def test_a_history_that_starts_a_failed_saga_again_does_not_fold() -> None:
+    run = _failed_after_its_pivot()
+    again = ev.SagaStarted(saga_id="s1", seq=run.saga.last_seq + 1, definition_version=TRIP.version,
+                           occurred_at=run.now, saga_type=TRIP.saga_type, tenant_id=None, input=b"", traceparent=None)
+    with pytest.raises(IllegalTransition, match="from FAILED to RUNNING: a saga starts once"):
+        fold(TRIP, [*run.events, again])
+
+
 REFUSALS: list[tuple[str, Callable[[SagaRun], object], str, str | None, str]] = [
     ("a step in flight", lambda run: (run.start(),), Lever.RETRY_NOW, "book_flight",
      "step book_flight is RUNNING, not waiting on a retry backoff"),
@@ -303,18 +424,27 @@ def test_a_lever_on_a_rejected_saga_is_refused() -> None:
 
 STEPS = list(TRIP.order)
 MOVE_NAMES = ["ok", "fail", "fail_retryable", "comp_ok", "comp_fail_retryable", "retry_now", "fire", "terminate",
-              "pause", "unpause", "cancel", "skip", "force"]
+              "pause", "unpause", "cancel", "skip", "force", "redrive"]
 MOVES = st.lists(st.tuples(st.sampled_from(MOVE_NAMES), st.sampled_from(STEPS)), max_size=25)
+GIVEN: dict[str, Callable[[SagaRun], object]] = {
+    "started": lambda run: run.start(),
+    "failed before its pivot": lambda run: (run.start(), run.fail("book_flight", "InvalidRoute"),
+                                            run.fail("book_hotel", "SoldOut")),
+    "failed after its pivot": _fail_after_pivot,
+}
 
 
-@settings(max_examples=200, deadline=None)
-@given(MOVES)
-def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: list[tuple[str, str]]) -> None:
-    """Any mix of replies, timers, cancels and levers: every history folds (the fold checks every transition), a
-    saga that passed its pivot never sends a compensation, a paused one sends nothing until unpaused, and a
-    terminated one sends nothing."""
+@pytest.mark.parametrize("given_history", list(GIVEN))
+@settings(max_examples=150, deadline=None)
+@given(moves=MOVES)
+def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(given_history: str,
+                                                                      moves: list[tuple[str, str]]) -> None:
+    """Any mix of replies, timers, cancels and levers, from a saga just started or one that ended FAILED: every
+    history folds (the fold checks every transition), a saga that passed its pivot never sends a compensation, a
+    paused one sends nothing until unpaused, a terminated one sends nothing, and a redrive sends each step again
+    under its same key as an attempt it never sent before."""
     run = SagaRun(SKIPPABLE_TRIP)
-    run.start()
+    GIVEN[given_history](run)
     for move, step in moves:
         state = run.saga.steps[step]
         paused, sent = run.saga.paused, len(run.sent)
@@ -331,6 +461,13 @@ def test_no_lever_makes_an_illegal_transition_or_undoes_a_passed_pivot(moves: li
                 run.operate(Lever.SKIP, step, reason="settled by hand")
             elif move == "force":
                 run.operate(Lever.FORCE_COMPENSATE, reason="asked by support")
+            elif move == "redrive":
+                spent = {name: s.attempt for name, s in run.saga.steps.items()}
+                decision = run.operate(Lever.REDRIVE, reason="fixed")
+                if not isinstance(decision.events[0], ev.OperatorActionRefused):
+                    assert run.status() is not SagaStatus.FAILED and decision.commands
+                    assert all(command.idempotency_key == f"s1:{command.step}" and command.attempt > spent[command.step]
+                               for command in decision.commands)
             elif move == "fire":
                 armed = [timer for timer in run.armed.values() if timer.step == step]
                 if armed:
