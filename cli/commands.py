@@ -1,7 +1,11 @@
-"""``saga start``, ``saga cancel``, ``saga resume`` and ``saga release``: publish commands onto the saga topics."""
+"""``saga start``, ``saga cancel``, ``saga resume``, ``saga release`` and the levers (``saga retry-now``, ``skip``,
+``force-compensate``, ``terminate``, ``pause``, ``unpause``, ``redrive``): publish commands onto the saga topics.
+
+Every command an operator pulls records who: ``--operator``, or the login name when it is not given."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -20,7 +24,7 @@ from ..schemas.message_types import (
     ReleaseSaga,
     ResumeCompensation,
 )
-from .context import console, fail, producer, run, settings, topics
+from .context import OPERATOR_HELP, console, fail, operator_or_login, producer, run, settings, topics
 from .inspect_cmd import folded, follow, load_events_of
 
 
@@ -82,7 +86,7 @@ def _status_of(saga_id: str) -> SagaStatus:
 def cancel(
     saga_id: str = typer.Argument(..., help="The saga to cancel."),
     reason: str = typer.Option(..., "--reason", help="Why; recorded in the saga's history."),
-    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Publish a CancelSaga on saga.control (refused and recorded once the pivot step succeeded)."""
@@ -91,14 +95,14 @@ def cancel(
     if not force and (status := _status_of(saga_id)).is_terminal:
         fail(f"saga {saga_id!r} already ended {status.value}: there is nothing to cancel")
     current = settings()
-    body = wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason, operator=operator))
+    body = wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason, operator=operator_or_login(operator)))
     run(_publish(current, topics(current).control, saga_id, body, None))
     console.print(f"published CancelSaga for [bold]{saga_id}[/]")
 
 
 def resume(
     saga_id: str = typer.Argument(..., help="A COMPENSATION_FAILED saga."),
-    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
     detail: str | None = typer.Option(None, "--detail", help="What was fixed; recorded."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
@@ -106,14 +110,15 @@ def resume(
     if not force and (status := _status_of(saga_id)) is not SagaStatus.COMPENSATION_FAILED:
         fail(f"saga {saga_id!r} is {status.value}: only a COMPENSATION_FAILED saga can be resumed")
     current = settings()
-    body = wire.encode_resume(ResumeCompensation(saga_id=saga_id, operator=operator, detail=detail))
+    message = ResumeCompensation(saga_id=saga_id, operator=operator_or_login(operator), detail=detail)
+    body = wire.encode_resume(message)
     run(_publish(current, topics(current).control, saga_id, body, None))
     console.print(f"published ResumeCompensation for [bold]{saga_id}[/]")
 
 
 def release(
     saga_id: str = typer.Argument(..., help="A QUARANTINED saga."),
-    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
     detail: str | None = typer.Option(None, "--detail", help="What was fixed; recorded."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
@@ -121,7 +126,8 @@ def release(
     if not force:
         _check_quarantined(saga_id)
     current = settings()
-    body = wire.encode_release(ReleaseSaga(saga_id=saga_id, operator=operator, detail=detail))
+    message = ReleaseSaga(saga_id=saga_id, operator=operator_or_login(operator), detail=detail)
+    body = wire.encode_release(message)
     run(_publish(current, topics(current).control, saga_id, body, None))
     console.print(f"published ReleaseSaga for [bold]{saga_id}[/]")
 
@@ -129,7 +135,7 @@ def release(
 def retry_now(
     saga_id: str = typer.Argument(..., help="A saga with a step or a compensation waiting on its retry backoff."),
     step: str = typer.Argument(..., help="That step."),
-    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
     reason: str | None = typer.Option(None, "--reason", help="Why; recorded."),
 ) -> None:
     """Send a step (or its compensation) waiting on its retry backoff at once, under its same key. The
@@ -141,7 +147,7 @@ def skip(
     saga_id: str = typer.Argument(..., help="A RUNNING saga with a skippable step that is stuck."),
     step: str = typer.Argument(..., help="That step (its definition must declare it skippable)."),
     reason: str = typer.Option(..., "--reason", help="Why the saga may go on without it; recorded."),
-    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
 ) -> None:
     """Record a stuck step (in flight, timed out, waiting on a retry) as skipped: the saga goes on as if it had
     succeeded, without its output. The orchestrator records it, or why it could not apply."""
@@ -151,7 +157,7 @@ def skip(
 def force_compensate(
     saga_id: str = typer.Argument(..., help="A RUNNING saga, or one that ended FAILED."),
     reason: str = typer.Option(..., "--reason", help="Why what it did must be undone; recorded."),
-    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
 ) -> None:
     """Undo what the saga did, also after its pivot (the pivot by its undo): recorded as forced. The orchestrator
     records it, or why it could not apply."""
@@ -161,7 +167,7 @@ def force_compensate(
 def terminate(
     saga_id: str = typer.Argument(..., help="A saga that has not ended (or waits after a failed compensation)."),
     reason: str = typer.Option(..., "--reason", help="What settled the saga by hand; recorded."),
-    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
 ) -> None:
     """End a saga TERMINATED as it stands, compensating nothing: for a saga settled by hand. The orchestrator
     records it, or records why it could not apply (OperatorActionRefused)."""
@@ -171,7 +177,7 @@ def terminate(
 def pause(
     saga_id: str = typer.Argument(..., help="A RUNNING or COMPENSATING saga."),
     reason: str | None = typer.Option(None, "--reason", help="Why; recorded."),
-    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
 ) -> None:
     """Pause a saga: nothing more is sent for it and none of its timers acts until `saga unpause` (replies that
     come meanwhile are recorded)."""
@@ -181,13 +187,30 @@ def pause(
 def unpause(
     saga_id: str = typer.Argument(..., help="A paused saga."),
     reason: str | None = typer.Option(None, "--reason", help="Why; recorded."),
-    operator: str | None = typer.Option(None, "--operator", help="Who is acting; recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
 ) -> None:
     """Let a paused saga go on: what is open is sent again (under the same keys) and its timers are armed."""
     _operate(OperateSaga(saga_id=saga_id, action=Lever.UNPAUSE, step=None, operator=operator, reason=reason))
 
 
+def redrive(
+    saga_id: str = typer.Argument(..., help="A saga that ended FAILED (a step failed for good, after its pivot)."),
+    reason: str = typer.Option(..., "--reason", help="What was fixed so that its failed steps can succeed; "
+                                                    "recorded."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+) -> None:
+    """Run a FAILED saga again: RUNNING once more, each step that failed for good is sent again (its next attempt,
+    under its same key, with a fresh attempt budget) and the saga goes on. The orchestrator records it, or why it
+    could not apply."""
+    if not force and (status := _status_of(saga_id)) is not SagaStatus.FAILED:
+        fail(f"saga {saga_id!r} is {status.value}: only a FAILED saga can be re-driven")
+    _operate(OperateSaga(saga_id=saga_id, action=Lever.REDRIVE, step=None, operator=operator, reason=reason))
+
+
 def _operate(message: OperateSaga) -> None:
+    """Publish ``message``, its operator the login name when none was given."""
+    message = dataclasses.replace(message, operator=operator_or_login(message.operator))
     current = settings()
     run(_publish(current, topics(current).control, message.saga_id, wire.encode_operate(message), None))
     console.print(f"published OperateSaga {message.action}{' ' + message.step if message.step else ''} for "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
@@ -45,6 +46,23 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def settings() -> Settings:
     """Settings from the environment."""
     return Settings()
+
+
+OPERATOR_HELP = "Who is acting; recorded in the saga's history (default: your login name, $USER)."
+
+
+def operator_or_login(operator: str | None) -> str:
+    """The operator a lever records: ``--operator`` when given, else the login name ($USER, $LOGNAME, ...);
+    stops the command when neither names anyone."""
+    if operator is not None and operator.strip():
+        return operator.strip()
+    try:
+        login = getpass.getuser()
+    except (KeyError, OSError):  # no login variable set and no passwd entry for this uid
+        login = ""
+    if not login:
+        fail("--operator is needed: there is no login name ($USER) to record as the operator")
+    return login
 
 
 def topics(current: Settings) -> Topics:

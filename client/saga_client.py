@@ -258,6 +258,13 @@ class SagaClient:
         await self.operate(OperateSaga(saga_id=saga_id, action=Lever.UNPAUSE, step=None, operator=operator,
                                        reason=reason))
 
+    async def redrive(self, saga_id: str, reason: str, operator: str | None = None) -> None:
+        """Publish an OperateSaga Redrive: a saga that ended FAILED runs again, each step that failed for good sent
+        again (its next attempt, under its same key, with a fresh attempt budget); ``reason``: what was fixed. The
+        saga's history records it, or why it could not apply."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.REDRIVE, step=None, operator=operator,
+                                       reason=reason))
+
     async def operate(self, message: OperateSaga) -> None:
         """Publish an operator's lever (``message.action``: one of ``schemas.message_types.Lever``)."""
         await self.publish(self.topics.control, message.saga_id, wire.encode_operate(message))

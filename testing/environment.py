@@ -111,12 +111,13 @@ class SagaEnvironment:
         self.topics = Topics()
         self.schemas = _schemas(self._records)
         self.store = MemoryStore(clock_ms=lambda: self.now)
-        self.service = SagaService(self.store, self.definitions, self.topics, lambda: self.now, schemas=self.schemas)
+        self.service = SagaService(self.store, self.definitions, self.topics, lambda: self.now)
         participants = sorted({step.participant for definition in self._sagas for step in definition.steps})
         self._parser = RecordParser(self.topics, self.definitions, self.schemas, tuple(participants))
         self._commands = {self.topics.commands(name): name for name in participants}
         self._scripts: dict[tuple[str, str], Behaviour] = {}
         self._recorded: dict[str, Response] = {}  # idempotency key -> the outcome recorded for it
+        self._recorded_attempt: dict[str, int] = {}  # idempotency key -> the attempt that recorded it
         self._tombstones: set[str] = set()  # forward keys whose compensation came first
         self._queue: list[tuple[int, int, ConsumedRecord]] = []
         self._order = itertools.count()
@@ -205,6 +206,11 @@ class SagaEnvironment:
     async def unpause(self, saga_id: str) -> None:
         """Send an operator's Unpause (what is open is sent again)."""
         await self.operate(OperateSaga(saga_id=saga_id, action=Lever.UNPAUSE, step=None, operator="test", reason=None))
+
+    async def redrive(self, saga_id: str, reason: str) -> None:
+        """Send an operator's Redrive (a FAILED saga runs again, its failed steps sent with a fresh budget)."""
+        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.REDRIVE, step=None, operator="test",
+                                       reason=reason))
 
     async def operate(self, message: OperateSaga) -> None:
         """Send an operator's lever, as saga.control carries it."""
@@ -302,7 +308,7 @@ class SagaEnvironment:
         key = command.idempotency_key
         if command.kind is CommandKind.FORWARD and key in self._tombstones:
             response = Response("FAILED", "Compensated", "its compensation came first")
-        elif key in self._recorded:
+        elif key in self._recorded and not self._taken_up_again(key, command.attempt):
             response = self._recorded[key]
         else:
             behaviour = self._scripts.get((command.participant, command.action), succeed())
@@ -310,6 +316,7 @@ class SagaEnvironment:
             if response.recorded:
                 self._recorded[key] = Response(response.status, response.error_type, response.message,
                                                response.retryable, response.output)
+                self._recorded_attempt[key] = command.attempt
                 if response.status == "SUCCEEDED":
                     self._effects[(command.saga_id, command.step, command.kind)] += 1
             if command.kind is CommandKind.COMPENSATE:
@@ -325,6 +332,11 @@ class SagaEnvironment:
                             output=self._output(command.participant, response.output))
         self._send(self.topics.results(command.participant), command.saga_id, wire.encode_result(result),
                    f"{key}:reply:{command.attempt}:{next(self._order)}", response.delay_ms)
+
+    def _taken_up_again(self, key: str, attempt: int) -> bool:
+        """As the kit's ledger does: a recorded definitive failure is run again by a later attempt of its key (a
+        Redrive, a resume); a recorded success answers every attempt."""
+        return self._recorded[key].status == "FAILED" and attempt > self._recorded_attempt[key]
 
     def _output(self, participant: str, output: BaseModel | bytes | None) -> bytes | None:
         """``output`` as the record of ``participant``'s action that gives it (one model may be the output of

@@ -26,7 +26,7 @@ from saga_orchestrator.schemas.message_types import (
     CommandKind,
     Lever,
 )
-from saga_orchestrator.testing import SagaEnvironment, fail_transiently
+from saga_orchestrator.testing import SagaEnvironment, fail, fail_transiently, succeed
 from saga_orchestrator.testing.history import SagaRun, describe
 from tests.unit.test_continue_mode import BATCH_UNDO
 
@@ -531,6 +531,20 @@ async def test_pause_holds_a_saga_in_the_environment_until_unpaused() -> None:
     await env.unpause(saga_id)
     result = await env.result(saga_id)
     assert result.status == "COMPLETED" and result.attempts("charge_card") == 2
+
+
+async def test_redrive_in_the_environment_completes_a_saga_that_failed_after_its_pivot() -> None:
+    from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+
+    env = SagaEnvironment(TRIP)
+    env.script(("notification", "send_itinerary"), fail("AddressGone"))
+    saga_id = await env.start("trip", SCENARIOS["happy"].trip("t-4"))
+    failed = await env.result(saga_id)
+    assert failed.status == "FAILED" and failed.compensated == []
+    env.script(("notification", "send_itinerary"), succeed())  # the address was corrected
+    await env.redrive(saga_id, "address corrected")
+    result = await env.result(saga_id)
+    assert result.status == "COMPLETED" and result.attempts("send_itinerary") == 2
 
 
 def test_a_cancel_records_who_asked_whether_it_applies_or_not() -> None:
