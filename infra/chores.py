@@ -49,19 +49,23 @@ async def delete_older_than(pool: asyncpg.Pool, sql: str, age_s: float, batch: i
 
 class Chore:
     """Runs ``work`` (which returns how many things it did) every ``every_s``, the first time at start, until
-    stopped. A failure (a database outage) is logged and tried again at the next round, never fatal."""
+    stopped. A failure (a database outage) is logged and tried again at the next round, never fatal.
+    ``next_round_s``, when given, says after a round that succeeded how long to wait for the next one instead
+    (a chore that knows when its next work is due)."""
 
     def __init__(self, name: str, work: Callable[[], Awaitable[int]], every_s: float = CHORE_EVERY_S,
-                 **log_fields: object) -> None:
+                 next_round_s: Callable[[], float] | None = None, **log_fields: object) -> None:
         self.name = name
         self.done = 0
         self._work = work
         self._every_s = every_s
+        self._next_round_s = next_round_s
         self._log_fields = log_fields
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work, sleep, repeat, until ``stop`` is set."""
         while not stop.is_set():
+            wait_s = self._every_s
             try:
                 done = await self._work()
             except Exception as error:
@@ -72,4 +76,6 @@ class Chore:
                 self.done += done
                 if done:
                     log.info("housekeeping done", extra={"chore": self.name, "count": done, **self._log_fields})
-            await sleep_or_stop(stop, self._every_s)
+                if self._next_round_s is not None:
+                    wait_s = self._next_round_s()
+            await sleep_or_stop(stop, wait_s)

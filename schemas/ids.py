@@ -54,3 +54,9 @@ def replay_message_id(letter_position: str) -> str:
 def purge_causation_id(saga_id: str, seq: int) -> str:
     """Causation id of the SagaPurged event at ``seq``: a purge is no message, so it names itself."""
     return f"purge:{saga_id}:{seq}"
+
+
+def bulk_message_id(job_id: int, saga_id: str) -> str:
+    """Message id of the control command bulk job ``job_id`` sends saga ``saga_id``: one per saga and job, so a
+    command queued twice is handled once."""
+    return f"bulk:{job_id}:{saga_id}"

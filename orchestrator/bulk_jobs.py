@@ -1,0 +1,481 @@
+"""Bulk operations: one lever pulled on every saga of a selection, as a recorded job the orchestrator runs.
+
+An operator counts first what a ``Selection`` matches in the read model (``count``: the dry run, with a few of
+the saga ids), then starts a job (``start``): a row of ``saga.bulk_jobs`` recording who, why, the action, the
+selection, the rate and how many sagas matched then. The orchestrator runs the jobs, not the operator's
+laptop: every instance runs the chore ``BulkRunner.chore``, which takes a RUNNING job that is due (a row lock,
+SKIP LOCKED: one instance works one job at a time), the next sagas matching its selection after its cursor in
+saga id order, and in ONE transaction queues one control command per saga in ``saga.outbox`` (the relay
+publishes it on saga.control like any operator's) and moves the job's cursor, its done count and the time its
+next batch may go. A restart goes on after the last saga handled, and no saga is sent a job's command twice
+(each also carries a message id of its own, ``bulk_message_id``, which the orchestrator's inbox dedupes).
+
+Each command names the operator as ``"<operator> (bulk job <id>)"`` with the job's reason, so each saga's own
+history records who pulled the lever and why, or why it could not apply (``OperatorActionRefused``). The
+selection is evaluated again for every batch: a saga that left it meanwhile (it ended, moved on) is passed
+over, and a saga that started after the job is never in it. ``total`` stays what matched at the start.
+
+Rate limit: a job sends at most ``rate`` sagas per second, in batches of a quarter second's worth (at least one
+saga); a batch of ``n`` holds the job's next one back ``n / rate`` seconds, measured by the database's clock
+(the outbox rows' ``created_at``), and kept across restarts (``not_before``).
+
+The public functions take an asyncpg pool and raise ``BulkJobError`` with a line an operator can act on; the
+command line and the HTTP API call them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import orjson
+
+from ..infra.chores import Chore
+from ..infra.db import datetime_to_ms
+from ..outbox.table import OutboxMessage, write_outbox
+from ..schemas import wire
+from ..schemas.codec import WireError
+from ..schemas.headers import message_headers
+from ..schemas.ids import bulk_message_id
+from ..schemas.limits import MAX_TEXT_CHARS
+from ..schemas.message_types import CancelSaga, Lever, OperateSaga, ReleaseSaga, ResumeCompensation
+from ..schemas.partitioning import partition_for
+from ..schemas.topics import Topics
+from .domain.definition import DefinitionRegistry
+from .domain.status import SagaStatus
+
+log = logging.getLogger("saga.orchestrator.bulk")
+
+JOBS_TABLE = "saga.bulk_jobs"
+OUTBOX_TABLE = "saga.outbox"
+
+CANCEL, RESUME, RELEASE = "Cancel", "Resume", "Release"
+"""The actions of the control commands other than OperateSaga (CancelSaga, ResumeCompensation, ReleaseSaga)."""
+STEP_ACTIONS = frozenset({Lever.RETRY_NOW.value, Lever.SKIP.value})
+"""The actions that act on one step, which a job must name."""
+
+DEFAULT_RATE_PER_S = 10.0
+MAX_RATE_PER_S = 1_000.0
+ROUND_S = 0.25
+"""A batch is this long's worth of the job's rate (at least one saga)."""
+MAX_BATCH = 250
+SAMPLE = 10
+"""How many saga ids a dry run shows."""
+IDLE_POLL_S = 2.0
+"""How often the runner looks for a job when none is running (a job starts within this long)."""
+MIN_WAIT_S = 0.01
+
+
+class BulkJobError(ValueError):
+    """A selection, a job or an action that cannot be: the message says what to change."""
+
+
+def actions() -> tuple[str, ...]:
+    """Every action a job may take: each lever, then Cancel, Resume and Release."""
+    return (*(lever.value for lever in Lever), CANCEL, RESUME, RELEASE)
+
+
+def action_named(name: str) -> str:
+    """The action ``name`` stands for: its own spelling (``RetryNow``) or the command line's (``retry-now``)."""
+    spelled = {action.lower(): action for action in actions()}
+    found = spelled.get(name.replace("-", "").replace("_", "").lower())
+    if found is None:
+        raise BulkJobError(f"unknown action {name!r}; use one of {', '.join(_kebab(a) for a in actions())}")
+    return found
+
+
+def _kebab(action: str) -> str:
+    return "".join(f"-{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(action))
+
+
+# --- the selection ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which sagas a bulk operation takes, from the read model (``saga.saga_summary``); every criterion given
+    must hold, and at least one must be given.
+
+    ``statuses``: any of these; ``older_than_s``: not updated for this long; ``error``: the latest error type of
+    the step the saga is stuck on (``last_error``; ``timeout`` for a timeout); ``participant``: the step it is
+    stuck on or waits for (``current_step``) is that participant's, by the saga type's definitions.
+    """
+
+    saga_type: str | None = None
+    statuses: tuple[str, ...] = ()
+    older_than_s: float | None = None
+    tenant: str | None = None
+    error: str | None = None
+    participant: str | None = None
+
+    def __post_init__(self) -> None:
+        statuses = tuple(sorted({status.strip().upper() for status in self.statuses}))
+        known = {status.value for status in SagaStatus}
+        for status in statuses:
+            if status not in known:
+                raise BulkJobError(f"{status!r} is not a saga state; use one of {', '.join(sorted(known))}")
+        object.__setattr__(self, "statuses", statuses)
+        if self.older_than_s is not None and not self.older_than_s > 0:
+            raise BulkJobError(f"older than {self.older_than_s} s: an age must be positive")
+        for name in ("saga_type", "tenant", "error", "participant"):
+            value = getattr(self, name)
+            if value is not None and not value.strip():
+                raise BulkJobError(f"{name} must not be empty when given")
+        if not (self.saga_type or statuses or self.older_than_s or self.tenant or self.error or self.participant):
+            raise BulkJobError("a selection needs at least one of: saga type, state, age, tenant, error, participant")
+
+    def to_json(self) -> dict[str, Any]:
+        """The selection as a JSON object (what ``saga.bulk_jobs.selection`` holds), without what is not given."""
+        values = {"saga_type": self.saga_type, "statuses": list(self.statuses) or None,
+                  "older_than_s": self.older_than_s, "tenant": self.tenant, "error": self.error,
+                  "participant": self.participant}
+        return {name: value for name, value in values.items() if value is not None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Selection:
+        """The selection ``to_json`` wrote; BulkJobError for anything else."""
+        try:
+            return cls(saga_type=data.get("saga_type"), statuses=tuple(data.get("statuses") or ()),
+                       older_than_s=data.get("older_than_s"), tenant=data.get("tenant"), error=data.get("error"),
+                       participant=data.get("participant"))
+        except (TypeError, AttributeError) as error:
+            raise BulkJobError(f"not a selection: {dict(data)!r} ({error})") from None
+
+    def describe(self) -> str:
+        """The selection in one line, e.g. ``type trip, state RUNNING, not updated for 7200 s``."""
+        parts = [f"type {self.saga_type}" if self.saga_type else "",
+                 f"state {' or '.join(self.statuses)}" if self.statuses else "",
+                 f"not updated for {self.older_than_s:g} s" if self.older_than_s else "",
+                 f"tenant {self.tenant}" if self.tenant else "", f"error {self.error}" if self.error else "",
+                 f"stuck at participant {self.participant}" if self.participant else ""]
+        return ", ".join(part for part in parts if part)
+
+
+@dataclass(frozen=True)
+class Where:
+    """A parameterised SQL condition over ``saga.saga_summary``: ``sql`` names its parameters from ``$first``
+    on, ``params`` are their values in order."""
+
+    sql: str
+    params: list[Any] = field(default_factory=list)
+
+
+def participant_steps(registry: DefinitionRegistry, participant: str) -> list[tuple[str, str]]:
+    """The (saga type, step) pairs whose step ``participant`` serves, in any registered version; BulkJobError
+    naming the known participants when there is none."""
+    pairs = sorted({(definition.saga_type, step.name) for definition in registry.definitions()
+                    for step in definition.steps if step.participant == participant})
+    if not pairs:
+        known = sorted({step.participant for definition in registry.definitions() for step in definition.steps})
+        raise BulkJobError(f"no saga type has a step served by participant {participant!r}; "
+                           f"known participants: {', '.join(known) or 'none'}")
+    return pairs
+
+
+def where(selection: Selection, registry: DefinitionRegistry, as_of: str = "now()", first: int = 1) -> Where:
+    """The condition on a ``saga_summary`` row that ``selection`` puts, as seen at ``as_of`` (a trusted SQL
+    expression: ``now()`` for a dry run, the job's start for its batches): the saga started by then and, when an
+    age is given, was last updated that long before then. BulkJobError for a saga type or a participant
+    ``registry`` does not know."""
+    conditions = [f"started_at <= {as_of}"]
+    params: list[Any] = []
+
+    def param(value: Any, cast: str = "") -> str:
+        params.append(value)
+        return f"${first + len(params) - 1}{cast}"
+
+    if selection.saga_type is not None:
+        if selection.saga_type not in registry.types():
+            raise BulkJobError(f"unknown saga type {selection.saga_type!r}; known types: "
+                               f"{', '.join(registry.types()) or 'none'}")
+        conditions.append(f"saga_type = {param(selection.saga_type)}")
+    if selection.statuses:
+        conditions.append(f"status = ANY({param(list(selection.statuses), '::text[]')})")
+    if selection.older_than_s is not None:
+        conditions.append(f"updated_at < {as_of} - make_interval(secs => {param(selection.older_than_s)})")
+    if selection.tenant is not None:
+        conditions.append(f"tenant_id = {param(selection.tenant)}")
+    if selection.error is not None:
+        conditions.append(f"last_error = {param(selection.error)}")
+    if selection.participant is not None:
+        pairs = participant_steps(registry, selection.participant)
+        types, steps = param([t for t, _ in pairs], "::text[]"), param([s for _, s in pairs], "::text[]")
+        conditions.append(f"(saga_type, current_step) IN (SELECT * FROM unnest({types}, {steps}))")
+    return Where(" AND ".join(conditions), params)
+
+
+# --- the commands ----------------------------------------------------------------------------------------
+
+
+def job_operator(operator: str, job_id: int) -> str:
+    """Who a job's commands name as the operator: the job's operator, and the job."""
+    return f"{operator} (bulk job {job_id})"
+
+
+def control_command(action: str, saga_id: str, step: str | None, operator: str, reason: str) -> bytes:
+    """The encoded saga.control command that pulls ``action`` on one saga (WireError when it cannot be)."""
+    if action == CANCEL:
+        return wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason, operator=operator))
+    if action == RESUME:
+        return wire.encode_resume(ResumeCompensation(saga_id=saga_id, operator=operator, detail=reason))
+    if action == RELEASE:
+        return wire.encode_release(ReleaseSaga(saga_id=saga_id, operator=operator, detail=reason))
+    return wire.encode_operate(OperateSaga(saga_id=saga_id, action=action, step=step, operator=operator,
+                                           reason=reason))
+
+
+def command_row(topics: Topics, job_id: int, saga_id: str, saga_type: str, value: bytes) -> OutboxMessage:
+    """The outbox row that sends job ``job_id``'s command ``value`` to saga ``saga_id`` on saga.control."""
+    message_id = bulk_message_id(job_id, saga_id)
+    return OutboxMessage(topic=topics.control, key=saga_id, value=value,
+                         headers=message_headers(message_id, causation_id=f"bulk-job:{job_id}", saga_id=saga_id,
+                                                 saga_type=saga_type),
+                         message_id=message_id)
+
+
+def batch_size(rate_per_s: float) -> int:
+    """How many sagas one batch of a job at ``rate_per_s`` takes: a quarter second's worth, at least one."""
+    return max(1, min(MAX_BATCH, math.floor(rate_per_s * ROUND_S)))
+
+
+def check_job(action: str, step: str | None, operator: str, reason: str, rate_per_s: float) -> None:
+    """BulkJobError unless a job with these may start: a known action (with its step when it acts on one), an
+    operator and a reason (each short enough to be recorded), and a rate in (0, MAX_RATE_PER_S]."""
+    if action not in actions():
+        raise BulkJobError(f"unknown action {action!r}; use one of {', '.join(actions())}")
+    if action in STEP_ACTIONS and not (step and step.strip()):
+        raise BulkJobError(f"{action} acts on one step: name it (--step)")
+    if not operator.strip():
+        raise BulkJobError("a bulk job needs an operator: who is acting, recorded in every saga's history")
+    if not reason.strip():
+        raise BulkJobError("a bulk job needs a reason, recorded in every saga's history")
+    if len(reason) > MAX_TEXT_CHARS or len(job_operator(operator, 10**12)) > MAX_TEXT_CHARS:
+        raise BulkJobError(f"the operator and the reason are recorded in each saga: at most {MAX_TEXT_CHARS} "
+                           "characters each")
+    if not 0 < rate_per_s <= MAX_RATE_PER_S:
+        raise BulkJobError(f"rate {rate_per_s:g}/s: give a rate above 0 and at most {MAX_RATE_PER_S:g} sagas/s")
+
+
+# --- the jobs --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Count:
+    """What a selection matches now: how many sagas, and the first few ids (in saga id order)."""
+
+    total: int
+    sample: list[str]
+
+
+@dataclass(frozen=True)
+class BulkJob:
+    """One bulk job as recorded (times in epoch ms). ``done``: sagas sent the command; ``failed``: sagas matched
+    whose command could not be written; ``last_saga_id``: the last saga handled (sagas go in id order)."""
+
+    id: int
+    operator: str
+    reason: str
+    action: str
+    step: str | None
+    selection: Selection | None  # None: the row holds no selection this version reads (the job FAILED on it)
+    rate_per_s: float
+    status: str
+    total: int
+    done: int
+    failed: int
+    last_saga_id: str
+    error: str | None
+    created_at_ms: int
+    updated_at_ms: int
+    finished_at_ms: int | None
+    cancelled_by: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The job as a JSON object (the selection as ``Selection.to_json``)."""
+        values = dict(self.__dict__)
+        values["selection"] = None if self.selection is None else self.selection.to_json()
+        return values
+
+
+async def count(pool: asyncpg.Pool, selection: Selection, registry: DefinitionRegistry,
+                sample: int = SAMPLE) -> Count:
+    """The dry run: how many sagas ``selection`` matches now, and the first ``sample`` of their ids."""
+    condition = where(selection, registry)
+    async with pool.acquire() as conn:
+        return await _count(conn, condition, sample)
+
+
+async def _count(conn: asyncpg.Connection, condition: Where, sample: int) -> Count:
+    total = await conn.fetchval(f"SELECT count(*) FROM saga.saga_summary WHERE {condition.sql}", *condition.params)
+    ids = await conn.fetch(f"SELECT saga_id FROM saga.saga_summary WHERE {condition.sql} ORDER BY saga_id"
+                           f" LIMIT ${len(condition.params) + 1}", *condition.params, sample)
+    return Count(int(total), [row["saga_id"] for row in ids])
+
+
+async def start(pool: asyncpg.Pool, selection: Selection, registry: DefinitionRegistry, *, action: str,
+                operator: str, reason: str, step: str | None = None,
+                rate_per_s: float = DEFAULT_RATE_PER_S) -> BulkJob:
+    """Record a RUNNING job that pulls ``action`` (``actions()``) on every saga ``selection`` matches, at most
+    ``rate_per_s`` a second; ``total`` is the count at this moment (in the same transaction). The orchestrator's
+    runner takes it within ``IDLE_POLL_S``. BulkJobError when the job cannot be, or nothing matches."""
+    check_job(action, step, operator, reason, rate_per_s)
+    condition = where(selection, registry)
+    async with pool.acquire() as conn, conn.transaction():
+        matched = await _count(conn, condition, 0)
+        if not matched.total:
+            raise BulkJobError(f"no saga matches ({selection.describe()}): there is nothing to do")
+        row = await conn.fetchrow(
+            f"INSERT INTO {JOBS_TABLE} (operator, reason, action, step, selection, rate_per_s, total)"
+            " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7) RETURNING *",
+            operator, reason, action, step, orjson.dumps(selection.to_json()).decode(), rate_per_s, matched.total)
+    started = _job(row)
+    log.info("bulk job started", extra={"job": started.id, "operator": operator, "action": action,
+                                        "selection": selection.describe(), "total": started.total})
+    return started
+
+
+async def jobs(pool: asyncpg.Pool, limit: int = 50) -> list[BulkJob]:
+    """The latest ``limit`` jobs, newest first."""
+    rows = await pool.fetch(f"SELECT * FROM {JOBS_TABLE} ORDER BY id DESC LIMIT $1", limit)
+    return [_job(row) for row in rows]
+
+
+async def job(pool: asyncpg.Pool, job_id: int) -> BulkJob | None:
+    """Job ``job_id`` as it stands, or None when there is no such job."""
+    row = await pool.fetchrow(f"SELECT * FROM {JOBS_TABLE} WHERE id = $1", job_id)
+    return None if row is None else _job(row)
+
+
+async def cancel(pool: asyncpg.Pool, job_id: int, operator: str) -> BulkJob:
+    """Stop a RUNNING job, recording ``operator`` as who did: no batch after this one is sent (a batch being
+    sent right now is finished first: its row lock is waited for). BulkJobError for an unknown job or one that
+    already ended."""
+    if not operator.strip():
+        raise BulkJobError("cancelling a bulk job needs an operator: who is acting, recorded with the job")
+    row = await pool.fetchrow(
+        f"UPDATE {JOBS_TABLE} SET status = 'CANCELLED', cancelled_by = $2, finished_at = now(), updated_at = now()"
+        " WHERE id = $1 AND status = 'RUNNING' RETURNING *", job_id, operator)
+    if row is None:
+        found = await job(pool, job_id)
+        if found is None:
+            raise BulkJobError(f"no bulk job {job_id} (`saga bulk list` shows the jobs)")
+        raise BulkJobError(f"bulk job {job_id} already ended {found.status}: there is nothing to cancel")
+    log.info("bulk job cancelled", extra={"job": job_id, "operator": operator, "done": row["done"]})
+    return _job(row)
+
+
+def _job(row: asyncpg.Record) -> BulkJob:
+    try:
+        selection: Selection | None = Selection.from_json(orjson.loads(row["selection"]))
+    except (BulkJobError, orjson.JSONDecodeError):
+        selection = None
+    finished = row["finished_at"]
+    return BulkJob(id=row["id"], operator=row["operator"], reason=row["reason"], action=row["action"],
+                   step=row["step"], selection=selection, rate_per_s=row["rate_per_s"], status=row["status"],
+                   total=row["total"], done=row["done"], failed=row["failed"], last_saga_id=row["last_saga_id"],
+                   error=row["error"], created_at_ms=datetime_to_ms(row["created_at"]),
+                   updated_at_ms=datetime_to_ms(row["updated_at"]),
+                   finished_at_ms=None if finished is None else datetime_to_ms(finished),
+                   cancelled_by=row["cancelled_by"])
+
+
+# --- the runner ------------------------------------------------------------------------------------------
+
+
+class BulkRunner:
+    """Works the RUNNING jobs, a batch per transaction (see the module's docstring); any number of instances
+    may run one each. ``topic_partitions``: the partition count of saga.control, which puts each command in its
+    saga's outbox shard (None: shard 0); ``on_queued``: told after a batch queued commands (an in-process
+    relay's ``wake``)."""
+
+    def __init__(self, pool: asyncpg.Pool, registry: DefinitionRegistry, topics: Topics,
+                 topic_partitions: int | None = None, on_queued: Callable[[], None] | None = None) -> None:
+        self._pool = pool
+        self._registry = registry
+        self._topics = topics
+        self._partitions = tuple(range(topic_partitions)) if topic_partitions else None
+        self._on_queued = on_queued
+        self._next_round_s = IDLE_POLL_S
+
+    def chore(self) -> Chore:
+        """The chore that runs the jobs: a round works every due job, the next round comes when the earliest
+        running job is due (at most ``IDLE_POLL_S`` later)."""
+        return Chore("bulk jobs", self.work, IDLE_POLL_S, next_round_s=lambda: self._next_round_s)
+
+    async def work(self) -> int:
+        """Send one batch of each job that is due, again until none is; how many sagas were sent commands."""
+        sent = 0
+        while (batch := await self.run_batch()) is not None:
+            sent += batch
+        wait_s = await self._pool.fetchval(
+            f"SELECT extract(epoch FROM min(not_before) - clock_timestamp()) FROM {JOBS_TABLE}"
+            " WHERE status = 'RUNNING'")
+        self._next_round_s = IDLE_POLL_S if wait_s is None else min(IDLE_POLL_S, max(MIN_WAIT_S, float(wait_s)))
+        return sent
+
+    async def run_batch(self) -> int | None:
+        """Send the next batch of one job that is due, in one transaction; how many sagas were sent its command
+        (None: no job was due)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                f"SELECT * FROM {JOBS_TABLE} WHERE status = 'RUNNING' AND not_before <= now()"
+                " ORDER BY not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED")
+            if row is None:
+                return None
+            sent = await self._batch(conn, row)
+        if sent and self._on_queued is not None:
+            self._on_queued()
+        return sent
+
+    async def _batch(self, conn: asyncpg.Connection, row: asyncpg.Record) -> int:
+        job_id, rate = row["id"], row["rate_per_s"]
+        try:
+            selection = Selection.from_json(orjson.loads(row["selection"]))
+            condition = where(selection, self._registry, as_of="$1", first=2)
+        except (BulkJobError, orjson.JSONDecodeError) as error:
+            await conn.execute(f"UPDATE {JOBS_TABLE} SET status = 'FAILED', error = $2, finished_at = now(),"
+                               " updated_at = now() WHERE id = $1", job_id, str(error))
+            log.warning("bulk job failed", extra={"job": job_id, "error": str(error)})
+            return 0
+        n = len(condition.params) + 2
+        size = batch_size(rate)
+        sagas = await conn.fetch(
+            f"SELECT saga_id, saga_type FROM saga.saga_summary WHERE {condition.sql} AND saga_id > ${n}"
+            f" ORDER BY saga_id LIMIT ${n + 1}", row["created_at"], *condition.params, row["last_saga_id"], size)
+        messages = self._commands(row, sagas)
+        await write_outbox(conn, OUTBOX_TABLE, messages, self._shards(messages))
+        finished = len(sagas) < size
+        await conn.execute(
+            f"UPDATE {JOBS_TABLE} SET last_saga_id = $2, done = done + $3, failed = failed + $4,"
+            " not_before = now() + make_interval(secs => $5), updated_at = now(),"
+            " status = CASE WHEN $6 THEN 'DONE' ELSE status END, finished_at = CASE WHEN $6 THEN now() END"
+            " WHERE id = $1",
+            job_id, sagas[-1]["saga_id"] if sagas else row["last_saga_id"], len(messages),
+            len(sagas) - len(messages), len(sagas) / rate, finished)
+        if finished:
+            log.info("bulk job done", extra={"job": job_id, "done": row["done"] + len(messages),
+                                             "failed": row["failed"] + len(sagas) - len(messages),
+                                             "total": row["total"]})
+        return len(messages)
+
+    def _commands(self, row: asyncpg.Record, sagas: Sequence[asyncpg.Record]) -> list[OutboxMessage]:
+        operator = job_operator(row["operator"], row["id"])
+        messages = []
+        for saga in sagas:
+            try:
+                value = control_command(row["action"], saga["saga_id"], row["step"], operator, row["reason"])
+            except WireError as error:  # this saga's command cannot be written: it is passed over, and counted
+                log.warning("bulk job passed a saga over: its command cannot be written",
+                            extra={"job": row["id"], "saga_id": saga["saga_id"], "error": str(error)})
+                continue
+            messages.append(command_row(self._topics, row["id"], saga["saga_id"], saga["saga_type"], value))
+        return messages
+
+    def _shards(self, messages: Sequence[OutboxMessage]) -> list[int]:
+        if self._partitions is None:
+            return [0] * len(messages)
+        return [partition_for(message.key.encode(), self._partitions) for message in messages]

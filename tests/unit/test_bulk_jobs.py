@@ -1,0 +1,148 @@
+"""Bulk operations without a database: a selection and the SQL condition it puts, the actions and their
+commands, what a job may start with, and how big a batch is at a rate."""
+
+from __future__ import annotations
+
+import pytest
+
+from saga_orchestrator.orchestrator.bulk_jobs import (
+    MAX_BATCH,
+    BulkJobError,
+    Selection,
+    action_named,
+    actions,
+    batch_size,
+    check_job,
+    command_row,
+    control_command,
+    job_operator,
+    where,
+)
+from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.message_types import CancelSaga, Lever, OperateSaga, ReleaseSaga, ResumeCompensation
+from saga_orchestrator.schemas.topics import Topics
+
+REGISTRY = DefinitionRegistry([TRIP])
+
+
+@pytest.mark.parametrize(("selection", "sql", "params"), [
+    (Selection(saga_type="trip"), "started_at <= now() AND saga_type = $1", ["trip"]),
+    (Selection(statuses=("running", "COMPENSATING", "RUNNING")),
+     "started_at <= now() AND status = ANY($1::text[])", [["COMPENSATING", "RUNNING"]]),
+    (Selection(older_than_s=7200), "started_at <= now() AND updated_at < now() - make_interval(secs => $1)",
+     [7200]),
+    (Selection(tenant="acme", error="timeout"), "started_at <= now() AND tenant_id = $1 AND last_error = $2",
+     ["acme", "timeout"]),
+    (Selection(participant="payment"),
+     "started_at <= now() AND (saga_type, current_step) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+     [["trip"], ["charge_card"]]),
+])
+def test_a_selection_is_one_parameterised_condition(selection: Selection, sql: str, params: list[object]) -> None:
+    condition = where(selection, REGISTRY)
+    assert (condition.sql, condition.params) == (sql, params)
+
+
+def test_every_criterion_at_once_numbers_its_parameters_from_where_it_is_told() -> None:
+    selection = Selection(saga_type="trip", statuses=("RUNNING",), older_than_s=60, tenant="t", error="Declined",
+                          participant="hotel")
+    condition = where(selection, REGISTRY, as_of="$1", first=2)
+    assert condition.sql == (
+        "started_at <= $1 AND saga_type = $2 AND status = ANY($3::text[]) AND updated_at < $1 - make_interval(secs"
+        " => $4) AND tenant_id = $5 AND last_error = $6 AND (saga_type, current_step) IN (SELECT * FROM"
+        " unnest($7::text[], $8::text[]))")
+    assert condition.params == ["trip", ["RUNNING"], 60, "t", "Declined", ["trip"], ["book_hotel"]]
+
+
+def test_a_value_never_enters_the_sql_text() -> None:
+    condition = where(Selection(tenant="x'; DROP TABLE saga.events; --"), REGISTRY)
+    assert "DROP" not in condition.sql and condition.params == ["x'; DROP TABLE saga.events; --"]
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda: Selection(), "a selection needs at least one of"),
+    (lambda: Selection(statuses=("STUCK",)), "'STUCK' is not a saga state"),
+    (lambda: Selection(older_than_s=0), "older than 0 s: an age must be positive"),
+    (lambda: Selection(tenant=" "), "tenant must not be empty"),
+    (lambda: where(Selection(saga_type="trap"), REGISTRY), "unknown saga type 'trap'; known types: trip"),
+    (lambda: where(Selection(participant="bank"), REGISTRY),
+     "no saga type has a step served by participant 'bank'; known participants: flight, hotel, notification, "
+     "payment"),
+])
+def test_a_selection_that_cannot_be_says_what_to_change(make: object, problem: str) -> None:
+    with pytest.raises(BulkJobError, match="^" + problem.replace("(", r"\(")):
+        make()  # type: ignore[operator]
+
+
+def test_a_selection_survives_its_json_and_says_itself_in_one_line() -> None:
+    selection = Selection(saga_type="trip", statuses=("RUNNING", "FAILED"), older_than_s=90, error="timeout")
+    assert Selection.from_json(selection.to_json()) == selection
+    assert selection.to_json() == {"saga_type": "trip", "statuses": ["FAILED", "RUNNING"], "older_than_s": 90,
+                                   "error": "timeout"}
+    assert selection.describe() == "type trip, state FAILED or RUNNING, not updated for 90 s, error timeout"
+    with pytest.raises(BulkJobError, match="not a selection"):
+        Selection.from_json({"statuses": 5})
+
+
+@pytest.mark.parametrize(("name", "action"), [
+    ("retry-now", "RetryNow"), ("RetryNow", "RetryNow"), ("force-compensate", "ForceCompensate"),
+    ("terminate", "Terminate"), ("cancel", "Cancel"), ("resume", "Resume"), ("release", "Release"),
+    ("UNPAUSE", "Unpause"),
+])
+def test_an_action_is_named_as_the_command_line_or_the_lever_spells_it(name: str, action: str) -> None:
+    assert action_named(name) == action
+
+
+def test_every_lever_is_an_action_and_an_unknown_one_is_refused_with_the_list() -> None:
+    assert set(actions()) >= {lever.value for lever in Lever} | {"Cancel", "Resume", "Release"}
+    with pytest.raises(BulkJobError, match="unknown action 'explode'; use one of retry-now, skip, "):
+        action_named("explode")
+
+
+def test_each_action_becomes_its_control_command_naming_the_job() -> None:
+    operator = job_operator("ana", 7)
+    assert operator == "ana (bulk job 7)"
+    assert wire.decode_operate(control_command("Terminate", "s-1", None, operator, "settled")) == OperateSaga(
+        saga_id="s-1", action="Terminate", step=None, operator=operator, reason="settled")
+    assert wire.decode_operate(control_command("RetryNow", "s-1", "charge_card", operator, "bank back")).step == (
+        "charge_card")
+    assert wire.decode_cancel(control_command("Cancel", "s-1", None, operator, "dup")) == CancelSaga(
+        saga_id="s-1", reason="dup", operator=operator)
+    resumed = wire.decode_incoming("control", control_command("Resume", "s-1", None, operator, "fixed"))
+    assert resumed == ResumeCompensation(saga_id="s-1", operator=operator, detail="fixed")
+    released = wire.decode_incoming("control", control_command("Release", "s-1", None, operator, "deployed"))
+    assert released == ReleaseSaga(saga_id="s-1", operator=operator, detail="deployed")
+
+
+def test_a_command_row_goes_to_saga_control_keyed_by_its_saga_with_an_id_of_its_job() -> None:
+    row = command_row(Topics("p."), 7, "s-1", "trip", b"body")
+    assert (row.topic, row.key, row.value, row.message_id) == ("p.saga.control", "s-1", b"body", "bulk:7:s-1")
+    assert row.headers == {"message_id": "bulk:7:s-1", "causation_id": "bulk-job:7", "saga_id": "s-1",
+                           "saga_type": "trip"}
+
+
+@pytest.mark.parametrize(("action", "step", "operator", "reason", "rate", "problem"), [
+    ("Explode", None, "ana", "why", 1, "unknown action 'Explode'"),
+    ("RetryNow", None, "ana", "why", 1, "RetryNow acts on one step: name it"),
+    ("Skip", " ", "ana", "why", 1, "Skip acts on one step"),
+    ("Terminate", None, " ", "why", 1, "a bulk job needs an operator"),
+    ("Terminate", None, "ana", "", 1, "a bulk job needs a reason"),
+    ("Terminate", None, "ana", "x" * 4001, 1, "the operator and the reason are recorded in each saga"),
+    ("Terminate", None, "ana", "why", 0, "rate 0/s: give a rate above 0"),
+    ("Terminate", None, "ana", "why", 5000, "rate 5000/s"),
+])
+def test_a_job_that_cannot_start_says_why(action: str, step: str | None, operator: str, reason: str, rate: float,
+                                          problem: str) -> None:
+    with pytest.raises(BulkJobError, match="^" + problem):
+        check_job(action, step, operator, reason, rate)
+
+
+def test_a_job_that_can_start_passes() -> None:
+    check_job("Skip", "send_itinerary", "ana", "sent by hand", 0.5)
+
+
+@pytest.mark.parametrize(("rate", "size"), [(0.1, 1), (1, 1), (4, 1), (7.9, 1), (8, 2), (10, 2), (100, 25),
+                                             (1000, MAX_BATCH)])
+def test_a_batch_is_a_quarter_second_of_the_rate_and_at_least_one_saga(rate: float, size: int) -> None:
+    assert batch_size(rate) == size
