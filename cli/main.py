@@ -15,6 +15,7 @@ from . import (
     reproject_cmd,
     verify_cmd,
 )
+from .bulk_cmd import bulk_app
 from .dlq_cmd import dlq_app
 from .infra_cmd import infra_app
 from .outbox_cmd import outbox_app
@@ -26,6 +27,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 app.add_typer(infra_app, name="infra", help="Local Kafka and Postgres: up, down, status.")
 app.add_typer(run_app, name="run")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(bulk_app, name="bulk")
 app.add_typer(outbox_app, name="outbox")
 app.add_typer(schemas_app, name="schemas")
 app.command("start")(commands.start)

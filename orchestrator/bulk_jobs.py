@@ -84,11 +84,12 @@ def action_named(name: str) -> str:
     spelled = {action.lower(): action for action in actions()}
     found = spelled.get(name.replace("-", "").replace("_", "").lower())
     if found is None:
-        raise BulkJobError(f"unknown action {name!r}; use one of {', '.join(_kebab(a) for a in actions())}")
+        raise BulkJobError(f"unknown action {name!r}; use one of {', '.join(kebab_name(a) for a in actions())}")
     return found
 
 
-def _kebab(action: str) -> str:
+def kebab_name(action: str) -> str:
+    """How the command line spells ``action``: ``RetryNow`` -> ``retry-now``."""
     return "".join(f"-{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(action))
 
 

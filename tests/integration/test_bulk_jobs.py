@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator import bulk_jobs
 from saga_orchestrator.orchestrator.bulk_jobs import BulkJobError, BulkRunner, Selection
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
@@ -22,6 +23,7 @@ from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.partitioning import partition_for
 from saga_orchestrator.schemas.topics import Topics
+from tests.e2e.harness import run_refused, saga_cli
 
 pytestmark = pytest.mark.integration
 
@@ -193,3 +195,35 @@ async def test_a_job_its_runner_cannot_read_fails_with_the_reason(pool: asyncpg.
     assert failed is not None and failed.status == "FAILED" and failed.done == 0
     assert failed.error is not None and failed.error.startswith("no saga type has a step served by participant")
     assert await _commands(pool) == []
+
+
+async def test_the_command_line_counts_starts_shows_and_refuses_bad_input(pool: asyncpg.Pool,
+                                                                          database_url: str) -> None:
+    await _sagas(pool, "cli", 3, idle=timedelta(hours=3))
+    current = Settings(database_url=database_url)
+    counted = await saga_cli(current, "bulk", "count", "--state", "running", "--older-than", "2h")
+    assert counted.returncode == 0, counted.stdout + counted.stderr
+    assert "3 sagas match (state RUNNING, not updated for 7200 s)" in counted.stdout
+    assert "cli-000, cli-001, cli-002" in counted.stdout
+
+    started = await saga_cli(current, "bulk", "start", "terminate", "--type", "trip", "--operator", "fay",
+                             "--reason", "settled", "--rate", "5", "--yes")
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "3 sagas match" in started.stdout and "bulk job 1 started" in started.stdout
+    shown = await saga_cli(current, "bulk", "show", "1")
+    assert shown.returncode == 0 and "RUNNING" in shown.stdout and "done 0 of 3" in shown.stdout, shown.stdout
+    listed = await saga_cli(current, "bulk", "list")
+    assert listed.returncode == 0 and "Terminate" in listed.stdout and "fay" in listed.stdout, listed.stdout
+    cancelled = await saga_cli(current, "bulk", "cancel", "1", "--operator", "gil")
+    assert cancelled.returncode == 0 and "cancelled after 0 of 3" in cancelled.stdout, cancelled.stdout
+
+    assert "--older-than '2 hours' is not a duration" in run_refused(current, "bulk", "count", "--older-than",
+                                                                     "2 hours")
+    assert "'STUCK' is not a saga state" in run_refused(current, "bulk", "count", "--state", "stuck")
+    assert "a selection needs at least one of" in run_refused(current, "bulk", "count")
+    assert "unknown action 'explode'" in run_refused(current, "bulk", "start", "explode", "--type", "trip",
+                                                     "--operator", "a", "--reason", "r")
+    assert "RetryNow acts on one step" in run_refused(current, "bulk", "start", "retry-now", "--type", "trip",
+                                                      "--operator", "a", "--reason", "r", "--yes")
+    assert "no bulk job 7" in run_refused(current, "bulk", "show", "7")
+    assert "already ended CANCELLED" in run_refused(current, "bulk", "cancel", "1", "--operator", "gil")
