@@ -15,7 +15,7 @@ from ..participants.kit.ledger import awaiting
 from ..participants.kit.outcome import Failed, Succeeded
 from ..participants.kit.participant import Participant
 from ..participants.registry import get_participant
-from .context import console, database, fail, run, settings, topics
+from .context import OPERATOR_HELP, console, database, fail, operator_or_login, run, settings, topics
 
 PARTICIPANT_HELP = "A participant: flight, hotel, payment, notification, or module:attribute."
 
@@ -68,20 +68,24 @@ def answer_command(
     output: str | None = typer.Option(None, "--output", help="Succeeded, with this output (UTF-8 text, e.g. JSON)."),
     fail_as: str | None = typer.Option(None, "--fail", help="Failed definitively, with this error type."),
     message: str = typer.Option("", "--message", help="With --fail: what went wrong."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
+    detail: str | None = typer.Option(None, "--detail", help="Why this answer; recorded with the operator."),
 ) -> None:
-    """Answer a command whose handler deferred its answer: the step succeeds (--output) or fails (--fail)."""
+    """Answer a command whose handler deferred its answer: the step succeeds (--output) or fails (--fail). The
+    saga's history records who answered, and why (OperatorAction Answer)."""
     if (output is None) == (fail_as is None):
         fail("give exactly one of --output (the step succeeded) or --fail ERROR_TYPE (it failed)")
     if fail_as is not None and not fail_as.strip():
         fail("--fail needs an error type, e.g. --fail Rejected")
     participant = _participant(name)
     outcome = Succeeded(output.encode()) if output is not None else Failed(str(fail_as), message)
+    who = operator_or_login(operator)
     current = settings()
 
     async def body() -> bool:
         async with database(current) as pool, pool.acquire() as conn, conn.transaction():
             try:
-                return await complete(conn, participant, topics(current), key, outcome)
+                return await complete(conn, participant, topics(current), key, outcome, operator=who, detail=detail)
             except asyncpg.UndefinedTableError:
                 _no_tables(participant)
 
@@ -89,4 +93,4 @@ def answer_command(
         fail(f"{participant.name} has no command {key!r} awaiting an answer (answered already? "
              f"`saga awaiting {name}` lists them)")
     verdict = "succeeded" if output is not None else f"failed ({fail_as})"
-    console.print(f"answered {key}: {verdict}; {participant.name}'s relay publishes the reply")
+    console.print(f"answered {key} as {who}: {verdict}; {participant.name}'s relay publishes the reply")

@@ -120,6 +120,8 @@ class StepResult:
     error_type: str | None = None
     error_message: str | None = None
     output: bytes | None = None
+    operator: str | None = None  # who answered a deferred command (``saga answer``); None for a handler's reply
+    detail: str | None = None  # with ``operator``: why that answer
 
 
 @dataclass(frozen=True, kw_only=True)

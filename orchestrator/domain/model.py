@@ -13,6 +13,10 @@ _Model = TypeVar("_Model", "StepState", "SagaState")
 RESUME_COMPENSATION = "ResumeCompensation"
 """OperatorAction.action of an operator resuming a COMPENSATION_FAILED saga."""
 
+ANSWER = "Answer"
+"""OperatorAction.action of a person's answer to a deferred command (a StepResult with an ``operator``, as
+``saga answer`` sends it), recorded just before the outcome it gave; its detail is the step and why."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class StepState:

@@ -19,6 +19,7 @@ from .builder import (
 )
 from .errors import InvalidMessage
 from .messages import TimerFired, TimerKind
+from .model import ANSWER
 from .progress import advance, retry_compensation
 from .status import TIMED_OUT_ERROR, SagaStatus, StepStatus
 
@@ -52,6 +53,7 @@ def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
         open_statuses = (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)
         if not (step.status in open_statuses and 1 <= result.attempt <= step.attempt):
             return
+        _answered_by(b, result)
         problem = output_problem(b.defn, state, step.name, result.output)
         if problem is None:
             b.record(
@@ -64,6 +66,7 @@ def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
         return
     if step.status not in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or result.attempt != step.attempt:
         return  # a failure of an attempt we no longer wait for
+    _answered_by(b, result)
     error_type = result.error_type or "UnknownError"
     b.record(
         ev.StepFailed(
@@ -97,6 +100,7 @@ def _compensation_result(b: DecisionBuilder, result: StepResult) -> None:
             StepStatus.COMPENSATION_FAILED,
         )
         if step.status in open_statuses and 1 <= result.attempt <= step.compensation_attempt:
+            _answered_by(b, result)
             b.record(ev.StepCompensated(**b.base(), step=step.name, attempt=result.attempt))
         return
     if (
@@ -104,6 +108,7 @@ def _compensation_result(b: DecisionBuilder, result: StepResult) -> None:
         or result.attempt != step.compensation_attempt
     ):
         return
+    _answered_by(b, result)
     error_type = result.error_type or "UnknownError"
     b.record(
         ev.CompensationFailed(
@@ -117,6 +122,14 @@ def _compensation_result(b: DecisionBuilder, result: StepResult) -> None:
     )
     if state.status is SagaStatus.COMPENSATING:  # a frozen saga only records what arrives
         _after_compensation_failure(b, step.name, result.attempt, result.retryable, error_type)
+
+
+def _answered_by(b: DecisionBuilder, result: StepResult) -> None:
+    """A person gave this reply (a deferred command's answer, ``result.operator``), and it is taken: record who,
+    and why, just before the outcome it gives."""
+    if result.operator is not None:
+        detail = ": ".join(part for part in (result.step, clip_text(result.detail)) if part)
+        b.record(ev.OperatorAction(**b.base(), action=ANSWER, operator=clip_text(result.operator), detail=detail))
 
 
 def _after_compensation_failure(

@@ -8,7 +8,7 @@ final outcome under the key and writes the reply into the participant's outbox, 
 The step's ``timeout_ms`` and retries bound how long the saga waits. When the saga compensates the step
 before it was answered, the wait is withdrawn (its key fenced, error type ``Withdrawn``): a later answer is
 refused, and so is a later delivery of the command.
-``ledger.awaiting`` lists what is outstanding.
+``ledger.awaiting`` lists what is outstanding. A person's answer names who gave it (``operator``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,13 @@ from .replies import outcome_message
 
 
 async def complete(conn: asyncpg.Connection, participant: Participant, topics: Topics, idempotency_key: str,
-                   outcome: Succeeded | Failed) -> bool:
+                   outcome: Succeeded | Failed, *, operator: str | None = None, detail: str | None = None) -> bool:
     """Answer a deferred command with ``outcome`` in ``conn``'s transaction (open one to make a business change
-    in the same commit); False when the key is not awaiting an answer (unknown, or answered already)."""
+    in the same commit); False when the key is not awaiting an answer (unknown, or answered already).
+
+    ``operator`` (and ``detail``: why) name the person who gave the answer: the reply carries them and the
+    orchestrator records them in the saga's history (OperatorAction ``Answer``, just before the outcome). A
+    redelivered command is answered from the ledger, without them: the saga recorded them once already."""
     if isinstance(outcome, Failed) and outcome.retryable:
         raise ValueError("a deferred answer is definitive: give Succeeded or a non-retryable Failed")
     if isinstance(outcome, Succeeded) and outcome.output is not None and len(outcome.output) > MAX_STEP_OUTPUT_BYTES:
@@ -44,6 +48,7 @@ async def complete(conn: asyncpg.Connection, participant: Participant, topics: T
             return False
         command, shard = awaiting  # the partition the command came from: its worker relays the answer
         await ledger.record_answer(conn, participant, idempotency_key, ledger.RecordedReply.of(outcome))
-        reply = outcome_message(command, topics.results(participant.name), outcome, time.time_ns() // 1_000_000)
+        reply = outcome_message(command, topics.results(participant.name), outcome, time.time_ns() // 1_000_000,
+                                operator=operator, detail=detail)
         await write_outbox(conn, participant.outbox_table, [reply], [shard])
     return True

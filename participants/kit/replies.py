@@ -12,12 +12,14 @@ from .outcome import Deferred, Failed, Outcome, ReceivedCommand
 
 
 def step_result_message(command: ReceivedCommand, results_topic: str, reply: RecordedReply, *,
-                        retryable: bool = False, available_at: int | None = None) -> OutboxMessage:
-    """The ``saga.v1.StepResult`` answering ``command`` (this delivery's attempt), as an outbox row."""
+                        retryable: bool = False, available_at: int | None = None, operator: str | None = None,
+                        detail: str | None = None) -> OutboxMessage:
+    """The ``saga.v1.StepResult`` answering ``command`` (this delivery's attempt), as an outbox row; ``operator``
+    and ``detail``: who gave this answer and why, when a person did (a deferred command's answer)."""
     result = StepResult(saga_id=command.saga_id, step=command.step, kind=command.kind,
                         idempotency_key=command.idempotency_key, attempt=command.attempt,
                         status=ResultStatus(reply.result_status), retryable=retryable, error_type=reply.error_type,
-                        error_message=reply.error_message, output=reply.output)
+                        error_message=reply.error_message, output=reply.output, operator=operator, detail=detail)
     message_id = reply_message_id(command.idempotency_key, command.attempt)
     headers = message_headers(message_id, causation_id=command.message_id, saga_id=command.saga_id,
                               saga_type=command.saga_type, traceparent=command.traceparent)
@@ -25,11 +27,13 @@ def step_result_message(command: ReceivedCommand, results_topic: str, reply: Rec
                          headers=headers, message_id=message_id, available_at=available_at)
 
 
-def outcome_message(command: ReceivedCommand, results_topic: str, outcome: Outcome, now_ms: int) -> OutboxMessage:
-    """Reply for a freshly handled command, honouring the outcome's reply delay (never for ``Deferred``)."""
+def outcome_message(command: ReceivedCommand, results_topic: str, outcome: Outcome, now_ms: int, *,
+                    operator: str | None = None, detail: str | None = None) -> OutboxMessage:
+    """Reply for a freshly handled command, honouring the outcome's reply delay (never for ``Deferred``);
+    ``operator`` and ``detail`` as ``step_result_message`` takes them."""
     if isinstance(outcome, Deferred):
         raise ValueError("a deferred command is answered later, by participants.kit.deferred.complete")
     delay = outcome.reply_delay_ms
     return step_result_message(command, results_topic, RecordedReply.of(outcome),
                                retryable=isinstance(outcome, Failed) and outcome.retryable,
-                               available_at=now_ms + delay if delay > 0 else None)
+                               available_at=now_ms + delay if delay > 0 else None, operator=operator, detail=detail)

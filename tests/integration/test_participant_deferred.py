@@ -57,9 +57,9 @@ async def _batched(pool: asyncpg.Pool, messages: Sequence[Message]) -> list[Disp
         "flight", value, headers) for value, headers in messages])
 
 
-async def _answer(pool: asyncpg.Pool, key: str, outcome: Succeeded | Failed) -> bool:
+async def _answer(pool: asyncpg.Pool, key: str, outcome: Succeeded | Failed, operator: str | None = None) -> bool:
     async with pool.acquire() as conn, conn.transaction():
-        return await complete(conn, DESK, TOPICS, key, outcome)
+        return await complete(conn, DESK, TOPICS, key, outcome, operator=operator, detail=operator and "by phone")
 
 
 @pytest.mark.parametrize("deliver", [_one_by_one, _batched], ids=["one by one", "in a batch"])
@@ -80,13 +80,15 @@ async def test_a_deferred_command_waits_for_its_answer_then_answers_every_redeli
     [record] = await processed(pool, "deferredtest", saga_id)
     assert record["status"] == "AWAITING"
 
-    assert await _answer(pool, key, Succeeded(b'{"seat": "12A"}'))
+    assert await _answer(pool, key, Succeeded(b'{"seat": "12A"}'), operator="pat")
     assert not await _answer(pool, key, Failed("Late", "answered twice"))  # answered already
     assert await awaiting(pool, DESK, saga_id) == []
     assert await deliver(pool, [attempt(3)]) == [Disposition.DUPLICATE]  # the answer, recorded, answers again
-    answers = [(r["result"]["attempt"], r["result"]["status"], r["result"]["output"])
-               for r in await replies(pool, "deferredtest", saga_id)]
-    assert answers == [(2, "SUCCEEDED", b'{"seat": "12A"}'), (3, "SUCCEEDED", b'{"seat": "12A"}')]
+    answers = [(r["result"]["attempt"], r["result"]["status"], r["result"]["output"], r["result"]["operator"],
+                r["result"]["detail"]) for r in await replies(pool, "deferredtest", saga_id)]
+    # Who answered travels with the answer; a redelivery's copy of it names nobody (the saga recorded it once).
+    assert answers == [(2, "SUCCEEDED", b'{"seat": "12A"}', "pat", "by phone"),
+                       (3, "SUCCEEDED", b'{"seat": "12A"}', None, None)]
     assert await pool.fetchval("SELECT count(*) FROM deferredtest.requests WHERE saga_id = $1", saga_id) == 1
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError, IllegalTransition
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.domain.model import ANSWER
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus, fold
 from saga_orchestrator.participants.trip.definition import BOOKING_RETRY, TRIP
 from saga_orchestrator.schemas import event_types as ev
@@ -25,6 +26,8 @@ from saga_orchestrator.schemas.message_types import (
     CancelSaga,
     CommandKind,
     Lever,
+    ResultStatus,
+    StepResult,
 )
 from saga_orchestrator.testing import SagaEnvironment, fail, fail_transiently, succeed
 from saga_orchestrator.testing.history import SagaRun, describe
@@ -545,6 +548,23 @@ async def test_redrive_in_the_environment_completes_a_saga_that_failed_after_its
     await env.redrive(saga_id, "address corrected")
     result = await env.result(saga_id)
     assert result.status == "COMPLETED" and result.attempts("send_itinerary") == 2
+
+
+def test_an_answer_a_person_gave_records_who_and_why_before_its_outcome() -> None:
+    run = SagaRun(TRIP)
+    run.start()
+    answer = StepResult(saga_id="s1", step="book_flight", kind=CommandKind.FORWARD, idempotency_key="s1:book_flight",
+                        attempt=1, status=ResultStatus.SUCCEEDED, operator="pat", detail="seat confirmed by phone")
+    decision = run.send(answer)
+    assert names(decision.events) == ["OperatorAction", "StepSucceeded book_flight 1"]
+    action = decision.events[0]
+    assert isinstance(action, ev.OperatorAction)
+    assert (action.action, action.operator, action.detail) == (ANSWER, "pat", "book_flight: seat confirmed by phone")
+    assert run.send(answer).events == ()  # the same answer again (a redelivery) records nothing
+    refused = dataclasses.replace(answer, step="book_hotel", idempotency_key="s1:book_hotel",
+                                  status=ResultStatus.FAILED, error_type="NoRoom", detail=None)
+    assert [(describe(e), getattr(e, "detail", None)) for e in run.send(refused).events][:2] == [
+        ("OperatorAction", "book_hotel"), ("StepFailed book_hotel 1", None)]
 
 
 def test_a_cancel_records_who_asked_whether_it_applies_or_not() -> None:

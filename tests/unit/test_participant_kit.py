@@ -88,6 +88,7 @@ def test_success_reply_carries_the_command_identity_and_headers() -> None:
     assert result == {
         "saga_id": "s1", "step": "flight", "kind": "FORWARD", "idempotency_key": "s1:flight", "attempt": 2,
         "status": "SUCCEEDED", "retryable": False, "error_type": None, "error_message": None, "output": b"{}",
+        "operator": None, "detail": None,  # a handler's own reply: no person answered
     }
 
 
