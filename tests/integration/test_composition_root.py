@@ -37,7 +37,8 @@ async def test_build_wires_the_service_on_the_given_pool_and_clock(pool: asyncpg
     orchestrator = build(settings.model_copy(update={"saga_inbox_retention_hours": 0, "saga_retention_days": 0}),
                          pool, DefinitionRegistry([TRIP]), ServiceHealth("test"), clock=lambda: T0)
     assert orchestrator.relay is None
-    assert sorted(chore.name for chore in orchestrator.chores) == ["orchestrator gauges", "outbox gauges"]
+    assert sorted(chore.name for chore in orchestrator.chores) == ["bulk jobs", "orchestrator gauges",
+                                                                   "outbox gauges"]
     assert not orchestrator.consumer.consuming  # built, not started
 
     start = SCENARIOS["happy"].start("built-1")
@@ -53,5 +54,6 @@ async def test_build_adds_the_relay_and_the_chores_the_settings_ask_for(pool: as
     wanted = settings.model_copy(update={"saga_inbox_retention_hours": 24, "saga_retention_days": 30})
     orchestrator = build(wanted, pool, DefinitionRegistry([TRIP]), ServiceHealth("test"), with_relay=True)
     assert orchestrator.relay is not None and orchestrator.relay.table == "saga.outbox"
-    assert sorted(chore.name for chore in orchestrator.chores) == ["inbox pruning", "orchestrator gauges",
-                                                                   "outbox gauges", "retention policy"]
+    assert sorted(chore.name for chore in orchestrator.chores) == ["bulk jobs", "inbox pruning",
+                                                                   "orchestrator gauges", "outbox gauges",
+                                                                   "retention policy"]
