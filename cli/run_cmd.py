@@ -17,6 +17,7 @@ from ..infra.heap import settle_service_heap
 from ..infra.logging import configure_logging
 from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
+from ..infra.tracing import configure_tracing
 from ..participants.registry import participant_workers
 from .context import console, fail, settings
 
@@ -25,9 +26,12 @@ Services = Mapping[str, subprocess.Popen[bytes]]  # started services by label
 run_app = typer.Typer(no_args_is_help=True, help="Run the services (each until Ctrl-C / SIGTERM).")
 
 
-def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]]) -> None:
+def _serve(body: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]], service: str = "saga") -> None:
+    """Run ``body`` until SIGINT/SIGTERM, its logs configured and its spans exported (when an OTLP endpoint is
+    set) as ``service``."""
     current = settings()
     configure_logging(current.saga_log_level, "kv" if current.saga_log_format == "kv" else "json")
+    configure_tracing(service)
     settle_service_heap()
 
     async def main() -> None:
@@ -52,7 +56,7 @@ def orchestrator(with_relay: bool = typer.Option(
     from ..orchestrator.bootstrap import run_orchestrator
 
     try:
-        _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay))
+        _serve(lambda current, stop: run_orchestrator(current, stop, with_relay=with_relay), "saga-orchestrator")
     except Misconfigured as refused:
         fail(str(refused))
 
@@ -63,7 +67,7 @@ def relay() -> None:
     from ..orchestrator.bootstrap import run_relay
 
     try:
-        _serve(run_relay)
+        _serve(run_relay, "saga-relay")
     except Misconfigured as refused:
         fail(str(refused))
 

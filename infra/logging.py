@@ -4,13 +4,17 @@ Call sites use the stdlib logger and pass fields through ``extra``::
 
     log.info("batch published", extra={"table": "saga.outbox", "rows": 500})
 
-so a record is greppable by field without a logging framework.
+so a record is greppable by field without a logging framework. A record made inside ``saga_trace`` (the spans of
+``infra.tracing`` open one) carries the saga's ``trace_id`` too, whichever handler formats it.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Literal
 
 import orjson
@@ -20,6 +24,40 @@ _STANDARD_ATTRS = frozenset(
     vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)).keys()
     | {"message", "asctime", "taskName"}
 )
+
+
+saga_trace_var: ContextVar[str | None] = ContextVar("saga_traceparent", default=None)
+"""The ``traceparent`` of the saga this task works for, set by ``saga_trace`` (and ``infra.tracing.span``)."""
+
+
+@contextmanager
+def saga_trace(traceparent: str | None) -> Iterator[None]:
+    """Log records made inside the block (in this task or thread) carry ``trace_id``: the trace id of
+    ``traceparent``, a W3C trace context (None: none, also for a block inside one that has one)."""
+    token = saga_trace_var.set(traceparent)
+    try:
+        yield
+    finally:
+        saga_trace_var.reset(token)
+
+
+def _stamp_trace_id(factory: Any) -> Any:
+    """A LogRecord factory that adds the ``trace_id`` of the enclosing ``saga_trace`` to each record as it is
+    made, so a handler that formats it later (elsewhere, after the block) still has it."""
+
+    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record: logging.LogRecord = factory(*args, **kwargs)
+        traceparent = saga_trace_var.get()
+        if traceparent is not None:
+            record.trace_id = traceparent[3:35]  # version "00-", then the 32 hex digits of the trace id
+        return record
+
+    make.stamps_trace_id = True  # type: ignore[attr-defined]
+    return make
+
+
+if not getattr(logging.getLogRecordFactory(), "stamps_trace_id", False):
+    logging.setLogRecordFactory(_stamp_trace_id(logging.getLogRecordFactory()))
 
 
 def _extra_fields(record: logging.LogRecord) -> dict[str, Any]:

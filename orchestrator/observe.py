@@ -1,5 +1,5 @@
-"""What the orchestrator tells its operators about the decisions it commits: a log line per decision and the
-Prometheus metrics of what sagas do.
+"""What the orchestrator tells its operators about the decisions it commits: a log line per decision, the
+Prometheus metrics of what sagas do, and a ``saga.decide`` span per message decided, in the saga's trace.
 
 ``/metrics`` of the orchestrator answers what an operator asks first: how many sagas start and end, in which
 state, how long they take, which steps fail, time out or are compensated, and how much input was
@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
+from opentelemetry.trace import Span, Status, StatusCode
 from prometheus_client import Counter, Histogram
 
+from ..infra import tracing
 from ..infra.health import ServiceHealth
+from ..infra.logging import saga_trace
 from ..schemas import event_types as ev
+from .domain.decide import Decision
+from .domain.messages import IncomingMessage, TimerFired
+from .domain.state import SagaState, SagaStatus
 from .outbound import Settled
 
 log = logging.getLogger("saga.orchestrator")
@@ -97,7 +104,8 @@ class SagaMetrics:
                     self.steps.labels(saga_type=state.saga_type, step=getattr(event, "step", ""),
                                       outcome=outcome).inc()
                     if isinstance(event, ev.CompensationRetryScheduled) and alert_due(event.attempt - 1):
-                        _warn_stuck(decision.events, event)
+                        with saga_trace(state.traceparent):
+                            _warn_stuck(decision.events, event)
         self._health.dead_lettered(settled.dead_lettered)
 
     def _sent(self, event: ev.StepCommandSent) -> None:
@@ -147,3 +155,29 @@ def log_decision(events: Sequence[ev.Event]) -> None:
 
 
 _ROUTINE = frozenset({ev.StepCommandSent, ev.StepSucceeded})
+
+
+def decision_span(message: IncomingMessage, state: SagaState | None) -> AbstractContextManager[Span]:
+    """The ``saga.decide`` span of deciding ``message``: a child of the saga's recorded ``traceparent`` (a
+    StartSaga's own before its saga has one)."""
+    recorded = state.traceparent if state is not None else None
+    return tracing.span("saga.decide", recorded or getattr(message, "traceparent", None))
+
+
+def describe_decision(span: Span, message: IncomingMessage, decision: Decision) -> None:
+    """On the (recording) span of deciding ``message``: the saga's id and type, the message's type and step, the
+    types of the events ``decision`` recorded and the saga's status after them, and an error status when it
+    dead-lettered the message or quarantined the saga (the reason)."""
+    step = message.timer.step if isinstance(message, TimerFired) else getattr(message, "step", None)
+    state = decision.state
+    span.set_attributes({
+        "saga.id": message.saga_id or "",
+        "saga.type": (state.saga_type if state is not None else None) or getattr(message, "saga_type", None) or "",
+        "saga.message": type(message).__name__,
+        "saga.events": [type(event).__name__ for event in decision.events],
+        **({"saga.step": step} if step else {}),
+        **({"saga.status": state.status.value} if state is not None else {}),
+    })
+    quarantined = state is not None and state.status is SagaStatus.QUARANTINED
+    if decision.dead_letter is not None or quarantined:
+        span.set_status(Status(StatusCode.ERROR, decision.dead_letter or (state.reason if state is not None else None)))

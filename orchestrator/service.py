@@ -16,12 +16,14 @@ caller, which waits it out.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
+from ..infra import tracing
 from ..infra.isolation import IsolationLadder
 from ..schemas import wire
 from ..schemas.codec import WireError
@@ -36,7 +38,7 @@ from .domain.errors import DomainError, InvalidMessage
 from .domain.messages import RejectedRecord, TimerFired
 from .domain.state import SagaState, SagaStatus, apply_event
 from .inbound import Envelope, timer_envelope
-from .observe import log_decision
+from .observe import decision_span, describe_decision, log_decision
 from .outbound import PendingWrites, Settled
 from .ports import InboxKey, StoredEvent, TimerRow, UnitOfWork, UnitOfWorkFactory
 from .state_cache import STATE_CACHE_BYTES, StateCache
@@ -220,21 +222,27 @@ class SagaService:
                 now: int) -> Outcome:
         message = envelope.message
         state = states[message.saga_id] if message.saga_id is not None else None
-        definition: SagaDefinition | None = None
-        try:
-            definition = self._definition_of(state)
-            if isinstance(message, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
-                definition = self._definitions.latest(message.saga_type)
-            decision = decide(definition, state, message, now)
-        except InvalidMessage as error:  # the message contradicts its saga: refused like a bad record
-            decision = decide(definition, state, RejectedRecord(saga_id=message.saga_id, saga_type=None,
-                                                                reason=_clip(str(error))), now)
-        except DomainError as error:  # its definition is not deployed, or does not fit its history
-            if state is None:
-                raise
-            decision = quarantine(definition, state, _clip(f"{type(error).__name__}: {error}"), envelope.message_id,
-                                  now)
-        return self._record(envelope, decision, states, writes, now, definition, state)
+        with decision_span(message, state) as span:
+            if span.is_recording() and isinstance(message, StartSaga) and message.traceparent is None:
+                # A saga started without a trace context: its trace is the one this span begins.
+                message = dataclasses.replace(message, traceparent=tracing.traceparent_of(span))
+            definition: SagaDefinition | None = None
+            try:
+                definition = self._definition_of(state)
+                if isinstance(message, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
+                    definition = self._definitions.latest(message.saga_type)
+                decision = decide(definition, state, message, now)
+            except InvalidMessage as error:  # the message contradicts its saga: refused like a bad record
+                decision = decide(definition, state, RejectedRecord(saga_id=message.saga_id, saga_type=None,
+                                                                    reason=_clip(str(error))), now)
+            except DomainError as error:  # its definition is not deployed, or does not fit its history
+                if state is None:
+                    raise
+                decision = quarantine(definition, state, _clip(f"{type(error).__name__}: {error}"),
+                                      envelope.message_id, now)
+            if span.is_recording():
+                describe_decision(span, message, decision)
+            return self._record(envelope, decision, states, writes, now, definition, state)
 
     def _record(self, envelope: Envelope, decision: Decision, states: dict[str, SagaState | None],
                 writes: PendingWrites, now: int, definition: SagaDefinition | None,

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Collection, Hashable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -44,14 +45,18 @@ from typing import Any
 import asyncpg
 import orjson
 from aiokafka.errors import KafkaError
+from opentelemetry.trace import SpanKind
 
+from ..infra import tracing
 from ..infra.db import check_table
 from ..infra.failures import Fault, PlatformUnavailable, classify, describe
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
 from ..infra.isolation import IsolationLadder, OutageWait
 from ..infra.kafka_clients import KafkaClients
+from ..infra.logging import saga_trace
 from ..infra.startup import sleep_or_stop, sleep_or_woken
+from ..schemas.headers import SAGA_ID, TRACEPARENT
 from .batches import queue_batches
 from .lease import KEEPALIVE_SETTINGS, STATEMENT_TIMEOUT_S, ShardLeases, leases_table
 from .table import parked_table
@@ -302,15 +307,37 @@ class OutboxRelay:
         if sending:
             self._check_trust()
             producer = await self._ensure_producer()
+            started_ns = time.time_ns() if tracing.enabled() else 0
             try:
                 await _publish(producer, sending)
-            except _BatchFailed:
+            except _BatchFailed as failed:
+                if started_ns:
+                    self._traced(sending, started_ns, failed.cause)
                 # A refused batch may leave the idempotent producer's sequence of that partition broken.
                 await self._drop_producer()
                 raise
+            if started_ns:
+                self._traced(sending, started_ns)
             crash_point("relay.after_publish")  # acknowledged by Kafka, still in the outbox: published again
             await self._published(sending, ask_held_back=len(rows) == self._pass_rows < self._batch_size)
         return [_Fate.WAITING if row["message_key"] in self._parked_keys else _Fate.PUBLISHED for row in rows]
+
+    def _traced(self, rows: list[asyncpg.Record], started_ns: int, error: BaseException | None = None) -> None:
+        """The ``outbox.publish`` spans of a batch that took from ``started_ns`` until now: one per saga trace
+        among its rows (a row's ``traceparent`` header), each naming its saga, topics and row count."""
+        by_trace: dict[str, list[asyncpg.Record]] = {}
+        saga_of: dict[str, str] = {}
+        for row in rows:
+            headers = orjson.loads(row["headers"])
+            traceparent = headers.get(TRACEPARENT)
+            if traceparent is not None:  # rows of no saga's trace (a dead letter) make no span
+                by_trace.setdefault(traceparent, []).append(row)
+                saga_of.setdefault(traceparent, headers.get(SAGA_ID, row["message_key"]))
+        tracing.spans_over("outbox.publish", [
+            (traceparent, {"saga.id": saga_of[traceparent], "outbox.table": self.table, "messaging.system": "kafka",
+                           "messaging.destination.name": sorted({row["topic"] for row in group}),
+                           "messaging.batch.message_count": len(group)})
+            for traceparent, group in by_trace.items()], started_ns, time.time_ns(), error, kind=SpanKind.PRODUCER)
 
     async def _published(self, rows: list[asyncpg.Record], ask_held_back: bool = False) -> None:
         """Delete the published ``rows``; with ``ask_held_back``, keep when the next held-back row is due for
@@ -335,10 +362,11 @@ class OutboxRelay:
         self._parked_keys.add(row["message_key"])
         self.parked_total += 1
         current_health().parked(self.table, 1)
-        log.error("outbox row parked; the later rows of its key wait behind it",
-                  extra={"table": self.table, "id": row["id"], "topic": row["topic"], "key": row["message_key"],
-                         "saga_id": _saga_id(row), "message_id": row["message_id"], "bytes": len(row["value"]),
-                         "reason": reason})
+        with saga_trace(orjson.loads(row["headers"]).get(TRACEPARENT)):
+            log.error("outbox row parked; the later rows of its key wait behind it", extra={
+                "table": self.table, "id": row["id"], "topic": row["topic"], "key": row["message_key"],
+                "saga_id": _saga_id(row), "message_id": row["message_id"], "bytes": len(row["value"]),
+                "reason": reason})
         return _Fate.PARKED
 
     async def _after_error(self, exc: Exception) -> None:

@@ -33,6 +33,7 @@ from ..infra.kafka_faust import faust_app
 from ..infra.logging import configure_logging
 from ..infra.settings import Settings
 from ..infra.startup import retry_startup, start_over
+from ..infra.tracing import configure_tracing
 from ..schemas.headers import header_pairs
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
@@ -249,7 +250,9 @@ def run_participant(names: Sequence[str], settings: Settings | None = None) -> N
     SIGINT/SIGTERM (blocking)."""
     settings = settings or Settings()
     configure_logging(settings.saga_log_level)
-    check_inputs(hosted_participants(names), settings)
+    hosted = hosted_participants(names)
+    check_inputs(hosted, settings)
+    configure_tracing("saga-" + "+".join(participant.name for participant in hosted))
     # uvloop for the worker (and faust's consumer thread): asyncio's own bookkeeping is otherwise the
     # largest single cost of a participant.
     mode.loop.use("uvloop")

@@ -30,9 +30,12 @@ from types import MappingProxyType
 from typing import Any
 
 import asyncpg
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ...infra import tracing
 from ...infra.failures import Fault, classify
 from ...infra.faults import crash_point
+from ...infra.logging import saga_trace
 from ...outbox.dead_letters import dead_letter_message
 from ...outbox.table import OutboxMessage, write_outbox
 from ...schemas import wire
@@ -178,8 +181,9 @@ def park(participant: Participant, topics: Topics, parsed: ParsedDelivery, recor
          now_ms: int) -> OutboxMessage:
     """The DeadLetter outbox row of an unusable delivery (logged)."""
     saga_id = record.header(SAGA_ID)
-    log.warning("dead-lettered a command", extra={"participant": participant.name, "saga_id": saga_id,
-                                                  "message_id": parsed.message_id, "reason": parsed.reason})
+    with saga_trace(valid_traceparent(record.header(TRACEPARENT))):
+        log.warning("dead-lettered a command", extra={"participant": participant.name, "saga_id": saga_id,
+                                                      "message_id": parsed.message_id, "reason": parsed.reason})
     return dead_letter_message(topics.dlq, record, reason=parsed.reason, consumer=participant.consumer_name,
                                now_ms=now_ms, saga_id=saga_id, saga_type=record.header(SAGA_TYPE))
 
@@ -433,6 +437,7 @@ async def _run_batch(conn: asyncpg.Connection, savepoints: _Savepoints, particip
     the wrong number of outcomes, or an output is over its limit): its changes are then rolled back."""
     await savepoints.set()
     problem = None
+    started_ns = time.time_ns() if tracing.enabled() else 0
     try:
         given = list(await many(conn, run))
     except Exception as exc:
@@ -446,6 +451,11 @@ async def _run_batch(conn: asyncpg.Connection, savepoints: _Savepoints, particip
                                for outcome, limited in zip(given, results, strict=True)):
         problem = "gave an output over its limit"
     if problem is None:
+        if started_ns:  # one call for all: a span of it in each command's saga trace
+            tracing.spans_over("participant.handle", [
+                (command.traceparent, _handled(participant, command, outcome))
+                for (command, _), outcome in zip(run, results, strict=True)], started_ns, time.time_ns(),
+                kind=SpanKind.CONSUMER)
         return results
     log.warning("batch handler failed, running its commands one at a time",
                 extra={"participant": participant.name, "action": run[0][0].action, "commands": len(run),
@@ -464,22 +474,35 @@ async def _run_one(conn: asyncpg.Connection, savepoints: _Savepoints, participan
     handler = participant.handler(command.action)
     assert handler is not None
     await savepoints.set()
-    try:
-        outcome = within_limits(await handler(conn, command, saga_input))
-    except Exception as exc:
-        if classify(exc) is not Fault.RECORD:
-            raise  # the platform is away, or a concurrent writer won: the batch is tried again, unacknowledged
-        # A handler bug or a data problem of this command: the step's failure, retryable, so a later attempt
-        # (the saga's retry policy, with its backoff) gets a fresh chance.
-        log.exception(
-            "handler raised", extra={"participant": participant.name, "saga_id": command.saga_id,
-                                     "action": command.action, "idempotency_key": command.idempotency_key},
-        )
-        outcome = Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
+    with tracing.span("participant.handle", command.traceparent, SpanKind.CONSUMER) as span:
+        try:
+            outcome = within_limits(await handler(conn, command, saga_input))
+        except Exception as exc:
+            if classify(exc) is not Fault.RECORD:
+                raise  # the platform is away, or a concurrent writer won: the batch is tried again, unacknowledged
+            # A handler bug or a data problem of this command: the step's failure, retryable, so a later attempt
+            # (the saga's retry policy, with its backoff) gets a fresh chance.
+            log.exception(
+                "handler raised", extra={"participant": participant.name, "saga_id": command.saga_id,
+                                         "action": command.action, "idempotency_key": command.idempotency_key},
+            )
+            outcome = Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
+        if span.is_recording():
+            span.set_attributes(_handled(participant, command, outcome))
+            if isinstance(outcome, Failed):
+                span.set_status(Status(StatusCode.ERROR, f"{outcome.error_type}: {outcome.message}"))
     if isinstance(outcome, Failed):
         # A failed step must leave no business trace, and its handler does not run again.
         await savepoints.undo(_Redo({command.idempotency_key: outcome}))
     return outcome
+
+
+def _handled(participant: Participant, command: ReceivedCommand, outcome: Outcome) -> dict[str, str | int]:
+    """The attributes of a ``participant.handle`` span: who handled which step of which saga, and the outcome."""
+    return {"saga.id": command.saga_id, "saga.type": command.saga_type, "saga.step": command.step,
+            "participant": participant.name, "participant.action": command.action, "saga.command": command.kind,
+            "saga.attempt": command.attempt, "participant.outcome": type(outcome).__name__,
+            **({"participant.error_type": outcome.error_type} if isinstance(outcome, Failed) else {})}
 
 
 def within_limits(outcome: Outcome) -> Outcome:
@@ -505,18 +528,9 @@ def _log_outcome(
     level = logging.DEBUG if disposition is Disposition.RECORDED and status == "SUCCEEDED" else logging.INFO
     if not log.isEnabledFor(level):
         return
-    log.log(
-        level, "command %s", disposition.value,
-        extra={
-            "participant": participant.name,
-            "saga_id": command.saga_id,
-            "saga_type": command.saga_type,
-            "step": command.step,
-            "action": command.action,
-            "idempotency_key": command.idempotency_key,
-            "attempt": command.attempt,
-            "status": status,
-            "error_type": error_type,
-            "disposition": disposition.value,
-        },
-    )
+    with saga_trace(command.traceparent):
+        log.log(level, "command %s", disposition.value, extra={
+            "participant": participant.name, "saga_id": command.saga_id, "saga_type": command.saga_type,
+            "step": command.step, "action": command.action, "idempotency_key": command.idempotency_key,
+            "attempt": command.attempt, "status": status, "error_type": error_type,
+            "disposition": disposition.value})

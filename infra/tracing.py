@@ -1,0 +1,180 @@
+"""OpenTelemetry spans of a saga's work, each in the saga's own trace: the one its ``traceparent`` names.
+
+Every message of a saga carries the W3C ``traceparent`` recorded from its start (``schemas.headers``), so a span
+parented on a message's header joins the saga's trace wherever it is made: the orchestrator's decisions
+(``saga.decide``), the relays' publishes (``outbox.publish``) and the participants' handlers
+(``participant.handle``). A saga started without a trace context gets one from the span of its first decision,
+which its SagaStarted records (only while spans are exported).
+
+A process exports its spans over OTLP/HTTP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set, configured by the standard OpenTelemetry variables
+(``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER`` and its argument,
+``OTEL_EXPORTER_OTLP_HEADERS``...; ``OTEL_SDK_DISABLED=true`` turns it off). Without one nothing is exported
+and a span costs next to nothing: ``span`` hands out the shared non-recording span, whose ``is_recording()``
+is false, so call sites build no attributes; no header is parsed and no SDK is imported. Log records made
+inside a span carry the saga's ``trace_id`` either way (``infra.logging.saga_trace``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+    set_span_in_context,
+)
+from opentelemetry.util.types import Attributes
+
+from ..schemas.headers import valid_traceparent
+from .logging import saga_trace, saga_trace_var
+from .misconfigured import Misconfigured
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+INSTRUMENTATION = "saga_orchestrator"
+ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+"""Either turns the export on (the first wins, as the exporter reads them)."""
+SAMPLERS = frozenset({"always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
+                      "parentbased_traceidratio"})
+"""The values of ``OTEL_TRACES_SAMPLER`` the SDK knows without a plugin."""
+
+_tracer: Tracer | None = None  # None: spans are off, and every helper here is a no-op
+
+
+def configure_tracing(service_name: str, environ: Mapping[str, str] = os.environ) -> TracerProvider | None:
+    """Once per process, at start: when an OTLP endpoint is set (``ENDPOINTS``), a TracerProvider of the
+    standard OpenTelemetry settings in ``environ`` (``OTEL_SERVICE_NAME`` wins over ``service_name``), its spans
+    batched (``BatchSpanProcessor``: the export never blocks a saga) to the OTLP/HTTP exporter, made the global
+    provider and the one ``span`` uses. None, and nothing installed, without an endpoint.
+
+    Raises ``Misconfigured`` naming the variable when the endpoint is no http(s) URL or the sampler is unknown
+    (the SDK would only log a warning and trace otherwise than asked)."""
+    endpoint = next((environ[name] for name in ENDPOINTS if environ.get(name)), None)
+    if endpoint is None or environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    _check(environ)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({SERVICE_NAME: environ.get("OTEL_SERVICE_NAME") or service_name})
+    provider = TracerProvider(resource=resource)  # its sampler: OTEL_TRACES_SAMPLER (checked above)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    install(provider)
+    return provider
+
+
+def _check(environ: Mapping[str, str]) -> None:
+    for name in ENDPOINTS:
+        url = environ.get(name)
+        if url and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
+            raise Misconfigured(f"{name}={url!r} is no http(s) URL: the OTLP/HTTP exporter sends its spans there")
+    sampler = environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if sampler and sampler not in SAMPLERS:
+        raise Misconfigured(f"OTEL_TRACES_SAMPLER={sampler!r} is unknown: one of {', '.join(sorted(SAMPLERS))}")
+    ratio = environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    if sampler.endswith("traceidratio") and ratio:
+        try:
+            valid = 0.0 <= float(ratio) <= 1.0
+        except ValueError:
+            valid = False
+        if not valid:
+            raise Misconfigured(f"OTEL_TRACES_SAMPLER_ARG={ratio!r} is no ratio between 0 and 1")
+
+
+def install(provider: trace.TracerProvider | None) -> None:
+    """Make spans from now on with ``provider`` (None: make none). ``configure_tracing`` calls it; a test gives
+    a provider of its own (an in-memory exporter) and None afterwards."""
+    global _tracer
+    _tracer = None if provider is None else provider.get_tracer(INSTRUMENTATION)
+
+
+def enabled() -> bool:
+    """Whether spans are made: a hot path asks before it gathers what only a span needs."""
+    return _tracer is not None
+
+
+def span(name: str, traceparent: str | None, kind: SpanKind = SpanKind.INTERNAL) -> AbstractContextManager[Span]:
+    """A span ``name``, current inside the block, child of ``traceparent`` (a root span without one), ended when
+    the block ends; an exception leaving the block is recorded on it. Log records made inside carry its trace
+    id. Spans off: the shared non-recording span, and the log records carry ``traceparent``'s trace id."""
+    tracer = _tracer
+    if tracer is None:
+        return _Untraced(traceparent)
+    return _traced(tracer, name, traceparent, kind)
+
+
+class _Untraced(AbstractContextManager[Span]):
+    """``span`` while spans are off: only the log scope (a class, not a generator: this runs per message)."""
+
+    __slots__ = ("_token", "_traceparent")
+
+    def __init__(self, traceparent: str | None) -> None:
+        self._traceparent = traceparent
+
+    def __enter__(self) -> Span:
+        self._token = saga_trace_var.set(self._traceparent)
+        return INVALID_SPAN
+
+    def __exit__(self, *exc: object) -> None:
+        saga_trace_var.reset(self._token)
+
+
+@contextmanager
+def _traced(tracer: Tracer, name: str, traceparent: str | None, kind: SpanKind) -> Iterator[Span]:
+    with tracer.start_as_current_span(name, context=parent_context(traceparent), kind=kind) as current:
+        with saga_trace(traceparent or traceparent_of(current)):
+            yield current
+
+
+def spans_over(name: str, parents: Iterable[tuple[str | None, Attributes]], start_ns: int, end_ns: int,
+               error: BaseException | None = None, kind: SpanKind = SpanKind.INTERNAL) -> None:
+    """One finished span ``name`` per (traceparent, attributes) of ``parents``, each from ``start_ns`` to
+    ``end_ns`` (epoch ns): one piece of work done for many sagas at once (a relay's batch, a batch handler),
+    shown in each saga's own trace; ``error``: the work failed with it. Nothing when spans are off."""
+    tracer = _tracer
+    if tracer is None:
+        return
+    for traceparent, attributes in parents:
+        made = tracer.start_span(name, context=parent_context(traceparent), kind=kind, attributes=attributes,
+                                 start_time=start_ns)
+        if error is not None:
+            made.record_exception(error)
+            made.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        made.end(end_time=end_ns)
+
+
+def parent_context(traceparent: str | None) -> Context | None:
+    """The context whose current span is the remote one ``traceparent`` names (None: no parent; an invalid value
+    counts as none)."""
+    traceparent = valid_traceparent(traceparent)
+    if traceparent is None:
+        return None
+    remote = SpanContext(trace_id=int(traceparent[3:35], 16), span_id=int(traceparent[36:52], 16), is_remote=True,
+                         trace_flags=TraceFlags(int(traceparent[53:55], 16)))
+    return set_span_in_context(NonRecordingSpan(remote))
+
+
+def traceparent_of(made: Span) -> str | None:
+    """The W3C ``traceparent`` that makes ``made`` the parent, None for an invalid (non-recording) span."""
+    context = made.get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
