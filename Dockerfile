@@ -23,6 +23,7 @@ COPY infra infra
 COPY cli cli
 COPY client client
 COPY testing testing
+COPY console console
 RUN pip install -c constraints.txt ".[orchestrator]" && rm -rf /src
 
 WORKDIR /app

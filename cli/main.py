@@ -16,6 +16,7 @@ from . import (
     verify_cmd,
 )
 from .bulk_cmd import bulk_app
+from .console_cmd import console_app
 from .dlq_cmd import dlq_app
 from .infra_cmd import infra_app
 from .outbox_cmd import outbox_app
@@ -28,6 +29,7 @@ app.add_typer(infra_app, name="infra", help="Local Kafka and Postgres: up, down,
 app.add_typer(run_app, name="run")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(bulk_app, name="bulk")
+app.add_typer(console_app, name="console")
 app.add_typer(outbox_app, name="outbox")
 app.add_typer(schemas_app, name="schemas")
 app.command("start")(commands.start)

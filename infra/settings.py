@@ -158,6 +158,30 @@ class Settings(BaseSettings):
                     "path, or several joined by `+` for one worker hosting them all "
                     "(`flight+hotel+payment+notification`: one process).",
     )
+    saga_console_levers: bool = Field(
+        default=False,
+        description="`saga console`: let operators pull levers (retry, skip, cancel, replay, bulk jobs...); off, "
+                    "it only reads. On, it needs SAGA_CONSOLE_OPERATOR_HEADER or SAGA_CONSOLE_USERS.",
+    )
+    saga_console_operator_header: str | None = Field(
+        default=None,
+        description="`saga console` behind an authenticating proxy: the request header naming the operator "
+                    "(e.g. X-Forwarded-User); a request without it is refused.",
+    )
+    saga_console_users: str | None = Field(
+        default=None,
+        description="`saga console`: a file of local logins (name:scrypt-hash lines, `saga console add-user`).",
+    )
+    saga_console_secret: SecretStr | None = Field(
+        default=None,
+        description="`saga console`: the key that signs its session cookies (unset: a new one at each start, "
+                    "which signs everyone out).",
+    )
+    saga_api_url: str | None = Field(
+        default=None,
+        description="The console's HTTP API (e.g. http://127.0.0.1:8089): `SagaClient.status` and the CLI's "
+                    "`status`, `history` and `list` read through it where DATABASE_URL is not set.",
+    )
 
     def kafka_servers(self) -> str:
         """The bootstrap servers to use: the environment's, else the local launcher's."""

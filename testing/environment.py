@@ -111,7 +111,7 @@ class SagaEnvironment:
         self.topics = Topics()
         self.schemas = _schemas(self._records)
         self.store = MemoryStore(clock_ms=lambda: self.now)
-        self.service = SagaService(self.store, self.definitions, self.topics, lambda: self.now)
+        self.service = SagaService(self.store, self.definitions, self.topics, lambda: self.now, schemas=self.schemas)
         participants = sorted({step.participant for definition in self._sagas for step in definition.steps})
         self._parser = RecordParser(self.topics, self.definitions, self.schemas, tuple(participants))
         self._commands = {self.topics.commands(name): name for name in participants}

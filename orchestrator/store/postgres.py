@@ -43,7 +43,7 @@ def _owned(param: str) -> str:
     return f"({param}::int[] IS NULL OR partition IS NULL OR partition = ANY({param}::int[]))"
 
 
-_SUMMARY_COLUMNS = ("saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason,"
+SUMMARY_COLUMNS = ("saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason,"
                     " current_step, step_failures, last_error")
 
 
@@ -112,7 +112,7 @@ class PostgresUnitOfWork:
                           ON CONFLICT (saga_id, timer_id) DO UPDATE SET kind = excluded.kind,
                               step = excluded.step, attempt = excluded.attempt, due_at = excluded.due_at,
                               partition = excluded.partition),
-                summarized AS (INSERT INTO {self._s}.saga_summary AS s ({_SUMMARY_COLUMNS})
+                summarized AS (INSERT INTO {self._s}.saga_summary AS s ({SUMMARY_COLUMNS})
                                SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[],
                                                     $24::timestamptz[], $25::timestamptz[], $26::bigint[],
                                                     $27::text[], $28::text[], $31::text[], $32::int[],
@@ -279,9 +279,9 @@ class PostgresStore:
     async def get_summary(self, saga_id: str) -> SagaSummaryRow | None:
         """The summary of one saga, or None."""
         row = await self._pool.fetchrow(
-            f"SELECT {_SUMMARY_COLUMNS} FROM {self._s}.saga_summary WHERE saga_id = $1", saga_id
+            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary WHERE saga_id = $1", saga_id
         )
-        return None if row is None else _summary(row)
+        return None if row is None else summary_row(row)
 
     async def list_summaries(
         self,
@@ -307,11 +307,11 @@ class PostgresStore:
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         params.append(limit)
         rows = await self._pool.fetch(
-            f"SELECT {_SUMMARY_COLUMNS} FROM {self._s}.saga_summary {where}"
+            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary {where}"
             f" ORDER BY updated_at, saga_id LIMIT ${len(params)}",
             *params,
         )
-        return [_summary(row) for row in rows]
+        return [summary_row(row) for row in rows]
 
     async def count_by_status(self, timeout_s: float | None = None) -> dict[str, int]:
         """Number of sagas per status (``timeout_s``: give up after that long)."""
@@ -345,7 +345,7 @@ class PostgresStore:
         """The read model's rows of these sagas (those that have one)."""
         rows = await self._pool.fetch(f"SELECT * FROM {self._s}.saga_summary WHERE saga_id = ANY($1::text[])",
                                       list(saga_ids))
-        return {row["saga_id"]: _summary(row) for row in rows}
+        return {row["saga_id"]: summary_row(row) for row in rows}
 
     async def remove_orphan_summaries(self, dry_run: bool = False) -> int:
         """Delete (or with ``dry_run`` count) read-model rows of sagas without events; how many."""
@@ -423,7 +423,8 @@ def _event(row: asyncpg.Record) -> StoredEvent:
     return StoredEvent(row["saga_id"], row["seq"], row["event_type"], row["body"], datetime_to_ms(row["recorded_at"]))
 
 
-def _summary(row: asyncpg.Record) -> SagaSummaryRow:
+def summary_row(row: asyncpg.Record) -> SagaSummaryRow:
+    """A saga_summary row (its SUMMARY_COLUMNS) as the port's dataclass."""
     return SagaSummaryRow(
         saga_id=row["saga_id"], saga_type=row["saga_type"], tenant_id=row["tenant_id"], status=row["status"],
         started_at_ms=datetime_to_ms(row["started_at"]), updated_at_ms=datetime_to_ms(row["updated_at"]),

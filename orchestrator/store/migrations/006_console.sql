@@ -9,11 +9,12 @@ CREATE INDEX IF NOT EXISTS saga_summary_failures_idx ON saga.saga_summary (step_
     WHERE step_failures > 0;
 -- The business keys of each saga: the input fields its definition declares searchable, written once when it
 -- starts (never updated: a saga's input does not change).
+-- Keyed by value first: a search finds a value in any field, or in one field.
 CREATE TABLE IF NOT EXISTS saga.search_keys (
-    field   text NOT NULL,
     value   text NOT NULL,
+    field   text NOT NULL,
     saga_id text COLLATE "C" NOT NULL,
-    PRIMARY KEY (field, value, saga_id)
+    PRIMARY KEY (value, field, saga_id)
 );
 CREATE INDEX IF NOT EXISTS search_keys_saga_idx ON saga.search_keys (saga_id);
 -- Every action taken through the console or its HTTP API: who, what, on what, and what came of it. The levers

@@ -1,0 +1,234 @@
+"""The console's HTTP API (JSON under ``/api/v1``; its OpenAPI document at ``/api/openapi.json``).
+
+The same reads and actions as the pages: sagas listed and searched, one saga's state, history and effects, the
+fleet, wedged sagas, dead letters, parked outbox rows, deferred commands, the audit, levers and bulk jobs.
+Reads need what the console's identity mode asks (nothing, a proxy header, or HTTP Basic with a local login);
+actions also need ``SAGA_CONSOLE_LEVERS=true``. Every action is audited.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from pydantic import BaseModel, Field
+
+from ..orchestrator.ports import SagaSummaryRow
+from ..participants.kit.effects import read_effects
+from ..schemas.event_types import Event
+from . import operating
+from .context import Console, console_of
+from .reads import AGE_BUCKETS, SagaView
+
+router = APIRouter(prefix="/api/v1", tags=["sagas"])
+
+
+class StepView(BaseModel):
+    name: str
+    participant: str | None
+    status: str
+    attempt: int
+    compensation_attempt: int
+    last_error_type: str | None
+    last_error_message: str | None
+    output: dict[str, Any] | None = Field(description="The step's output, decoded from Avro.")
+    pivot: bool
+    depends_on: list[str]
+
+
+class EventView(BaseModel):
+    seq: int
+    type: str
+    occurred_at_ms: int
+    fields: dict[str, Any]
+
+
+class SagaDetail(BaseModel):
+    """One saga: its state folded from its events, its steps, live timers, unpublished rows, what applies."""
+
+    saga_id: str
+    saga_type: str | None
+    definition_version: int | None
+    status: str | None
+    reason: str | None
+    paused: bool
+    fold_error: str | None = Field(description="Why its history does not fold here (a quarantined saga, say).")
+    search_keys: dict[str, str]
+    steps: list[StepView]
+    timers: list[dict[str, Any]]
+    unpublished: list[dict[str, Any]]
+    actions: list[dict[str, Any]] = Field(description="The levers the orchestrator would apply now.")
+
+
+class Fleet(BaseModel):
+    buckets: list[str]
+    counts: list[dict[str, Any]] = Field(description="One row per saga type and state: a count per age bucket.")
+    by_status: dict[str, int]
+    oldest: list[SagaSummaryRow]
+    compensation_rate_hour: float | None
+    compensation_rate_day: float | None
+    ended_hour: int
+    ended_day: int
+
+
+class ActionRequest(BaseModel):
+    """A lever on one saga: ``action`` (RetryNow, Skip, ForceCompensate, Terminate, Pause, Unpause, Redrive, Cancel,
+    Release, Resume), ``step`` for RetryNow and Skip, ``reason`` (needed by Skip, ForceCompensate, Terminate and
+    Cancel). The operator is who the console knows is asking, never a field."""
+
+    action: str
+    step: str | None = None
+    reason: str | None = None
+
+
+class ActionResult(BaseModel):
+    saga_id: str
+    action: str
+    operator: str
+    published: bool = Field(description="Sent on saga.control; the saga's history shows whether it applied.")
+
+
+def event_view(event: Event) -> EventView:
+    fields = {f.name: _plain(getattr(event, f.name)) for f in dataclasses.fields(event)
+              if f.name not in ("saga_id", "seq", "occurred_at")}
+    return EventView(seq=event.seq, type=type(event).__name__, occurred_at_ms=event.occurred_at, fields=fields)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def detail(view: SagaView, keys: dict[str, str], console: Console) -> SagaDetail:
+    state, definition = view.state, view.definition
+    steps = []
+    if state is not None:
+        for name, step in state.steps.items():
+            declared = definition.step(name) if definition is not None else None
+            steps.append(StepView(
+                name=name, participant=declared.participant if declared else None, status=step.status.value,
+                attempt=step.attempt, compensation_attempt=step.compensation_attempt,
+                last_error_type=step.last_error_type, last_error_message=step.last_error_message,
+                output=view.output_of(name, console.reads.schemas), pivot=bool(declared and declared.pivot),
+                depends_on=list(declared.depends_on) if declared else []))
+    return SagaDetail(
+        saga_id=view.saga_id, saga_type=state.saga_type if state else None,
+        definition_version=state.definition_version if state else None,
+        status=state.status.value if state else None, reason=state.reason if state else None,
+        paused=bool(state and state.paused), fold_error=view.fold_error, search_keys=keys, steps=steps,
+        timers=[dataclasses.asdict(t) for t in view.timers], unpublished=[dataclasses.asdict(o) for o in view.outbox],
+        actions=[dataclasses.asdict(o) for o in operating.offers(definition, state, console.now_ms())])
+
+
+ConsoleDep = Annotated[Console, Depends(console_of)]
+
+
+def reader(request: Request, console: ConsoleDep) -> str | None:
+    """Whoever may read: refused (401) where the identity mode needs someone and nobody is known."""
+    operator = console.identity.operator(request)
+    if operator is None and console.identity.mode != "anonymous":
+        raise HTTPException(401, "sign in: a local login (HTTP Basic) or the operator header of the proxy",
+                            headers={"WWW-Authenticate": 'Basic realm="saga console"'})
+    return operator
+
+
+def actor(request: Request, console: ConsoleDep) -> str:
+    """The operator of an action: refused (403) while levers are off, (401) when nobody is known."""
+    if not console.levers:
+        raise HTTPException(403, "this console is read-only: SAGA_CONSOLE_LEVERS is off")
+    operator = reader(request, console)
+    if operator is None:
+        raise HTTPException(401, "no operator: sign in")
+    return operator
+
+
+Reader = Annotated[str | None, Depends(reader)]
+Actor = Annotated[str, Depends(actor)]
+
+
+@router.get("/sagas", response_model=list[SagaSummaryRow], summary="List sagas (oldest started first)")
+async def list_sagas(console: ConsoleDep, _: Reader, status: Annotated[list[str] | None, Query()] = None,
+                     saga_type: str | None = None, tenant: str | None = None, older_than_s: float | None = None,
+                     limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[SagaSummaryRow]:
+    rows = await console.reads.sagas(statuses=[s.upper() for s in status or []], saga_type=saga_type,
+                                     tenant=tenant, older_than_s=older_than_s, limit=limit)
+    return rows
+
+
+@router.get("/search", response_model=list[SagaSummaryRow],
+            summary="Find sagas by id or by a searchable input field (q=value, or q=field=value)")
+async def search(console: ConsoleDep, _: Reader, q: str,
+                 limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[SagaSummaryRow]:
+    return await console.reads.search(q, limit)
+
+
+@router.get("/sagas/{saga_id}", response_model=SagaDetail, summary="One saga's state")
+async def get_saga(saga_id: str, console: ConsoleDep, _: Reader) -> SagaDetail:
+    view = await console.reads.saga(saga_id)
+    if view is None:
+        raise HTTPException(404, f"no saga {saga_id!r}")
+    return detail(view, await console.reads.search_keys(saga_id), console)
+
+
+@router.get("/sagas/{saga_id}/history", response_model=list[EventView], summary="One saga's events")
+async def history(saga_id: str, console: ConsoleDep, _: Reader, after_seq: int = 0) -> list[EventView]:
+    found = await console.reads.events_after(saga_id, after_seq)
+    if not found and after_seq == 0:
+        raise HTTPException(404, f"no saga {saga_id!r}")
+    return [event_view(event) for _, event in found]
+
+
+@router.get("/sagas/{saga_id}/effects", summary="Each participant's business records of the saga")
+async def effects(saga_id: str, console: ConsoleDep, _: Reader) -> dict[str, dict[str, int]]:
+    declaring = [p for p in console.reads.participants if p.effects is not None]
+    if not declaring:
+        return {}
+    found = await read_effects(console.pool, declaring, saga_id)
+    return {name: dict(counts) for name, counts in found.counts().items()}
+
+
+@router.get("/fleet", response_model=Fleet, summary="Sagas by type, state and age; the compensation rate")
+async def fleet(console: ConsoleDep, _: Reader) -> Fleet:
+    found = await console.reads.fleet()
+    return Fleet(buckets=[name for name, _ in AGE_BUCKETS],
+                 counts=[{"saga_type": t, "status": s, **counts} for (t, s), counts in found.counts().items()],
+                 by_status=found.by_status(), oldest=found.oldest,
+                 compensation_rate_hour=found.compensation_rate_hour, compensation_rate_day=found.compensation_rate_day,
+                 ended_hour=found.ended_hour, ended_day=found.ended_day)
+
+
+@router.get("/wedged", summary="Unfinished sagas whose current step failed at least min_failures times, grouped")
+async def wedged(console: ConsoleDep, _: Reader, min_failures: Annotated[int, Query(ge=1)] = 3) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(group) for group in await console.reads.wedged(min_failures)]
+
+
+@router.get("/quarantined", response_model=list[SagaSummaryRow], summary="Quarantined sagas")
+async def quarantined(console: ConsoleDep, _: Reader) -> list[SagaSummaryRow]:
+    return await console.reads.quarantined()
+
+
+@router.get("/parked", summary="Outbox rows the broker refused for good, in every outbox")
+async def parked(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(row) for row in await console.reads.parked()]
+
+
+@router.get("/deferred", summary="Commands whose participant deferred its answer")
+async def deferred(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(row) for row in await console.reads.deferred()]
+
+
+@router.get("/audit", summary="What operators did through the console, newest first")
+async def audit(console: ConsoleDep, _: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+                ) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(entry) for entry in await console.reads.audit(limit)]
+
+
+@router.post("/sagas/{saga_id}/actions", response_model=ActionResult, status_code=202,
+             summary="Pull a lever on one saga (published on saga.control; the orchestrator decides it)")
+async def act(saga_id: str, request: ActionRequest, console: ConsoleDep, operator: Actor) -> ActionResult:
+    await console.act(operator, saga_id, request.action, request.step, request.reason)
+    return ActionResult(saga_id=saga_id, action=request.action, operator=operator, published=True)

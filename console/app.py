@@ -1,0 +1,75 @@
+"""The console's composition root: ``console_app(settings)`` is the web app ``saga console`` serves (and tests
+call). It opens a database pool and a control publisher when it starts and closes them when it stops."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.sessions import SessionMiddleware
+
+from ..client.saga_client import SagaClient
+from ..infra.db import create_pool
+from ..infra.misconfigured import Misconfigured
+from ..infra.settings import Settings
+from ..orchestrator.bootstrap import definitions
+from ..orchestrator.store.postgres import migrate
+from ..participants.registry import deployment_participants
+from ..schemas.registry import default_registry
+from . import api, pages
+from .context import Console
+from .identity import Identity, read_users
+from .reads import ConsoleReads
+
+STATIC = Path(__file__).parent / "static"
+POOL_SIZE = 4  # pages and API calls at once; the live timelines poll through it too
+
+
+def identity_of(settings: Settings) -> Identity:
+    """The identity mode the settings ask for; Misconfigured when they contradict each other or levers have
+    nobody to record."""
+    if settings.saga_console_operator_header and settings.saga_console_users:
+        raise Misconfigured("SAGA_CONSOLE_OPERATOR_HEADER and SAGA_CONSOLE_USERS are both set: the operator comes "
+                            "from a trusted proxy or from a local login, not both")
+    users = read_users(Path(settings.saga_console_users)) if settings.saga_console_users else None
+    identity = Identity(header=settings.saga_console_operator_header or None, users=users)
+    if settings.saga_console_levers and identity.mode == "anonymous":
+        raise Misconfigured("SAGA_CONSOLE_LEVERS=true needs to know who pulls them: set "
+                            "SAGA_CONSOLE_OPERATOR_HEADER (behind an authenticating proxy) or SAGA_CONSOLE_USERS")
+    return identity
+
+
+def console_app(settings: Settings) -> FastAPI:
+    """The console for ``settings`` (identity and definitions checked now: Misconfigured names the setting)."""
+    identity = identity_of(settings)
+    registry = definitions(settings)
+    participants = deployment_participants(settings)
+    secret = settings.saga_console_secret.get_secret_value() if settings.saga_console_secret else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = await create_pool(settings.dsn(), POOL_SIZE, application_name="saga-console")
+        await migrate(pool)  # like every service: the tables it reads exist before the orchestrator's first start
+        client = SagaClient.from_settings(settings)
+        await client.connect()
+        try:
+            app.state.console = Console(pool=pool, reads=ConsoleReads(pool, registry, default_registry(),
+                                                                      participants),
+                                        identity=identity, control=client, levers=settings.saga_console_levers)
+            yield
+        finally:
+            await client.close()
+            await pool.close()
+
+    app = FastAPI(title="saga console", summary="Sagas, their levers and what waits on an operator",
+                  version="1", lifespan=lifespan, openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
+    app.add_middleware(SessionMiddleware, secret_key=secret or secrets.token_urlsafe(32), same_site="strict",
+                       session_cookie="saga_console", https_only=False)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    return app

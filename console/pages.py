@@ -1,0 +1,268 @@
+"""The console's pages: server-rendered (Jinja2), refreshed by htmx, a saga's timeline live over server-sent
+events. No build step: htmx and its SSE extension are two files under ``static/``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.templating import Jinja2Templates
+
+from ..orchestrator.domain.definition import SagaDefinition
+from ..orchestrator.domain.state import SagaState
+from ..schemas.codec import WireError
+from ..schemas.event_types import Event
+from ..schemas.registry import SchemaRegistry
+from . import operating
+from .api import detail, effects
+from .context import Console, console_of
+from .reads import AGE_BUCKETS
+
+TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
+STREAM_POLL_S = 0.5  # how often a saga page's stream looks for new events
+_SHOWN_ELSEWHERE = frozenset({"saga_id", "seq", "occurred_at", "step", "attempt"})
+
+router = APIRouter(include_in_schema=False)
+
+
+def _when(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
+        return ""
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _heat(count: int) -> int:
+    return 0 if count == 0 else 1 if count < 10 else 2 if count < 100 else 3 if count < 1000 else 4
+
+
+def _percent(rate: float | None) -> str:
+    return "none ended" if rate is None else f"{rate * 100:.1f} %"
+
+
+TEMPLATES.env.filters.update(when=_when, heat=_heat, percent=_percent)
+
+
+def _page(request: Request, name: str, console: Console, **context: Any) -> HTMLResponse:
+    return TEMPLATES.TemplateResponse(request, name, {
+        "operator": console.identity.operator(request), "levers": console.levers,
+        "identity_mode": console.identity.mode, "flash": request.query_params.get("flash"), **context})
+
+
+def _viewer(request: Request, console: Console) -> Response | None:
+    """A redirect to the login (or a 401 behind a proxy) when the console needs someone and nobody is known."""
+    if console.identity.mode == "anonymous" or console.identity.operator(request) is not None:
+        return None
+    if console.identity.mode == "login":
+        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+    raise HTTPException(401, f"the proxy did not name the operator ({console.identity.header})")
+
+
+def timeline_line(event: Event, at_ms: int, schemas: SchemaRegistry) -> dict[str, Any]:
+    """One row of a saga's timeline: the event, its step and attempt, its other fields (outputs decoded)."""
+    shown = []
+    for item in dataclasses.fields(event):
+        value = getattr(event, item.name)
+        if item.name in _SHOWN_ELSEWHERE or value is None or value == "" or value == ():
+            continue
+        if isinstance(value, bytes):
+            try:
+                value = json.dumps(schemas.decode(value)[1], default=str)
+            except WireError:
+                value = f"<{len(value)} bytes>"
+        shown.append(f"{item.name}: {value}")
+    return {"seq": event.seq, "at": at_ms, "type": type(event).__name__, "step": getattr(event, "step", "") or "",
+            "attempt": getattr(event, "attempt", "") or "", "detail": "; ".join(shown)}
+
+
+_FILL = {"SUCCEEDED": "#d5f2dc", "RUNNING": "#d8ecff", "PENDING": "#f4f5f7", "FAILED": "#ffd9d6",
+         "COMPENSATED": "#fff0c9", "SKIPPED": "#fff0c9", "COMPENSATING": "#ffe2bf", "COMPENSATION_FAILED": "#ffd9d6"}
+
+
+def dag_svg(definition: SagaDefinition | None, state: SagaState | None) -> str:
+    """The saga's steps as a left-to-right graph (a column per depth), each box filled by its step's state."""
+    if definition is None:
+        return ""
+    depth: dict[str, int] = {}
+    for name in definition.order:
+        depth[name] = 1 + max((depth[dep] for dep in definition.step(name).depends_on), default=-1)
+    columns: dict[int, list[str]] = {}
+    for name in definition.order:
+        columns.setdefault(depth[name], []).append(name)
+    width, height, gap_x, gap_y = 150, 34, 40, 16
+    place = {name: (column * (width + gap_x) + 4, row * (height + gap_y) + 4)
+             for column, names in columns.items() for row, name in enumerate(names)}
+    total_w = len(columns) * (width + gap_x)
+    total_h = max(len(names) for names in columns.values()) * (height + gap_y) + 8
+    parts = [f'<svg class="dag" role="img" aria-label="steps of {escape(definition.saga_type)}" width="{total_w}" '
+             f'height="{total_h}" viewBox="0 0 {total_w} {total_h}">']
+    for name in definition.order:
+        x, y = place[name]
+        for dep in definition.step(name).depends_on:
+            dx, dy = place[dep]
+            parts.append(f'<line x1="{dx + width}" y1="{dy + height / 2}" x2="{x}" y2="{y + height / 2}" '
+                         'stroke="#8896a5" stroke-width="1.5"/>')
+    for name in definition.order:
+        x, y = place[name]
+        status = state.steps[name].status.value if state is not None and name in state.steps else "PENDING"
+        step = definition.step(name)
+        parts.append(f'<g data-step="{escape(name)}" data-status="{status}">'
+                     f'<rect x="{x}" y="{y}" width="{width}" height="{height}" rx="6"'
+                     f' fill="{_FILL.get(status, "#ffe2bf")}"'
+                     f' stroke="{"#1d2733" if step.pivot else "#8896a5"}" stroke-width="{2 if step.pivot else 1}"/>'
+                     f'<text x="{x + 8}" y="{y + 14}">{escape(name)}</text>'
+                     f'<text x="{x + 8}" y="{y + 28}" fill="#555">{status.lower()}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@router.get("/", response_class=HTMLResponse)
+async def fleet_page(request: Request) -> Response:
+    console = console_of(request)
+    return _viewer(request, console) or _page(request, "fleet.html", console, fleet=await console.reads.fleet(),
+                                              buckets=[name for name, _ in AGE_BUCKETS])
+
+
+@router.get("/fleet/body", response_class=HTMLResponse)
+async def fleet_body(request: Request) -> Response:
+    console = console_of(request)
+    return _viewer(request, console) or _page(request, "fleet_body.html", console, fleet=await console.reads.fleet(),
+                                              buckets=[name for name, _ in AGE_BUCKETS])
+
+
+@router.get("/sagas", response_class=HTMLResponse)
+async def sagas_page(request: Request, status: str | None = None, saga_type: str | None = None) -> Response:
+    console = console_of(request)
+    rows = await console.reads.sagas(statuses=[status] if status else [], saga_type=saga_type, limit=500)
+    heading = " ".join(part for part in (saga_type, status) if part) or "All sagas"
+    return _viewer(request, console) or _page(request, "list.html", console, rows=rows, heading=heading)
+
+
+@router.get("/search", response_class=HTMLResponse)
+async def search_page(request: Request, q: str = "") -> Response:
+    console = console_of(request)
+    rows = await console.reads.search(q)
+    return _viewer(request, console) or _page(request, "list.html", console, rows=rows, query=q,
+                                              heading=f"Sagas matching {q!r}",
+                                              note="By saga id, or any searchable field of the input "
+                                                   "(field=value for one field).")
+
+
+@router.get("/wedged", response_class=HTMLResponse)
+async def wedged_page(request: Request, min_failures: int = 3) -> Response:
+    console = console_of(request)
+    return _viewer(request, console) or _page(request, "wedged.html", console, min_failures=min_failures,
+                                              groups=await console.reads.wedged(max(1, min_failures)))
+
+
+@router.get("/quarantine", response_class=HTMLResponse)
+async def quarantine_page(request: Request) -> Response:
+    console = console_of(request)
+    return _viewer(request, console) or _page(request, "list.html", console, rows=await console.reads.quarantined(),
+                                              heading="Quarantined sagas",
+                                              note="Each waits for its cause to be fixed; release it from its page.")
+
+
+@router.get("/audit", response_class=HTMLResponse)
+async def audit_page(request: Request) -> Response:
+    console = console_of(request)
+    return _viewer(request, console) or _page(request, "audit.html", console, entries=await console.reads.audit())
+
+
+@router.get("/sagas/{saga_id}", response_class=HTMLResponse)
+async def saga_page(request: Request, saga_id: str) -> Response:
+    console = console_of(request)
+    denied = _viewer(request, console)
+    if denied is not None:
+        return denied
+    view = await console.reads.saga(saga_id)
+    if view is None:
+        raise HTTPException(404, f"no saga {saga_id!r}")
+    keys = await console.reads.search_keys(saga_id)
+    shown = detail(view, keys, console)
+    timeline = [timeline_line(event, view.recorded_at_ms.get(event.seq, event.occurred_at), console.reads.schemas)
+                for event in view.events]
+    offers = operating.offers(view.definition, view.state, console.now_ms())
+    return _page(request, "saga.html", console, view=view, state=view.state, keys=keys, steps=shown.steps,
+                 dag=dag_svg(view.definition, view.state), timeline=timeline, offers=offers,
+                 last_seq=view.events[-1].seq, effects=await effects(saga_id, console, None))
+
+
+@router.get("/sagas/{saga_id}/stream")
+async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Response:
+    """Server-sent events: ``timeline`` (new timeline rows) and ``status`` (the status line), as they happen."""
+    console = console_of(request)
+    denied = _viewer(request, console)
+    if denied is not None:
+        return denied
+
+    async def stream() -> AsyncIterator[str]:
+        last = after
+        yield ": connected\n\n"
+        while not await request.is_disconnected():
+            new = await console.reads.events_after(saga_id, last)
+            if new:
+                rows = "".join(TEMPLATES.get_template("timeline_row.html").render(
+                    line=timeline_line(event, at, console.reads.schemas)) for at, event in new)
+                last = new[-1][1].seq
+                yield _sse("timeline", rows)
+                view = await console.reads.saga(saga_id)
+                if view is not None:
+                    yield _sse("status", TEMPLATES.get_template("saga_status.html").render(state=view.state))
+            await asyncio.sleep(STREAM_POLL_S)
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _sse(event: str, html: str) -> str:
+    lines = "".join(f"data: {line}\n" for line in html.splitlines() or [""])
+    return f"event: {event}\n{lines}\n"
+
+
+@router.post("/sagas/{saga_id}/actions")
+async def act_page(request: Request, saga_id: str, action: str = Form(...), step: str | None = Form(None),
+                   reason: str | None = Form(None)) -> Response:
+    """A lever from the saga's page: sent, audited, and back to the page (whose timeline shows the outcome)."""
+    from .api import actor
+
+    console = console_of(request)
+    operator = actor(request, console)
+    await console.act(operator, saga_id, action, step or None, reason or None)
+    said = f"{action}{f' {step}' if step else ''} sent for {operator}; the timeline shows what the orchestrator did"
+    if request.headers.get("HX-Request"):  # htmx: the page stays, its live timeline shows the outcome
+        return HTMLResponse(f'<p class="flash">{escape(said)}</p>')
+    return RedirectResponse(f"/sagas/{quote(saga_id)}?flash={quote(said)}", status_code=303)
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_page(request: Request, next: str = "/") -> Response:
+    console = console_of(request)
+    if console.identity.mode != "login":
+        return RedirectResponse("/", status_code=303)
+    return _page(request, "login.html", console, next=next if next.startswith("/") else "/")
+
+
+@router.post("/login")
+async def login(request: Request, name: str = Form(...), password: str = Form(...), next: str = Form("/")) -> Response:
+    console = console_of(request)
+    if console.identity.mode != "login" or not console.identity.sign_in(name, password):
+        await console.reads.record(name or "?", "SignIn", "console", {}, "refused")
+        return RedirectResponse("/login?flash=name or password not accepted", status_code=303)
+    request.session["operator"] = name
+    await console.reads.record(name, "SignIn", "console", {}, "signed in")
+    return RedirectResponse(next if next.startswith("/") else "/", status_code=303)
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    request.session.clear()
+    return RedirectResponse("/", status_code=303)

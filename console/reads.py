@@ -1,0 +1,332 @@
+"""What the console and its HTTP API read: the fleet, one saga, what waits on an operator.
+
+Every query reads the orchestrator's own tables (``saga.saga_summary``, ``saga.search_keys``, ``saga.events``,
+``saga.timers``, ``saga.outbox``…) under a statement timeout, so a slow database slows a page and never piles up
+connections behind it; none takes a lock a service waits for.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from ..infra.db import datetime_to_ms
+from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
+from ..orchestrator.domain.errors import DomainError
+from ..orchestrator.domain.state import SagaState, SagaStatus, fold
+from ..orchestrator.ports import SagaSummaryRow
+from ..orchestrator.store.postgres import SUMMARY_COLUMNS, summary_row
+from ..participants.kit.ledger import awaiting
+from ..participants.kit.participant import Participant
+from ..schemas import wire
+from ..schemas.codec import WireError
+from ..schemas.event_types import Event
+from ..schemas.registry import SchemaRegistry
+
+READ_TIMEOUT_S = 5.0
+AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
+    ("< 1 min", 60), ("< 10 min", 600), ("< 1 h", 3600), ("< 1 day", 86400), (">= 1 day", None))
+"""The heat table's columns: a saga's age (since it started) up to each bound, in seconds."""
+ENDED = tuple(status.value for status in SagaStatus if status.is_terminal)
+UNDONE = (SagaStatus.COMPENSATED.value, SagaStatus.COMPENSATION_FAILED.value, SagaStatus.CANCELLED.value)
+"""The end states reached by compensating: the compensation rate counts them among the ended."""
+
+
+@dataclass(frozen=True)
+class HeatCell:
+    saga_type: str
+    status: str
+    bucket: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The fleet at a glance: counts by type, state and age, the oldest unfinished sagas, the compensation rate."""
+
+    cells: list[HeatCell]
+    oldest: list[SagaSummaryRow]
+    compensation_rate_hour: float | None  # compensated / ended in the last hour; None when none ended
+    compensation_rate_day: float | None
+    ended_hour: int
+    ended_day: int
+
+    def counts(self) -> dict[tuple[str, str], dict[str, int]]:
+        """(saga type, state) → age bucket → count, rows in type then state order."""
+        table: dict[tuple[str, str], dict[str, int]] = {}
+        for cell in sorted(self.cells, key=lambda c: (c.saga_type, c.status)):
+            table.setdefault((cell.saga_type, cell.status), {})[cell.bucket] = cell.count
+        return table
+
+    def by_status(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for cell in self.cells:
+            totals[cell.status] = totals.get(cell.status, 0) + cell.count
+        return dict(sorted(totals.items()))
+
+
+@dataclass(frozen=True)
+class WedgedGroup:
+    """Unfinished sagas stuck on one step of one type with one error, at least N failures each."""
+
+    saga_type: str
+    step: str
+    error: str | None
+    count: int
+    max_failures: int
+    saga_ids: list[str]
+
+
+@dataclass(frozen=True)
+class TimerView:
+    kind: str
+    step: str
+    attempt: int
+    due_at_ms: int
+
+
+@dataclass(frozen=True)
+class OutboxView:
+    """A row the relay has not published yet (parked: the broker refused it for good, with why)."""
+
+    table: str
+    row_id: int
+    topic: str
+    created_at_ms: int
+    parked_reason: str | None = None
+
+
+@dataclass
+class SagaView:
+    """One saga: its events, its folded state (None when it does not fold here, with why), what waits."""
+
+    saga_id: str
+    events: list[Event]
+    state: SagaState | None
+    definition: SagaDefinition | None
+    fold_error: str | None
+    timers: list[TimerView] = field(default_factory=list)
+    outbox: list[OutboxView] = field(default_factory=list)
+    recorded_at_ms: dict[int, int] = field(default_factory=dict)  # seq → when it was stored
+
+    def output_of(self, step: str, schemas: SchemaRegistry) -> dict[str, Any] | None:
+        """The step's output decoded from Avro (None when it gave none, or its schema is unknown here)."""
+        if self.state is None or step not in self.state.steps:
+            return None
+        raw = self.state.steps[step].output
+        if not raw:
+            return None
+        try:
+            return schemas.decode(raw)[1]
+        except WireError:
+            return None
+
+
+@dataclass(frozen=True)
+class Deferred:
+    participant: str
+    saga_id: str
+    step: str
+    action: str
+    idempotency_key: str
+    deferred_at_ms: int
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    at_ms: int
+    operator: str
+    action: str
+    target: str
+    detail: dict[str, Any]
+    outcome: str
+
+
+class ConsoleReads:
+    """The console's queries over the orchestrator's database (``pool``), folding with ``definitions``."""
+
+    def __init__(self, pool: asyncpg.Pool, definitions: DefinitionRegistry, schemas: SchemaRegistry,
+                 participants: Sequence[Participant] = ()) -> None:
+        self._pool = pool
+        self._definitions = definitions
+        self.schemas = schemas
+        self.participants = list(participants)
+
+    async def fleet(self, oldest: int = 10) -> Fleet:
+        """Counts by saga type, state and age bucket, the ``oldest`` unfinished sagas, the compensation rates."""
+        bounds = [bound for _, bound in AGE_BUCKETS if bound is not None]
+        bucket_sql = "CASE " + " ".join(
+            f"WHEN age < {bound} THEN {index}" for index, bound in enumerate(bounds)) + f" ELSE {len(bounds)} END"
+        async with self._pool.acquire() as conn:
+            cells = await conn.fetch(
+                f"SELECT saga_type, status, {bucket_sql} AS bucket, count(*) AS n FROM ("
+                "  SELECT saga_type, status, extract(epoch FROM now() - started_at) AS age FROM saga.saga_summary"
+                ") s GROUP BY 1, 2, 3", timeout=READ_TIMEOUT_S)
+            rows = await conn.fetch(
+                f"SELECT {SUMMARY_COLUMNS} FROM saga.saga_summary WHERE status <> ALL($1::text[])"
+                " ORDER BY started_at LIMIT $2",
+                list(ENDED), oldest, timeout=READ_TIMEOUT_S)
+            rates = await conn.fetchrow(
+                "SELECT count(*) FILTER (WHERE updated_at > now() - interval '1 hour') AS ended_hour,"
+                "       count(*) FILTER (WHERE updated_at > now() - interval '1 hour' AND status = ANY($2))"
+                "         AS undone_hour,"
+                "       count(*) AS ended_day, count(*) FILTER (WHERE status = ANY($2)) AS undone_day"
+                " FROM saga.saga_summary WHERE status = ANY($1::text[]) AND updated_at > now() - interval '1 day'",
+                list(ENDED), list(UNDONE), timeout=READ_TIMEOUT_S)
+        names = [name for name, _ in AGE_BUCKETS]
+        assert rates is not None
+        return Fleet(
+            cells=[HeatCell(r["saga_type"], r["status"], names[r["bucket"]], r["n"]) for r in cells],
+            oldest=[summary_row(r) for r in rows],
+            compensation_rate_hour=rates["undone_hour"] / rates["ended_hour"] if rates["ended_hour"] else None,
+            compensation_rate_day=rates["undone_day"] / rates["ended_day"] if rates["ended_day"] else None,
+            ended_hour=rates["ended_hour"], ended_day=rates["ended_day"])
+
+    async def sagas(self, *, statuses: Sequence[str] = (), saga_type: str | None = None, tenant: str | None = None,
+                    older_than_s: float | None = None, limit: int = 100) -> list[SagaSummaryRow]:
+        """Sagas of the read model matching every filter given, the oldest started first."""
+        clauses, args = _filters(statuses, saga_type, tenant, older_than_s)
+        args.append(limit)
+        rows = await self._pool.fetch(
+            f"SELECT {SUMMARY_COLUMNS} FROM saga.saga_summary {_where(clauses)} ORDER BY started_at"
+            f" LIMIT ${len(args)}", *args, timeout=READ_TIMEOUT_S)
+        return [summary_row(r) for r in rows]
+
+    async def search(self, query: str, limit: int = 100) -> list[SagaSummaryRow]:
+        """Sagas whose id is ``query``, or one of whose searchable fields holds it (``field=value``: that field
+        only); the newest first."""
+        text = query.strip()
+        if not text:
+            return []
+        name, _, value = text.partition("=") if "=" in text else ("", "", text)
+        rows = await self._pool.fetch(
+            f"SELECT {SUMMARY_COLUMNS} FROM saga.saga_summary WHERE saga_id = $1 OR saga_id IN ("
+            "  SELECT saga_id FROM saga.search_keys WHERE value = $2 AND ($3 = '' OR field = $3))"
+            " ORDER BY started_at DESC LIMIT $4", text, value.strip(), name.strip(), limit, timeout=READ_TIMEOUT_S)
+        return [summary_row(r) for r in rows]
+
+    async def search_keys(self, saga_id: str) -> dict[str, str]:
+        rows = await self._pool.fetch("SELECT field, value FROM saga.search_keys WHERE saga_id = $1 ORDER BY field",
+                                      saga_id, timeout=READ_TIMEOUT_S)
+        return {r["field"]: r["value"] for r in rows}
+
+    async def wedged(self, min_failures: int = 3, per_group: int = 20) -> list[WedgedGroup]:
+        """Unfinished sagas whose current step failed or timed out at least ``min_failures`` times, grouped by
+        type, step and error, the largest group first."""
+        rows = await self._pool.fetch(
+            "SELECT saga_type, current_step, last_error, count(*) AS n, max(step_failures) AS worst,"
+            "       (array_agg(saga_id ORDER BY step_failures DESC, saga_id))[1:$3] AS ids"
+            " FROM saga.saga_summary WHERE step_failures >= $1 AND status <> ALL($2::text[])"
+            " GROUP BY 1, 2, 3 ORDER BY n DESC, worst DESC", min_failures, list(ENDED), per_group,
+            timeout=READ_TIMEOUT_S)
+        return [WedgedGroup(r["saga_type"], r["current_step"], r["last_error"], r["n"], r["worst"], list(r["ids"]))
+                for r in rows]
+
+    async def saga(self, saga_id: str) -> SagaView | None:
+        """One saga's events, state, live timers and unpublished outbox rows; None for an unknown id."""
+        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+            stored = await conn.fetch("SELECT seq, body, recorded_at FROM saga.events WHERE saga_id = $1 ORDER BY seq",
+                                      saga_id, timeout=READ_TIMEOUT_S)
+            if not stored:
+                return None
+            timers = await conn.fetch("SELECT kind, step, attempt, due_at FROM saga.timers WHERE saga_id = $1"
+                                      " ORDER BY due_at", saga_id, timeout=READ_TIMEOUT_S)
+            outbox = await conn.fetch(
+                "SELECT 'saga.outbox' AS t, id, topic, created_at, NULL AS reason FROM saga.outbox"
+                " WHERE message_key = $1 UNION ALL"
+                " SELECT 'saga.outbox_parked', id, topic, created_at, reason FROM saga.outbox_parked"
+                " WHERE message_key = $1 ORDER BY 2", saga_id, timeout=READ_TIMEOUT_S)
+        events = [wire.decode_event(row["body"]) for row in stored]
+        view = SagaView(saga_id, events, None, None, None,
+                        timers=[TimerView(r["kind"], r["step"], r["attempt"], datetime_to_ms(r["due_at"]))
+                                for r in timers],
+                        outbox=[OutboxView(r["t"], r["id"], r["topic"], datetime_to_ms(r["created_at"]), r["reason"])
+                                for r in outbox],
+                        recorded_at_ms={r["seq"]: datetime_to_ms(r["recorded_at"]) for r in stored})
+        try:
+            view.definition = self._definitions.for_history(events)
+            view.state = fold(view.definition, events)
+        except DomainError as error:
+            view.fold_error = f"{type(error).__name__}: {error}"
+        return view
+
+    async def events_after(self, saga_id: str, after_seq: int) -> list[tuple[int, Event]]:
+        """The saga's events after ``after_seq`` (the live timeline's next lines), with when each was stored."""
+        rows = await self._pool.fetch(
+            "SELECT seq, body, recorded_at FROM saga.events WHERE saga_id = $1 AND seq > $2 ORDER BY seq",
+            saga_id, after_seq, timeout=READ_TIMEOUT_S)
+        return [(datetime_to_ms(r["recorded_at"]), wire.decode_event(r["body"])) for r in rows]
+
+    async def quarantined(self, limit: int = 200) -> list[SagaSummaryRow]:
+        return await self.sagas(statuses=[SagaStatus.QUARANTINED.value], limit=limit)
+
+    async def parked(self) -> list[OutboxView]:
+        """Every outbox row the broker refused for good, in the orchestrator's and each participant's outbox."""
+        tables = await self._pool.fetch("SELECT table_schema FROM information_schema.tables"
+                                        " WHERE table_name = 'outbox_parked' ORDER BY 1", timeout=READ_TIMEOUT_S)
+        found: list[OutboxView] = []
+        for table in tables:
+            schema = table["table_schema"]
+            rows = await self._pool.fetch(
+                f'SELECT id, topic, created_at, reason, message_key FROM "{schema}".outbox_parked ORDER BY id',
+                timeout=READ_TIMEOUT_S)
+            found += [OutboxView(f"{schema}.outbox_parked", r["id"], r["topic"], datetime_to_ms(r["created_at"]),
+                                 f"{r['message_key']}: {r['reason']}") for r in rows]
+        return found
+
+    async def deferred(self) -> list[Deferred]:
+        """The commands each participant of the deployment deferred, waiting for an answer, oldest first."""
+        found: list[Deferred] = []
+        for participant in self.participants:
+            try:
+                rows = await awaiting(self._pool, participant)
+            except asyncpg.UndefinedTableError:
+                continue  # the participant has not started here yet
+            found += [Deferred(participant.name, r.saga_id, r.step, r.action, r.idempotency_key, r.deferred_at_ms)
+                      for r in rows]
+        return sorted(found, key=lambda d: d.deferred_at_ms)
+
+    async def audit(self, limit: int = 200) -> list[AuditEntry]:
+        rows = await self._pool.fetch(
+            "SELECT at, operator, action, target, detail, outcome FROM saga.operator_audit ORDER BY id DESC LIMIT $1",
+            limit, timeout=READ_TIMEOUT_S)
+        return [AuditEntry(datetime_to_ms(r["at"]), r["operator"], r["action"], r["target"], json.loads(r["detail"]),
+                           r["outcome"]) for r in rows]
+
+    async def record(self, operator: str, action: str, target: str, detail: dict[str, Any], outcome: str) -> None:
+        """Add an entry to the console's audit (saga.operator_audit)."""
+        await self._pool.execute(
+            "INSERT INTO saga.operator_audit (operator, action, target, detail, outcome) VALUES ($1, $2, $3, $4, $5)",
+            operator, action, target, json.dumps(detail, default=str), outcome, timeout=READ_TIMEOUT_S)
+
+
+def _filters(statuses: Sequence[str], saga_type: str | None, tenant: str | None,
+             older_than_s: float | None) -> tuple[list[str], list[Any]]:
+    clauses: list[str] = []
+    args: list[Any] = []
+    if statuses:
+        args.append(list(statuses))
+        clauses.append(f"status = ANY(${len(args)}::text[])")
+    if saga_type:
+        args.append(saga_type)
+        clauses.append(f"saga_type = ${len(args)}")
+    if tenant:
+        args.append(tenant)
+        clauses.append(f"tenant_id = ${len(args)}")
+    if older_than_s is not None:
+        args.append(older_than_s)
+        clauses.append(f"started_at < now() - make_interval(secs => ${len(args)})")
+    return clauses, args
+
+
+def _where(clauses: Sequence[str]) -> str:
+    return ("WHERE " + " AND ".join(clauses)) if clauses else ""
+
+
+def epoch_ms(moment: datetime) -> int:
+    return datetime_to_ms(moment)

@@ -1,0 +1,109 @@
+"""The console in a real Chromium (Debian's ``chromium``, driven by Playwright through its ``executable_path``:
+no browser is downloaded) against the real services on a real Kafka and Postgres."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright
+
+from saga_orchestrator.cli.run_cmd import service_environment
+from saga_orchestrator.console.identity import add_user
+from saga_orchestrator.infra.settings import Settings
+from tests.chaos.crash_tools import started_and_ready
+from tests.conftest import module_stack
+from tests.e2e.harness import Stack
+
+OPERATOR, PASSWORD = "ops-anna", "a long enough password"
+DEFINITIONS = "tests.browser.console_trip:CONSOLE_TRIP"
+CHROMIUM = os.environ.get("SAGA_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+SCREENSHOTS = os.environ.get("SAGA_SCREENSHOTS")  # a folder: `make screenshots` keeps each page's picture there
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    log_dir: Path = tmp_path_factory.mktemp("logs")
+    yield from module_stack(started_and_ready(settings.model_copy(update={"saga_definitions": DEFINITIONS}),
+                                              log_dir), log_dir)
+
+
+@pytest.fixture(scope="module")
+def console_url(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``saga console`` as its own process, levers on, one local login."""
+    folder = tmp_path_factory.mktemp("console")
+    users = folder / "users"
+    add_user(users, OPERATOR, PASSWORD)
+    port = _free_port()
+    env = {**service_environment(stack.settings), "SAGA_CONSOLE_LEVERS": "true", "SAGA_CONSOLE_USERS": str(users)}
+    with (folder / "console.log").open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "saga_orchestrator.cli", "console", "--port", str(port)],
+                                   env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/openapi.json", timeout=2):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("the console did not start: "
+                                         + (folder / "console.log").read_text()) from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("no chromium on PATH: .ci/run installs Debian's chromium package")
+        pytest.skip("no chromium on PATH (apt-get install chromium); the console's browser tests need it")
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+async def page(browser: Browser, console_url: str) -> AsyncIterator[Page]:
+    """A browser page signed in as OPERATOR."""
+    context = await browser.new_context(base_url=console_url, viewport={"width": 1400, "height": 1000})
+    opened = await context.new_page()
+    await opened.goto("/login")
+    await opened.fill("input[name=name]", OPERATOR)
+    await opened.fill("input[name=password]", PASSWORD)
+    await opened.click("form.login button")
+    await opened.wait_for_url(f"{console_url}/")
+    try:
+        yield opened
+    finally:
+        await context.close()
+
+
+async def screenshot(page: Page, name: str) -> None:
+    """Keep a picture of the page as SAGA_SCREENSHOTS/NAME.png when that folder is given (the docs' pictures;
+    Playwright makes the folder)."""
+    if SCREENSHOTS:
+        await page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)

@@ -1,0 +1,147 @@
+"""The console in a real Chromium over the real services: the fleet by state, a search by customer id, a
+Slowtown trip cancelled from its page and its SagaCancelled shown live, a card's retry pulled forward."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import urllib.request
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+from playwright.async_api import Page, expect
+
+from saga_orchestrator.client import SagaClient
+from saga_orchestrator.participants.trip.scenarios import DEMO_MIX, SCENARIOS
+from tests.browser.conftest import OPERATOR, PASSWORD, screenshot
+from tests.e2e.harness import Stack
+
+pytestmark = pytest.mark.e2e
+WAITING = frozenset({"card_flaky", "card_slow"})  # their card's next attempt is an hour away (console_trip.py)
+SETTLE_S = 90.0
+
+
+def _api(console_url: str, path: str) -> Any:
+    """GET the console's API as OPERATOR (HTTP Basic with the local login)."""
+    signed = base64.b64encode(f"{OPERATOR}:{PASSWORD}".encode()).decode()
+    request = urllib.request.Request(f"{console_url}/api/v1{path}", headers={"Authorization": f"Basic {signed}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+async def _until(check: Any, what: str, timeout_s: float = SETTLE_S) -> Any:
+    for _ in range(int(timeout_s / 0.25)):
+        found = check()
+        if found:
+            return found
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+async def demo(stack: Stack, console_url: str) -> dict[str, str]:
+    """The demo's twenty trips started (saga id → scenario), and settled: each ended, or waits on its card."""
+    started: dict[str, str] = {}
+    async with SagaClient.from_settings(stack.settings) as client:
+        for name, count in DEMO_MIX:
+            if name == "cancelled":
+                continue  # cancelled by hand in its own test
+            for _ in range(count):
+                saga_id = f"{name}-{uuid.uuid4().hex[:6]}"
+                await client.start("trip", saga_id, SCENARIOS[name].trip(saga_id))
+                started[saga_id] = name
+
+    def settled() -> bool:
+        rows = {row["saga_id"]: row for row in _api(console_url, "/sagas?limit=1000")}
+        return len(rows) >= len(started) and all(
+            rows[saga_id]["status"] != "RUNNING" or (name in WAITING and rows[saga_id]["current_step"] == "charge_card"
+                                                     and rows[saga_id]["step_failures"] >= 1)
+            for saga_id, name in started.items() if saga_id in rows)
+
+    await _until(settled, "the demo's trips to settle")
+    return started
+
+
+def _expected_states(started: dict[str, str]) -> Counter[str]:
+    ends = {"SagaCompleted": "COMPLETED", "SagaCompensated": "COMPENSATED",
+            "SagaCompensationFailed": "COMPENSATION_FAILED"}
+    return Counter("RUNNING" if name in WAITING else ends[SCENARIOS[name].terminal] for name in started.values())
+
+
+async def test_the_fleet_page_shows_the_demos_sagas_by_state(page: Page, demo: dict[str, str]) -> None:
+    await page.goto("/")
+    expected = _expected_states(demo)
+    for status, count in expected.items():
+        await expect(page.locator(f"[data-status-count={status}]")).to_have_text(str(count))
+    assert await page.locator("table.heat tbody tr").count() == len(expected)  # one row per (trip, state)
+    oldest = page.locator("table.sagas tbody tr[data-saga]")
+    assert await oldest.count() == sum(1 for name in demo.values() if name in WAITING)
+    await screenshot(page, "fleet")
+
+
+async def test_searching_a_customer_id_finds_its_trip(page: Page, demo: dict[str, str]) -> None:
+    saga_id = next(saga_id for saga_id, name in demo.items() if name == "happy")
+    await page.goto("/")
+    await page.fill("header input[name=q]", f"cust_{saga_id}")
+    await page.press("header input[name=q]", "Enter")
+    rows = page.locator("table.sagas tbody tr[data-saga]")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_have_attribute("data-saga", saga_id)
+    await rows.first.locator("a").click()
+    await expect(page.locator("h1")).to_have_text(saga_id)
+    await expect(page.locator("#status-badge")).to_have_text("COMPLETED")
+    await expect(page.locator("svg.dag g[data-step=charge_card]")).to_have_attribute("data-status", "SUCCEEDED")
+    await screenshot(page, "saga")
+
+
+async def test_a_slowtown_trip_is_cancelled_from_its_page_and_shows_it_live(
+        page: Page, stack: Stack, console_url: str, demo: dict[str, str]) -> None:
+    saga_id = f"slowtown-{uuid.uuid4().hex[:6]}"
+    async with SagaClient.from_settings(stack.settings) as client:
+        await client.start("trip", saga_id, SCENARIOS["cancelled"].trip(saga_id))
+    await _until(lambda: any(e["type"] == "StepCommandSent" and e["fields"].get("step") == "book_hotel"
+                             for e in _history(console_url, saga_id)), "the hotel's command")
+    await page.goto(f"/sagas/{saga_id}")
+    await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+    lever = page.locator("form.lever[data-action=Cancel]")
+    await lever.locator("input[name=reason]").fill("the customer called")
+    await lever.locator("button").click()
+    await expect(page.locator("#flash")).to_contain_text(f"Cancel sent for {OPERATOR}")
+    await expect(page.locator("#timeline tr.SagaCancelled")).to_have_count(1, timeout=SETTLE_S * 1000)
+    await expect(page.locator("#status-badge")).to_have_text("CANCELLED")
+    assert await page.evaluate("window.loadedOnce") is True, "the page was reloaded"
+    requested = next(e for e in _history(console_url, saga_id) if e["type"] == "SagaCancelRequested")
+    assert requested["fields"]["operator"] == OPERATOR and requested["fields"]["reason"] == "the customer called"
+    assert any(entry["operator"] == OPERATOR and entry["action"] == "Cancel" and entry["target"] == f"saga {saga_id}"
+               for entry in _api(console_url, "/audit"))
+    await screenshot(page, "cancelled")
+
+
+async def test_a_card_waiting_on_its_retry_is_retried_now(page: Page, console_url: str,
+                                                          demo: dict[str, str]) -> None:
+    saga_id = next(saga_id for saga_id, name in demo.items() if name == "card_flaky")
+    await page.goto(f"/sagas/{saga_id}")
+    await expect(page.locator("svg.dag g[data-step=charge_card]")).to_have_attribute("data-status", "RETRY_SCHEDULED")
+    retry_now = page.locator("form.lever[data-action='RetryNow:charge_card'] button")
+    # The flaky card fails its first FLAKY_FAILURES attempts: the first retry now fails too and waits an hour
+    # again, which the live timeline shows; the second goes through.
+    await retry_now.click()
+    await expect(page.locator("#timeline tr.StepRetryScheduled")).to_have_count(2, timeout=SETTLE_S * 1000)
+    await retry_now.click()
+    await expect(page.locator("#timeline tr.SagaCompleted")).to_have_count(1, timeout=SETTLE_S * 1000)
+    actions = [e["fields"] for e in _history(console_url, saga_id) if e["type"] == "OperatorAction"]
+    assert actions == [{"definition_version": 1, "action": "RetryNow", "operator": OPERATOR,
+                        "detail": "charge_card"}] * 2
+
+
+def _history(console_url: str, saga_id: str) -> list[dict[str, Any]]:
+    try:
+        found: list[dict[str, Any]] = _api(console_url, f"/sagas/{saga_id}/history")
+    except OSError:
+        return []
+    return found
+
+

@@ -1,0 +1,158 @@
+"""The console's HTTP API on a real Postgres and Kafka: reads of recorded sagas (list, search by a business key,
+one saga, its history, the fleet, wedged sagas), the identity modes, and a lever published on saga.control and
+audited."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from saga_orchestrator.console.app import console_app
+from saga_orchestrator.console.identity import add_user
+from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.bootstrap import prepare
+from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.outbound import summary_of
+from saga_orchestrator.orchestrator.ports import SearchKey, StoredEvent, Writes
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.topics import Topics
+from saga_orchestrator.testing.history import SagaRun
+from tests.e2e.harness import read_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _runs() -> dict[str, SagaRun]:
+    now = time.time_ns() // 1_000_000  # the fleet counts what ended in the last hour and day
+    waiting = SagaRun(TRIP, saga_id="api-waiting", now=now - 60_000)
+    waiting.start()
+    waiting.ok("book_flight")
+    waiting.fail("book_hotel", "HotelBusy", retryable=True)  # the hotel is busy: twice, its third attempt waits
+    waiting.fire(TimerKind.STEP_RETRY, "book_hotel")
+    waiting.fail("book_hotel", "HotelBusy", retryable=True)
+    done = SagaRun(TRIP, saga_id="api-done", now=now)
+    done.start()
+    for step in ("book_flight", "book_hotel", "charge_card", "send_itinerary"):
+        done.ok(step)
+    return {"api-waiting": waiting, "api-done": done}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def recorded(settings: Settings) -> AsyncIterator[dict[str, SagaRun]]:
+    await prepare(settings)  # the topics the console publishes on
+    pool = await create_pool(settings.dsn(), 2)
+    await migrate(pool)
+    runs = _runs()
+    async with PostgresStore(pool).begin() as uow:
+        await uow.write(Writes(
+            events=[StoredEvent(saga_id=e.saga_id, seq=e.seq, event_type=type(e).__name__, body=wire.encode_event(e),
+                                recorded_at_ms=e.occurred_at) for run in runs.values() for e in run.events],
+            summaries=[summary_of(run.saga) for run in runs.values()],
+            search_keys=[SearchKey(saga_id, "customer_id", f"cust-{saga_id}") for saga_id in runs]))
+    yield runs
+    await pool.close()
+
+
+async def _client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = console_app(settings)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
+        yield client
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def reader(settings: Settings, recorded: dict[str, SagaRun]) -> AsyncIterator[httpx.AsyncClient]:
+    async for client in _client(settings):  # anonymous, read-only
+        yield client
+
+
+async def _json(client: httpx.AsyncClient, path: str, status: int = 200) -> Any:
+    answer = await client.get(path)
+    assert answer.status_code == status, answer.text
+    return answer.json()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_sagas_are_listed_by_state_and_found_by_a_business_key(reader: httpx.AsyncClient) -> None:
+    running = await _json(reader, "/api/v1/sagas?status=RUNNING")
+    assert [row["saga_id"] for row in running] == ["api-waiting"]
+    assert running[0]["current_step"] == "book_hotel" and running[0]["last_error"] == "HotelBusy"
+    found = await _json(reader, "/api/v1/search?q=cust-api-done")
+    assert [row["saga_id"] for row in found] == ["api-done"]
+    assert [row["saga_id"] for row in await _json(reader, "/api/v1/search?q=customer_id=cust-api-done")] == ["api-done"]
+    assert await _json(reader, "/api/v1/search?q=email=cust-api-done") == []
+    assert [row["saga_id"] for row in await _json(reader, "/api/v1/search?q=api-waiting")] == ["api-waiting"]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_one_saga_its_history_and_the_levers_that_apply(reader: httpx.AsyncClient,
+                                                              recorded: dict[str, SagaRun]) -> None:
+    saga = await _json(reader, "/api/v1/sagas/api-waiting")
+    assert saga["status"] == "RUNNING" and saga["search_keys"] == {"customer_id": "cust-api-waiting"}
+    steps = {step["name"]: step for step in saga["steps"]}
+    assert steps["book_flight"]["status"] == "SUCCEEDED" and steps["book_hotel"]["status"] == "RETRY_SCHEDULED"
+    assert steps["charge_card"]["pivot"] and steps["charge_card"]["depends_on"] == ["book_flight", "book_hotel"]
+    assert {"action": "Cancel", "step": None} in saga["actions"]
+    history = await _json(reader, "/api/v1/sagas/api-waiting/history")
+    assert [event["type"] for event in history] == [type(e).__name__ for e in recorded["api-waiting"].events]
+    assert await _json(reader, "/api/v1/sagas/nobody", 404) == {"detail": "no saga 'nobody'"}
+    done = await _json(reader, "/api/v1/sagas/api-done")
+    assert done["status"] == "COMPLETED" and done["actions"] == []
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_fleet_and_the_wedged(reader: httpx.AsyncClient) -> None:
+    fleet = await _json(reader, "/api/v1/fleet")
+    assert fleet["by_status"] == {"COMPLETED": 1, "RUNNING": 1}
+    assert [row["saga_id"] for row in fleet["oldest"]] == ["api-waiting"]
+    assert fleet["ended_day"] == 1 and fleet["compensation_rate_day"] == 0.0
+    wedged = await _json(reader, "/api/v1/wedged?min_failures=1")
+    assert [(g["saga_type"], g["step"], g["error"], g["saga_ids"]) for g in wedged] == [
+        ("trip", "book_hotel", "HotelBusy", ["api-waiting"])]
+    assert await _json(reader, "/api/v1/wedged?min_failures=9") == []
+    document = await _json(reader, "/api/openapi.json")
+    assert {"/api/v1/sagas", "/api/v1/search", "/api/v1/sagas/{saga_id}", "/api/v1/sagas/{saga_id}/actions",
+            "/api/v1/fleet", "/api/v1/wedged"} <= set(document["paths"])
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_read_only_console_refuses_every_action(reader: httpx.AsyncClient) -> None:
+    answer = await reader.post("/api/v1/sagas/api-waiting/actions", json={"action": "Pause"})
+    assert answer.status_code == 403 and "read-only" in answer.text
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_lever_from_a_signed_in_operator_is_published_and_audited(
+        settings: Settings, recorded: dict[str, SagaRun], tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    add_user(users, "anna", "a long password")
+    levers = settings.model_copy(update={"saga_console_levers": True, "saga_console_users": str(users)})
+    async for client in _client(levers):
+        assert (await client.get("/api/v1/sagas")).status_code == 401  # nobody signed in
+        signed = {"Authorization": "Basic " + base64.b64encode(b"anna:a long password").decode()}
+        refused = await client.post("/api/v1/sagas/api-waiting/actions", json={"action": "Terminate"},
+                                    headers=signed)
+        assert refused.status_code == 400 and "Terminate needs a reason" in refused.text
+        sent = await client.post("/api/v1/sagas/api-waiting/actions", headers=signed,
+                                 json={"action": "RetryNow", "step": "book_hotel", "reason": "hotel is back"})
+        assert sent.status_code == 202 and sent.json()["operator"] == "anna"
+        client.headers.update(signed)
+        audit = await _json(client, "/api/v1/audit")
+        assert [(e["operator"], e["action"], e["outcome"]) for e in audit[:2]] == [
+            ("anna", "RetryNow", "published on saga.control"), ("anna", "Terminate", "refused: Terminate needs a "
+                                                                "reason: it is recorded in the saga's history")]
+    records = await read_topic(settings, Topics(settings.saga_topic_prefix).control)
+    operated = [wire.decode_operate(r.value) for r in records if r.key == b"api-waiting"]
+    assert [(m.action, m.step, m.operator, m.reason) for m in operated] == [
+        ("RetryNow", "book_hotel", "anna", "hotel is back")]
+
