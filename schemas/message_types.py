@@ -72,6 +72,7 @@ class Lever(StrEnum):
     PAUSE = "Pause"  # nothing more is sent and no timer acts (replies are still recorded) until Unpause
     UNPAUSE = "Unpause"  # a paused saga goes on, what is open sent again
     REDRIVE = "Redrive"  # a saga that ended FAILED runs again: its failed steps are sent with a fresh attempt budget
+    DLQ_REPLAY = "DlqReplay"  # records only: a dead letter of the saga was published again (`saga dlq replay`)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from .definition import SagaDefinition
 from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition
 from .levers import operate, refuse
 from .messages import IncomingMessage, RejectedRecord, TimerFired, TimerKind
-from .model import RESUME_COMPENSATION, SagaState
+from .model import RECORDED_ONLY, RESUME_COMPENSATION, SagaState
 from .on_reply import handle_step_result, handle_timer_fired
 from .progress import advance, resend_open, unwind
 from .status import TIMED_OUT_ERROR, SagaStatus
@@ -60,6 +60,10 @@ def decide(
         return Decision(dead_letter=f"no saga {message.saga_id!r}: {type(message).__name__} has nothing to act on")
     if message.saga_id != state.saga_id:
         raise InvalidMessage(f"message for saga {message.saga_id!r} given the state of {state.saga_id!r}")
+    if isinstance(message, OperateSaga) and message.action in RECORDED_ONLY:
+        b = DecisionBuilder(definition, state, now, state.saga_id)  # recorded whatever the status
+        operate(b, message)
+        return b.build()
     if state.status is SagaStatus.QUARANTINED:
         return _while_quarantined(definition, state, message, now)
     if state.status in (SagaStatus.REJECTED, SagaStatus.PURGED):

@@ -15,7 +15,7 @@ from ...schemas.limits import OUTPUT_REFUSED
 from ...schemas.message_types import Lever
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, IllegalTransition
-from .model import RESUME_COMPENSATION, SagaState, StepState, evolved
+from .model import RECORDED_ONLY, RESUME_COMPENSATION, SagaState, StepState, evolved
 from .status import (
     TIMED_OUT_ERROR,
     SagaStatus,
@@ -71,8 +71,9 @@ def apply_event(definition: SagaDefinition | None, state: SagaState | None, even
         raise HistoryMismatch(f"saga {state.saga_id!r}: unexpected {type(event).__name__} seq {event.seq}")
     # A refused StartSaga / cancel changes nothing, so it needs no definition (the StartSaga may even name
     # an unknown type); everything else of a started saga does.
-    needs_definition = not isinstance(event, ev.SagaRejected | ev.SagaCancelRefused | ev.SagaPurged
-                                      | ev.SagaQuarantined | ev.SagaReleased | ev.OperatorActionRefused)
+    needs_definition = not (isinstance(event, ev.SagaRejected | ev.SagaCancelRefused | ev.SagaPurged
+                                       | ev.SagaQuarantined | ev.SagaReleased | ev.OperatorActionRefused)
+                            or (isinstance(event, ev.OperatorAction) and event.action in RECORDED_ONLY))
     if needs_definition and state.status is not SagaStatus.REJECTED and definition is None:
         raise HistoryMismatch(f"saga {state.saga_id!r}: {type(event).__name__} needs the saga's definition")
     moved = evolved(state, last_seq=event.seq, updated_at=event.occurred_at)

@@ -42,6 +42,9 @@ with why, and changes nothing else. Levers:
   and would fail the orchestrator's check of the key a reply carries; restarting at attempt 1 would be
   answered with the recorded failure and its reply dropped as a duplicate (reply message ids are
   ``{key}:reply:{attempt}``).
+- ``DlqReplay`` (a reason is required: which letter, and why) records only: ``saga dlq replay`` published a
+  dead letter of the saga again (the replayed record does whatever it does). Recorded whatever the saga's
+  status (``model.RECORDED_ONLY``), also while it is quarantined, rejected or purged.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ from .status import SagaStatus, StepStatus
 
 
 def operate(b: DecisionBuilder, message: OperateSaga) -> None:
-    """Apply the lever ``message`` pulls, or record why it cannot apply."""
+    """Apply the lever ``message`` pulls, or record why it cannot apply (``b.defn`` is only needed by levers not
+    ``RECORDED_ONLY``)."""
     pull = _LEVERS.get(message.action)
     if pull is None:
         refuse(b, message, f"unknown lever {message.action!r} (known: {', '.join(Lever)})")
@@ -212,7 +216,15 @@ def _redrive(b: DecisionBuilder, message: OperateSaga) -> None:
     advance(b)
 
 
+def _dlq_replay(b: DecisionBuilder, message: OperateSaga) -> None:
+    if not message.reason:
+        refuse(b, message, f"{Lever.DLQ_REPLAY} needs a reason (the letter it published again, and why)")
+        return
+    _applied(b, message)
+
+
 _LEVERS: dict[str, Callable[[DecisionBuilder, OperateSaga], None]] = {
     Lever.RETRY_NOW: _retry_now, Lever.SKIP: _skip, Lever.FORCE_COMPENSATE: _force_compensate,
     Lever.TERMINATE: _terminate, Lever.PAUSE: _pause, Lever.UNPAUSE: _unpause, Lever.REDRIVE: _redrive,
+    Lever.DLQ_REPLAY: _dlq_replay,
 }

@@ -6,12 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+from ...schemas.message_types import Lever
 from .status import SagaStatus, StepStatus
 
 _Model = TypeVar("_Model", "StepState", "SagaState")
 
 RESUME_COMPENSATION = "ResumeCompensation"
 """OperatorAction.action of an operator resuming a COMPENSATION_FAILED saga."""
+
+RECORDED_ONLY: frozenset[str] = frozenset({Lever.DLQ_REPLAY})
+"""Levers that change nothing and are recorded (OperatorAction) whatever the saga's status, quarantined, rejected
+or purged too: an operator's act that happened elsewhere, kept in the saga's history."""
 
 ANSWER = "Answer"
 """OperatorAction.action of a person's answer to a deferred command (a StepResult with an ``operator``, as

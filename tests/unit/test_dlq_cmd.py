@@ -8,15 +8,20 @@ import pytest
 import typer
 
 from saga_orchestrator.cli.dlq_cmd import (
+    REPLAYED_BY,
     REPLAYED_FROM,
     NotReplayable,
     Parked,
+    Replayed,
     letter_record,
     matches,
+    replay_detail,
     replay_of,
+    replays_by_letter,
     select,
 )
-from saga_orchestrator.schemas.message_types import DeadLetter
+from saga_orchestrator.schemas.event_types import OperatorAction
+from saga_orchestrator.schemas.message_types import DeadLetter, Lever
 
 DLQ = "saga.dlq"
 
@@ -32,23 +37,39 @@ def _parked(partition: int = 0, offset: int = 0, *, saga_id: str | None = "trip-
 
 
 def test_a_replay_is_the_original_record_with_a_message_id_of_its_letter() -> None:
-    replay = replay_of(_parked(2, 9), DLQ)
+    replay = replay_of(_parked(2, 9), DLQ, "quinn")
     assert (replay.topic, replay.key, replay.value) == ("saga.start", b"trip-1", b"\xc3\x01original")
     assert replay.headers == [("trace", b"t-1"), ("message_id", b"dlq-replay:saga.dlq:2:9"),
-                              (REPLAYED_FROM, b"saga.dlq:2:9")]
+                              (REPLAYED_FROM, b"saga.dlq:2:9"), (REPLAYED_BY, b"quinn")]
 
 
 def test_replaying_the_same_letter_twice_gives_the_same_message_id_and_another_letter_another() -> None:
-    first, again, other = replay_of(_parked(2, 9), DLQ), replay_of(_parked(2, 9), DLQ), replay_of(_parked(2, 10), DLQ)
+    first, again = replay_of(_parked(2, 9), DLQ, "quinn"), replay_of(_parked(2, 9), DLQ, "rosa")
+    other = replay_of(_parked(2, 10), DLQ, "quinn")
     assert dict(first.headers)["message_id"] == dict(again.headers)["message_id"]
     assert dict(first.headers)["message_id"] != dict(other.headers)["message_id"]
 
 
 def test_a_replayed_letter_replayed_again_names_only_its_newest_origin() -> None:
     parked = _parked(1, 3, headers=(("message_id", b"dlq-replay:saga.dlq:2:9"), (REPLAYED_FROM, b"saga.dlq:2:9"),
-                                    ("empty", None)))
-    assert replay_of(parked, DLQ).headers == [("message_id", b"dlq-replay:saga.dlq:1:3"),
-                                              (REPLAYED_FROM, b"saga.dlq:1:3")]
+                                    (REPLAYED_BY, b"quinn"), ("empty", None)))
+    assert replay_of(parked, DLQ, "rosa").headers == [("message_id", b"dlq-replay:saga.dlq:1:3"),
+                                                      (REPLAYED_FROM, b"saga.dlq:1:3"), (REPLAYED_BY, b"rosa")]
+
+
+def test_the_replays_a_history_records_are_found_by_their_letter() -> None:
+    parked = _parked(2, 9)
+    detail = replay_detail(parked, replay_of(parked, DLQ, "quinn"), "cruise deployed")
+    assert detail == "letter 2:9 from saga.start 4:17 to saga.start: cruise deployed"
+
+    def action(seq: int, operator: str, text: str, lever: str = Lever.DLQ_REPLAY) -> OperatorAction:
+        return OperatorAction(saga_id="trip-1", seq=seq, definition_version=1, occurred_at=seq * 1000, action=lever,
+                              operator=operator, detail=text)
+
+    events = [action(3, "quinn", detail), action(4, "rosa", replay_detail(parked, replay_of(parked, DLQ, "rosa"),
+                                                                          None)),
+              action(5, "sam", "letter 2:9 from a skip", Lever.SKIP), action(6, "tom", "by hand")]
+    assert replays_by_letter(events) == {"2:9": [Replayed("quinn", 3000), Replayed("rosa", 4000)]}
 
 
 @pytest.mark.parametrize(("parked", "why"), [
@@ -57,7 +78,7 @@ def test_a_replayed_letter_replayed_again_names_only_its_newest_origin() -> None
 ])
 def test_a_letter_without_its_record_is_not_replayable(parked: Parked, why: str) -> None:
     with pytest.raises(NotReplayable, match=why):
-        replay_of(parked, DLQ)
+        replay_of(parked, DLQ, "quinn")
 
 
 @pytest.mark.parametrize(("filters", "expected"), [
@@ -102,4 +123,6 @@ def test_a_letter_as_json_carries_the_original_bytes() -> None:
     assert base64.b64decode(str(record["original_value_base64"])) == b"\xc3\x01original"
     assert record["original_headers"] == [{"key": "message_id", "value_base64": base64.b64encode(b"m-1").decode()},
                                           {"key": "trace", "value_base64": base64.b64encode(b"t-1").decode()}]
-    assert letter_record(Parked(0, 1, 5, None)) == {"position": "0:1", "timestamp": 5, "readable": False}
+    assert letter_record(Parked(0, 1, 5, None)) == {"position": "0:1", "timestamp": 5, "replays": [],
+                                                    "readable": False}
+    assert letter_record(_parked(2, 9), [Replayed("quinn", 3000)])["replays"] == [{"operator": "quinn", "at": 3000}]

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from saga_orchestrator.orchestrator.domain.decide import quarantine
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError, IllegalTransition
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
@@ -566,6 +567,38 @@ def test_an_answer_a_person_gave_records_who_and_why_before_its_outcome() -> Non
                                   status=ResultStatus.FAILED, error_type="NoRoom", detail=None)
     assert [(describe(e), getattr(e, "detail", None)) for e in run.send(refused).events][:2] == [
         ("OperatorAction", "book_hotel"), ("StepFailed book_hotel 1", None)]
+
+
+def _completed(run: SagaRun) -> None:
+    run.start()
+    for step in TRIP.order:
+        run.ok(step)
+
+
+REPLAYED_IN: list[tuple[str, SagaDefinition | None, Callable[[SagaRun], object]]] = [
+    ("a running saga", TRIP, lambda run: run.start()),
+    ("a completed saga", TRIP, _completed),
+    ("a rejected saga", None, lambda run: run.start("no_such_type")),
+    ("a quarantined saga", TRIP, lambda run: (run.start(), run.take(quarantine(TRIP, run.saga, "poison", "m-1",
+                                                                                 run.now)))),
+]
+
+
+@pytest.mark.parametrize(("given", "definition", "history"), REPLAYED_IN, ids=[r[0] for r in REPLAYED_IN])
+def test_a_dead_letter_replayed_is_recorded_whatever_the_saga_status(
+        given: str, definition: SagaDefinition | None, history: Callable[[SagaRun], object]) -> None:
+    run = SagaRun(definition)
+    history(run)
+    before = run.saga
+    decision = run.operate(Lever.DLQ_REPLAY, reason="letter 0:7 from saga.control 1:3 to saga.control")
+    [action] = decision.events
+    assert isinstance(action, ev.OperatorAction), given
+    assert (action.action, action.operator, action.detail) == (
+        Lever.DLQ_REPLAY, "ops", "letter 0:7 from saga.control 1:3 to saga.control")
+    assert decision.commands == () and decision.dead_letter is None
+    assert run.saga.status is before.status and run.saga.steps == before.steps
+    [refused] = run.operate(Lever.DLQ_REPLAY, reason=None).events
+    assert isinstance(refused, ev.OperatorActionRefused) and refused.reason.startswith("DlqReplay needs a reason")
 
 
 def test_a_cancel_records_who_asked_whether_it_applies_or_not() -> None:
