@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 
+from ..orchestrator import bulk_jobs
 from ..orchestrator.ports import SagaSummaryRow
 from ..participants.kit.effects import read_effects
 from ..schemas.event_types import Event
@@ -232,3 +233,74 @@ async def audit(console: ConsoleDep, _: Reader, limit: Annotated[int, Query(ge=1
 async def act(saga_id: str, request: ActionRequest, console: ConsoleDep, operator: Actor) -> ActionResult:
     await console.act(operator, saga_id, request.action, request.step, request.reason)
     return ActionResult(saga_id=saga_id, action=request.action, operator=operator, published=True)
+
+
+class SelectionRequest(BaseModel):
+    """Which sagas: every criterion given must hold, at least one given (``orchestrator.bulk_jobs.Selection``)."""
+
+    saga_type: str | None = None
+    statuses: list[str] = Field(default_factory=list)
+    older_than_s: float | None = Field(default=None, description="Not updated for this long, in seconds.")
+    tenant: str | None = None
+    error: str | None = Field(default=None, description="The error type of the step it is stuck on ('timeout').")
+    participant: str | None = Field(default=None, description="The step it is stuck on is this participant's.")
+
+    def selection(self) -> bulk_jobs.Selection:
+        try:
+            return bulk_jobs.Selection(saga_type=self.saga_type or None, statuses=tuple(self.statuses),
+                                       older_than_s=self.older_than_s, tenant=self.tenant or None,
+                                       error=self.error or None, participant=self.participant or None)
+        except bulk_jobs.BulkJobError as error:
+            raise HTTPException(400, str(error)) from None
+
+
+class JobRequest(SelectionRequest):
+    """A bulk job: ``action`` on every saga the selection matches, at most ``rate_per_s`` a second."""
+
+    action: str
+    step: str | None = None
+    reason: str
+    rate_per_s: float = bulk_jobs.DEFAULT_RATE_PER_S
+
+
+class CountResult(BaseModel):
+    total: int
+    sample: list[str]
+    selection: str
+
+
+@router.post("/bulk/count", response_model=CountResult, tags=["bulk jobs"],
+             summary="The dry run: how many sagas a selection matches now, and some of their ids")
+async def bulk_count(request: SelectionRequest, console: ConsoleDep, _: Reader) -> CountResult:
+    selection = request.selection()
+    try:
+        found = await bulk_jobs.count(console.pool, selection, console.reads.definitions)
+    except bulk_jobs.BulkJobError as error:
+        raise HTTPException(400, str(error)) from None
+    return CountResult(total=found.total, sample=found.sample, selection=selection.describe())
+
+
+@router.post("/bulk/jobs", status_code=201, tags=["bulk jobs"],
+             summary="Start a bulk job (run by the orchestrator; recorded with the operator)")
+async def bulk_start(request: JobRequest, console: ConsoleDep, operator: Actor) -> dict[str, Any]:
+    job = await console.start_job(operator, request.selection(), request.action, request.step, request.reason,
+                                  request.rate_per_s)
+    return job.to_json()
+
+
+@router.get("/bulk/jobs", tags=["bulk jobs"], summary="The latest bulk jobs, newest first, with their progress")
+async def bulk_list(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
+    return [job.to_json() for job in await bulk_jobs.jobs(console.pool)]
+
+
+@router.get("/bulk/jobs/{job_id}", tags=["bulk jobs"], summary="One bulk job and its progress")
+async def bulk_job(job_id: int, console: ConsoleDep, _: Reader) -> dict[str, Any]:
+    found = await bulk_jobs.job(console.pool, job_id)
+    if found is None:
+        raise HTTPException(404, f"no bulk job {job_id}")
+    return found.to_json()
+
+
+@router.post("/bulk/jobs/{job_id}/cancel", tags=["bulk jobs"], summary="Stop a running bulk job")
+async def bulk_cancel(job_id: int, console: ConsoleDep, operator: Actor) -> dict[str, Any]:
+    return (await console.cancel_job(operator, job_id)).to_json()

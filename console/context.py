@@ -10,6 +10,7 @@ import asyncpg
 from fastapi import HTTPException
 from starlette.requests import Request
 
+from ..orchestrator import bulk_jobs
 from . import operating
 from .identity import Identity
 from .reads import ConsoleReads
@@ -41,6 +42,31 @@ class Console:
             raise HTTPException(400, str(error)) from None
         await operating.publish(self.control, message)
         await self.reads.record(operator, action, target, detail, "published on saga.control")
+
+
+    async def start_job(self, operator: str, selection: bulk_jobs.Selection, action: str, step: str | None,
+                        reason: str, rate_per_s: float) -> bulk_jobs.BulkJob:
+        """Record a bulk job for ``operator`` (the orchestrator runs it) and audit it; HTTPException 400 when it
+        cannot be (audited too)."""
+        detail = {"selection": selection.describe(), "step": step, "reason": reason, "rate_per_s": rate_per_s}
+        try:
+            job = await bulk_jobs.start(self.pool, selection, self.reads.definitions, action=action,
+                                        operator=operator, reason=reason, step=step or None, rate_per_s=rate_per_s)
+        except bulk_jobs.BulkJobError as error:
+            await self.reads.record(operator, f"BulkJob {action}", "bulk", detail, f"refused: {error}")
+            raise HTTPException(400, str(error)) from None
+        await self.reads.record(operator, f"BulkJob {action}", f"bulk job {job.id}", detail,
+                                f"started: {job.total} sagas")
+        return job
+
+    async def cancel_job(self, operator: str, job_id: int) -> bulk_jobs.BulkJob:
+        """Stop bulk job ``job_id`` for ``operator`` and audit it; HTTPException 400 when it cannot be."""
+        try:
+            job = await bulk_jobs.cancel(self.pool, job_id, operator)
+        except bulk_jobs.BulkJobError as error:
+            raise HTTPException(400, str(error)) from None
+        await self.reads.record(operator, "CancelBulkJob", f"bulk job {job_id}", {}, f"cancelled after {job.done}")
+        return job
 
 
 def console_of(request: Request) -> Console:

@@ -17,10 +17,12 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
+from ..orchestrator import bulk_jobs
 from ..orchestrator.domain.definition import SagaDefinition
-from ..orchestrator.domain.state import SagaState
+from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event
+from ..schemas.message_types import Lever
 from ..schemas.registry import SchemaRegistry
 from . import operating
 from .api import detail, effects
@@ -266,3 +268,66 @@ async def login(request: Request, name: str = Form(...), password: str = Form(..
 async def logout(request: Request) -> Response:
     request.session.clear()
     return RedirectResponse("/", status_code=303)
+
+
+def _selection(form: Any) -> bulk_jobs.Selection:
+    minutes = str(form.get("older_than_min") or "").strip()
+    try:
+        return bulk_jobs.Selection(
+            saga_type=form.get("saga_type") or None, statuses=tuple(form.getlist("statuses")),
+            older_than_s=float(minutes) * 60 if minutes else None, tenant=form.get("tenant") or None,
+            error=form.get("error") or None, participant=form.get("participant") or None)
+    except ValueError as error:  # BulkJobError, or a number that is none
+        raise HTTPException(400, str(error)) from None
+
+
+@router.get("/bulk", response_class=HTMLResponse)
+async def bulk_page(request: Request) -> Response:
+    console = console_of(request)
+    return _viewer(request, console) or _page(
+        request, "bulk.html", console, jobs=await bulk_jobs.jobs(console.pool),
+        saga_types=sorted(console.reads.definitions.types()), statuses=[s.value for s in SagaStatus],
+        actions=[a for a in bulk_jobs.actions() if a != Lever.DLQ_REPLAY], rate=bulk_jobs.DEFAULT_RATE_PER_S)
+
+
+@router.get("/bulk/jobs", response_class=HTMLResponse)
+async def bulk_jobs_table(request: Request) -> Response:
+    console = console_of(request)
+    return _viewer(request, console) or _page(request, "bulk_jobs.html", console,
+                                              jobs=await bulk_jobs.jobs(console.pool))
+
+
+@router.post("/bulk/count", response_class=HTMLResponse)
+async def bulk_count_fragment(request: Request) -> Response:
+    console = console_of(request)
+    denied = _viewer(request, console)
+    if denied is not None:
+        return denied
+    try:
+        selection = _selection(await request.form())
+        found = await bulk_jobs.count(console.pool, selection, console.reads.definitions)
+    except HTTPException as error:
+        return HTMLResponse(f'<b class="error">{escape(str(error.detail))}</b>')
+    except bulk_jobs.BulkJobError as error:
+        return HTMLResponse(f'<b class="error">{escape(str(error))}</b>')
+    shown = ", ".join(escape(saga_id) for saga_id in found.sample)
+    return HTMLResponse(f'<b data-count="{found.total}">{found.total} sagas</b> match ({escape(selection.describe())})'
+                        + (f": {shown}{', ...' if found.total > len(found.sample) else ''}" if shown else ""))
+
+
+@router.post("/bulk/start", response_class=HTMLResponse)
+async def bulk_start_fragment(request: Request) -> Response:
+    from .api import actor
+
+    console = console_of(request)
+    operator = actor(request, console)
+    form = await request.form()
+    try:
+        rate = float(str(form.get("rate_per_s") or bulk_jobs.DEFAULT_RATE_PER_S))
+        job = await console.start_job(operator, _selection(form), str(form.get("action") or ""),
+                                      str(form.get("step") or "") or None, str(form.get("reason") or ""), rate)
+    except (HTTPException, ValueError) as error:
+        said = error.detail if isinstance(error, HTTPException) else str(error)
+        return HTMLResponse(f'<p class="flash error">{escape(str(said))}</p>')
+    return HTMLResponse(f'<p class="flash">bulk job {job.id} started for {escape(operator)}: {job.total} sagas, '
+                        f'{job.rate_per_s:g} a second</p>')

@@ -153,7 +153,7 @@ class ConsoleReads:
     def __init__(self, pool: asyncpg.Pool, definitions: DefinitionRegistry, schemas: SchemaRegistry,
                  participants: Sequence[Participant] = ()) -> None:
         self._pool = pool
-        self._definitions = definitions
+        self.definitions = definitions
         self.schemas = schemas
         self.participants = list(participants)
 
@@ -249,7 +249,7 @@ class ConsoleReads:
                                 for r in outbox],
                         recorded_at_ms={r["seq"]: datetime_to_ms(r["recorded_at"]) for r in stored})
         try:
-            view.definition = self._definitions.for_history(events)
+            view.definition = self.definitions.for_history(events)
             view.state = fold(view.definition, events)
         except DomainError as error:
             view.fold_error = f"{type(error).__name__}: {error}"
