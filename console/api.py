@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from ..orchestrator import bulk_jobs
 from ..orchestrator.ports import SagaSummaryRow
 from ..participants.kit.effects import read_effects
+from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.event_types import Event
 from . import operating
 from .context import Console, console_of
@@ -304,3 +305,29 @@ async def bulk_job(job_id: int, console: ConsoleDep, _: Reader) -> dict[str, Any
 @router.post("/bulk/jobs/{job_id}/cancel", tags=["bulk jobs"], summary="Stop a running bulk job")
 async def bulk_cancel(job_id: int, console: ConsoleDep, operator: Actor) -> dict[str, Any]:
     return (await console.cancel_job(operator, job_id)).to_json()
+
+
+class AnswerRequest(BaseModel):
+    """The answer to a deferred command: ``output`` (UTF-8 text) when the step succeeded, else ``error_type`` (and
+    ``message``) when it failed for good; ``detail``: why, recorded with the operator."""
+
+    output: str | None = None
+    error_type: str | None = None
+    message: str = ""
+    detail: str | None = None
+
+    def outcome(self) -> Succeeded | Failed:
+        if (self.output is None) == (self.error_type is None):
+            raise HTTPException(400, "give exactly one of output (the step succeeded) or error_type (it failed)")
+        if self.error_type is not None and not self.error_type.strip():
+            raise HTTPException(400, "error_type must not be empty")
+        return Succeeded(self.output.encode()) if self.output is not None else Failed(str(self.error_type),
+                                                                                      self.message)
+
+
+@router.post("/deferred/{participant}/{key}/answer", status_code=202, tags=["deferred"],
+             summary="Answer a deferred command (the saga's history records the operator)")
+async def answer(participant: str, key: str, request: AnswerRequest, console: ConsoleDep,
+                 operator: Actor) -> dict[str, str]:
+    await console.answer(operator, participant, key, request.outcome(), request.detail)
+    return {"answered": key, "operator": operator}

@@ -59,7 +59,8 @@ def console_app(settings: Settings) -> FastAPI:
         try:
             app.state.console = Console(pool=pool, reads=ConsoleReads(pool, registry, default_registry(),
                                                                       participants),
-                                        identity=identity, control=client, levers=settings.saga_console_levers)
+                                        identity=identity, control=client, topics=client.topics,
+                                        levers=settings.saga_console_levers)
             yield
         finally:
             await client.close()

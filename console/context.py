@@ -11,6 +11,9 @@ from fastapi import HTTPException
 from starlette.requests import Request
 
 from ..orchestrator import bulk_jobs
+from ..participants.kit.deferred import complete
+from ..participants.kit.outcome import Failed, Succeeded
+from ..schemas.topics import Topics
 from . import operating
 from .identity import Identity
 from .reads import ConsoleReads
@@ -28,6 +31,7 @@ class Console:
     reads: ConsoleReads
     identity: Identity
     control: operating.ControlPublisher
+    topics: Topics
     levers: bool = False
     now_ms: Callable[[], int] = field(default=_wall_clock_ms)
 
@@ -67,6 +71,29 @@ class Console:
             raise HTTPException(400, str(error)) from None
         await self.reads.record(operator, "CancelBulkJob", f"bulk job {job_id}", {}, f"cancelled after {job.done}")
         return job
+
+
+    async def answer(self, operator: str, participant_name: str, key: str, outcome: Succeeded | Failed,
+                     detail: str | None) -> None:
+        """Answer a deferred command for ``operator`` (the saga's history records who, and why) and audit it;
+        HTTPException 404 when no such command awaits an answer, 400 when the answer cannot be given."""
+        found = {p.name: p for p in self.reads.participants}.get(participant_name)
+        target = f"{participant_name} command {key}"
+        verdict = {"outcome": "succeeded" if isinstance(outcome, Succeeded) else f"failed ({outcome.error_type})",
+                   "detail": detail}
+        if found is None:
+            raise HTTPException(404, f"no participant {participant_name!r} in this deployment")
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                answered = await complete(conn, found, self.topics, key, outcome, operator=operator, detail=detail)
+        except ValueError as error:
+            await self.reads.record(operator, "Answer", target, verdict, f"refused: {error}")
+            raise HTTPException(400, str(error)) from None
+        if not answered:
+            await self.reads.record(operator, "Answer", target, verdict, "refused: not awaiting an answer")
+            raise HTTPException(404, f"{participant_name} has no command {key!r} awaiting an answer (answered "
+                                "already?)")
+        await self.reads.record(operator, "Answer", target, verdict, "answered; the participant's relay replies")
 
 
 def console_of(request: Request) -> Console:

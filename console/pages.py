@@ -20,6 +20,7 @@ from fastapi.templating import Jinja2Templates
 from ..orchestrator import bulk_jobs
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.state import SagaState, SagaStatus
+from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event
 from ..schemas.message_types import Lever
@@ -331,3 +332,33 @@ async def bulk_start_fragment(request: Request) -> Response:
         return HTMLResponse(f'<p class="flash error">{escape(str(said))}</p>')
     return HTMLResponse(f'<p class="flash">bulk job {job.id} started for {escape(operator)}: {job.total} sagas, '
                         f'{job.rate_per_s:g} a second</p>')
+
+
+@router.get("/deferred", response_class=HTMLResponse)
+async def deferred_page(request: Request) -> Response:
+    console = console_of(request)
+    return _viewer(request, console) or _page(request, "deferred.html", console,
+                                              deferred=await console.reads.deferred())
+
+
+@router.post("/deferred/answer", response_class=HTMLResponse)
+async def answer_fragment(request: Request) -> Response:
+    from .api import actor
+
+    console = console_of(request)
+    operator = actor(request, console)
+    form = await request.form()
+    key = str(form.get("key") or "")
+    if form.get("verdict") == "failed":
+        error_type = str(form.get("error_type") or "").strip()
+        if not error_type:
+            return HTMLResponse('<p class="flash error">a failed answer needs its error type, e.g. Rejected</p>')
+        outcome: Succeeded | Failed = Failed(error_type, str(form.get("message") or ""))
+    else:
+        outcome = Succeeded(str(form.get("output") or "").encode())
+    try:
+        await console.answer(operator, str(form.get("participant") or ""), key, outcome,
+                             str(form.get("detail") or "") or None)
+    except HTTPException as error:
+        return HTMLResponse(f'<p class="flash error">{escape(str(error.detail))}</p>')
+    return HTMLResponse(f'<p class="flash">answered {escape(key)} for {escape(operator)}</p>')

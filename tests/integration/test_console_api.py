@@ -23,11 +23,15 @@ from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.outbound import summary_of
 from saga_orchestrator.orchestrator.ports import SearchKey, StoredEvent, Writes
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
+from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
+from saga_orchestrator.participants.kit.handling import Disposition, handle_command
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.topics import Topics
 from saga_orchestrator.testing.history import SagaRun
 from tests.e2e.harness import read_topic
+from tests.integration.test_participant_deferred import DESK
+from tests.integration.test_participants import TOPICS, command, delivered, new_saga_id, replies
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +160,40 @@ async def test_a_lever_from_a_signed_in_operator_is_published_and_audited(
     assert [(m.action, m.step, m.operator, m.reason) for m in operated] == [
         ("RetryNow", "book_hotel", "anna", "hotel is back")]
 
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_deferred_command_is_listed_and_answered_once_by_the_operator(
+        settings: Settings, recorded: dict[str, SagaRun], tmp_path: Path) -> None:
+    pool = await create_pool(settings.dsn(), 2)
+    try:
+        await ensure_participant_schema(pool, DESK)
+        saga_id = new_saga_id()
+        assert await handle_command(pool, DESK, TOPICS, delivered(DESK, *command(saga_id, "flight", "book_flight"))
+                                    ) == Disposition.AWAITING
+        users = tmp_path / "users"
+        add_user(users, "pat", "a long password")
+        desk = settings.model_copy(update={"saga_console_levers": True, "saga_console_users": str(users),
+                                           "saga_participants": "tests.integration.test_participant_deferred:DESK"})
+        async for client in _client(desk):
+            client.headers["Authorization"] = "Basic " + base64.b64encode(b"pat:a long password").decode()
+            listed = await _json(client, "/api/v1/deferred")
+            assert [(d["participant"], d["saga_id"], d["step"]) for d in listed] == [("flight", saga_id, "flight")]
+            key = listed[0]["idempotency_key"]
+            path = f"/api/v1/deferred/flight/{key}/answer"
+            both = await client.post(path, json={"output": "x", "error_type": "Rejected"})
+            assert both.status_code == 400 and "exactly one of output" in both.text
+            answered = await client.post(path, json={"output": '{"seat": "2C"}', "detail": "by phone"})
+            assert answered.status_code == 202, answered.text
+            again = await client.post(path, json={"error_type": "Late"})
+            assert again.status_code == 404 and "awaiting an answer" in again.text
+            assert await _json(client, "/api/v1/deferred") == []
+            audit = await _json(client, "/api/v1/audit")
+            assert [(e["operator"], e["action"], e["outcome"]) for e in audit[:2]] == [
+                ("pat", "Answer", "refused: not awaiting an answer"),
+                ("pat", "Answer", "answered; the participant's relay replies")]
+        [reply] = await replies(pool, DESK.schema, saga_id)
+        assert (reply["result"]["output"], reply["result"]["operator"], reply["result"]["detail"]) == (
+            b'{"seat": "2C"}', "pat", "by phone")
+    finally:
+        await pool.close()
