@@ -20,7 +20,7 @@ from .definition import SagaDefinition
 from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition
 from .levers import operate, refuse
 from .messages import IncomingMessage, RejectedRecord, TimerFired, TimerKind
-from .model import RECORDED_ONLY, RESUME_COMPENSATION, SagaState
+from .model import RECORDED_ONLY, RELEASE, RESUME_COMPENSATION, SagaState
 from .on_reply import handle_step_result, handle_timer_fired
 from .progress import advance, resend_open, unwind
 from .status import TIMED_OUT_ERROR, SagaStatus
@@ -91,8 +91,9 @@ def decide(
         _resume(b, message)
     elif isinstance(message, StepResult):
         handle_step_result(b, message)
-    elif isinstance(message, ReleaseSaga):
-        pass  # not quarantined: nothing to release, and a repeated release must be harmless
+    elif isinstance(message, ReleaseSaga):  # not quarantined: nothing to release, recorded as refused
+        b.record(ev.OperatorActionRefused(**b.base(), action=RELEASE, step=None, operator=message.operator,
+                                          reason=f"saga is {state.status}, not quarantined: nothing to release"))
     elif isinstance(message, OperateSaga):
         operate(b, message)
     elif message.timer.kind is TimerKind.SAGA_DEADLINE:
@@ -223,8 +224,12 @@ def _cancel_refusal(b: DecisionBuilder) -> str | None:
 
 def _resume(b: DecisionBuilder, message: ResumeCompensation) -> None:
     state = b.saga
-    if state.status is not SagaStatus.COMPENSATION_FAILED:
-        return  # nothing to resume; a repeated resume must be harmless
+    if state.status is not SagaStatus.COMPENSATION_FAILED:  # nothing to resume: recorded as refused, who asked too
+        b.record(ev.OperatorActionRefused(**b.base(), action=RESUME_COMPENSATION, step=None,
+                                          operator=message.operator,
+                                          reason=f"saga is {state.status}: only a COMPENSATION_FAILED saga can be "
+                                                 "resumed"))
+        return
     b.record(
         ev.OperatorAction(
             **b.base(), action=RESUME_COMPENSATION, operator=message.operator, detail=message.detail

@@ -14,6 +14,10 @@ _Model = TypeVar("_Model", "StepState", "SagaState")
 RESUME_COMPENSATION = "ResumeCompensation"
 """OperatorAction.action of an operator resuming a COMPENSATION_FAILED saga."""
 
+RELEASE = "ReleaseSaga"
+"""OperatorActionRefused.action of a ReleaseSaga of a saga that is not quarantined (an applied one is
+SagaReleased)."""
+
 RECORDED_ONLY: frozenset[str] = frozenset({Lever.DLQ_REPLAY})
 """Levers that change nothing and are recorded (OperatorAction) whatever the saga's status, quarantined, rejected
 or purged too: an operator's act that happened elsewhere, kept in the saga's history."""

@@ -75,11 +75,15 @@ def test_an_ended_saga_released_stays_ended_and_sends_nothing() -> None:
     assert run.status() is SagaStatus.COMPLETED
 
 
-def test_a_release_of_a_saga_that_is_not_quarantined_changes_nothing() -> None:
+def test_a_release_of_a_saga_that_is_not_quarantined_is_refused_and_changes_nothing_else() -> None:
     run = trip_run("running")
+    before = run.saga
     repeated = run.release()
-    assert not repeated.events and repeated.dead_letter is None
-    assert run.status() is SagaStatus.RUNNING
+    [refused] = repeated.events
+    assert isinstance(refused, ev.OperatorActionRefused) and (refused.action, refused.operator, refused.reason) == (
+        "ReleaseSaga", "ops", "saga is RUNNING, not quarantined: nothing to release")
+    assert repeated.dead_letter is None and not repeated.commands
+    assert run.status() is SagaStatus.RUNNING and run.saga.steps == before.steps
 
 
 def test_a_saga_whose_history_does_not_fold_is_quarantined_after_its_last_event() -> None:

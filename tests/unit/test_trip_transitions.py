@@ -216,7 +216,7 @@ CASES = [
          ["hotel.cancel_hotel COMPENSATE 2", "flight.cancel_flight COMPENSATE 2"], SagaStatus.COMPENSATING),
     Case("resumed compensation succeeds: saga compensated", [*STUCK, comp_ok(HOTEL), resume()],
          comp_ok(FLIGHT), ["StepCompensated book_flight 2", "SagaCompensated"], [], SagaStatus.COMPENSATED),
-    Case("resume of a saga that is not stuck does nothing", DECLINED, resume(), [], [],
+    Case("resume of a saga that is not stuck is refused, recorded", DECLINED, resume(), ["OperatorActionRefused"], [],
          SagaStatus.COMPENSATING),
     Case("forward reply is recorded while stuck", STUCK_IN_FLIGHT, ok(HOTEL),
          ["StepSucceeded book_hotel 1"], [], SagaStatus.COMPENSATION_FAILED),
