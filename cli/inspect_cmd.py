@@ -13,9 +13,12 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from ..client.api import ApiError, SagaApi, SagaNotFound
+from ..client.saga_client import api_of
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
+from ..orchestrator.ports import SagaSummaryRow
 from ..orchestrator.store.postgres import PostgresStore
 from ..schemas import wire
 from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaPurged, SagaQuarantined, SagaRejected, SagaStarted
@@ -39,8 +42,23 @@ def when(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
+def console_api() -> SagaApi | None:
+    """The console's HTTP API, where the command line reads through it: SAGA_API_URL set and DATABASE_URL not."""
+    current = settings()
+    return api_of(current) if current.database_url is None else None
+
+
 async def load_events_of(saga_id: str) -> list[Event]:
-    """The saga's events from the store, decoded (none for an unknown saga)."""
+    """The saga's events from the store, or through the console's API (``console_api``), decoded (none for an
+    unknown saga)."""
+    api = console_api()
+    if api is not None:
+        try:
+            return [wire.decode_event(body) for body in await api.encoded_events(saga_id)]
+        except SagaNotFound:
+            return []
+        except ApiError as error:
+            fail(str(error))
     async with database(settings()) as pool:
         stored = await PostgresStore(pool).load_events(saga_id)
     return [wire.decode_event(row.body) for row in stored]
@@ -206,6 +224,14 @@ def list_sagas(
     before = int(time.time() * 1000) - parse_duration(older_than) if older_than else None
 
     async def query() -> tuple[list[Any], dict[str, int]]:
+        api = console_api()
+        if api is not None:
+            try:
+                found = await api.sagas(status=wanted, saga_type=saga_type, tenant=tenant, limit=limit,
+                                        older_than_s=parse_duration(older_than) / 1000 if older_than else None)
+                return [SagaSummaryRow(**row) for row in found], (await api.fleet())["by_status"]
+            except ApiError as error:
+                fail(str(error))
         async with database(settings()) as pool:
             store = PostgresStore(pool)
             rows = await store.list_summaries(status=wanted, saga_type=saga_type, tenant_id=tenant,

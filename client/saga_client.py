@@ -44,6 +44,7 @@ from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
 from ..schemas.typed import to_avro
 from ..schemas.validation import input_problems
+from .api import SagaApi, SagaStatus
 
 CONNECT_TIMEOUT_S = 15.0
 
@@ -99,8 +100,10 @@ class SagaClient:
     """
 
     def __init__(self, bootstrap_servers: str, input_records: Mapping[str, str], *, topic_prefix: str = "",
-                 schemas: SchemaRegistry | None = None, security: KafkaSecurity | None = None) -> None:
+                 schemas: SchemaRegistry | None = None, security: KafkaSecurity | None = None,
+                 api: SagaApi | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.api = api  # the console's HTTP API, for ``status``
         self.kafka = KafkaClients(bootstrap_servers, security)
         self.topics = Topics(topic_prefix)
         self._input_records = dict(input_records)
@@ -131,7 +134,8 @@ class SagaClient:
                                     for definition in cast(list[SagaType], list(found.values()))),
                                    schema_path(current.saga_schema_path, loaded))
         return cls(current.kafka_servers(), input_records(cast(list[SagaType], list(found.values()))),
-                   topic_prefix=current.saga_topic_prefix, schemas=schemas, security=current.kafka().security)
+                   topic_prefix=current.saga_topic_prefix, schemas=schemas, security=current.kafka().security,
+                   api=api_of(current))
 
     async def __aenter__(self) -> SagaClient:
         await self.connect()
@@ -269,6 +273,15 @@ class SagaClient:
         """Publish an operator's lever (``message.action``: one of ``schemas.message_types.Lever``)."""
         await self.publish(self.topics.control, message.saga_id, wire.encode_operate(message))
 
+    async def status(self, saga_id: str) -> SagaStatus:
+        """The saga's state as the console's HTTP API folds it from its whole history (a saga older than the
+        topics' retention too); SagaNotFound for an unknown id, ApiError when the API cannot answer,
+        Misconfigured when the client knows no API (SAGA_API_URL)."""
+        if self.api is None:
+            raise Misconfigured("SagaClient.status reads the console's HTTP API: set SAGA_API_URL (`saga console` "
+                                "serves it), or give SagaClient(api=SagaApi(url))")
+        return await self.api.status(saga_id)
+
     def handle(self, saga_id: str, since_ms: int | None = None) -> SagaHandle:
         """The handle of a saga started earlier: its events from ``since_ms`` (epoch ms; default the
         beginning of its partition, which may be long)."""
@@ -368,6 +381,14 @@ class SagaHandle:
     async def _first_position(self) -> tuple[TopicPartition, int]:
         partition = await self._client.events_partition(self.saga_id)
         return partition, await self._client.offset_at(partition, self._since_ms)
+
+
+def api_of(settings: Settings) -> SagaApi | None:
+    """The console's API that SAGA_API_URL names (with SAGA_API_USER and SAGA_API_PASSWORD), or None."""
+    if not settings.saga_api_url:
+        return None
+    password = settings.saga_api_password.get_secret_value() if settings.saga_api_password else ""
+    return SagaApi(settings.saga_api_url, (settings.saga_api_user, password) if settings.saga_api_user else None)
 
 
 def client_headers(saga_id: str, saga_type: str | None = None,

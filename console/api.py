@@ -8,6 +8,7 @@ actions also need ``SAGA_CONSOLE_LEVERS=true``. Every action is audited.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from typing import Annotated, Any
 
@@ -154,7 +155,8 @@ Actor = Annotated[str, Depends(actor)]
 
 @router.get("/sagas", response_model=list[SagaSummaryRow], summary="List sagas (oldest started first)")
 async def list_sagas(console: ConsoleDep, _: Reader, status: Annotated[list[str] | None, Query()] = None,
-                     saga_type: str | None = None, tenant: str | None = None, older_than_s: float | None = None,
+                     saga_type: str | None = None, tenant: str | None = None,
+                     older_than_s: Annotated[float | None, Query(description="Not updated for this long.")] = None,
                      limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[SagaSummaryRow]:
     rows = await console.reads.sagas(statuses=[s.upper() for s in status or []], saga_type=saga_type,
                                      tenant=tenant, older_than_s=older_than_s, limit=limit)
@@ -182,6 +184,14 @@ async def history(saga_id: str, console: ConsoleDep, _: Reader, after_seq: int =
     if not found and after_seq == 0:
         raise HTTPException(404, f"no saga {saga_id!r}")
     return [event_view(event) for _, event in found]
+
+
+@router.get("/sagas/{saga_id}/events", summary="One saga's events as recorded: Avro single-object encoded, base64")
+async def encoded_events(saga_id: str, console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
+    found = await console.reads.encoded_events(saga_id)
+    if not found:
+        raise HTTPException(404, f"no saga {saga_id!r}")
+    return [{"seq": seq, "avro": base64.b64encode(body).decode()} for seq, body in found]
 
 
 @router.get("/sagas/{saga_id}/effects", summary="Each participant's business records of the saga")

@@ -189,7 +189,8 @@ class ConsoleReads:
 
     async def sagas(self, *, statuses: Sequence[str] = (), saga_type: str | None = None, tenant: str | None = None,
                     older_than_s: float | None = None, limit: int = 100) -> list[SagaSummaryRow]:
-        """Sagas of the read model matching every filter given, the oldest started first."""
+        """Sagas of the read model matching every filter given (``older_than_s``: not updated for this long), the
+        oldest started first."""
         clauses, args = _filters(statuses, saga_type, tenant, older_than_s)
         args.append(limit)
         rows = await self._pool.fetch(
@@ -262,6 +263,12 @@ class ConsoleReads:
             saga_id, after_seq, timeout=READ_TIMEOUT_S)
         return [(datetime_to_ms(r["recorded_at"]), wire.decode_event(r["body"])) for r in rows]
 
+    async def encoded_events(self, saga_id: str) -> list[tuple[int, bytes]]:
+        """The saga's events as stored: (seq, Avro single-object encoding), in seq order."""
+        rows = await self._pool.fetch("SELECT seq, body FROM saga.events WHERE saga_id = $1 ORDER BY seq", saga_id,
+                                      timeout=READ_TIMEOUT_S)
+        return [(r["seq"], bytes(r["body"])) for r in rows]
+
     async def quarantined(self, limit: int = 200) -> list[SagaSummaryRow]:
         return await self.sagas(statuses=[SagaStatus.QUARANTINED.value], limit=limit)
 
@@ -320,7 +327,7 @@ def _filters(statuses: Sequence[str], saga_type: str | None, tenant: str | None,
         clauses.append(f"tenant_id = ${len(args)}")
     if older_than_s is not None:
         args.append(older_than_s)
-        clauses.append(f"started_at < now() - make_interval(secs => ${len(args)})")
+        clauses.append(f"updated_at < now() - make_interval(secs => ${len(args)})")
     return clauses, args
 
 

@@ -182,6 +182,8 @@ class Settings(BaseSettings):
         description="The console's HTTP API (e.g. http://127.0.0.1:8089): `SagaClient.status` and the CLI's "
                     "`status`, `history` and `list` read through it where DATABASE_URL is not set.",
     )
+    saga_api_user: str | None = Field(default=None, description="A local login of the console (SAGA_API_URL).")
+    saga_api_password: SecretStr | None = Field(default=None, description="Its password.")
 
     def kafka_servers(self) -> str:
         """The bootstrap servers to use: the environment's, else the local launcher's."""

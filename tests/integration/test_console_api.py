@@ -4,7 +4,12 @@ audited."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,10 +18,13 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+import uvicorn
 
+from saga_orchestrator.client import SagaApi, SagaClient, SagaNotFound
 from saga_orchestrator.console.app import console_app
 from saga_orchestrator.console.identity import add_user
 from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
@@ -197,3 +205,42 @@ async def test_a_deferred_command_is_listed_and_answered_once_by_the_operator(
             b'{"seat": "2C"}', "pat", "by phone")
     finally:
         await pool.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_client_and_the_command_line_read_a_saga_through_the_api(
+        settings: Settings, recorded: dict[str, SagaRun]) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(console_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        for _ in range(200):  # up to 10 s
+            if server.started:
+                break
+            await asyncio.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        client = SagaClient(settings.kafka_servers(), {}, api=SagaApi(url))
+        status = await client.status("api-waiting")
+        assert (status.status, status.saga_type) == ("RUNNING", "trip")
+        assert [(s.name, s.status) for s in status.steps][:2] == [("book_flight", "SUCCEEDED"),
+                                                                  ("book_hotel", "RETRY_SCHEDULED")]
+        with pytest.raises(SagaNotFound):
+            await client.status("nobody")
+        with pytest.raises(Misconfigured, match="SAGA_API_URL"):
+            await SagaClient(settings.kafka_servers(), {}).status("api-waiting")
+        # The command line, with no DATABASE_URL: through the API.
+        env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
+        env.update({"SAGA_API_URL": url, "SAGA_TOPIC_PREFIX": settings.saga_topic_prefix})
+        for args, expected in ((["status", "api-done"], "COMPLETED"), (["history", "api-done"], "SagaCompleted"),
+                               (["list", "--state", "RUNNING"], "api-waiting")):
+            shown = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "saga_orchestrator.cli", *args],
+                                            env=env, capture_output=True, text=True, timeout=60)
+            assert shown.returncode == 0 and expected in shown.stdout, (args, shown.stdout, shown.stderr)
+        missing = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "saga_orchestrator.cli", "status",
+                                                           "nobody"], env=env, capture_output=True, text=True)
+        assert missing.returncode != 0 and "no saga 'nobody'" in missing.stdout + missing.stderr
+    finally:
+        server.should_exit = True
+        await serving
