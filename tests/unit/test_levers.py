@@ -609,3 +609,23 @@ def test_a_cancel_records_who_asked_whether_it_applies_or_not() -> None:
     [refused] = run.send(CancelSaga(saga_id="s1", reason="again", operator="max")).events
     assert isinstance(refused, ev.SagaCancelRefused) and (refused.operator, refused.reason) == (
         "max", "cancel already requested")
+
+
+def test_a_lever_from_the_cli_records_the_login_name_when_no_operator_is_given(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import getpass
+
+    import typer
+
+    from saga_orchestrator.cli.context import operator_or_login
+
+    monkeypatch.setenv("LOGNAME", "kim")
+    assert (operator_or_login(" ana "), operator_or_login(None), operator_or_login("")) == ("ana", "kim", "kim")
+
+    def nobody() -> str:
+        raise OSError("no login name")
+
+    monkeypatch.setattr(getpass, "getuser", nobody)
+    with pytest.raises(typer.Exit) as stopped:
+        operator_or_login(None)
+    assert stopped.value.exit_code == 2 and "--operator is needed" in capsys.readouterr().err
