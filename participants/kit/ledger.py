@@ -117,9 +117,9 @@ class RecordedReply:
 
 
 # A key's recorded outcome answers every redelivery of its attempt. A definitive failure is taken up again by
-# a later attempt of the key (a retry after a timeout, or `saga resume` after a human fixed the cause): a
-# failure left no business change (its savepoint was rolled back), so running the handler again cannot apply
-# anything twice. A recorded success answers every attempt, forever.
+# a later attempt of the key (a retry after a timeout, or `saga resume` or `saga redrive` once a human fixed the
+# cause): a failure left no business change (its savepoint was rolled back), so running the handler again cannot
+# apply anything twice. A recorded success answers every attempt, forever.
 async def claim(conn: asyncpg.Connection, participant: Participant, commands: Sequence[ReceivedCommand]) -> set[str]:
     """Insert a PENDING row per key; returns the keys inserted now (or taken up again: a recorded failure and
     a later attempt). A key held by a concurrent transaction makes the insert wait for that one's commit,
