@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import getpass
+import os
+import pwd
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
@@ -52,14 +53,17 @@ OPERATOR_HELP = "Who is acting; recorded in the saga's history (default: your lo
 
 
 def operator_or_login(operator: str | None) -> str:
-    """The operator a lever records: ``--operator`` when given, else the login name ($USER, $LOGNAME, ...);
-    stops the command when neither names anyone."""
+    """The operator a lever records: ``--operator`` when given, else the login name ($USER, $LOGNAME, or the
+    account of this process's uid, as in a container that sets neither); stops the command when none names
+    anyone."""
     if operator is not None and operator.strip():
         return operator.strip()
-    try:
-        login = getpass.getuser()
-    except (KeyError, OSError):  # no login variable set and no passwd entry for this uid
-        login = ""
+    login = (os.environ.get("USER") or os.environ.get("LOGNAME") or "").strip()
+    if not login:
+        try:
+            login = pwd.getpwuid(os.getuid()).pw_name
+        except KeyError:  # a uid with no account
+            login = ""
     if not login:
         fail("--operator is needed: there is no login name ($USER) to record as the operator")
     return login

@@ -613,19 +613,25 @@ def test_a_cancel_records_who_asked_whether_it_applies_or_not() -> None:
 
 def test_a_lever_from_the_cli_records_the_login_name_when_no_operator_is_given(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import getpass
+    import os
+    import pwd
 
     import typer
 
     from saga_orchestrator.cli.context import operator_or_login
 
-    monkeypatch.setenv("LOGNAME", "kim")
+    monkeypatch.setenv("USER", "kim")
     assert (operator_or_login(" ana "), operator_or_login(None), operator_or_login("")) == ("ana", "kim", "kim")
+    monkeypatch.delenv("USER")
+    monkeypatch.setenv("LOGNAME", "lou")
+    assert operator_or_login(None) == "lou"
+    monkeypatch.delenv("LOGNAME")
+    assert operator_or_login(None) == pwd.getpwuid(os.getuid()).pw_name  # a container sets neither
 
-    def nobody() -> str:
-        raise OSError("no login name")
+    def no_account(uid: int) -> pwd.struct_passwd:
+        raise KeyError(uid)
 
-    monkeypatch.setattr(getpass, "getuser", nobody)
+    monkeypatch.setattr(pwd, "getpwuid", no_account)
     with pytest.raises(typer.Exit) as stopped:
         operator_or_login(None)
     assert stopped.value.exit_code == 2 and "--operator is needed" in capsys.readouterr().err
