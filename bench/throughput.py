@@ -23,6 +23,8 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -125,8 +127,14 @@ def watched_processes(settings: Settings, services: Services, database: str) -> 
     return watched
 
 
-async def run(args: argparse.Namespace) -> RunSummary | None:
-    """Create, measure, tear down; the run's headline numbers (None when no saga ended)."""
+Alongside = Callable[[Settings, str], AbstractAsyncContextManager[object]]
+"""Something run beside the measured sagas (bench.console: the console, its fleet page asked again and again),
+entered once the services are warm and left when the last saga ended; given the run's settings and log folder."""
+
+
+async def run(args: argparse.Namespace, alongside: Alongside | None = None) -> RunSummary | None:
+    """Create, measure, tear down; the run's headline numbers (None when no saga ended). ``alongside`` runs
+    during the measured sagas; its own processes are not in the numbers."""
     run_id = uuid.uuid4().hex[:8]
     base = Settings()
     admin_dsn = args.admin_dsn or base.dsn()
@@ -148,6 +156,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
     services: dict[str, subprocess.Popen[bytes]] = {}
     keep_logs = False  # set when something went wrong: what the services logged explains it
     watcher = Watcher(settings.kafka(), topics.events)
+    beside = AsyncExitStack()
     try:
         await prepare(settings)
         services.update(start_services(settings, log_dir))
@@ -163,6 +172,8 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
             await warm_up(settings, topics, watcher, services, warmup_sagas(args.rate), args.rate,
                           f"warm2-{run_id}")
 
+        if alongside is not None:
+            await beside.enter_async_context(alongside(settings, log_dir))
         watched = watched_processes(settings, services, database)
         groups = {"start": [topics.start], "events": [topics.events],
                   "commands": [topics.commands(p) for p in PARTICIPANTS],
@@ -188,6 +199,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
             await publisher
 
         cpu = cpu_delta(cpu_before, sample_cpu(watched))
+        await beside.aclose()
         wal_bytes = int(await admin.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)", wal_before))
         if postmaster:
             split = cpu_by_application(backends_before, backend_cpu(postmaster), await applications(settings.dsn()))
@@ -213,6 +225,7 @@ async def run(args: argparse.Namespace) -> RunSummary | None:
         keep_logs = True
         raise
     finally:
+        await beside.aclose()
         await watcher.stop()
         stop_services(services)
         if args.keep:

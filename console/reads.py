@@ -33,6 +33,7 @@ AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
     ("< 1 min", 60), ("< 10 min", 600), ("< 1 h", 3600), ("< 1 day", 86400), (">= 1 day", None))
 """The heat table's columns: a saga's age (since it started) up to each bound, in seconds."""
 ENDED = tuple(status.value for status in SagaStatus if status.is_terminal)
+UNFINISHED = tuple(status.value for status in SagaStatus if not status.is_terminal)
 UNDONE = (SagaStatus.COMPENSATED.value, SagaStatus.COMPENSATION_FAILED.value, SagaStatus.CANCELLED.value)
 """The end states reached by compensating: the compensation rate counts them among the ended."""
 
@@ -47,7 +48,8 @@ class HeatCell:
 
 @dataclass(frozen=True)
 class Fleet:
-    """The fleet at a glance: counts by type, state and age, the oldest unfinished sagas, the compensation rate."""
+    """The fleet at a glance: the unfinished sagas and those that ended in the last day, by type, state and age;
+    the oldest unfinished sagas; the compensation rate."""
 
     cells: list[HeatCell]
     oldest: list[SagaSummaryRow]
@@ -158,24 +160,31 @@ class ConsoleReads:
         self.participants = list(participants)
 
     async def fleet(self, oldest: int = 10) -> Fleet:
-        """Counts by saga type, state and age bucket, the ``oldest`` unfinished sagas, the compensation rates."""
+        """Counts by saga type, state and age bucket (of the unfinished sagas and those that ended in the last
+        day), the ``oldest`` unfinished sagas, the compensation rates."""
         bounds = [bound for _, bound in AGE_BUCKETS if bound is not None]
         bucket_sql = "CASE " + " ".join(
             f"WHEN age < {bound} THEN {index}" for index, bound in enumerate(bounds)) + f" ELSE {len(bounds)} END"
         async with self._pool.acquire() as conn:
+            # Unfinished sagas, and those that ended in the last day: both through the (status, updated_at) index,
+            # so the page costs the same after a month of ended sagas as on the first day.
             cells = await conn.fetch(
                 f"SELECT saga_type, status, {bucket_sql} AS bucket, count(*) AS n FROM ("
                 "  SELECT saga_type, status, extract(epoch FROM now() - started_at) AS age FROM saga.saga_summary"
-                ") s GROUP BY 1, 2, 3", timeout=READ_TIMEOUT_S)
+                "  WHERE status = ANY($1::text[])"
+                "  UNION ALL"
+                "  SELECT saga_type, status, extract(epoch FROM now() - started_at) FROM saga.saga_summary"
+                "  WHERE status = ANY($2::text[]) AND updated_at > now() - interval '1 day'"
+                ") s GROUP BY 1, 2, 3", list(UNFINISHED), list(ENDED), timeout=READ_TIMEOUT_S)
             rows = await conn.fetch(
-                f"SELECT {SUMMARY_COLUMNS} FROM saga.saga_summary WHERE status <> ALL($1::text[])"
+                f"SELECT {SUMMARY_COLUMNS} FROM saga.saga_summary WHERE status = ANY($1::text[])"
                 " ORDER BY started_at LIMIT $2",
-                list(ENDED), oldest, timeout=READ_TIMEOUT_S)
+                list(UNFINISHED), oldest, timeout=READ_TIMEOUT_S)
             rates = await conn.fetchrow(
                 "SELECT count(*) FILTER (WHERE updated_at > now() - interval '1 hour') AS ended_hour,"
-                "       count(*) FILTER (WHERE updated_at > now() - interval '1 hour' AND status = ANY($2))"
+                "       count(*) FILTER (WHERE updated_at > now() - interval '1 hour' AND status = ANY($2::text[]))"
                 "         AS undone_hour,"
-                "       count(*) AS ended_day, count(*) FILTER (WHERE status = ANY($2)) AS undone_day"
+                "       count(*) AS ended_day, count(*) FILTER (WHERE status = ANY($2::text[])) AS undone_day"
                 " FROM saga.saga_summary WHERE status = ANY($1::text[]) AND updated_at > now() - interval '1 day'",
                 list(ENDED), list(UNDONE), timeout=READ_TIMEOUT_S)
         names = [name for name, _ in AGE_BUCKETS]
