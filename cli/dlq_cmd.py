@@ -337,7 +337,7 @@ def replay(
     for item, record in replays:
         saga = item.letter.saga_id if item.letter else None
         noted = "recorded in its history" if saga in statuses else "no history to record it in"
-        console.print(f"{item.position} {verb} to {record.topic}" + (f" (saga {saga}: {noted})" if saga else ""))
+        console.print(f"{item.position} {verb} to {record.topic}" + (f" (saga {saga}); {noted}" if saga else ""))
     console.print(f"{len(replays)} {verb} by {who}, {refused} not replayable")
     if refused:
         raise typer.Exit(1)
