@@ -15,11 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from saga_orchestrator.orchestrator.domain.builder import Decision
 from saga_orchestrator.orchestrator.domain.decide import quarantine
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError, IllegalTransition
+from saga_orchestrator.orchestrator.domain.evolve import apply_event
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.model import ANSWER
+from saga_orchestrator.orchestrator.domain.retention import purged_event
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus, fold
 from saga_orchestrator.participants.trip.definition import BOOKING_RETRY, TRIP
 from saga_orchestrator.schemas import event_types as ev
@@ -575,12 +578,19 @@ def _completed(run: SagaRun) -> None:
         run.ok(step)
 
 
+def _purged(run: SagaRun) -> None:
+    _completed(run)
+    purged = purged_event(run.saga, [], run.now, "ops")
+    run.take(Decision(events=(purged,), state=apply_event(TRIP, run.saga, purged)))
+
+
 REPLAYED_IN: list[tuple[str, SagaDefinition | None, Callable[[SagaRun], object]]] = [
     ("a running saga", TRIP, lambda run: run.start()),
     ("a completed saga", TRIP, _completed),
     ("a rejected saga", None, lambda run: run.start("no_such_type")),
     ("a quarantined saga", TRIP, lambda run: (run.start(), run.take(quarantine(TRIP, run.saga, "poison", "m-1",
                                                                                  run.now)))),
+    ("a purged saga", TRIP, _purged),
 ]
 
 
