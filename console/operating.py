@@ -27,7 +27,8 @@ ACTIONS: tuple[str, ...] = (*(lever.value for lever in Lever if lever is not Lev
 """Every action the console offers on one saga: the levers, and the older cancel, release and resume (a dead
 letter's replay is offered where the dead letters are)."""
 NEEDS_STEP = frozenset({Lever.RETRY_NOW.value, Lever.SKIP.value})
-NEEDS_REASON = frozenset({Lever.SKIP.value, Lever.FORCE_COMPENSATE.value, Lever.TERMINATE.value, CANCEL})
+NEEDS_REASON = frozenset({Lever.SKIP.value, Lever.FORCE_COMPENSATE.value, Lever.TERMINATE.value, Lever.REDRIVE.value,
+                          CANCEL})
 
 
 class ControlPublisher(Protocol):

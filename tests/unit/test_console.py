@@ -63,6 +63,7 @@ def test_a_paused_saga_offers_unpause_and_an_ended_one_offers_nothing_but_what_a
     ("Skip", "book_hotel", " ", "Skip needs a reason"),
     ("Terminate", None, None, "Terminate needs a reason"),
     ("Cancel", None, "", "Cancel needs a reason"),
+    ("Redrive", None, None, "Redrive needs a reason"),
 ])
 def test_an_action_asked_wrongly_is_refused_before_anything_is_sent(action: str, step: str | None,
                                                                      reason: str | None, error: str) -> None:
