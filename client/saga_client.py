@@ -33,6 +33,7 @@ from ..schemas.headers import kafka_headers, message_headers, valid_traceparent
 from ..schemas.limits import id_problem
 from ..schemas.message_types import (
     CancelSaga,
+    ControlCommand,
     Lever,
     OperateSaga,
     ReleaseSaga,
@@ -268,6 +269,10 @@ class SagaClient:
         saga's history records it, or why it could not apply."""
         await self.operate(OperateSaga(saga_id=saga_id, action=Lever.REDRIVE, step=None, operator=operator,
                                        reason=reason))
+
+    async def control(self, message: ControlCommand) -> None:
+        """Publish any command for topic saga.control (a cancel, resume, release or lever)."""
+        await self.publish(self.topics.control, message.saga_id, wire.encode_control(message))
 
     async def operate(self, message: OperateSaga) -> None:
         """Publish an operator's lever (``message.action``: one of ``schemas.message_types.Lever``)."""

@@ -44,7 +44,7 @@ class Console:
         except operating.ActionRefused as error:
             await self.reads.record(operator, action, target, detail, f"refused: {error}")
             raise HTTPException(400, str(error)) from None
-        await operating.publish(self.control, message)
+        await self.control.control(message)
         await self.reads.record(operator, action, target, detail, "published on saga.control")
 
 

@@ -17,16 +17,18 @@ from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.errors import DomainError, InvalidMessage
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..schemas.event_types import OperatorActionRefused, SagaCancelRefused
-from ..schemas.message_types import CancelSaga, Lever, OperateSaga, ReleaseSaga, ResumeCompensation
+from ..schemas.message_types import (
+    CANCEL,
+    RELEASE,
+    SAGA_ACTIONS,
+    STEP_LEVERS,
+    ControlCommand,
+    Lever,
+    control_command,
+)
 
-CANCEL = "Cancel"
-RELEASE = "Release"
-RESUME = "Resume"
-ACTIONS: tuple[str, ...] = (*(lever.value for lever in Lever if lever is not Lever.DLQ_REPLAY), CANCEL, RELEASE,
-                            RESUME)
-"""Every action the console offers on one saga: the levers, and the older cancel, release and resume (a dead
-letter's replay is offered where the dead letters are)."""
-NEEDS_STEP = frozenset({Lever.RETRY_NOW.value, Lever.SKIP.value})
+ACTIONS = SAGA_ACTIONS
+"""Every action the console offers on one saga (a dead letter's replay is offered where the dead letters are)."""
 NEEDS_REASON = frozenset({Lever.SKIP.value, Lever.FORCE_COMPENSATE.value, Lever.TERMINATE.value, Lever.REDRIVE.value,
                           CANCEL})
 
@@ -34,13 +36,7 @@ NEEDS_REASON = frozenset({Lever.SKIP.value, Lever.FORCE_COMPENSATE.value, Lever.
 class ControlPublisher(Protocol):
     """What the console needs of ``client.SagaClient``: publishing control commands."""
 
-    async def operate(self, message: OperateSaga) -> None: ...
-
-    async def cancel(self, saga_id: str, reason: str, operator: str | None = None) -> None: ...
-
-    async def release(self, saga_id: str, operator: str | None = None, detail: str | None = None) -> None: ...
-
-    async def resume(self, saga_id: str, operator: str | None = None, detail: str | None = None) -> None: ...
+    async def control(self, message: ControlCommand) -> None: ...
 
 
 class ActionRefused(ValueError):
@@ -59,36 +55,15 @@ class Offer:
         return self.action in NEEDS_REASON
 
 
-def message_for(saga_id: str, action: str, step: str | None, operator: str,
-                reason: str | None) -> OperateSaga | CancelSaga | ReleaseSaga | ResumeCompensation:
+def message_for(saga_id: str, action: str, step: str | None, operator: str, reason: str | None) -> ControlCommand:
     """The control command for ``action``; ActionRefused when it is asked wrongly."""
     if action not in ACTIONS:
         raise ActionRefused(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
-    if action in NEEDS_STEP and not step:
+    if action in STEP_LEVERS and not step:
         raise ActionRefused(f"{action} needs the step it acts on")
     if action in NEEDS_REASON and not (reason or "").strip():
         raise ActionRefused(f"{action} needs a reason: it is recorded in the saga's history")
-    if action == CANCEL:
-        return CancelSaga(saga_id=saga_id, reason=reason or "", operator=operator)
-    if action == RELEASE:
-        return ReleaseSaga(saga_id=saga_id, operator=operator, detail=reason)
-    if action == RESUME:
-        return ResumeCompensation(saga_id=saga_id, operator=operator, detail=reason)
-    return OperateSaga(saga_id=saga_id, action=action, step=step if action in NEEDS_STEP else None,
-                       operator=operator, reason=reason)
-
-
-async def publish(control: ControlPublisher, message: OperateSaga | CancelSaga | ReleaseSaga | ResumeCompensation
-                  ) -> None:
-    """Send ``message`` on saga.control."""
-    if isinstance(message, OperateSaga):
-        await control.operate(message)
-    elif isinstance(message, CancelSaga):
-        await control.cancel(message.saga_id, message.reason, message.operator)
-    elif isinstance(message, ReleaseSaga):
-        await control.release(message.saga_id, message.operator, message.detail)
-    else:
-        await control.resume(message.saga_id, message.operator, message.detail)
+    return control_command(action, saga_id, step, operator, reason)
 
 
 def offers(definition: SagaDefinition | None, state: SagaState | None, now_ms: int) -> list[Offer]:
@@ -99,7 +74,7 @@ def offers(definition: SagaDefinition | None, state: SagaState | None, now_ms: i
         return [Offer(RELEASE)]
     found: list[Offer] = []
     for action in ACTIONS:
-        steps: Sequence[str | None] = list(state.steps) if action in NEEDS_STEP else [None]
+        steps: Sequence[str | None] = list(state.steps) if action in STEP_LEVERS else [None]
         for step in steps:
             if _applies(definition, state, message_for(state.saga_id, action, step, "console", "check"), now_ms):
                 found.append(Offer(action, step))
@@ -107,7 +82,7 @@ def offers(definition: SagaDefinition | None, state: SagaState | None, now_ms: i
 
 
 def _applies(definition: SagaDefinition | None, state: SagaState,
-             message: OperateSaga | CancelSaga | ReleaseSaga | ResumeCompensation, now_ms: int) -> bool:
+             message: ControlCommand, now_ms: int) -> bool:
     try:
         decision = decide(definition, state, message, now_ms)
     except (DomainError, InvalidMessage):

@@ -23,7 +23,6 @@ from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event
-from ..schemas.message_types import Lever
 from ..schemas.registry import SchemaRegistry
 from . import operating
 from .api import detail, effects
@@ -288,7 +287,7 @@ async def bulk_page(request: Request) -> Response:
     return _viewer(request, console) or _page(
         request, "bulk.html", console, jobs=await bulk_jobs.jobs(console.pool),
         saga_types=sorted(console.reads.definitions.types()), statuses=[s.value for s in SagaStatus],
-        actions=[a for a in bulk_jobs.actions() if a != Lever.DLQ_REPLAY], rate=bulk_jobs.DEFAULT_RATE_PER_S)
+        actions=bulk_jobs.actions(), rate=bulk_jobs.DEFAULT_RATE_PER_S)
 
 
 @router.get("/bulk/jobs", response_class=HTMLResponse)

@@ -42,7 +42,7 @@ from ..schemas.codec import WireError
 from ..schemas.headers import message_headers
 from ..schemas.ids import bulk_message_id
 from ..schemas.limits import MAX_TEXT_CHARS
-from ..schemas.message_types import CancelSaga, Lever, OperateSaga, ReleaseSaga, ResumeCompensation
+from ..schemas.message_types import SAGA_ACTIONS, STEP_LEVERS, control_command
 from ..schemas.partitioning import partition_for
 from ..schemas.topics import Topics
 from .domain.definition import DefinitionRegistry
@@ -52,11 +52,6 @@ log = logging.getLogger("saga.orchestrator.bulk")
 
 JOBS_TABLE = "saga.bulk_jobs"
 OUTBOX_TABLE = "saga.outbox"
-
-CANCEL, RESUME, RELEASE = "Cancel", "Resume", "Release"
-"""The actions of the control commands other than OperateSaga (CancelSaga, ResumeCompensation, ReleaseSaga)."""
-STEP_ACTIONS = frozenset({Lever.RETRY_NOW.value, Lever.SKIP.value})
-"""The actions that act on one step, which a job must name."""
 
 DEFAULT_RATE_PER_S = 10.0
 MAX_RATE_PER_S = 1_000.0
@@ -75,8 +70,8 @@ class BulkJobError(ValueError):
 
 
 def actions() -> tuple[str, ...]:
-    """Every action a job may take: each lever, then Cancel, Resume and Release."""
-    return (*(lever.value for lever in Lever), CANCEL, RESUME, RELEASE)
+    """Every action a job may take: what an operator may pull on a saga (``message_types.SAGA_ACTIONS``)."""
+    return SAGA_ACTIONS
 
 
 def action_named(name: str) -> str:
@@ -217,18 +212,6 @@ def job_operator(operator: str, job_id: int) -> str:
     return f"{operator} (bulk job {job_id})"
 
 
-def control_command(action: str, saga_id: str, step: str | None, operator: str, reason: str) -> bytes:
-    """The encoded saga.control command that pulls ``action`` on one saga (WireError when it cannot be)."""
-    if action == CANCEL:
-        return wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason, operator=operator))
-    if action == RESUME:
-        return wire.encode_resume(ResumeCompensation(saga_id=saga_id, operator=operator, detail=reason))
-    if action == RELEASE:
-        return wire.encode_release(ReleaseSaga(saga_id=saga_id, operator=operator, detail=reason))
-    return wire.encode_operate(OperateSaga(saga_id=saga_id, action=action, step=step, operator=operator,
-                                           reason=reason))
-
-
 def command_row(topics: Topics, job_id: int, saga_id: str, saga_type: str, value: bytes) -> OutboxMessage:
     """The outbox row that sends job ``job_id``'s command ``value`` to saga ``saga_id`` on saga.control."""
     message_id = bulk_message_id(job_id, saga_id)
@@ -248,7 +231,7 @@ def check_job(action: str, step: str | None, operator: str, reason: str, rate_pe
     operator and a reason (each short enough to be recorded), and a rate in (0, MAX_RATE_PER_S]."""
     if action not in actions():
         raise BulkJobError(f"unknown action {action!r}; use one of {', '.join(actions())}")
-    if action in STEP_ACTIONS and not (step and step.strip()):
+    if action in STEP_LEVERS and not (step and step.strip()):
         raise BulkJobError(f"{action} acts on one step: name it (--step)")
     if not operator.strip():
         raise BulkJobError("a bulk job needs an operator: who is acting, recorded in every saga's history")
@@ -468,7 +451,8 @@ class BulkRunner:
         messages = []
         for saga in sagas:
             try:
-                value = control_command(row["action"], saga["saga_id"], row["step"], operator, row["reason"])
+                value = wire.encode_control(control_command(row["action"], saga["saga_id"], row["step"], operator,
+                                                            row["reason"]))
             except WireError as error:  # this saga's command cannot be written: it is passed over, and counted
                 log.warning("bulk job passed a saga over: its command cannot be written",
                             extra={"job": row["id"], "saga_id": saga["saga_id"], "error": str(error)})

@@ -87,6 +87,33 @@ class OperateSaga:
     reason: str | None
 
 
+CANCEL, RESUME, RELEASE = "Cancel", "Resume", "Release"
+"""The operator's actions on one saga other than a lever: CancelSaga, ResumeCompensation and ReleaseSaga."""
+STEP_LEVERS = frozenset({Lever.RETRY_NOW.value, Lever.SKIP.value})
+"""The levers that act on one step, which must be named."""
+SAGA_ACTIONS: tuple[str, ...] = (*(lever.value for lever in Lever if lever is not Lever.DLQ_REPLAY), CANCEL, RESUME,
+                                 RELEASE)
+"""What an operator may pull on a saga (from the command line, a bulk job or the console): every lever but the
+record of a dead letter's replay, and cancel, resume and release."""
+ControlCommand = CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga
+"""A command on topic saga.control."""
+
+
+def control_command(action: str, saga_id: str, step: str | None, operator: str | None,
+                    reason: str | None) -> ControlCommand:
+    """The saga.control command of an operator's ``action`` (a ``Lever``, or CANCEL, RESUME or RELEASE) on one
+    saga; ``reason`` is the cancel's reason, the detail of a resume or release, the reason of a lever, and ``step``
+    is kept for a step lever only."""
+    if action == CANCEL:
+        return CancelSaga(saga_id=saga_id, reason=reason or "", operator=operator)
+    if action == RESUME:
+        return ResumeCompensation(saga_id=saga_id, operator=operator, detail=reason)
+    if action == RELEASE:
+        return ReleaseSaga(saga_id=saga_id, operator=operator, detail=reason)
+    return OperateSaga(saga_id=saga_id, action=action, step=step if action in STEP_LEVERS else None,
+                       operator=operator, reason=reason)
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepCommand:
     """A command for a participant (topic <participant>.commands).

@@ -17,6 +17,7 @@ from .limits import DEAD_LETTER_MAX_BYTES, MAX_DEAD_LETTER_REASON_CHARS, id_prob
 from .message_types import (
     CancelSaga,
     CommandKind,
+    ControlCommand,
     DeadLetter,
     OperateSaga,
     ReleaseSaga,
@@ -173,6 +174,17 @@ def decode_release(data: bytes) -> ReleaseSaga:
 def encode_operate(message: OperateSaga) -> bytes:
     """Encode an operator's OperateSaga (a lever) for topic saga.control."""
     return default_registry().encode(OPERATE_SAGA, _record(message))
+
+
+def encode_control(message: ControlCommand) -> bytes:
+    """Encode any command for topic saga.control, with its own encoder."""
+    if isinstance(message, CancelSaga):
+        return encode_cancel(message)
+    if isinstance(message, ResumeCompensation):
+        return encode_resume(message)
+    if isinstance(message, ReleaseSaga):
+        return encode_release(message)
+    return encode_operate(message)
 
 
 def _operate_from(record: dict[str, Any]) -> OperateSaga:
