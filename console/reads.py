@@ -7,7 +7,9 @@ connections behind it; none takes a lock a service waits for.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +31,9 @@ from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
 
 READ_TIMEOUT_S = 5.0
+FLEET_FRESH_S = 2.0
+"""Pages and API calls within this long of a read of the fleet share it (the fleet page refreshes every 5 s)."""
+OLDEST_SHOWN = 10
 AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
     ("< 1 min", 60), ("< 10 min", 600), ("< 1 h", 3600), ("< 1 day", 86400), (">= 1 day", None))
 """The heat table's columns: a saga's age (since it started) up to each bound, in seconds."""
@@ -158,10 +163,21 @@ class ConsoleReads:
         self.definitions = definitions
         self.schemas = schemas
         self.participants = list(participants)
+        self._fleet: tuple[float, Fleet] | None = None  # (when read, monotonic s; what was read)
+        self._fleet_read = asyncio.Lock()
 
-    async def fleet(self, oldest: int = 10) -> Fleet:
+    async def fleet(self) -> Fleet:
         """Counts by saga type, state and age bucket (of the unfinished sagas and those that ended in the last
-        day), the ``oldest`` unfinished sagas, the compensation rates."""
+        day), the oldest unfinished sagas, the compensation rates: read at most once every ``FLEET_FRESH_S``,
+        however many pages and API callers ask (its cost to the database stays that of one viewer)."""
+        async with self._fleet_read:
+            if self._fleet is not None and time.monotonic() - self._fleet[0] < FLEET_FRESH_S:
+                return self._fleet[1]
+            found = await self._read_fleet(OLDEST_SHOWN)
+            self._fleet = (time.monotonic(), found)
+            return found
+
+    async def _read_fleet(self, oldest: int) -> Fleet:
         bounds = [bound for _, bound in AGE_BUCKETS if bound is not None]
         bucket_sql = "CASE " + " ".join(
             f"WHEN age < {bound} THEN {index}" for index, bound in enumerate(bounds)) + f" ELSE {len(bounds)} END"
