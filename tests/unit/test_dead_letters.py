@@ -1,20 +1,23 @@
-"""``saga dlq``: which letters a filter or a replay picks, and the record a replay publishes."""
+"""Dead letters: which letters a filter or a replay picks, the record a replay publishes, and which replays are
+held back."""
 
 from __future__ import annotations
 
 import base64
 
 import pytest
-import typer
 
-from saga_orchestrator.cli.dlq_cmd import (
+from saga_orchestrator.orchestrator.dead_letters import (
     REPLAYED_BY,
     REPLAYED_FROM,
+    DeadLetterError,
     NotReplayable,
     Parked,
     Replayed,
     letter_record,
     matches,
+    parse_position,
+    plan_replays,
     replay_detail,
     replay_of,
     replays_by_letter,
@@ -110,11 +113,18 @@ def test_select_takes_positions_and_a_sagas_letters_once_each_oldest_first() -> 
     assert [p.position for p in chosen] == ["1:1", "1:0", "0:0"]
 
 
-def test_select_names_every_position_without_a_letter(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(typer.Exit) as stopped:
+def test_select_names_every_position_without_a_letter() -> None:
+    with pytest.raises(DeadLetterError, match=r"^no dead letter at 3:7, 9:9 on saga\.dlq;"):
         select([_parked(0, 0)], [(0, 0), (3, 7), (9, 9)], None, DLQ)
-    assert stopped.value.exit_code == 2
-    assert "no dead letter at 3:7, 9:9 on saga.dlq" in " ".join(capsys.readouterr().err.split())
+    with pytest.raises(DeadLetterError, match="no dead letter of saga 'trip-9'"):
+        select([_parked(0, 0)], [], "trip-9", DLQ)
+
+
+@pytest.mark.parametrize("text", ["3", "3:x", "-1:2", "3:17:1"])
+def test_a_position_is_partition_colon_offset(text: str) -> None:
+    assert parse_position(" 3:17 ") == (3, 17)
+    with pytest.raises(DeadLetterError, match="is not a dead-letter position"):
+        parse_position(text)
 
 
 def test_a_letter_as_json_carries_the_original_bytes() -> None:
@@ -126,3 +136,36 @@ def test_a_letter_as_json_carries_the_original_bytes() -> None:
     assert letter_record(Parked(0, 1, 5, None)) == {"position": "0:1", "timestamp": 5, "replays": [],
                                                     "readable": False}
     assert letter_record(_parked(2, 9), [Replayed("quinn", 3000)])["replays"] == [{"operator": "quinn", "at": 3000}]
+
+
+async def _statuses(known: dict[str, str], asked: list[set[str]], saga_ids: set[str]) -> dict[str, str]:
+    asked.append(saga_ids)
+    return {saga_id: status for saga_id, status in known.items() if saga_id in saga_ids}
+
+
+@pytest.mark.parametrize(("force", "replayed"), [(False, ["0:0", "0:2", "0:3"]), (True, ["0:0", "0:1", "0:2", "0:3"])])
+async def test_a_replay_holds_back_an_ended_sagas_step_messages_unless_forced(force: bool,
+                                                                              replayed: list[str]) -> None:
+    chosen = [_parked(0, 0, saga_id="running", source="flight.results", failed_at=1),
+              _parked(0, 1, saga_id="undone", source="flight.results", failed_at=2),
+              _parked(0, 2, saga_id="undone", source="saga.start", failed_at=3),  # a start: nothing to redo
+              _parked(0, 3, saga_id="unknown", source="hotel.commands", failed_at=4),  # no history: no status
+              _parked(0, 4, value=None, failed_at=5), Parked(0, 5, 6, None)]
+    asked: list[set[str]] = []
+    plan = await plan_replays(chosen, DLQ, "quinn",
+                              lambda ids: _statuses({"running": "RUNNING", "undone": "COMPENSATION_FAILED"}, asked,
+                                                    ids),
+                              force=force, force_hint="force it", resume_hint="resume it")
+    assert [item.position for item, _ in plan.replays] == replayed
+    assert asked == [{"running", "undone", "unknown"}]  # the replayable letters' sagas, in one look-up
+    refused = dict((item.position, why) for item, why in plan.refused)
+    assert refused.pop("0:4").startswith("the letter does not hold the original value")
+    assert refused.pop("0:5") == "not a readable dead letter"
+    assert refused == ({} if force else {"0:1": "saga undone ended COMPENSATION_FAILED, and a step's command or "
+                                                "reply after its end could redo what it undid; resume it; force it"})
+    notes = plan.notes("quinn", "fixed")
+    assert [(n.saga_id, n.action, n.operator) for n in notes] == [
+        (item.letter.saga_id, Lever.DLQ_REPLAY, "quinn") for item, _ in plan.replays
+        if item.letter and item.letter.saga_id != "unknown"]
+    assert notes[0].reason == "letter 0:0 from flight.results 4:17 to flight.results: fixed"
+    assert [plan.recorded(item) for item, _ in plan.replays] == [p != "0:3" for p in replayed]
