@@ -20,7 +20,7 @@ from ..orchestrator.ports import SagaSummaryRow
 from ..participants.kit.effects import read_effects
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.event_types import Event
-from . import operating
+from . import dead_letters, operating
 from .context import Console, console_of
 from .reads import AGE_BUCKETS, SagaView
 
@@ -341,3 +341,35 @@ async def answer(participant: str, key: str, request: AnswerRequest, console: Co
                  operator: Actor) -> dict[str, str]:
     await console.answer(operator, participant, key, request.outcome(), request.detail)
     return {"answered": key, "operator": operator}
+
+
+class ReplayRequest(BaseModel):
+    """Dead letters to publish again to their source topics: ``positions`` on saga.dlq (PARTITION:OFFSET, as
+    listed), ``reason`` (what was fixed; recorded with each replay), ``force``: replay a step's command or reply of
+    a saga that has ended too (it could redo what the saga undid). The operator is who the console knows is
+    asking, never a field."""
+
+    positions: list[str]
+    reason: str | None = None
+    force: bool = False
+
+
+class ReplayResult(BaseModel):
+    operator: str
+    replayed: list[dict[str, Any]] = Field(description="Published: position, topic, saga_id, and whether the replay "
+                                                       "is recorded in the saga's history (it has one).")
+    refused: list[dict[str, str]] = Field(description="Not replayed: position and why.")
+
+
+@router.get("/dead-letters", tags=["dead letters"],
+            summary="The newest dead letters on saga.dlq (newest first), with the replays their sagas record")
+async def list_dead_letters(console: ConsoleDep, _: Reader, limit: Annotated[
+        int, Query(ge=1, le=dead_letters.MOST_SHOWN)] = dead_letters.SHOWN) -> list[dict[str, Any]]:
+    return [view.to_json() for view in await dead_letters.letters(console, limit)]
+
+
+@router.post("/dead-letters/replay", response_model=ReplayResult, tags=["dead letters"],
+             summary="Replay dead letters (recorded in their sagas' histories with the operator, and audited)")
+async def replay_dead_letters(request: ReplayRequest, console: ConsoleDep, operator: Actor) -> ReplayResult:
+    done = await dead_letters.replay(console, operator, request.positions, request.reason or None, request.force)
+    return ReplayResult(operator=done.operator, replayed=done.replayed, refused=done.refused)

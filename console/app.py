@@ -60,7 +60,7 @@ def console_app(settings: Settings) -> FastAPI:
             app.state.console = Console(pool=pool, reads=ConsoleReads(pool, registry, default_registry(),
                                                                       participants),
                                         identity=identity, control=client, topics=client.topics,
-                                        levers=settings.saga_console_levers)
+                                        kafka=settings.kafka(), levers=settings.saga_console_levers)
             yield
         finally:
             await client.close()

@@ -10,6 +10,7 @@ import asyncpg
 from fastapi import HTTPException
 from starlette.requests import Request
 
+from ..infra.kafka_clients import KafkaClients
 from ..orchestrator import bulk_jobs
 from ..participants.kit.deferred import complete
 from ..participants.kit.outcome import Failed, Succeeded
@@ -32,6 +33,7 @@ class Console:
     identity: Identity
     control: operating.ControlPublisher
     topics: Topics
+    kafka: KafkaClients  # reads saga.dlq and replays its letters (console.dead_letters)
     levers: bool = False
     now_ms: Callable[[], int] = field(default=_wall_clock_ms)
 

@@ -24,7 +24,7 @@ from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
-from . import operating
+from . import dead_letters, operating
 from .api import detail, effects
 from .context import Console, console_of
 from .reads import AGE_BUCKETS
@@ -361,3 +361,37 @@ async def answer_fragment(request: Request) -> Response:
     except HTTPException as error:
         return HTMLResponse(f'<p class="flash error">{escape(str(error.detail))}</p>')
     return HTMLResponse(f'<p class="flash">answered {escape(key)} for {escape(operator)}</p>')
+
+
+@router.get("/dead-letters", response_class=HTMLResponse)
+async def dead_letters_page(request: Request) -> Response:
+    console = console_of(request)
+    denied = _viewer(request, console)
+    if denied is not None:
+        return denied
+    try:
+        found, unreadable = await dead_letters.letters(console), None
+    except HTTPException as error:  # Kafka out of reach: the page says so, the rest of the console works
+        found, unreadable = [], str(error.detail)
+    return _page(request, "dead_letters.html", console, shown=dead_letters.SHOWN, letters=found,
+                 unreadable=unreadable)
+
+
+@router.post("/dead-letters/replay", response_class=HTMLResponse)
+async def replay_fragment(request: Request) -> Response:
+    """A letter's Replay form: published for the signed-in operator, audited; what happened, as a flash."""
+    from .api import actor
+
+    console = console_of(request)
+    operator = actor(request, console)
+    form = await request.form()
+    try:
+        done = await dead_letters.replay(console, operator, [str(p) for p in form.getlist("position")],
+                                         str(form.get("reason") or "").strip() or None, bool(form.get("force")))
+    except HTTPException as error:
+        return HTMLResponse(f'<p class="flash error">{escape(str(error.detail))}</p>')
+    said = [f"{item['position']} replayed to {item['topic']} by {operator}"
+            + ("; its saga's history records it" if item["recorded"] else "") for item in done.replayed]
+    said += [f"{item['position']} not replayed: {item['why']}" for item in done.refused]
+    return HTMLResponse(f'<p class="flash{" error" if done.refused else ""}" data-replayed="{len(done.replayed)}">'
+                        + "<br>".join(escape(line) for line in said) + "</p>")

@@ -1,0 +1,141 @@
+"""The console's dead letters: the newest on saga.dlq with the replays their sagas' histories record, and a replay
+for the signed-in operator, audited letter by letter.
+
+What a replay publishes, records and holds back is ``orchestrator.dead_letters``' (``saga dlq`` works through it
+too). A page reads saga.dlq from Kafka on every view, bounded to the newest letters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaProducer
+from fastapi import HTTPException
+
+from ..orchestrator import dead_letters as dlq
+from ..orchestrator.dead_letters import DeadLetterError, Parked, Replayed
+from ..orchestrator.domain.status import SagaStatus
+from .context import Console
+
+SHOWN = 100  # the newest letters a page shows: saga.dlq is read from Kafka on every view
+MOST_SHOWN = 1000
+REPLAY = "DlqReplay"  # the audit's name for a replay
+FORCE_HINT = "tick force to replay it anyway"
+RESUME_HINT = "Resume on the saga's page retries its compensation"
+CONNECT_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class LetterView:
+    """One letter as the console shows it: the letter, the replays its saga's history records, the saga's status
+    (None: no history)."""
+
+    parked: Parked
+    replays: list[Replayed] = field(default_factory=list)
+    saga_status: str | None = None
+
+    @property
+    def held_unless_forced(self) -> bool:
+        """A step's command or reply of a saga that ended: replayed only when forced."""
+        letter = self.parked.letter
+        return (letter is not None and self.saga_status is not None and dlq.is_step_topic(letter.source_topic)
+                and SagaStatus(self.saga_status).is_terminal)
+
+    def to_json(self) -> dict[str, object]:
+        return {**dlq.letter_record(self.parked, self.replays), "saga_status": self.saga_status,
+                "held_unless_forced": self.held_unless_forced}
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What one replay request did: the letters published (position, topic, saga id, recorded in its history),
+    and those refused with why."""
+
+    operator: str
+    replayed: list[dict[str, object]]
+    refused: list[dict[str, str]]
+
+
+def _unreadable(error: DeadLetterError) -> HTTPException:
+    return HTTPException(503, str(error))
+
+
+async def letters(console: Console, shown: int = SHOWN) -> list[LetterView]:
+    """The ``shown`` letters that failed last, newest first; HTTPException 503 when saga.dlq cannot be read."""
+    try:
+        parked = await dlq.read_parked(console.kafka, console.topics.dlq, newest_per_partition=shown)
+    except DeadLetterError as error:
+        raise _unreadable(error) from None
+    newest = dlq.newest(parked, shown)[::-1]
+    saga_ids = {p.letter.saga_id for p in newest if p.letter and p.letter.saga_id}
+    replays = await dlq.recorded_replays(console.pool, saga_ids)
+    statuses = await dlq.saga_statuses(console.pool, saga_ids)
+    return [LetterView(p, replays.get(p.position, []),
+                       statuses.get(p.letter.saga_id) if p.letter and p.letter.saga_id else None) for p in newest]
+
+
+async def replay(console: Console, operator: str, positions: Sequence[str], reason: str | None,
+                 force: bool) -> ReplayOutcome:
+    """Replay the letters at ``positions`` for ``operator`` and audit each (a refused one too); HTTPException 400
+    when the request names no letter that is there (audited), 503 when Kafka is out of reach."""
+    topic = console.topics.dlq
+    asked = {"positions": list(positions), "reason": reason, "force": force}
+    try:
+        if not positions:
+            raise DeadLetterError("name the letters to replay: positions as PARTITION:OFFSET")
+        wanted = [dlq.parse_position(text) for text in positions]
+        parked = await dlq.read_parked(console.kafka, topic, at=wanted)
+        chosen = dlq.select(parked, wanted, None, topic)
+    except DeadLetterError as error:
+        await console.reads.record(operator, REPLAY, f"dead letters {', '.join(positions)}", asked,
+                                   f"refused: {error}")
+        raise HTTPException(400, str(error)) from None
+    plan = await dlq.plan_replays(chosen, topic, operator, lambda ids: dlq.saga_statuses(console.pool, ids),
+                                  force=force, force_hint=FORCE_HINT, resume_hint=RESUME_HINT)
+    if plan.replays:
+        try:
+            async with _producer(console) as producer:
+                await dlq.publish(producer, [record for _, record in plan.replays])
+                await dlq.publish(producer, [dlq.note_record(note, console.topics.control)
+                                             for note in plan.notes(operator, reason)])
+        except DeadLetterError as error:
+            await console.reads.record(operator, REPLAY, f"dead letters {', '.join(positions)}", asked,
+                                       f"failed: {error}")
+            raise HTTPException(503, str(error)) from None
+    for item, why in plan.refused:
+        await console.reads.record(operator, REPLAY, f"dead letter {item.position}", _detail(item, reason, force),
+                                   f"refused: {why}")
+    replayed: list[dict[str, object]] = []
+    for item, record in plan.replays:
+        saga_id = item.letter.saga_id if item.letter else None
+        recorded = plan.recorded(item)
+        await console.reads.record(operator, REPLAY, f"dead letter {item.position}", _detail(item, reason, force),
+                                   f"published to {record.topic}; " + (f"recorded in saga {saga_id}'s history"
+                                                                       if recorded else "no history to record it in"))
+        replayed.append({"position": item.position, "topic": record.topic, "saga_id": saga_id, "recorded": recorded})
+    return ReplayOutcome(operator, replayed, [{"position": item.position, "why": why} for item, why in plan.refused])
+
+
+def _detail(parked: Parked, reason: str | None, force: bool) -> dict[str, object]:
+    letter = parked.letter
+    return {"saga": letter.saga_id if letter else None,
+            "from": f"{letter.source_topic} {letter.source_partition}:{letter.source_offset}" if letter else None,
+            "reason": reason, "force": force}
+
+
+@asynccontextmanager
+async def _producer(console: Console) -> AsyncIterator[AIOKafkaProducer]:
+    """An idempotent producer for one replay (replays are rare: no connection is held between them)."""
+    producer = console.kafka.producer(acks="all", enable_idempotence=True)
+    try:
+        await asyncio.wait_for(producer.start(), timeout=CONNECT_TIMEOUT_S)
+    except Exception as error:
+        await producer.stop()
+        raise DeadLetterError(f"cannot reach Kafka at {console.kafka.bootstrap_servers} ({error!r})") from None
+    try:
+        yield producer
+    finally:
+        await producer.stop()
