@@ -3,6 +3,9 @@ no browser is downloaded) against the real services on a real Kafka and Postgres
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 import os
 import shutil
 import socket
@@ -12,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
@@ -27,6 +31,7 @@ OPERATOR, PASSWORD = "ops-anna", "a long enough password"
 DEFINITIONS = "tests.browser.console_trip:CONSOLE_TRIP"
 CHROMIUM = os.environ.get("SAGA_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOTS = os.environ.get("SAGA_SCREENSHOTS")  # a folder: `make screenshots` keeps each page's picture there
+SETTLE_S = 90.0  # the longest a test waits for sagas to get where it looks
 
 
 def _free_port() -> int:
@@ -37,9 +42,12 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+          ) -> Iterator[Stack]:
+    """Every service, and (console_url) the console, on the test module's SAGA_DEFINITIONS, else DEFINITIONS."""
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    yield from module_stack(started_and_ready(settings.model_copy(update={"saga_definitions": DEFINITIONS}),
+    definitions = getattr(request.module, "SAGA_DEFINITIONS", DEFINITIONS)
+    yield from module_stack(started_and_ready(settings.model_copy(update={"saga_definitions": definitions}),
                                               log_dir), log_dir)
 
 
@@ -107,3 +115,30 @@ async def screenshot(page: Page, name: str) -> None:
     Playwright makes the folder)."""
     if SCREENSHOTS:
         await page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
+
+
+def api(console_url: str, path: str) -> Any:
+    """GET the console's API as OPERATOR (HTTP Basic with the local login)."""
+    signed = base64.b64encode(f"{OPERATOR}:{PASSWORD}".encode()).decode()
+    request = urllib.request.Request(f"{console_url}/api/v1{path}", headers={"Authorization": f"Basic {signed}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def history(console_url: str, saga_id: str) -> list[dict[str, Any]]:
+    """The saga's events through the console's API ([] while it has none)."""
+    try:
+        found: list[dict[str, Any]] = api(console_url, f"/sagas/{saga_id}/history")
+    except OSError:
+        return []
+    return found
+
+
+async def until(check: Any, what: str, timeout_s: float = SETTLE_S) -> Any:
+    """What ``check()`` returns once it is true, polling 4 times a second; AssertionError after ``timeout_s``."""
+    for _ in range(int(timeout_s / 0.25)):
+        found = check()
+        if found:
+            return found
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -3,42 +3,19 @@ Slowtown trip cancelled from its page and its SagaCancelled shown live, a card's
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import json
-import urllib.request
 import uuid
 from collections import Counter
-from typing import Any
 
 import pytest
 from playwright.async_api import Page, expect
 
 from saga_orchestrator.client import SagaClient
 from saga_orchestrator.participants.trip.scenarios import DEMO_MIX, SCENARIOS
-from tests.browser.conftest import OPERATOR, PASSWORD, screenshot
+from tests.browser.conftest import OPERATOR, SETTLE_S, api, history, screenshot, until
 from tests.e2e.harness import Stack
 
 pytestmark = pytest.mark.e2e
 WAITING = frozenset({"card_flaky"})  # its card's next attempt is an hour away (console_trip.py)
-SETTLE_S = 90.0
-
-
-def _api(console_url: str, path: str) -> Any:
-    """GET the console's API as OPERATOR (HTTP Basic with the local login)."""
-    signed = base64.b64encode(f"{OPERATOR}:{PASSWORD}".encode()).decode()
-    request = urllib.request.Request(f"{console_url}/api/v1{path}", headers={"Authorization": f"Basic {signed}"})
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return json.loads(answer.read())
-
-
-async def _until(check: Any, what: str, timeout_s: float = SETTLE_S) -> Any:
-    for _ in range(int(timeout_s / 0.25)):
-        found = check()
-        if found:
-            return found
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +32,13 @@ async def demo(stack: Stack, console_url: str) -> dict[str, str]:
                 started[saga_id] = name
 
     def settled() -> bool:
-        rows = {row["saga_id"]: row for row in _api(console_url, "/sagas?limit=1000")}
+        rows = {row["saga_id"]: row for row in api(console_url, "/sagas?limit=1000")}
         return len(rows) >= len(started) and all(
             rows[saga_id]["status"] != "RUNNING" or (name in WAITING and rows[saga_id]["current_step"] == "charge_card"
                                                      and rows[saga_id]["step_failures"] >= 1)
             for saga_id, name in started.items() if saga_id in rows)
 
-    await _until(settled, "the demo's trips to settle")
+    await until(settled, "the demo's trips to settle")
     return started
 
 
@@ -102,8 +79,8 @@ async def test_a_slowtown_trip_is_cancelled_from_its_page_and_shows_it_live(
     saga_id = f"slowtown-{uuid.uuid4().hex[:6]}"
     async with SagaClient.from_settings(stack.settings) as client:
         await client.start("trip", saga_id, SCENARIOS["cancelled"].trip(saga_id))
-    await _until(lambda: any(e["type"] == "StepCommandSent" and e["fields"].get("step") == "book_hotel"
-                             for e in _history(console_url, saga_id)), "the hotel's command")
+    await until(lambda: any(e["type"] == "StepCommandSent" and e["fields"].get("step") == "book_hotel"
+                             for e in history(console_url, saga_id)), "the hotel's command")
     await page.goto(f"/sagas/{saga_id}")
     await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
     lever = page.locator("form.lever[data-action=Cancel]")
@@ -113,10 +90,10 @@ async def test_a_slowtown_trip_is_cancelled_from_its_page_and_shows_it_live(
     await expect(page.locator("#timeline tr.SagaCancelled")).to_have_count(1, timeout=SETTLE_S * 1000)
     await expect(page.locator("#status-badge")).to_have_text("CANCELLED")
     assert await page.evaluate("window.loadedOnce") is True, "the page was reloaded"
-    requested = next(e for e in _history(console_url, saga_id) if e["type"] == "SagaCancelRequested")
+    requested = next(e for e in history(console_url, saga_id) if e["type"] == "SagaCancelRequested")
     assert requested["fields"]["operator"] == OPERATOR and requested["fields"]["reason"] == "the customer called"
     assert any(entry["operator"] == OPERATOR and entry["action"] == "Cancel" and entry["target"] == f"saga {saga_id}"
-               for entry in _api(console_url, "/audit"))
+               for entry in api(console_url, "/audit"))
     await screenshot(page, "cancelled")
 
 
@@ -132,17 +109,9 @@ async def test_a_card_waiting_on_its_retry_is_retried_now(page: Page, console_ur
     await expect(page.locator("#timeline tr.StepRetryScheduled")).to_have_count(2, timeout=SETTLE_S * 1000)
     await retry_now.click()
     await expect(page.locator("#timeline tr.SagaCompleted")).to_have_count(1, timeout=SETTLE_S * 1000)
-    actions = [e["fields"] for e in _history(console_url, saga_id) if e["type"] == "OperatorAction"]
+    actions = [e["fields"] for e in history(console_url, saga_id) if e["type"] == "OperatorAction"]
     assert actions == [{"definition_version": 1, "action": "RetryNow", "operator": OPERATOR,
                         "detail": "charge_card"}] * 2
-
-
-def _history(console_url: str, saga_id: str) -> list[dict[str, Any]]:
-    try:
-        found: list[dict[str, Any]] = _api(console_url, f"/sagas/{saga_id}/history")
-    except OSError:
-        return []
-    return found
 
 
 
@@ -155,10 +124,10 @@ async def test_a_bulk_dry_run_counts_then_the_job_runs(page: Page, stack: Stack,
             await client.start("trip", saga_id, SCENARIOS["card_flaky"].trip(saga_id))
 
     def waiting_on_the_card() -> list[str]:
-        rows = _api(console_url, "/sagas?status=RUNNING&limit=1000")
+        rows = api(console_url, "/sagas?status=RUNNING&limit=1000")
         return sorted(row["saga_id"] for row in rows if row["last_error"] == "CardNetworkTimeout")
 
-    await _until(lambda: len(waiting_on_the_card()) >= 4, "the new flaky cards to wait on their retry")
+    await until(lambda: len(waiting_on_the_card()) >= 4, "the new flaky cards to wait on their retry")
     chosen = waiting_on_the_card()  # the three, and the demo's flaky card the retry test left waiting
     await page.goto("/bulk")
     await page.select_option("select[name=saga_type]", "trip")
@@ -177,9 +146,9 @@ async def test_a_bulk_dry_run_counts_then_the_job_runs(page: Page, stack: Stack,
     await expect(job.locator("[data-job-done]")).to_have_text(f"{len(chosen)} of {len(chosen)}")
     await screenshot(page, "bulk")
     for saga_id in chosen:
-        await _until(lambda saga_id=saga_id: _api(console_url, f"/sagas/{saga_id}")["status"] == "TERMINATED",
+        await until(lambda saga_id=saga_id: api(console_url, f"/sagas/{saga_id}")["status"] == "TERMINATED",
                      f"{saga_id} terminated")
-        action = next(e for e in _history(console_url, saga_id) if e["type"] == "OperatorAction")
+        action = next(e for e in history(console_url, saga_id) if e["type"] == "OperatorAction")
         assert action["fields"]["operator"].startswith(f"{OPERATOR} (bulk job ")
     assert any(entry["action"] == "BulkJob Terminate" and entry["outcome"] == f"started: {len(chosen)} sagas"
-               for entry in _api(console_url, "/audit"))
+               for entry in api(console_url, "/audit"))
