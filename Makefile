@@ -9,7 +9,7 @@ PARTS := orchestrator outbox participants schemas infra cli client testing conso
 # tree of links: build/typecheck/saga_orchestrator/<part> -> <part>.
 TYPECHECK := build/typecheck
 
-.PHONY: venv up test demo down status lint docs tree
+.PHONY: venv up test demo down status lint docs tree screenshots
 
 # Reinstall only when pyproject.toml or constraints.txt changed since the last install.
 venv: $(VENV)/.installed
@@ -47,3 +47,8 @@ lint: venv tree
 # --strict: a broken link or reference fails.
 docs: venv tree
 	$(BIN)/mkdocs build --strict --quiet
+
+# The console's pictures in docs/console/ (the README and docs/console.md show them): its browser tests, keeping a
+# screenshot of each page they visit.
+screenshots: up
+	SAGA_SCREENSHOTS=docs/console $(BIN)/pytest -q tests/browser
