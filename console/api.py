@@ -153,14 +153,22 @@ Reader = Annotated[str | None, Depends(reader)]
 Actor = Annotated[str, Depends(actor)]
 
 
-@router.get("/sagas", response_model=list[SagaSummaryRow], summary="List sagas (oldest started first)")
+@router.get("/sagas", response_model=list[SagaSummaryRow],
+            summary="List sagas (oldest started first): those a bulk job with these criteria would take, or all")
 async def list_sagas(console: ConsoleDep, _: Reader, status: Annotated[list[str] | None, Query()] = None,
                      saga_type: str | None = None, tenant: str | None = None,
                      older_than_s: Annotated[float | None, Query(description="Not updated for this long.")] = None,
+                     error: Annotated[str | None, Query(description="Its step fails with this error.")] = None,
+                     participant: Annotated[str | None, Query(description="The step it is stuck on is this "
+                                                                          "participant's.")] = None,
                      limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[SagaSummaryRow]:
-    rows = await console.reads.sagas(statuses=[s.upper() for s in status or []], saga_type=saga_type,
-                                     tenant=tenant, older_than_s=older_than_s, limit=limit)
-    return rows
+    criteria = SelectionRequest(saga_type=saga_type, statuses=status or [], older_than_s=older_than_s,
+                                tenant=tenant, error=error, participant=participant)
+    given = criteria.model_dump(exclude_defaults=True)
+    try:
+        return await console.reads.sagas(criteria.selection() if given else None, limit)
+    except bulk_jobs.BulkJobError as refused:
+        raise HTTPException(400, str(refused)) from None
 
 
 @router.get("/search", response_model=list[SagaSummaryRow],

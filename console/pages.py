@@ -143,7 +143,12 @@ async def fleet_body(request: Request) -> Response:
 @router.get("/sagas", response_class=HTMLResponse)
 async def sagas_page(request: Request, status: str | None = None, saga_type: str | None = None) -> Response:
     console = console_of(request)
-    rows = await console.reads.sagas(statuses=[status] if status else [], saga_type=saga_type, limit=500)
+    try:
+        selection = (bulk_jobs.Selection(saga_type=saga_type or None, statuses=(status,) if status else ())
+                     if status or saga_type else None)
+        rows = await console.reads.sagas(selection, limit=500)
+    except bulk_jobs.BulkJobError as refused:  # not a state, or a saga type not deployed
+        raise HTTPException(400, str(refused)) from None
     heading = " ".join(part for part in (saga_type, status) if part) or "All sagas"
     return _viewer(request, console) or _page(request, "list.html", console, rows=rows, heading=heading)
 

@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 
 from ..infra.db import datetime_to_ms
+from ..orchestrator import bulk_jobs
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
@@ -212,15 +213,13 @@ class ConsoleReads:
             compensation_rate_day=rates["undone_day"] / rates["ended_day"] if rates["ended_day"] else None,
             ended_hour=rates["ended_hour"], ended_day=rates["ended_day"])
 
-    async def sagas(self, *, statuses: Sequence[str] = (), saga_type: str | None = None, tenant: str | None = None,
-                    older_than_s: float | None = None, limit: int = 100) -> list[SagaSummaryRow]:
-        """Sagas of the read model matching every filter given (``older_than_s``: not updated for this long), the
-        oldest started first."""
-        clauses, args = _filters(statuses, saga_type, tenant, older_than_s)
-        args.append(limit)
+    async def sagas(self, selection: bulk_jobs.Selection | None = None, limit: int = 100) -> list[SagaSummaryRow]:
+        """Sagas of the read model that ``selection`` takes (every saga when None; the same condition a bulk job's
+        dry run counts), the oldest started first. BulkJobError for a saga type or participant not deployed."""
+        condition = bulk_jobs.where(selection, self.definitions) if selection else bulk_jobs.Where("TRUE")
         rows = await self._pool.fetch(
-            f"SELECT {SUMMARY_COLUMNS} FROM saga.saga_summary {_where(clauses)} ORDER BY started_at"
-            f" LIMIT ${len(args)}", *args, timeout=READ_TIMEOUT_S)
+            f"SELECT {SUMMARY_COLUMNS} FROM saga.saga_summary WHERE {condition.sql} ORDER BY started_at"
+            f" LIMIT ${len(condition.params) + 1}", *condition.params, limit, timeout=READ_TIMEOUT_S)
         return [summary_row(r) for r in rows]
 
     async def search(self, query: str, limit: int = 100) -> list[SagaSummaryRow]:
@@ -295,7 +294,7 @@ class ConsoleReads:
         return [(r["seq"], bytes(r["body"])) for r in rows]
 
     async def quarantined(self, limit: int = 200) -> list[SagaSummaryRow]:
-        return await self.sagas(statuses=[SagaStatus.QUARANTINED.value], limit=limit)
+        return await self.sagas(bulk_jobs.Selection(statuses=(SagaStatus.QUARANTINED.value,)), limit)
 
     async def parked(self) -> list[OutboxView]:
         """Every outbox row the broker refused for good, in the orchestrator's and each participant's outbox."""
@@ -335,29 +334,6 @@ class ConsoleReads:
         await self._pool.execute(
             "INSERT INTO saga.operator_audit (operator, action, target, detail, outcome) VALUES ($1, $2, $3, $4, $5)",
             operator, action, target, json.dumps(detail, default=str), outcome, timeout=READ_TIMEOUT_S)
-
-
-def _filters(statuses: Sequence[str], saga_type: str | None, tenant: str | None,
-             older_than_s: float | None) -> tuple[list[str], list[Any]]:
-    clauses: list[str] = []
-    args: list[Any] = []
-    if statuses:
-        args.append(list(statuses))
-        clauses.append(f"status = ANY(${len(args)}::text[])")
-    if saga_type:
-        args.append(saga_type)
-        clauses.append(f"saga_type = ${len(args)}")
-    if tenant:
-        args.append(tenant)
-        clauses.append(f"tenant_id = ${len(args)}")
-    if older_than_s is not None:
-        args.append(older_than_s)
-        clauses.append(f"updated_at < now() - make_interval(secs => ${len(args)})")
-    return clauses, args
-
-
-def _where(clauses: Sequence[str]) -> str:
-    return ("WHERE " + " AND ".join(clauses)) if clauses else ""
 
 
 def epoch_ms(moment: datetime) -> int:

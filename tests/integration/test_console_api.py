@@ -99,6 +99,14 @@ async def test_sagas_are_listed_by_state_and_found_by_a_business_key(reader: htt
     running = await _json(reader, "/api/v1/sagas?status=RUNNING")
     assert [row["saga_id"] for row in running] == ["api-waiting"]
     assert running[0]["current_step"] == "book_hotel" and running[0]["last_error"] == "HotelBusy"
+    assert [row["saga_id"] for row in await _json(reader, "/api/v1/sagas")] == ["api-waiting", "api-done"]
+    # the criteria of a bulk job's selection: the list shows what a job would take
+    for criterion in ("error=HotelBusy", "participant=hotel", "saga_type=trip&status=running"):
+        assert [row["saga_id"] for row in await _json(reader, f"/api/v1/sagas?{criterion}")] == ["api-waiting"]
+    assert await _json(reader, "/api/v1/sagas?participant=flight") == []
+    refused = await _json(reader, "/api/v1/sagas?saga_type=trp", 400)
+    assert refused == {"detail": "unknown saga type 'trp'; known types: trip"}
+    assert "is not a saga state" in (await _json(reader, "/api/v1/sagas?status=DONE", 400))["detail"]
     found = await _json(reader, "/api/v1/search?q=cust-api-done")
     assert [row["saga_id"] for row in found] == ["api-done"]
     assert [row["saga_id"] for row in await _json(reader, "/api/v1/search?q=customer_id=cust-api-done")] == ["api-done"]
