@@ -25,7 +25,7 @@ from ..schemas.codec import WireError
 from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
 from . import dead_letters, operating
-from .api import detail, effects
+from .api import actor, detail, effects
 from .context import Console, console_of
 from .reads import AGE_BUCKETS
 
@@ -239,15 +239,29 @@ def _sse(event: str, html: str) -> str:
 async def act_page(request: Request, saga_id: str, action: str = Form(...), step: str | None = Form(None),
                    reason: str | None = Form(None)) -> Response:
     """A lever from the saga's page: sent, audited, and back to the page (whose timeline shows the outcome)."""
-    from .api import actor
-
     console = console_of(request)
     operator = actor(request, console)
     await console.act(operator, saga_id, action, step or None, reason or None)
     said = f"{action}{f' {step}' if step else ''} sent for {operator}; the timeline shows what the orchestrator did"
     if request.headers.get("HX-Request"):  # htmx: the page stays, its live timeline shows the outcome
-        return HTMLResponse(f'<p class="flash">{escape(said)}</p>')
+        return _flash(said)
     return RedirectResponse(f"/sagas/{quote(saga_id)}?flash={quote(said)}", status_code=303)
+
+
+async def _lever_form(request: Request) -> tuple[Console, str, Any]:
+    """A lever form's console, its signed-in operator (refused with 401 or 403 otherwise) and its fields."""
+    console = console_of(request)
+    return console, actor(request, console), await request.form()
+
+
+def _flash(*lines: str, error: bool = False, data: str = "") -> HTMLResponse:
+    """What a lever form did, as the page's flash: ``lines`` escaped, ``data`` a trusted attribute."""
+    return HTMLResponse(f'<p class="flash{" error" if error else ""}"{data}>'
+                        + "<br>".join(escape(line) for line in lines) + "</p>")
+
+
+def _refused(error: HTTPException | ValueError) -> HTMLResponse:
+    return _flash(str(error.detail if isinstance(error, HTTPException) else error), error=True)
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -322,20 +336,14 @@ async def bulk_count_fragment(request: Request) -> Response:
 
 @router.post("/bulk/start", response_class=HTMLResponse)
 async def bulk_start_fragment(request: Request) -> Response:
-    from .api import actor
-
-    console = console_of(request)
-    operator = actor(request, console)
-    form = await request.form()
+    console, operator, form = await _lever_form(request)
     try:
         rate = float(str(form.get("rate_per_s") or bulk_jobs.DEFAULT_RATE_PER_S))
         job = await console.start_job(operator, _selection(form), str(form.get("action") or ""),
                                       str(form.get("step") or "") or None, str(form.get("reason") or ""), rate)
     except (HTTPException, ValueError) as error:
-        said = error.detail if isinstance(error, HTTPException) else str(error)
-        return HTMLResponse(f'<p class="flash error">{escape(str(said))}</p>')
-    return HTMLResponse(f'<p class="flash">bulk job {job.id} started for {escape(operator)}: {job.total} sagas, '
-                        f'{job.rate_per_s:g} a second</p>')
+        return _refused(error)
+    return _flash(f"bulk job {job.id} started for {operator}: {job.total} sagas, {job.rate_per_s:g} a second")
 
 
 @router.get("/deferred", response_class=HTMLResponse)
@@ -347,16 +355,12 @@ async def deferred_page(request: Request) -> Response:
 
 @router.post("/deferred/answer", response_class=HTMLResponse)
 async def answer_fragment(request: Request) -> Response:
-    from .api import actor
-
-    console = console_of(request)
-    operator = actor(request, console)
-    form = await request.form()
+    console, operator, form = await _lever_form(request)
     key = str(form.get("key") or "")
     if form.get("verdict") == "failed":
         error_type = str(form.get("error_type") or "").strip()
         if not error_type:
-            return HTMLResponse('<p class="flash error">a failed answer needs its error type, e.g. Rejected</p>')
+            return _flash("a failed answer needs its error type, e.g. Rejected", error=True)
         outcome: Succeeded | Failed = Failed(error_type, str(form.get("message") or ""))
     else:
         outcome = Succeeded(str(form.get("output") or "").encode())
@@ -364,8 +368,8 @@ async def answer_fragment(request: Request) -> Response:
         await console.answer(operator, str(form.get("participant") or ""), key, outcome,
                              str(form.get("detail") or "") or None)
     except HTTPException as error:
-        return HTMLResponse(f'<p class="flash error">{escape(str(error.detail))}</p>')
-    return HTMLResponse(f'<p class="flash">answered {escape(key)} for {escape(operator)}</p>')
+        return _refused(error)
+    return _flash(f"answered {key} for {operator}")
 
 
 @router.get("/dead-letters", response_class=HTMLResponse)
@@ -385,18 +389,13 @@ async def dead_letters_page(request: Request) -> Response:
 @router.post("/dead-letters/replay", response_class=HTMLResponse)
 async def replay_fragment(request: Request) -> Response:
     """A letter's Replay form: published for the signed-in operator, audited; what happened, as a flash."""
-    from .api import actor
-
-    console = console_of(request)
-    operator = actor(request, console)
-    form = await request.form()
+    console, operator, form = await _lever_form(request)
     try:
         done = await dead_letters.replay(console, operator, [str(p) for p in form.getlist("position")],
                                          str(form.get("reason") or "").strip() or None, bool(form.get("force")))
     except HTTPException as error:
-        return HTMLResponse(f'<p class="flash error">{escape(str(error.detail))}</p>')
+        return _refused(error)
     said = [f"{item['position']} replayed to {item['topic']} by {operator}"
             + ("; its saga's history records it" if item["recorded"] else "") for item in done.replayed]
     said += [f"{item['position']} not replayed: {item['why']}" for item in done.refused]
-    return HTMLResponse(f'<p class="flash{" error" if done.refused else ""}" data-replayed="{len(done.replayed)}">'
-                        + "<br>".join(escape(line) for line in said) + "</p>")
+    return _flash(*said, error=bool(done.refused), data=f' data-replayed="{len(done.replayed)}"')
