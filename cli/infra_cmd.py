@@ -57,7 +57,7 @@ def up(brokers: int = typer.Option(
 
 
 def _local_roles(current: Settings, dsn: str) -> str:
-    """Create the roles of the orchestrator and of SAGA_PARTICIPANTS in the local Postgres; say which."""
+    """Create the roles of the orchestrator, the console and SAGA_PARTICIPANTS in the local Postgres; say which."""
     try:
         hosted = hosted_participants(configured_participants(current))
     except (ValueError, ImportError) as error:

@@ -10,7 +10,16 @@ import typer
 from rich.table import Table
 
 from ..infra.db import create_pool
-from ..infra.roles import ORCHESTRATOR_ROLE, ORCHESTRATOR_SCHEMA, ensure_roles, grant, participant_role
+from ..infra.roles import (
+    CONSOLE_ORCHESTRATOR_WRITES,
+    CONSOLE_ROLE,
+    ORCHESTRATOR_ROLE,
+    ORCHESTRATOR_SCHEMA,
+    console_writes,
+    ensure_roles,
+    grant,
+    participant_role,
+)
 from ..infra.settings import Settings
 from ..orchestrator.store.postgres import migrate as migrate_orchestrator
 from ..participants.kit.ddl import ensure_participant_schema
@@ -31,7 +40,8 @@ def migrate_command(
 ) -> None:
     """Create or bring up to date the tables, connected as DATABASE_URL (the migration role: the schemas'
     owner), then grant each least-privilege role that exists its own schema: saga_orchestrator on saga,
-    saga_<schema> on each participant's. Safe to run again."""
+    saga_<schema> on each participant's; and saga_console reading all of them, writing only its levers' rows.
+    Safe to run again."""
     current = settings()
     names = participants or configured_participants(current)
     try:
@@ -51,8 +61,8 @@ def migrate_command(
 
 
 def service_roles(orchestrator: bool, hosted: list[Participant]) -> list[str]:
-    """The least-privilege roles of the orchestrator (when ``orchestrator``) and of ``hosted``."""
-    return [ORCHESTRATOR_ROLE] * orchestrator + [participant_role(p.schema) for p in hosted]
+    """The least-privilege roles of the orchestrator and the console (when ``orchestrator``) and of ``hosted``."""
+    return [ORCHESTRATOR_ROLE, CONSOLE_ROLE] * orchestrator + [participant_role(p.schema) for p in hosted]
 
 
 async def create_missing_roles(dsn: str, roles: list[str]) -> list[str]:
@@ -74,14 +84,18 @@ async def _migrate(current: Settings, orchestrator: bool, hosted: list[Participa
                 await ensure_roles(conn, service_roles(orchestrator, hosted))
             if orchestrator:
                 applied = await migrate_orchestrator(pool)
-                granted = await grant(conn, ORCHESTRATOR_SCHEMA, ORCHESTRATOR_ROLE)
-                rows.append((ORCHESTRATOR_SCHEMA, f"{len(applied)} migrations applied now",
-                             ORCHESTRATOR_ROLE if granted else "-"))
+                granted = [role for role, writes in ((ORCHESTRATOR_ROLE, None),
+                                                     (CONSOLE_ROLE, CONSOLE_ORCHESTRATOR_WRITES))
+                           if await grant(conn, ORCHESTRATOR_SCHEMA, role, writes)]
+                rows.append((ORCHESTRATOR_SCHEMA, f"{len(applied)} migrations applied now", ", ".join(granted) or "-"))
             for participant in hosted:
                 await ensure_participant_schema(pool, participant)
                 role = participant_role(participant.schema)
-                granted = await grant(conn, participant.schema, role)
-                rows.append((participant.schema, f"participant {participant.name}", role if granted else "-"))
+                writes = console_writes(participant.awaiting_table, participant.processed_table,
+                                        participant.outbox_table)
+                granted = [name for name, reader_writes in ((role, None), (CONSOLE_ROLE, writes))
+                           if await grant(conn, participant.schema, name, reader_writes)]
+                rows.append((participant.schema, f"participant {participant.name}", ", ".join(granted) or "-"))
     finally:
         await pool.close()
     return rows

@@ -7,14 +7,20 @@ tables of its own schema only (its ledger, its outbox, its business tables). A p
 their role may (a single superuser DSN keeps working as before); with these roles they find their tables
 made and create nothing.
 
-``saga migrate --create-roles`` creates the roles (``ORCHESTRATOR_ROLE`` and ``participant_role(schema)``,
+The console's role (``CONSOLE_ROLE``) reads every schema of the deployment and writes only what its levers
+write: its audit and the bulk jobs in ``saga``, and in a participant's schema the three rows an answer to a
+deferred command takes (the awaiting row deleted, the ledger row updated, the reply queued in the outbox). It
+publishes its other levers on ``saga.control``, so it never writes an event or the orchestrator's outbox.
+
+``saga migrate --create-roles`` creates the roles (``ORCHESTRATOR_ROLE``, ``CONSOLE_ROLE`` and
+``participant_role(schema)``,
 LOGIN without a password: the local launcher's Postgres trusts 127.0.0.1); on a managed Postgres, create them
 yourself, with passwords, and let ``saga migrate`` grant (README, "Production", gives the statements).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import asyncpg
 
@@ -22,6 +28,9 @@ from .db import check_identifier
 
 ORCHESTRATOR_ROLE = "saga_orchestrator"
 ORCHESTRATOR_SCHEMA = "saga"
+CONSOLE_ROLE = "saga_console"
+# what the console writes in the orchestrator's schema: table -> privileges
+CONSOLE_ORCHESTRATOR_WRITES = {"saga.operator_audit": "INSERT", "saga.bulk_jobs": "INSERT, UPDATE"}
 
 
 def participant_role(schema: str) -> str:
@@ -42,6 +51,30 @@ def grant_statements(schema: str, role: str) -> list[str]:
     ]
 
 
+def console_writes(awaiting_table: str, processed_table: str, outbox_table: str) -> dict[str, str]:
+    """What the console writes in a participant's schema, answering a deferred command: table -> privileges."""
+    return {awaiting_table: "DELETE", processed_table: "UPDATE", outbox_table: "INSERT"}
+
+
+def reader_grant_statements(schema: str, role: str, writes: Mapping[str, str]) -> list[str]:
+    """What ``role`` needs to read every table of ``schema`` (those made later too) and to write only ``writes``
+    (a qualified table -> its privileges), with the sequences those inserts draw from."""
+    schema, role = check_identifier(schema), check_identifier(role)
+    statements = [
+        f"GRANT USAGE ON SCHEMA {schema} TO {role}",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}",
+        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT ON TABLES TO {role}",
+    ]
+    if writes:
+        statements.append(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+    for table, privileges in writes.items():
+        table_schema, _, name = table.partition(".")
+        if table_schema != schema or not name:
+            raise ValueError(f"{table!r} is not a table of schema {schema!r}")
+        statements.append(f"GRANT {privileges} ON {schema}.{check_identifier(name)} TO {role}")
+    return statements
+
+
 async def ensure_role(conn: asyncpg.Connection, role: str) -> bool:
     """Create the LOGIN role ``role`` unless it exists; True when it was created now."""
     role = check_identifier(role)
@@ -59,12 +92,16 @@ async def ensure_roles(conn: asyncpg.Connection, roles: Iterable[str]) -> list[s
     return [role for role in roles if await ensure_role(conn, role)]
 
 
-async def grant(conn: asyncpg.Connection, schema: str, role: str) -> bool:
-    """Grant ``role`` the use of ``schema``'s tables when the role exists; whether it did."""
+async def grant(conn: asyncpg.Connection, schema: str, role: str,
+                reader_writes: Mapping[str, str] | None = None) -> bool:
+    """Grant ``role`` the use of ``schema``'s tables when the role exists; whether it did. With
+    ``reader_writes``, as a reader of the schema that writes only those (``reader_grant_statements``)."""
     if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", check_identifier(role)):
         return False
+    statements = (grant_statements(schema, role) if reader_writes is None
+                  else reader_grant_statements(schema, role, reader_writes))
     async with conn.transaction():
-        for statement in grant_statements(schema, role):
+        for statement in statements:
             await conn.execute(statement)
     return True
 

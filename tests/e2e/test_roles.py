@@ -1,10 +1,12 @@
 """Least privilege in Postgres: ``saga migrate`` (as the migration role) makes the tables and grants each role
 its own schema; a participant's role is refused on the orchestrator's event store and the orchestrator's on a
-participant's tables; every service runs under its own role, creating nothing, and the sagas end as planned.
+participant's tables; the console's role reads every schema and writes only what its levers write; every
+service runs under its own role, creating nothing, and the sagas end as planned.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import subprocess
@@ -15,19 +17,30 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 import pytest
 
 from saga_orchestrator.cli.demo_cmd import drive
+from saga_orchestrator.console.app import console_app
+from saga_orchestrator.console.identity import add_user
 from saga_orchestrator.infra.db import MigrationsPending, create_pool
-from saga_orchestrator.infra.roles import ORCHESTRATOR_ROLE, participant_role
+from saga_orchestrator.infra.roles import CONSOLE_ROLE, ORCHESTRATOR_ROLE, participant_role
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
-from saga_orchestrator.orchestrator.store.postgres import migrate
+from saga_orchestrator.orchestrator.outbound import summary_of
+from saga_orchestrator.orchestrator.ports import StoredEvent, Writes
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
+from saga_orchestrator.participants.kit.handling import Disposition, handle_command
 from saga_orchestrator.participants.registry import get_participant
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.testing.history import SagaRun
 from tests.conftest import run_sync
 from tests.e2e.harness import Stack
+from tests.integration.test_participant_deferred import DESK
+from tests.integration.test_participants import TOPICS, command, delivered
 
 PARTICIPANTS = ("flight", "hotel", "payment", "notification")
 
@@ -48,7 +61,7 @@ def _saga_migrate(settings: Settings, *args: str) -> subprocess.CompletedProcess
 def migrated(settings: Settings, launcher_settings: Settings) -> Settings:
     result = _saga_migrate(settings, "--create-roles")
     assert result.returncode == 0, result.stdout + result.stderr
-    for role in (ORCHESTRATOR_ROLE, *(participant_role(name) for name in PARTICIPANTS)):
+    for role in (ORCHESTRATOR_ROLE, CONSOLE_ROLE, *(participant_role(name) for name in PARTICIPANTS)):
         assert role in result.stdout, result.stdout
     return settings
 
@@ -90,6 +103,61 @@ async def test_the_orchestrator_role_has_its_schema_only(migrated: Settings) -> 
         await ensure_participant_schema(pool, get_participant("hotel"))
     finally:
         await pool.close()
+
+
+async def test_the_console_role_reads_everything_and_writes_only_what_its_levers_write(
+        migrated: Settings, tmp_path: Path) -> None:
+    desk = "tests.integration.test_participant_deferred:DESK"  # a participant whose step waits for a person
+    made = _saga_migrate(migrated, "--no-orchestrator", desk)
+    assert made.returncode == 0 and CONSOLE_ROLE in made.stdout, made.stdout + made.stderr
+    await prepare(migrated)
+    admin = await create_pool(migrated.dsn(), 1)
+    try:
+        running = SagaRun(TRIP, saga_id=f"roles-console-{uuid.uuid4().hex[:6]}")
+        running.start()
+        async with PostgresStore(admin).begin() as uow:
+            await uow.write(Writes(summaries=[summary_of(running.saga)], events=[
+                StoredEvent(saga_id=e.saga_id, seq=e.seq, event_type=type(e).__name__, body=wire.encode_event(e),
+                            recorded_at_ms=e.occurred_at) for e in running.events]))
+        saga_id = running.saga.saga_id
+        assert await handle_command(admin, DESK, TOPICS, delivered(DESK, *command(saga_id, "flight", "book_flight"))
+                                    ) == Disposition.AWAITING
+    finally:
+        await admin.close()
+    users = tmp_path / "users"
+    add_user(users, "ola", "a long password")
+    console = migrated.model_copy(update={
+        "database_url": as_role(migrated.dsn(), CONSOLE_ROLE), "saga_console_levers": True,
+        "saga_console_users": str(users), "saga_participants": desk})
+    app = console_app(console)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
+        client.headers["Authorization"] = "Basic " + base64.b64encode(b"ola:a long password").decode()
+        for path in ("/api/v1/fleet", "/api/v1/sagas", f"/api/v1/sagas/{saga_id}", "/api/v1/parked",
+                     "/api/v1/quarantined", "/api/v1/audit"):
+            assert (await client.get(path)).status_code == 200, (path, (await client.get(path)).text)
+        [waiting] = (await client.get("/api/v1/deferred")).json()
+        answered = await client.post(f"/api/v1/deferred/flight/{waiting['idempotency_key']}/answer",
+                                     json={"output": "{}", "detail": "booked by phone"})
+        assert answered.status_code == 202, answered.text
+        job = await client.post("/api/v1/bulk/jobs", json={"saga_type": "trip", "statuses": ["RUNNING"],
+                                                           "action": "Pause", "reason": "maintenance"})
+        assert job.status_code == 201, job.text
+        cancelled = await client.post(f"/api/v1/bulk/jobs/{job.json()['id']}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED", cancelled.text
+        audit = [(e["action"], e["outcome"]) for e in (await client.get("/api/v1/audit")).json()]
+        assert ("Answer", "answered; the participant's relay replies") in audit, audit
+    conn = await asyncpg.connect(as_role(migrated.dsn(), CONSOLE_ROLE))
+    try:
+        for statement in ("INSERT INTO saga.events (saga_id, seq, event_type, body) VALUES ('x', 1, 'x', '')",
+                          "UPDATE saga.saga_summary SET status = 'COMPLETED'", "DELETE FROM saga.outbox",
+                          "DELETE FROM saga.operator_audit", "DELETE FROM flight.outbox",
+                          "INSERT INTO flight.processed_commands (idempotency_key) VALUES ('x')",
+                          "CREATE TABLE saga.mine (id int)"):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(statement)
+    finally:
+        await conn.close()
 
 
 @contextlib.asynccontextmanager

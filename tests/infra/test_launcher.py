@@ -82,8 +82,8 @@ async def test_the_command_creates_the_least_privilege_roles_in_its_own_postgres
                                        env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "saga migrate" in done.stderr
-        assert await conn.fetchval(query) == ["saga_flight", "saga_hotel", "saga_notification", "saga_orchestrator",
-                                              "saga_payment"]
+        assert await conn.fetchval(query) == ["saga_console", "saga_flight", "saga_hotel", "saga_notification",
+                                              "saga_orchestrator", "saga_payment"]
     finally:
         await conn.close()
 
