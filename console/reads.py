@@ -33,7 +33,12 @@ from ..schemas.registry import SchemaRegistry
 
 READ_TIMEOUT_S = 5.0
 FLEET_FRESH_S = 2.0
-"""Pages and API calls within this long of a read of the fleet share it (the fleet page refreshes every 5 s)."""
+"""Pages and API calls within this long of a read of the unfinished sagas share it (the fleet page refreshes
+every 5 s)."""
+ENDED_FRESH_S = 15.0
+"""The same for the sagas that ended in the last day: their count is the fleet's large part (every saga of the
+day), changes by a small share in this long, and reading it every 2 s beside 200 sagas/s cost the services'
+Postgres a measurable share of a core."""
 OLDEST_SHOWN = 10
 AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
     ("< 1 min", 60), ("< 10 min", 600), ("< 1 h", 3600), ("< 1 day", 86400), (">= 1 day", None))
@@ -76,6 +81,27 @@ class Fleet:
         for cell in self.cells:
             totals[cell.status] = totals.get(cell.status, 0) + cell.count
         return dict(sorted(totals.items()))
+
+
+@dataclass(frozen=True)
+class EndedCounts:
+    """How many sagas ended in the last hour and day, and how many of them by compensating (``UNDONE``)."""
+
+    hour: int
+    day: int
+    undone_hour: int
+    undone_day: int
+
+
+_AGE = "extract(epoch FROM now() - started_at)"
+_BUCKET_SQL = "CASE " + " ".join(
+    f"WHEN {_AGE} < {bound} THEN {index}" for index, (_, bound) in enumerate(AGE_BUCKETS) if bound is not None
+) + f" ELSE {len(AGE_BUCKETS) - 1} END"
+"""A saga's age bucket: its index in ``AGE_BUCKETS``."""
+
+
+def _cell(row: asyncpg.Record) -> HeatCell:
+    return HeatCell(row["saga_type"], row["status"], AGE_BUCKETS[row["bucket"]][0], row["n"])
 
 
 @dataclass(frozen=True)
@@ -164,54 +190,50 @@ class ConsoleReads:
         self.definitions = definitions
         self.schemas = schemas
         self.participants = list(participants)
-        self._fleet: tuple[float, Fleet] | None = None  # (when read, monotonic s; what was read)
+        # (when read, monotonic s; what was read), for the unfinished sagas and for the ended ones
+        self._unfinished: tuple[float, tuple[list[HeatCell], list[SagaSummaryRow]]] | None = None
+        self._ended: tuple[float, tuple[list[HeatCell], EndedCounts]] | None = None
         self._fleet_read = asyncio.Lock()
 
     async def fleet(self) -> Fleet:
         """Counts by saga type, state and age bucket (of the unfinished sagas and those that ended in the last
-        day), the oldest unfinished sagas, the compensation rates: read at most once every ``FLEET_FRESH_S``,
-        however many pages and API callers ask (its cost to the database stays that of one viewer)."""
+        day), the oldest unfinished sagas, the compensation rates. The unfinished sagas are read at most once
+        every ``FLEET_FRESH_S``, the ended ones every ``ENDED_FRESH_S``, however many pages and API callers ask
+        (its cost to the database stays that of one viewer)."""
         async with self._fleet_read:
-            if self._fleet is not None and time.monotonic() - self._fleet[0] < FLEET_FRESH_S:
-                return self._fleet[1]
-            found = await self._read_fleet(OLDEST_SHOWN)
-            self._fleet = (time.monotonic(), found)
-            return found
+            now = time.monotonic()
+            if self._unfinished is None or now - self._unfinished[0] >= FLEET_FRESH_S:
+                self._unfinished = (now, await self._read_unfinished(OLDEST_SHOWN))
+            if self._ended is None or now - self._ended[0] >= ENDED_FRESH_S:
+                self._ended = (now, await self._read_ended())
+            (unfinished, oldest), (ended, counts) = self._unfinished[1], self._ended[1]
+        return Fleet(cells=unfinished + ended, oldest=oldest,
+                     compensation_rate_hour=counts.undone_hour / counts.hour if counts.hour else None,
+                     compensation_rate_day=counts.undone_day / counts.day if counts.day else None,
+                     ended_hour=counts.hour, ended_day=counts.day)
 
-    async def _read_fleet(self, oldest: int) -> Fleet:
-        bounds = [bound for _, bound in AGE_BUCKETS if bound is not None]
-        bucket_sql = "CASE " + " ".join(
-            f"WHEN age < {bound} THEN {index}" for index, bound in enumerate(bounds)) + f" ELSE {len(bounds)} END"
+    async def _read_unfinished(self, oldest: int) -> tuple[list[HeatCell], list[SagaSummaryRow]]:
         async with self._pool.acquire() as conn:
-            # Unfinished sagas, and those that ended in the last day: both through the (status, updated_at) index,
-            # so the page costs the same after a month of ended sagas as on the first day.
             cells = await conn.fetch(
-                f"SELECT saga_type, status, {bucket_sql} AS bucket, count(*) AS n FROM ("
-                "  SELECT saga_type, status, extract(epoch FROM now() - started_at) AS age FROM saga.saga_summary"
-                "  WHERE status = ANY($1::text[])"
-                "  UNION ALL"
-                "  SELECT saga_type, status, extract(epoch FROM now() - started_at) FROM saga.saga_summary"
-                "  WHERE status = ANY($2::text[]) AND updated_at > now() - interval '1 day'"
-                ") s GROUP BY 1, 2, 3", list(UNFINISHED), list(ENDED), timeout=READ_TIMEOUT_S)
+                f"SELECT saga_type, status, {_BUCKET_SQL} AS bucket, count(*) AS n FROM saga.saga_summary"
+                " WHERE status = ANY($1::text[]) GROUP BY 1, 2, 3", list(UNFINISHED), timeout=READ_TIMEOUT_S)
             rows = await conn.fetch(
                 f"SELECT {SUMMARY_COLUMNS} FROM saga.saga_summary WHERE status = ANY($1::text[])"
-                " ORDER BY started_at LIMIT $2",
-                list(UNFINISHED), oldest, timeout=READ_TIMEOUT_S)
-            rates = await conn.fetchrow(
-                "SELECT count(*) FILTER (WHERE updated_at > now() - interval '1 hour') AS ended_hour,"
-                "       count(*) FILTER (WHERE updated_at > now() - interval '1 hour' AND status = ANY($2::text[]))"
-                "         AS undone_hour,"
-                "       count(*) AS ended_day, count(*) FILTER (WHERE status = ANY($2::text[])) AS undone_day"
-                " FROM saga.saga_summary WHERE status = ANY($1::text[]) AND updated_at > now() - interval '1 day'",
-                list(ENDED), list(UNDONE), timeout=READ_TIMEOUT_S)
-        names = [name for name, _ in AGE_BUCKETS]
-        assert rates is not None
-        return Fleet(
-            cells=[HeatCell(r["saga_type"], r["status"], names[r["bucket"]], r["n"]) for r in cells],
-            oldest=[summary_row(r) for r in rows],
-            compensation_rate_hour=rates["undone_hour"] / rates["ended_hour"] if rates["ended_hour"] else None,
-            compensation_rate_day=rates["undone_day"] / rates["ended_day"] if rates["ended_day"] else None,
-            ended_hour=rates["ended_hour"], ended_day=rates["ended_day"])
+                " ORDER BY started_at LIMIT $2", list(UNFINISHED), oldest, timeout=READ_TIMEOUT_S)
+        return [_cell(r) for r in cells], [summary_row(r) for r in rows]
+
+    async def _read_ended(self) -> tuple[list[HeatCell], EndedCounts]:
+        # Through the (status, updated_at) index: the page costs the same after a month of ended sagas as on the
+        # first day. One scan gives both the cells and the rates of the last hour and day.
+        rows = await self._pool.fetch(
+            f"SELECT saga_type, status, {_BUCKET_SQL} AS bucket, count(*) AS n,"
+            "        count(*) FILTER (WHERE updated_at > now() - interval '1 hour') AS in_hour"
+            " FROM saga.saga_summary WHERE status = ANY($1::text[]) AND updated_at > now() - interval '1 day'"
+            " GROUP BY 1, 2, 3", list(ENDED), timeout=READ_TIMEOUT_S)
+        undone = [r for r in rows if r["status"] in UNDONE]
+        counts = EndedCounts(hour=sum(r["in_hour"] for r in rows), day=sum(r["n"] for r in rows),
+                             undone_hour=sum(r["in_hour"] for r in undone), undone_day=sum(r["n"] for r in undone))
+        return [_cell(r) for r in rows], counts
 
     async def sagas(self, selection: bulk_jobs.Selection | None = None, limit: int = 100) -> list[SagaSummaryRow]:
         """Sagas of the read model that ``selection`` takes (every saga when None; the same condition a bulk job's

@@ -15,12 +15,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 import pytest_asyncio
 import uvicorn
 
 from saga_orchestrator.client import SagaApi, SagaClient, SagaNotFound
+from saga_orchestrator.console import reads
 from saga_orchestrator.console.app import console_app
 from saga_orchestrator.console.identity import add_user
 from saga_orchestrator.infra.db import create_pool
@@ -28,6 +30,7 @@ from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.domain.state import SagaStatus
 from saga_orchestrator.orchestrator.outbound import summary_of
 from saga_orchestrator.orchestrator.ports import SearchKey, StoredEvent, Writes
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
@@ -65,14 +68,18 @@ async def recorded(settings: Settings) -> AsyncIterator[dict[str, SagaRun]]:
     pool = await create_pool(settings.dsn(), 2)
     await migrate(pool)
     runs = _runs()
+    await _record(pool, runs)
+    yield runs
+    await pool.close()
+
+
+async def _record(pool: asyncpg.Pool, runs: dict[str, SagaRun]) -> None:
     async with PostgresStore(pool).begin() as uow:
         await uow.write(Writes(
             events=[StoredEvent(saga_id=e.saga_id, seq=e.seq, event_type=type(e).__name__, body=wire.encode_event(e),
                                 recorded_at_ms=e.occurred_at) for run in runs.values() for e in run.events],
             summaries=[summary_of(run.saga) for run in runs.values()],
             search_keys=[SearchKey(saga_id, "customer_id", f"cust-{saga_id}") for saga_id in runs]))
-    yield runs
-    await pool.close()
 
 
 async def _client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
@@ -252,3 +259,33 @@ async def test_the_client_and_the_command_line_read_a_saga_through_the_api(
     finally:
         server.should_exit = True
         await serving
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_fleet_reads_the_ended_sagas_less_often_than_the_unfinished(
+        settings: Settings, recorded: dict[str, SagaRun], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last test of the module: it records two more sagas."""
+    monkeypatch.setattr(reads, "FLEET_FRESH_S", 0.0)
+    monkeypatch.setattr(reads, "ENDED_FRESH_S", 3600.0)
+    async for client in _client(settings):
+        assert (await _json(client, "/api/v1/fleet"))["by_status"] == {"COMPLETED": 1, "RUNNING": 1}
+        now = time.time_ns() // 1_000_000
+        running = SagaRun(TRIP, saga_id="api-later-running", now=now)
+        undone = SagaRun(TRIP, saga_id="api-later-undone", now=now)
+        running.start()
+        undone.start()
+        undone.ok("book_flight")
+        undone.fail("book_hotel", "NoRooms")
+        undone.comp_ok("book_flight")
+        assert undone.status() == SagaStatus.COMPENSATED
+        pool = await create_pool(settings.dsn(), 1)
+        try:
+            await _record(pool, {run.saga.saga_id: run for run in (running, undone)})
+        finally:
+            await pool.close()
+        fleet = await _json(client, "/api/v1/fleet")  # the unfinished read again, the ended not yet
+        assert fleet["by_status"] == {"COMPLETED": 1, "RUNNING": 2} and fleet["ended_day"] == 1
+        monkeypatch.setattr(reads, "ENDED_FRESH_S", 0.0)
+        fleet = await _json(client, "/api/v1/fleet")
+        assert fleet["by_status"] == {"COMPENSATED": 1, "COMPLETED": 1, "RUNNING": 2}
+        assert (fleet["ended_hour"], fleet["compensation_rate_hour"], fleet["compensation_rate_day"]) == (2, 0.5, 0.5)
