@@ -3,8 +3,9 @@
 Every message of a saga carries the W3C ``traceparent`` recorded from its start (``schemas.headers``), so a span
 parented on a message's header joins the saga's trace wherever it is made: the orchestrator's decisions
 (``saga.decide``), the relays' publishes (``outbox.publish``) and the participants' handlers
-(``participant.handle``). A saga started without a trace context gets one from the span of its first decision,
-which its SagaStarted records (only while spans are exported).
+(``participant.handle``). A command carries the span of the decision that sent it instead, so its publish and
+handler nest under that decision. A saga started without a trace context gets one from the span of its first
+decision, which its SagaStarted records (only while spans are exported).
 
 A process exports its spans over OTLP/HTTP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set, configured by the standard OpenTelemetry variables

@@ -64,13 +64,15 @@ class PendingWrites:
         """Cancel a timer (an obsolete one: deleting it is an optimisation, firing it is harmless)."""
         self.timers[(saga_id, timer_id)] = None
 
-    def record(self, decision: Decision, causation_id: str) -> SagaState:
+    def record(self, decision: Decision, causation_id: str, sent_under: str | None = None) -> SagaState:
         """Add the events, outbox rows, timers and summary of one decision that recorded events; its new state.
-        Every row is encoded before any is added: a value that cannot be encoded (WireError) adds none."""
+        Every row is encoded before any is added: a value that cannot be encoded (WireError) adds none. Its
+        commands carry ``sent_under`` as their traceparent when given (the span of the decision that sent them,
+        so the participants' spans are its children), its events the saga's recorded one."""
         state = decision.state
         assert state is not None
         events, outbox = self._event_rows(decision, causation_id, state.saga_type or None, state.traceparent)
-        outbox += [command_message(self._topics, command, causation_id, state.traceparent)
+        outbox += [command_message(self._topics, command, causation_id, sent_under or state.traceparent)
                    for command in decision.commands]
         self.decisions.append(decision)
         self.events += events

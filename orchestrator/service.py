@@ -240,22 +240,24 @@ class SagaService:
                     raise
                 decision = quarantine(definition, state, _clip(f"{type(error).__name__}: {error}"),
                                       envelope.message_id, now)
+            sent_under = None
             if span.is_recording():
                 describe_decision(span, message, decision)
-            return self._record(envelope, decision, states, writes, now, definition, state)
+                sent_under = tracing.traceparent_of(span)  # its commands' spans nest under this decision
+            return self._record(envelope, decision, states, writes, now, definition, state, sent_under)
 
     def _record(self, envelope: Envelope, decision: Decision, states: dict[str, SagaState | None],
                 writes: PendingWrites, now: int, definition: SagaDefinition | None,
-                before: SagaState | None) -> Outcome:
+                before: SagaState | None, sent_under: str | None = None) -> Outcome:
         message = envelope.message
         try:
-            after = self._write(decision, envelope, writes)
+            after = self._write(decision, envelope, writes, sent_under)
         except WireError as error:  # the decision cannot be written (a value over its limit): the saga stops
             if before is None:
                 raise
             decision = quarantine(definition, before, _clip(f"decision not recorded: {error}"),
                                   envelope.message_id, now)
-            after = self._write(decision, envelope, writes)
+            after = self._write(decision, envelope, writes, sent_under)
         if after is not None:
             states[after.saga_id] = after
             log_decision(decision.events)
@@ -268,12 +270,14 @@ class SagaService:
         return Outcome.DEAD_LETTERED
 
     @staticmethod
-    def _write(decision: Decision, envelope: Envelope, writes: PendingWrites) -> SagaState | None:
-        """Add ``decision``'s rows to ``writes``, all of them or (WireError) none; the saga's state after it."""
+    def _write(decision: Decision, envelope: Envelope, writes: PendingWrites,
+               sent_under: str | None = None) -> SagaState | None:
+        """Add ``decision``'s rows to ``writes``, all of them or (WireError) none; the saga's state after it.
+        ``sent_under``: the traceparent its commands carry (the decision's span), else the saga's own."""
         if decision.state is not None:
             for timer_id in decision.obsolete_timers:
                 writes.delete_timer(decision.state.saga_id, timer_id)
-        return writes.record(decision, envelope.message_id) if decision.events else None
+        return writes.record(decision, envelope.message_id, sent_under) if decision.events else None
 
     def _decide_unfolded(self, envelope: Envelope, unfolded: _Unfolded, writes: PendingWrites, now: int) -> Outcome:
         """A message for a saga whose history does not fold (or that failed every time): the saga is quarantined,

@@ -143,6 +143,14 @@ async def test_one_trip_is_one_trace_of_every_service(trip_stack: Settings, expo
         assert handled == STEPS
         decided = [(span.attributes or {}).get("saga.message") for span in spans if span.name == "saga.decide"]
         assert decided.count("StartSaga") == 1 and decided.count("StepResult") == 4
+        # each handler's span is a child of the decision that sent its command
+        decisions = {span.context.span_id: span for span in spans if span.name == "saga.decide" and span.context}
+        senders = {(span.attributes or {}).get("saga.step"): decisions[span.parent.span_id]
+                   for span in spans if span.name == "participant.handle" and span.parent is not None
+                   and span.parent.span_id in decisions}
+        assert {step: (sender.attributes or {}).get("saga.message") for step, sender in senders.items()} == {
+            "book_flight": "StartSaga", "book_hotel": "StartSaga", "charge_card": "StepResult",
+            "send_itinerary": "StepResult"}
 
     untraced_spans, traced_spans = spans_of(exported, untraced), spans_of(exported, traced)
     # Without a client trace, the trip's trace begins at its first decision: the one root of its spans.
