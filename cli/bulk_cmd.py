@@ -103,10 +103,10 @@ def start(
 def list_jobs(limit: int = typer.Option(20, "--limit", min=1, help="At most this many jobs, newest first.")) -> None:
     """The latest bulk jobs: who started them, on what, and how far they got."""
     found = _with_pool(lambda pool: bulk_jobs.jobs(pool, limit))
-    table = Table("job", "status", "action", "selection", "done", "total", "operator", "started (UTC)")
+    table = Table("job", "status", "action", "selection", "done", "total", "refused", "operator", "started (UTC)")
     for job in found:
         table.add_row(str(job.id), job.status, _action(job), _selected(job), str(job.done), str(job.total),
-                      job.operator, when(job.created_at_ms))
+                      str(job.refused), job.operator, when(job.created_at_ms))
     console.print(table if found else "no bulk jobs")
 
 
@@ -119,6 +119,7 @@ def show(job_id: int = typer.Argument(..., help="The job's id (`saga bulk list`)
     console.print(f"bulk job [bold]{found.id}[/]: [bold]{found.status}[/] — {_action(found)} on {_selected(found)}")
     console.print(f"started {when(found.created_at_ms)} by {found.operator}: {found.reason}", highlight=False)
     console.print(f"done {found.done} of {found.total}" + (f", {found.failed} failed" if found.failed else "")
+                  + (f", {found.refused} refused by their saga" if found.refused else "")
                   + f"; at most {found.rate_per_s:g} a second; last saga {found.last_saga_id or '-'}",
                   highlight=False)
     if found.finished_at_ms is not None:

@@ -258,7 +258,9 @@ class Count:
 @dataclass(frozen=True)
 class BulkJob:
     """One bulk job as recorded (times in epoch ms). ``done``: sagas sent the command; ``failed``: sagas matched
-    whose command could not be written; ``last_saga_id``: the last saga handled (sagas go in id order)."""
+    whose command could not be written; ``refused``: sagas sent the command that refused it (the lever did not
+    apply as the saga stood: its history says why); ``last_saga_id``: the last saga handled (sagas go in id
+    order)."""
 
     id: int
     operator: str
@@ -271,6 +273,7 @@ class BulkJob:
     total: int
     done: int
     failed: int
+    refused: int
     last_saga_id: str
     error: str | None
     created_at_ms: int
@@ -360,7 +363,8 @@ def _job(row: asyncpg.Record) -> BulkJob:
     finished = row["finished_at"]
     return BulkJob(id=row["id"], operator=row["operator"], reason=row["reason"], action=row["action"],
                    step=row["step"], selection=selection, rate_per_s=row["rate_per_s"], status=row["status"],
-                   total=row["total"], done=row["done"], failed=row["failed"], last_saga_id=row["last_saga_id"],
+                   total=row["total"], done=row["done"], failed=row["failed"], refused=row["refused"],
+                   last_saga_id=row["last_saga_id"],
                    error=row["error"], created_at_ms=datetime_to_ms(row["created_at"]),
                    updated_at_ms=datetime_to_ms(row["updated_at"]),
                    finished_at_ms=None if finished is None else datetime_to_ms(finished),

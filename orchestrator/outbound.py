@@ -10,9 +10,9 @@ from typing import Any
 from ..outbox.dead_letters import dead_letter_message
 from ..outbox.table import OutboxMessage
 from ..schemas import wire
-from ..schemas.event_types import Event
+from ..schemas.event_types import Event, OperatorActionRefused, SagaCancelRefused
 from ..schemas.headers import message_headers
-from ..schemas.ids import event_message_id
+from ..schemas.ids import bulk_job_of, event_message_id
 from ..schemas.message_types import StepCommand
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
@@ -21,6 +21,9 @@ from .domain.messages import Timer
 from .domain.state import SagaState, SagaStatus
 from .domain.trouble import trouble
 from .ports import SagaSummaryRow, SearchKey, StatusMark, StoredEvent, TimerRow, UnitOfWork, Writes
+
+REFUSALS = (OperatorActionRefused, SagaCancelRefused)
+"""The events of a lever that did not apply: what a bulk job counts as refused (``Writes.bulk_refusals``)."""
 
 
 @dataclass
@@ -57,6 +60,7 @@ class PendingWrites:
         self.summaries: dict[str, SagaSummaryRow] = {}
         self.marks: list[StatusMark] = []
         self.search_keys: list[SearchKey] = []
+        self.bulk_refusals: dict[int, int] = {}
         self.decisions: list[Decision] = []
         self.dead_lettered = 0
 
@@ -74,6 +78,9 @@ class PendingWrites:
         events, outbox = self._event_rows(decision, causation_id, state.saga_type or None, state.traceparent)
         outbox += [command_message(self._topics, command, causation_id, sent_under or state.traceparent)
                    for command in decision.commands]
+        job = bulk_job_of(causation_id)
+        if job is not None and any(isinstance(event, REFUSALS) for event in decision.events):
+            self.bulk_refusals[job] = self.bulk_refusals.get(job, 0) + 1
         self.decisions.append(decision)
         self.events += events
         self.outbox += outbox
@@ -134,6 +141,7 @@ class PendingWrites:
             summaries=[self.summaries[saga_id] for saga_id in sorted(self.summaries)],
             marks=sorted(self.marks, key=lambda mark: mark.saga_id),
             search_keys=sorted(self.search_keys, key=lambda key: (key.field, key.value, key.saga_id)),
+            bulk_refusals=dict(sorted(self.bulk_refusals.items())),
         ))
 
 

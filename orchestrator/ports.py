@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..infra.failures import WriteConflict
@@ -122,6 +122,7 @@ class Writes:
     summaries: Sequence[SagaSummaryRow] = ()
     marks: Sequence[StatusMark] = ()
     search_keys: Sequence[SearchKey] = ()  # written once, when the saga starts
+    bulk_refusals: Mapping[int, int] = field(default_factory=dict)  # bulk job id -> its commands refused now
 
 
 class UnitOfWork(Protocol):

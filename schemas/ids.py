@@ -60,3 +60,10 @@ def bulk_message_id(job_id: int, saga_id: str) -> str:
     """Message id of the control command bulk job ``job_id`` sends saga ``saga_id``: one per saga and job, so a
     command queued twice is handled once."""
     return f"bulk:{job_id}:{saga_id}"
+
+
+def bulk_job_of(message_id: str) -> int | None:
+    """The bulk job whose command ``message_id`` is (``bulk_message_id``), None for any other message."""
+    prefix, _, rest = message_id.partition(":")
+    job, _, saga_id = rest.partition(":")
+    return int(job) if prefix == "bulk" and job.isdigit() and saga_id else None

@@ -91,6 +91,7 @@ class MemoryUnitOfWork:
                     current, status=mark.status, reason=mark.reason, last_seq=mark.last_seq,
                     updated_at_ms=mark.updated_at_ms)
         self._search_keys.extend(writes.search_keys)
+        # writes.bulk_refusals: this store keeps no bulk jobs (they run only in the Postgres orchestrator)
 
     async def claim_timers(self, due: Sequence[TimerRow]) -> list[TimerRow]:
         """Those of ``due`` visible to this unit of work exactly as given and not claimed by another open one;

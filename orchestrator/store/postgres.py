@@ -148,6 +148,11 @@ class PostgresUnitOfWork:
         except asyncpg.UniqueViolationError as exc:
             sagas = sorted({e.saga_id for e in writes.events})
             raise ConcurrencyConflict(f"events already recorded for saga(s) {sagas}: {exc.detail}") from exc
+        if writes.bulk_refusals:  # rare (a bulk job's lever refused by a saga): a statement of its own
+            await self.conn.execute(
+                f"UPDATE {self._s}.bulk_jobs AS j SET refused = j.refused + r.n, updated_at = now()"
+                " FROM unnest($1::bigint[], $2::int[]) AS r(id, n) WHERE j.id = r.id",
+                list(writes.bulk_refusals), list(writes.bulk_refusals.values()))
         if writes.marks:  # rare (a quarantine of a history that does not fold): a statement of its own
             await self.conn.execute(
                 f"UPDATE {self._s}.saga_summary AS s SET status = m.status, reason = m.reason, last_seq = m.last_seq,"

@@ -1,6 +1,6 @@
-"""A bulk operation through the real services: a dry run counts the checkouts whose confirmation waits an hour, a
-bulk job the orchestrator runs terminates each of them, every saga's history names the job, and `saga audit`
-and `saga verify` agree afterwards."""
+"""A bulk operation through the real services: a dry run counts the checkouts whose confirmation waits an hour;
+a job whose lever none of them can take counts each refusal; a bulk job the orchestrator runs terminates each
+of them, every saga's history names the job, and `saga audit` and `saga verify` agree afterwards."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.schemas.event_types import SagaTerminated
 from tests.chaos.crash_tools import started_and_ready
 from tests.conftest import module_stack
-from tests.e2e.harness import Stack, saga_cli
+from tests.e2e.harness import Stack, saga_cli, wait_for
 from tests.e2e.test_levers import _history, _waiting
 
 pytestmark = pytest.mark.e2e
@@ -41,6 +41,18 @@ async def test_a_bulk_job_terminates_the_sagas_its_dry_run_counted(stack: Stack)
         assert "3 sagas match (type patient_checkout, state RUNNING, stuck at participant mail)" in counted.stdout
         assert ", ".join(ids) in counted.stdout
 
+        # A lever that applies to none of them (they are not paused): each saga refuses it, and the job says so.
+        unpause = await saga_cli(stack.settings, "bulk", "start", "unpause", *SELECTION, "--operator", "lou",
+                                 "--reason", "wrong lever", "--rate", "10", "--yes")
+        assert unpause.returncode == 0, unpause.stdout + unpause.stderr
+        refusing = re.search(r"bulk job (\d+) started: 3 sagas", unpause.stdout)
+        assert refusing is not None, unpause.stdout
+
+        async def all_refused() -> bool:
+            shown = await saga_cli(stack.settings, "bulk", "show", refusing.group(1))
+            return "done 3 of 3, 3 refused by their saga" in shown.stdout
+
+        assert await wait_for(all_refused, 60, 0.5), "the unpause job did not count 3 refusals"
         started = await saga_cli(stack.settings, "bulk", "start", "terminate", *SELECTION, "--operator", "lou",
                                  "--reason", "confirmed by phone", "--rate", "2", "--yes")
         assert started.returncode == 0, started.stdout + started.stderr

@@ -18,8 +18,10 @@ from saga_orchestrator.orchestrator.bulk_jobs import (
     where,
 )
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
+from saga_orchestrator.orchestrator.outbound import PendingWrites
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.ids import bulk_job_of, bulk_message_id
 from saga_orchestrator.schemas.message_types import (
     CancelSaga,
     Lever,
@@ -29,8 +31,10 @@ from saga_orchestrator.schemas.message_types import (
     control_command,
 )
 from saga_orchestrator.schemas.topics import Topics
+from saga_orchestrator.testing.history import SagaRun
 
 REGISTRY = DefinitionRegistry([TRIP])
+TOPICS = Topics()
 
 
 @pytest.mark.parametrize(("selection", "sql", "params"), [
@@ -156,3 +160,23 @@ def test_a_job_that_can_start_passes() -> None:
                                              (1000, MAX_BATCH)])
 def test_a_batch_is_a_quarter_second_of_the_rate_and_at_least_one_saga(rate: float, size: int) -> None:
     assert batch_size(rate) == size
+
+
+def test_a_jobs_command_that_its_saga_refuses_counts_against_the_job() -> None:
+    run = SagaRun(TRIP, saga_id="t-bulk")
+    run.start()
+    writes = PendingWrites(TOPICS)
+    for message_id, action, operator in ((bulk_message_id(7, "t-bulk"), Lever.UNPAUSE, "lou (bulk job 7)"),
+                                         ("cli:1", Lever.UNPAUSE, "ana"),  # refused too, but no job's
+                                         (bulk_message_id(8, "t-bulk"), Lever.PAUSE, "lou (bulk job 8)")):
+        decision = run.send(OperateSaga(saga_id="t-bulk", action=action, step=None, operator=operator,
+                                        reason="tidy up"))
+        writes.record(decision, message_id)
+    assert [type(event).__name__ for event in run.events[-3:]] == [
+        "OperatorActionRefused", "OperatorActionRefused", "OperatorAction"]
+    assert writes.bulk_refusals == {7: 1}
+
+
+def test_a_bulk_jobs_message_id_names_its_job() -> None:
+    assert bulk_job_of(bulk_message_id(12, "a:b")) == 12
+    assert bulk_job_of("cli:1") is None and bulk_job_of("bulk:x:s") is None and bulk_job_of("bulk:3:") is None
