@@ -11,8 +11,9 @@ the broker and Postgres every so often, and injects duplicates of every command,
 it waits for every started saga to end (``--drain-timeout``) and runs ``verify_system``.
 
 Prints sagas started / terminal / lost, kills by service, broker and Postgres restarts, duplicates injected,
-invariant violations and throughput under chaos. Exit code 1 on any lost saga, violation, or service that
-exited by itself.
+invariant violations, isolation steps (what the services' isolation ladders logged below the batch: the chaos
+holds no poison, so each is healthy work treated as bad) and throughput under chaos. Exit code 1 on any lost
+saga, violation, isolation step, or service that exited by itself.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def print_result(result: ChaosResult, out: Console | None = None) -> None:
     figures.add_row("broker restarts", str(result.broker_restarts))
     figures.add_row("Postgres restarts", str(result.db_restarts))
     figures.add_row("duplicates injected", str(result.duplicates_injected))
+    figures.add_row("isolation steps (healthy work down a ladder)", _flag(sum(result.isolation_steps.values())))
     throughput = result.terminal_during_chaos / result.chaos_s if result.chaos_s else 0.0
     figures.add_row("throughput under chaos", f"{throughput:.2f} sagas/s ({result.terminal_during_chaos} ended "
                                               f"in {result.chaos_s:.0f} s)")
@@ -110,13 +112,19 @@ def print_result(result: ChaosResult, out: Console | None = None) -> None:
         for saga_id, state, why in result.lost[:30]:
             table.add_row(saga_id, state, why)
         out.print(table)
+    if result.isolation_steps:
+        table = Table("service: logged (ladder): error", "times", title="isolation steps", title_justify="left")
+        for step, count in result.isolation_steps.most_common(30):
+            table.add_row(step, str(count))
+        out.print(table)
     if report and report.violations:
         table = Table("saga", "problem", title="violations", title_justify="left")
         for violation in report.violations[:50]:
             table.add_row(violation.saga_id, violation.problem)
         out.print(table)
-    passed = result.ok and not result.unexpected_exits
-    out.print("[green]OK: nothing lost, no invariant broken[/]" if passed else "[red]FAILED[/]")
+    passed = result.ok and not result.unexpected_exits and not result.isolation_steps
+    out.print("[green]OK: nothing lost, no invariant broken, no healthy work isolated[/]" if passed
+              else "[red]FAILED[/]")
 
 
 def _flag(count: int) -> str:
@@ -158,7 +166,7 @@ def main() -> None:
     print_result(result)
     if args.keep or args.home:
         console.print(f"data and service logs kept in {home}")
-    raise SystemExit(0 if result.ok and not result.unexpected_exits else 1)
+    raise SystemExit(0 if result.ok and not result.unexpected_exits and not result.isolation_steps else 1)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ the drain timeout.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -25,6 +26,7 @@ from typing import Any
 from bench.chaos_support import Publisher, poll_until, schedule, sleep_or_over
 from saga_orchestrator.client.event_feed import EventFeed
 from saga_orchestrator.infra import launcher
+from saga_orchestrator.infra.isolation import BELOW_THE_BATCH
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.verify import VerifyReport, verify_system
 from saga_orchestrator.participants.registry import participant_workers
@@ -81,6 +83,9 @@ class ChaosResult:
     drain_s: float = 0.0
     terminal_during_chaos: int = 0
     report: VerifyReport | None = None
+    # "service: what the ladder logged (ladder or component): error" → times, from the services' logs of this run.
+    # The chaos holds no poison, so every one is a finding: healthy work sent down a ladder.
+    isolation_steps: Counter[str] = field(default_factory=Counter)
 
     @property
     def lost(self) -> list[tuple[str, str, str]]:
@@ -140,6 +145,7 @@ class ChaosRun:
             ("postgres", self._restarts("postgres", plan.db_restart_every_s, 0.7, chaos_over)),
             ("faults", self._own_faults(started)),
         )]
+        logged_before = {label: len(self.stack.log(label)) for label in self.stack.labels}
         dup_stop = asyncio.Event()
         if plan.duplicates:
             tasks.append(asyncio.create_task(self._duplicate(dup_stop), name="duplicator"))
@@ -162,6 +168,7 @@ class ChaosRun:
             await asyncio.gather(*tasks, *self._pending, return_exceptions=True)
             await self._feed.stop()
             await self._publisher.close()
+            self.result.isolation_steps = isolation_steps(self.stack, logged_before)
         return self.result
 
     async def _drain(self) -> None:
@@ -309,3 +316,21 @@ class ChaosRun:
         topics += [name for p in participants for name in (self.topics.commands(p), self.topics.results(p))]
         return Duplicator(self.settings, topics, copies=self.plan.duplicate_copies, shuffle_window=50,
                           seed=self._rng.randrange(2**32))
+
+
+def isolation_steps(stack: Stack, logged_before: dict[str, int] | None = None) -> Counter[str]:
+    """What the services logged of ``infra.isolation.BELOW_THE_BATCH`` (after ``logged_before``: characters of
+    each log to skip), counted as "service: message (ladder or component): error"."""
+    steps: Counter[str] = Counter()
+    for label in stack.labels:
+        for line in stack.log(label)[(logged_before or {}).get(label, 0):].splitlines():
+            if not any(message in line for message in BELOW_THE_BATCH):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line of another format: counted as it stands
+                steps[f"{label}: {line[:200]}"] += 1
+                continue
+            where = record.get("ladder") or record.get("component")
+            steps[f"{label}: {record.get('msg')} ({where}): {str(record.get('error', ''))[:120]}"] += 1
+    return steps

@@ -41,6 +41,14 @@ ResultT_co = TypeVar("ResultT_co", covariant=True)
 CONFLICT_RETRIES = 8
 """Tries of one unit that keeps losing to concurrent writers before it counts as failed."""
 
+GROUPS_ONE_BY_ONE = "batch failed, handling its groups one by one"
+ITEMS_ONE_AT_A_TIME = "group failed, handling its items one at a time"
+ISOLATING = "item failed every time on its own: isolating it"
+OUTSIDE_ISOLATION = "work failed outside its isolation, trying it again"
+BELOW_THE_BATCH = (GROUPS_ONE_BY_ONE, ITEMS_ONE_AT_A_TIME, ISOLATING, OUTSIDE_ISOLATION)
+"""What is logged (logger ``saga.isolation``) when work went below the batch's rung, or a failure that is no
+platform fault reached a service's wait: none of it may happen without a record or a bug to blame."""
+
 
 class Isolation(Protocol[ItemT_contra, ResultT_co]):
     """What a service gives the ladder: how its items group, how a unit of them is handled, and its end."""
@@ -93,7 +101,7 @@ class IsolationLadder(Generic[ItemT, ResultT]):
             try:
                 return list(await self._unit(lambda: self._target.handle(items), several_groups=True))
             except _Failed as failed:
-                log.warning("batch failed, handling its groups one by one",
+                log.warning(GROUPS_ONE_BY_ONE,
                             extra={"ladder": self._name, "groups": len(groups), "items": len(items),
                                    "error": str(failed)})
         members = [[items[index] for index in indexes] for indexes in groups.values()]
@@ -112,7 +120,7 @@ class IsolationLadder(Generic[ItemT, ResultT]):
         try:
             return list(await self._unit(lambda: self._target.handle(items)))
         except _Failed as failed:
-            log.warning("group failed, handling its items one at a time",
+            log.warning(ITEMS_ONE_AT_A_TIME,
                         extra={"ladder": self._name, "items": len(items), "group": str(self._target.group_of(items[0])),
                                "error": str(failed)})
         return [await self._alone(item) for item in items]
@@ -126,7 +134,7 @@ class IsolationLadder(Generic[ItemT, ResultT]):
             except _Failed as failed:
                 error = failed.error
         assert error is not None
-        log.error("item failed every time on its own: isolating it",
+        log.error(ISOLATING,
                   extra={"ladder": self._name, "group": str(self._target.group_of(item)), "attempts": self._attempts,
                          "error": describe(error)})
         try:
@@ -198,7 +206,7 @@ class OutageWait:
             if platform:
                 log.warning("waiting out a platform fault", extra=extra)
             else:
-                log.error("work failed outside its isolation, trying it again", extra=extra)
+                log.error(OUTSIDE_ISOLATION, extra=extra)
             self._outage = outage = _Outage(what, outage.since if outage else time.monotonic())
             self._health().waiting(self.component, what if platform else f"a failure: {what}")
         outage.pauses += 1

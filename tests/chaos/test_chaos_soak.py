@@ -2,7 +2,8 @@
 
 The short version of ``python -m bench.chaos``: trip sagas of every scenario keep starting while the chaos
 goes on; afterwards no saga is lost (every started one ended), ``verify_system`` finds no broken invariant,
-and no service exited unless it was killed.
+no service exited unless it was killed, and no isolation ladder went below its batch (the chaos holds no
+poison).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ async def test_a_minute_of_chaos_loses_nothing(stack: Stack, private_servers: Se
     assert result.lost == [], result.lost[:10]
     assert result.report.violations == [], result.report.violations[:10]
     assert not result.unexpected_exits, result.unexpected_exits
+    assert not result.isolation_steps, f"healthy work down an isolation ladder: {result.isolation_steps}"
     assert stack.exited() == {}
     assert set(result.kills) == set(stack.labels), result.kills  # every service was killed at least once
     assert result.broker_restarts == 1 and result.db_restarts == 1

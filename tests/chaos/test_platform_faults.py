@@ -9,7 +9,8 @@ Postgres) while a real fault strikes for a few seconds:
 - every connection slot is taken while the services' pools reconnect (``too many connections``, 53300).
 
 Afterwards every saga ended as its trigger says, nothing of theirs was dead-lettered, ``saga verify`` finds
-nothing, no service exited, and the fault was met and waited out (the services' logs say so).
+nothing, no service exited, no isolation ladder went below its batch, and the fault was met and waited out (the
+services' logs say so).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ async def _run(stack: Stack, servers: Settings, at_s: float, name: str,
     assert not wrong, f"{len(wrong)} of {len(result.scenario_of)} sagas ended wrongly: {list(wrong.items())[:10]}"
     assert len(result.scenario_of) >= 100 * _plan().duration_s / 12
     assert not result.unexpected_exits and stack.exited() == {}, stack.exited()
+    assert not result.isolation_steps, f"healthy work down an isolation ladder: {result.isolation_steps}"
     letters = [parked.letter.saga_id for parked in await read_parked(stack.settings)
                if parked.letter is not None and parked.letter.saga_id in result.scenario_of]
     assert letters == [], f"dead-lettered: {letters[:10]}"

@@ -29,6 +29,7 @@ import pytest
 from bench.chaos_support import publish_paced
 from saga_orchestrator.cli.run_cmd import health_port
 from saga_orchestrator.infra.health_server import fetch_health
+from saga_orchestrator.infra.isolation import OUTSIDE_ISOLATION
 from saga_orchestrator.infra.kafka_admin import settled_group
 from saga_orchestrator.infra.launcher.private import free_port_block
 from saga_orchestrator.infra.settings import Settings
@@ -160,7 +161,7 @@ async def test_two_of_each_service_share_the_load_through_kills_and_a_pause(stac
 
     for label in ("orchestrator", "orchestrator-2", *PARTICIPANTS, *(f"{p}-2" for p in PARTICIPANTS)):
         log = stack.log(label)
-        assert "work failed outside its isolation" not in log, label
+        assert OUTSIDE_ISOLATION not in log, label
         assert "Crashed reason" not in log, label
     handled = []
     for port in (first_port, second_port):

@@ -13,6 +13,7 @@ import errno
 import importlib
 import inspect
 import socket
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,6 +63,7 @@ SQLSTATE_CLASSES = [
     ("23505", RECORD),  # unique violation (the event store turns its own into a ConcurrencyConflict)
     ("24000", RECORD),  # invalid cursor state
     ("25000", RECORD),  # invalid transaction state
+    ("25006", PLATFORM),  # read-only SQL transaction: the server became a standby (a failover)
     ("25P02", RECORD),  # in failed SQL transaction
     ("25P03", RECORD),  # idle in transaction session timeout: the work held its transaction too long
     ("26000", RECORD),  # invalid SQL statement name
@@ -129,10 +131,27 @@ class _KafkaCase(kafka_errors.KafkaError):  # type: ignore[misc]  # aiokafka is 
     retriable = True
 
 
+_InternalClientError = asyncpg.exceptions.InternalClientError
+
 ERRORS: list[tuple[BaseException, Fault]] = [
-    # asyncpg's own client errors
+    # asyncpg's own client errors: a connection the server closed or is closing, by type...
     (asyncpg.InterfaceError("connection is closed"), PLATFORM),
+    (asyncpg.InterfaceError("cannot perform operation: connection is closed"), PLATFORM),
+    (asyncpg.InterfaceError("cannot call Connection.fetch(): connection has been released back to the pool"), PLATFORM),
+    (asyncpg.InterfaceError("cannot perform operation: another operation is in progress"), PLATFORM),
     (asyncpg.InterfaceError("pool is closing"), PLATFORM),
+    (asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation"), PLATFORM),
+    (asyncpg.exceptions.TargetServerAttributeNotMatched("none of the hosts match target_session_attrs"), PLATFORM),
+    # ... and where asyncpg has no type for it, by what it says: the server's FATAL notice was read, the socket's
+    # end not yet (tests/chaos/test_restart_ladders.py meets them in a real restart)
+    (_InternalClientError("cannot switch to state 12; another operation (2) is in progress"), PLATFORM),
+    (_InternalClientError("cannot switch to state 15; another operation (2) is in progress"), PLATFORM),
+    (_InternalClientError('cannot switch to state 11; protocol is in the "failed" state'), PLATFORM),
+    (_InternalClientError('cannot switch to "idle" state; protocol is in the "failed" state'), PLATFORM),
+    (_InternalClientError("not connected"), PLATFORM),
+    # the rest of asyncpg's internal errors are about the statement or a bug: isolated, never waited on forever
+    (_InternalClientError("could not resolve query result and/or argument types in 6 attempts"), RECORD),
+    (asyncpg.exceptions.ProtocolError("unexpected message in the protocol"), RECORD),
     (asyncpg.exceptions.DataError("invalid input for query argument $1"), RECORD),
     (asyncpg.exceptions.ClientConfigurationError("bad option"), RECORD),
     (asyncpg.exceptions.OutdatedSchemaCacheError("cached statement plan is invalid"), CONFLICT),
@@ -144,6 +163,9 @@ ERRORS: list[tuple[BaseException, Fault]] = [
     (OSError(errno.ENOSPC, "No space left on device"), PLATFORM),
     (OSError(errno.EHOSTUNREACH, "No route to host"), PLATFORM),
     (socket.gaierror(-2, "Name or service not known"), PLATFORM),
+    (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), PLATFORM),  # a TLS connection the server closed
+    (ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)"), PLATFORM),
+    (ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"), RECORD),  # a setting to fix
     (TimeoutError(), PLATFORM),
     (FileNotFoundError(errno.ENOENT, "No such file"), RECORD),
     (PermissionError(errno.EACCES, "Permission denied"), RECORD),
