@@ -1,4 +1,4 @@
-"""Avro single-object encoding: framing, CRC-64-AVRO fingerprints and the wire errors.
+"""Avro single-object encoding: framing, CRC-64-AVRO fingerprints (fastavro's) and the wire errors.
 
 A single-object encoded value is ``C3 01`` + the 8-byte little-endian CRC-64-AVRO fingerprint of the
 writer schema's Parsing Canonical Form + the Avro binary body (Avro specification, "Single-object
@@ -7,40 +7,22 @@ encoding"). Everything here is pure: no schema files are read by this module.
 
 from __future__ import annotations
 
+import fastavro.schema
+
 MARKER = b"\xc3\x01"
 """The two-byte marker that starts every single-object encoded value."""
 
 FINGERPRINT_SIZE = 8
 HEADER_SIZE = len(MARKER) + FINGERPRINT_SIZE
 
-# The CRC-64-AVRO "empty" value and polynomial, as given in the Avro specification.
-_EMPTY = 0xC15D213AA4D7A795
-
-
-def _crc64_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        value = byte
-        for _ in range(8):
-            value = (value >> 1) ^ (_EMPTY & -(value & 1))
-        table.append(value)
-    return tuple(table)
-
-
-_TABLE = _crc64_table()
-
-
-def crc64_avro(data: bytes) -> int:
-    """The CRC-64-AVRO (Rabin) fingerprint of ``data`` as an unsigned 64-bit integer."""
-    value = _EMPTY
-    for byte in data:
-        value = (value >> 8) ^ _TABLE[(value ^ byte) & 0xFF]
-    return value
-
 
 def fingerprint_of(canonical_form: str) -> bytes:
-    """The 8 fingerprint bytes (little-endian) of a schema given in Parsing Canonical Form."""
-    return crc64_avro(canonical_form.encode("utf-8")).to_bytes(FINGERPRINT_SIZE, "little")
+    """The 8 fingerprint bytes of a schema given in Parsing Canonical Form, in the order the header carries them.
+
+    fastavro's CRC-64-AVRO hex string is already that (little-endian) order; a client that builds the header
+    itself takes ``bytes.fromhex`` of it as well (docs/starting.md), never ``struct.pack`` of it as a number.
+    """
+    return bytes.fromhex(fastavro.schema.fingerprint(canonical_form, "CRC-64-AVRO"))
 
 
 def header_for(fingerprint: bytes) -> bytes:
@@ -131,7 +113,6 @@ __all__ = [
     "ValueTooLarge",
     "WireError",
     "WrongSchema",
-    "crc64_avro",
     "fingerprint_of",
     "header_for",
     "split_header",

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import random
+import re
 import socket
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -34,6 +39,8 @@ from tests.conftest import module_stack
 from tests.e2e.harness import Stack, publish, read_topic, saga_cli, terminal_events, wait_for
 
 pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TIMEOUT_S = 60.0
 TERMINAL_STATUS_OF = {"SagaCompleted": "COMPLETED", "SagaCompensated": "COMPENSATED", "SagaFailed": "FAILED",
@@ -189,6 +196,35 @@ async def test_bad_input_goes_to_the_dead_letter_topic_and_the_consumer_keeps_go
     assert cruise in by_value and "unknown saga_type 'cruise'" in by_value[cruise].reason
     assert by_value[cruise].saga_id == unknown_id
     assert not stack.exited(), f"services exited: {stack.exited()}"
+
+
+def _outside_client() -> str:
+    """The program docs/starting.md gives for a client without this project."""
+    text = (ROOT / "docs" / "starting.md").read_text()
+    after = text.split("Without this project, a client that uses only `fastavro` and `aiokafka`", 1)[1]
+    found = re.search(r"```python\n(.*?)```", after, flags=re.DOTALL)
+    assert found is not None, "docs/starting.md lost its outside client"
+    return found.group(1)
+
+
+async def test_the_documented_client_without_this_project_starts_a_trip_that_completes(
+        stack: Stack, tmp_path: Path) -> None:
+    program = tmp_path / "outside_client.py"
+    program.write_text(_outside_client())
+    saga_id = f"outside-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": stack.settings.kafka_servers(),
+           "SAGA_TOPIC_PREFIX": stack.settings.saga_topic_prefix}
+    # Run from the project's root: the program reads the schema files as a user's copy of them.
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, str(program), saga_id], cwd=ROOT, env=env,
+                                   capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = [line.split() for line in done.stdout.splitlines()]
+    assert printed[0] == ["1", "SagaStarted"] and printed[-1][1] == "SagaCompleted", done.stdout
+    assert [line[0] for line in printed] == [str(seq) for seq in range(1, len(printed) + 1)], done.stdout
+    ended = await terminal_events(stack.settings, [saga_id], TIMEOUT_S)
+    assert type(ended[saga_id]).__name__ == "SagaCompleted"
+    assert await _effects(stack.settings, saga_id) == COMPLETED_EFFECTS
 
 
 async def _metrics(settings: Settings, label: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
