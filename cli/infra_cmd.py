@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..infra import launcher
@@ -24,7 +25,8 @@ _err = terminal_console(stderr=True)
 
 
 def _fail(error: launcher.LauncherError) -> typer.Exit:
-    _err.print(f"[bold red]error:[/] {error}")
+    # soft_wrap: a one-line cause stays one line however narrow the terminal (a log tail keeps its own lines).
+    _err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True, highlight=False)
     return typer.Exit(1)
 
 

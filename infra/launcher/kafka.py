@@ -20,7 +20,17 @@ from pathlib import Path
 from ..kafka_admin import wait_for_broker
 from ..kafka_clients import KafkaClients
 from ..settings import KAFKA_NODE_PORT_STEP, Settings
-from .process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
+from .process import (
+    LauncherError,
+    Report,
+    bind_failure,
+    is_alive,
+    port_trouble,
+    read_pid,
+    refuse_unusable_port,
+    stop_process,
+    tail,
+)
 from .security import SCRAM_MECHANISMS, SCRAM_USER, LocalSecrets, add_scram_user
 
 INFRA_DIR = Path(__file__).resolve().parent.parent
@@ -130,13 +140,19 @@ class KafkaLauncher:
             report("formatting the KRaft log folder")
             self._format()
 
+    def ports(self) -> dict[int, str]:
+        """This node's ports, each with the setting it comes from."""
+        node = "" if self.nodes == 1 else f" (node {self.node}: + {KAFKA_NODE_PORT_STEP * (self.node - 1)})"
+        return {self.port: f"SAGA_KAFKA_PORT{node}", self.controller_port: f"SAGA_KAFKA_CONTROLLER_PORT{node}",
+                self.secure_port: f"SAGA_KAFKA_SECURE_PORT{node}"}
+
+    def refuse_unusable_ports(self) -> None:
+        """LauncherError, in one line naming the setting, when a port of this node cannot be counted on."""
+        for port, setting in self.ports().items():
+            refuse_unusable_port(port, setting)
+
     def start(self, report: Report) -> int:
         """Start the broker detached from this process (own session, parent init); returns its pid."""
-        ports = ((self.port, "SAGA_KAFKA_PORT"), (self.controller_port, "SAGA_KAFKA_CONTROLLER_PORT"),
-                 (self.secure_port, "SAGA_KAFKA_SECURE_PORT"))
-        for port, variable in ports:
-            if port_open(port):
-                raise LauncherError(f"port {port} is taken by another program; pick another with {variable}")
         report("starting the broker")
         java = _tool("java", "openjdk-17-jre-headless")
         command = [java, *self._jvm_args(), "kafka.Kafka", str(self.config_path)]
@@ -163,10 +179,14 @@ class KafkaLauncher:
 
         if not await wait_for_broker(KafkaClients(self.bootstrap), seconds, alive):
             state = "exited" if not alive() else f"did not answer within {seconds:.0f} s"
-            raise LauncherError(
-                f"Kafka {state}. Last lines of {self.logs_dir / 'server.log'}:\n"
-                f"{tail(self.logs_dir / 'server.log')}\n{tail(self.logs_dir / 'server.out', 5)}"
-            )
+            log = self.logs_dir / "server.log"
+            failed = bind_failure(tail(log, 400)) or bind_failure(tail(self.logs_dir / "server.out", 400))
+            ports = self.ports()
+            if failed is not None and failed.port in ports:
+                trouble = port_trouble(failed.port, ports[failed.port], failed.words, log)
+                raise LauncherError(f"Kafka {state}: {trouble}")
+            raise LauncherError(f"Kafka {state}. Last lines of {log}:\n{tail(log)}\n"
+                                f"{tail(self.logs_dir / 'server.out', 5)}")
         # A log folder formatted before the SASL_SSL listener existed gets its user now (once).
         java = _tool("java", "openjdk-17-jre-headless")
         await asyncio.to_thread(add_scram_user, java, self._jvm_args(), self.bootstrap, self.secrets,

@@ -21,7 +21,17 @@ import asyncpg
 
 from ..failures import Fault, classify
 from ..settings import Settings
-from .process import LauncherError, Report, is_alive, port_open, read_pid, stop_process, tail
+from .process import (
+    LauncherError,
+    Report,
+    bind_failure,
+    is_alive,
+    port_trouble,
+    read_pid,
+    refuse_unusable_port,
+    stop_process,
+    tail,
+)
 
 INSTALL_HINT = "Postgres binaries (initdb, pg_ctl) not found. Install them: apt-get install -y postgresql"
 SERVICE_USER = "postgres"  # the account Debian's postgresql package creates; Postgres refuses to run as root
@@ -93,16 +103,22 @@ class PostgresLauncher:
         self._write(self.data_dir / "saga.conf", self._saga_conf(), owner)
         self._write(self.data_dir / "pg_hba.conf", _PG_HBA, owner)
 
+    def refuse_unusable_ports(self) -> None:
+        """LauncherError, in one line naming SAGA_POSTGRES_PORT, when its port cannot be counted on."""
+        refuse_unusable_port(self.port, "SAGA_POSTGRES_PORT")
+
     def start(self, report: Report) -> int:
         """Start the server with pg_ctl (which detaches it) and return the postmaster's pid."""
-        if port_open(self.port):
-            raise LauncherError(f"port {self.port} is taken by another program; use SAGA_POSTGRES_PORT")
         report("starting Postgres")
         pg_ctl = str(self._bin_dir() / "pg_ctl")
         data, log = str(self.data_dir), str(self.log_file)
         result = self._run([pg_ctl, "start", "-w", "-t", "60", "-s", "-D", data, "-l", log])
         pid = self.pid()
         if result.returncode != 0 or pid is None:
+            failed = bind_failure(tail(self.log_file, 200))
+            if failed is not None:
+                raise LauncherError("Postgres did not start: " + port_trouble(self.port, "SAGA_POSTGRES_PORT",
+                                                                             failed.words, self.log_file))
             output = f"{result.stdout}{result.stderr}"
             raise LauncherError(f"Postgres did not start:\n{output}\n{tail(self.log_file)}")
         return pid

@@ -16,25 +16,32 @@ from pathlib import Path
 from rich.console import Console
 
 from ..settings import KAFKA_NODE_PORT_STEP, Settings
+from .process import ephemeral_ports
 from .stack import down, up
 
 
+def _below_ephemeral() -> int:
+    """The first port of the ephemeral range (Linux's default when it cannot be read): a server's port is
+    picked below it, where no outgoing connection takes one (the launcher refuses the range)."""
+    ephemeral = ephemeral_ports()
+    return ephemeral.start if ephemeral is not None else 32768
+
+
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for probe in sockets:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in sockets]
-    finally:
-        for probe in sockets:
-            probe.close()
+    """``count`` distinct TCP ports below the ephemeral range that were free on 127.0.0.1 a moment ago."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port_block(1)
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def free_port_block(count: int, attempts: int = 50) -> int:
-    """The first of ``count`` consecutive TCP ports that were all free on 127.0.0.1 a moment ago."""
+    """The first of ``count`` consecutive TCP ports below the ephemeral range that were all free on 127.0.0.1 a
+    moment ago."""
     for _ in range(attempts):
-        base = random.randint(20_000, 32_000 - count)  # below Linux's ephemeral range (32768-)
+        base = random.randint(20_000, _below_ephemeral() - 1 - count)
         probes: list[socket.socket] = []
         try:
             for port in range(base, base + count):

@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import re
 import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 Report = Callable[[str], None]
@@ -100,6 +102,75 @@ def read_pid(path: Path) -> int | None:
     except OSError:
         return None
     return int(first_line) if first_line.isdigit() else None
+
+
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_ports(source: Path = EPHEMERAL_RANGE_FILE) -> range | None:
+    """The ports this machine gives outgoing connections (``net.ipv4.ip_local_port_range``); None where it
+    cannot tell."""
+    try:
+        low, high = (int(part) for part in source.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return range(low, high + 1)
+
+
+def bind_error(port: int, host: str = "127.0.0.1") -> str | None:
+    """Why a server could not listen on host:port now, in the system's words; None when it could."""
+    with socket.socket() as probe:
+        # As Kafka and Postgres bind: a closed connection still in TIME_WAIT on the port does not count.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+            probe.listen(1)
+        except OSError as error:
+            return error.strerror or str(error)
+    return None
+
+
+def refuse_unusable_port(port: int, setting: str) -> None:
+    """A one-line LauncherError naming ``setting`` when a local server cannot count on ``port``: it lies in the
+    ephemeral range (an outgoing connection of any program may hold it at any moment), or a socket holds it now.
+    """
+    ephemeral = ephemeral_ports()
+    if ephemeral is not None and port in ephemeral:
+        raise LauncherError(
+            f"port {port} ({setting}) is in this machine's ephemeral range ({ephemeral.start}-{ephemeral.stop - 1}, "
+            f"net.ipv4.ip_local_port_range), where any outgoing connection may take it; pick a port below "
+            f"{ephemeral.start} with {setting}")
+    taken = bind_error(port)
+    if taken is not None:
+        raise LauncherError(f"port {port} ({setting}) is held by another socket: {taken} (`ss -tanp 'sport = :{port}'` "
+                            f"shows which program); stop it or pick another port with {setting}")
+
+
+# How Kafka ("Socket server failed to bind to 127.0.0.1:19092: Address already in use.") and Postgres ('could not
+# bind IPv4 address "127.0.0.1": Address already in use') say in their logs that a port could not be had.
+_BIND_FAILED = re.compile(r"(failed to bind to \S+:(\d+)|could not bind [^:\n]+): *([^.\n]+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class BindFailure:
+    """A server's own words for a port it could not bind, and the port when they name it."""
+
+    words: str
+    port: int | None
+
+
+def bind_failure(log: str) -> BindFailure | None:
+    """The first line of a server's log that says it could not bind its port; None when none does."""
+    found = _BIND_FAILED.search(log)
+    if found is None:
+        return None
+    return BindFailure(f"{found.group(1)}: {found.group(3).strip()}", int(found.group(2)) if found.group(2) else None)
+
+
+def port_trouble(port: int, setting: str, words: str, log: Path) -> str:
+    """One line for a server that could not bind ``port``: the port, its setting, the server's words, a hint."""
+    return (f"port {port} ({setting}): {words}; another program holds it or held it a moment ago "
+            f"(`ss -tanp 'sport = :{port}'` shows which); pick another port with {setting}. Its log: {log}")
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:

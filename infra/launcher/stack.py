@@ -62,6 +62,7 @@ async def _started(server: KafkaLauncher | PostgresLauncher, report: Report) -> 
     if pid is not None:
         report(f"already running (pid {pid}); checking it answers")
         return pid
+    server.refuse_unusable_ports()  # before any slow preparation: a port it cannot have fails at once
     await asyncio.to_thread(server.prepare, report)
     return await asyncio.to_thread(server.start, report)
 
