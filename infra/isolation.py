@@ -42,12 +42,14 @@ CONFLICT_RETRIES = 8
 """Tries of one unit that keeps losing to concurrent writers before it counts as failed."""
 
 GROUPS_ONE_BY_ONE = "batch failed, handling its groups one by one"
+SPLIT_BY_A_CONFLICT = "batch lost to a concurrent writer, handling its groups one by one"
 ITEMS_ONE_AT_A_TIME = "group failed, handling its items one at a time"
 ISOLATING = "item failed every time on its own: isolating it"
 OUTSIDE_ISOLATION = "work failed outside its isolation, trying it again"
 BELOW_THE_BATCH = (GROUPS_ONE_BY_ONE, ITEMS_ONE_AT_A_TIME, ISOLATING, OUTSIDE_ISOLATION)
-"""What is logged (logger ``saga.isolation``) when work went below the batch's rung, or a failure that is no
-platform fault reached a service's wait: none of it may happen without a record or a bug to blame."""
+"""What is logged (logger ``saga.isolation``) when work went below the batch's rung for a failure of its own, or a
+failure that is no platform fault reached a service's wait: none of it may happen without a record or a bug to
+blame. (A batch split at once by a conflict, ``SPLIT_BY_A_CONFLICT``, is contention, not a failure.)"""
 
 
 class Isolation(Protocol[ItemT_contra, ResultT_co]):
@@ -67,11 +69,13 @@ class Isolation(Protocol[ItemT_contra, ResultT_co]):
 
 
 class _Failed(Exception):
-    """A unit failed for a reason of its own (a RECORD fault, or conflicts beyond ``CONFLICT_RETRIES``)."""
+    """A unit failed for a reason of its own (a RECORD fault, or conflicts beyond ``CONFLICT_RETRIES``), or lost to
+    a concurrent writer where it is not retried (``conflict``: a batch of several groups)."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: Exception, conflict: bool = False) -> None:
         super().__init__(describe(error))
         self.error = error
+        self.conflict = conflict
 
 
 class IsolationLadder(Generic[ItemT, ResultT]):
@@ -101,9 +105,11 @@ class IsolationLadder(Generic[ItemT, ResultT]):
             try:
                 return list(await self._unit(lambda: self._target.handle(items), several_groups=True))
             except _Failed as failed:
-                log.warning(GROUPS_ONE_BY_ONE,
-                            extra={"ladder": self._name, "groups": len(groups), "items": len(items),
-                                   "error": str(failed)})
+                extra = {"ladder": self._name, "groups": len(groups), "items": len(items), "error": str(failed)}
+                if failed.conflict:
+                    log.info(SPLIT_BY_A_CONFLICT, extra=extra)
+                else:
+                    log.warning(GROUPS_ONE_BY_ONE, extra=extra)
         members = [[items[index] for index in indexes] for indexes in groups.values()]
         if self._concurrent:
             done = await asyncio.gather(*(self._group(group) for group in members))
@@ -156,7 +162,9 @@ class IsolationLadder(Generic[ItemT, ResultT]):
                 if fault is Fault.CONFLICT:
                     self._conflicted()
                     conflicts += 1
-                    if not several_groups and conflicts < self._conflict_retries:
+                    if several_groups:
+                        raise _Failed(error, conflict=True) from error
+                    if conflicts < self._conflict_retries:
                         log.info("write conflict, retrying", extra={"ladder": self._name, "conflicts": conflicts})
                         continue
                 raise _Failed(error) from error

@@ -8,6 +8,7 @@ platform fault at any rung leaves the ladder at once and spends no attempt; a co
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -16,7 +17,14 @@ import pytest
 
 from saga_orchestrator.infra.failures import WriteConflict
 from saga_orchestrator.infra.health import ServiceHealth
-from saga_orchestrator.infra.isolation import CONFLICT_RETRIES, IsolationLadder, OutageWait
+from saga_orchestrator.infra.isolation import (
+    BELOW_THE_BATCH,
+    CONFLICT_RETRIES,
+    GROUPS_ONE_BY_ONE,
+    SPLIT_BY_A_CONFLICT,
+    IsolationLadder,
+    OutageWait,
+)
 from saga_orchestrator.orchestrator.ports import ConcurrencyConflict
 
 
@@ -134,10 +142,21 @@ async def test_a_conflict_is_retried_at_once_within_a_group_and_counted() -> Non
     assert script.units == [("a", "c")] * 3 and len(conflicts) == 2
 
 
-async def test_a_conflict_in_a_batch_of_several_groups_splits_it_at_once() -> None:
+async def test_a_conflict_in_a_batch_of_several_groups_splits_it_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="saga.isolation")
     script = Script(failures={"b": [WriteConflict()]})
     assert await IsolationLadder(script, "test", 3).run(ITEMS) == ["done a", "done b", "done c", "done d"]
     assert script.units[0] == ("a", "b", "c", "d") and sorted(script.units[1:]) == [("a", "c"), ("b",), ("d",)]
+    # Contention, not a failure: nothing a chaos run or an operator counts as work sent down the ladder.
+    assert [record.getMessage() for record in caplog.records] == [SPLIT_BY_A_CONFLICT]
+
+
+async def test_a_batch_that_fails_for_a_reason_of_its_own_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="saga.isolation")
+    script = Script(failures={"b": [Poison("b")]})
+    assert await IsolationLadder(script, "test", 3).run(ITEMS) == ["done a", "done b", "done c", "done d"]
+    assert [(record.levelname, record.getMessage()) for record in caplog.records] == [("WARNING", GROUPS_ONE_BY_ONE)]
+    assert GROUPS_ONE_BY_ONE in BELOW_THE_BATCH and SPLIT_BY_A_CONFLICT not in BELOW_THE_BATCH
 
 
 async def test_a_conflict_that_never_ends_counts_as_a_failure_of_the_unit() -> None:
