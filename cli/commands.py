@@ -14,9 +14,10 @@ import typer
 from ..client.saga_client import SagaClient, SagaInputError, client_headers
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.errors import DomainError
+from ..orchestrator.domain.model import RESUME_COMPENSATION
 from ..orchestrator.domain.state import SagaStatus, fold
 from ..schemas import wire
-from ..schemas.event_types import SagaCompleted, SagaQuarantined, SagaReleased, SagaStarted
+from ..schemas.event_types import SagaCompensated, SagaCompleted, SagaQuarantined, SagaReleased, SagaStarted
 from ..schemas.message_types import (
     CancelSaga,
     Lever,
@@ -104,16 +105,30 @@ def resume(
     saga_id: str = typer.Argument(..., help="A COMPENSATION_FAILED saga."),
     operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
     detail: str | None = typer.Option(None, "--detail", help="What was fixed; recorded."),
+    wait: bool = typer.Option(False, "--wait", help="Print the events the resume brings until the saga ends again; "
+                                                    "exit 0 when it ended COMPENSATED, 1 when it was refused or "
+                                                    "ended otherwise."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Ask a COMPENSATION_FAILED saga to retry its failed compensation (after a human fixed the cause)."""
-    if not force and (status := _status_of(saga_id)) is not SagaStatus.COMPENSATION_FAILED:
-        fail(f"saga {saga_id!r} is {status.value}: only a COMPENSATION_FAILED saga can be resumed")
+    events = run(load_events_of(saga_id)) if wait or not force else []
+    if not force:
+        if not events:
+            fail(f"no saga {saga_id!r} in the event store (check the id, or `saga list`); --force publishes anyway")
+        if (status := folded(saga_id, events).status) is not SagaStatus.COMPENSATION_FAILED:
+            fail(f"saga {saga_id!r} is {status.value}: only a COMPENSATION_FAILED saga can be resumed")
     current = settings()
     message = ResumeCompensation(saga_id=saga_id, operator=operator_or_login(operator), detail=detail)
     body = wire.encode_resume(message)
     run(_publish(current, topics(current).control, saga_id, body, None))
     console.print(f"published ResumeCompensation for [bold]{saga_id}[/]")
+    if wait:
+        try:  # what the resume brings: the events after those it was decided on
+            ended = run(follow(saga_id, after_seq=events[-1].seq if events else 0, lever=RESUME_COMPENSATION))
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        console.print(f"saga [bold]{saga_id}[/] ended: {type(ended).__name__}")
+        raise typer.Exit(0 if isinstance(ended, SagaCompensated) else 1)
 
 
 def release(

@@ -21,7 +21,16 @@ from ..orchestrator.domain.state import SagaState, SagaStatus, fold
 from ..orchestrator.ports import SagaSummaryRow
 from ..orchestrator.store.postgres import PostgresStore
 from ..schemas import wire
-from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaPurged, SagaQuarantined, SagaRejected, SagaStarted
+from ..schemas.event_types import (
+    TERMINAL_EVENTS,
+    Event,
+    OperatorActionRefused,
+    SagaCancelRefused,
+    SagaPurged,
+    SagaQuarantined,
+    SagaRejected,
+    SagaStarted,
+)
 from .context import console, database, fail, run, settings
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -141,30 +150,47 @@ def _json(event: Event) -> str:
 
 
 async def follow_events(load_after: Callable[[int], Awaitable[list[Event]]], show: Callable[[Event], None],
-                        poll_s: float = FOLLOW_POLL_S, waiting: Callable[[], None] | None = None) -> Event:
-    """Show a saga's events as they are recorded, from its first, until a terminal one (returned), or a
-    refusal of its start while nothing started (returned: the saga is REJECTED).
+                        poll_s: float = FOLLOW_POLL_S, waiting: Callable[[], None] | None = None,
+                        after_seq: int = 0, lever: str | None = None) -> Event:
+    """Show a saga's events as they are recorded, from the one after ``after_seq``, until it ends (the terminal
+    event is returned), or a refusal of its start while nothing started (returned: the saga is REJECTED), or, with
+    ``lever`` (an action's name), the refusal of that lever (returned).
 
-    ``load_after(seq)`` returns the events after ``seq``; a saga not started yet is waited for (``waiting`` is
-    called once when the first read finds nothing).
+    A terminal event after which the saga moved on (an ended saga a lever re-opened: resumed, re-driven,
+    force-compensated) ends nothing: the follow goes on to the saga's latest end; refusals recorded after an end
+    leave it ended. ``load_after(seq)`` returns the events after ``seq``; a saga not started yet is waited for
+    (``waiting`` is called once when the first read finds nothing).
     """
-    last_seq = 0
-    started = False
+    last_seq = after_seq
+    started = after_seq > 0
     while True:
         events = await load_after(last_seq)
         if not events and last_seq == 0 and waiting is not None:
             waiting()
             waiting = None
+        ended: Event | None = None
         for event in events:
             show(event)
             last_seq = event.seq
             started = started or isinstance(event, SagaStarted)
-            if isinstance(event, (*TERMINAL_EVENTS, SagaPurged)) or (isinstance(event, SagaRejected) and not started):
+            if isinstance(event, SagaPurged) or (isinstance(event, SagaRejected) and not started):
                 return event
+            if lever is not None and isinstance(event, OperatorActionRefused) and event.action == lever:
+                return event
+            if isinstance(event, TERMINAL_EVENTS):
+                ended = event
+            elif not isinstance(event, _BYSTANDERS):
+                ended = None
+        if ended is not None:
+            return ended
         await asyncio.sleep(poll_s)
 
 
-async def follow(saga_id: str, as_json: bool = False) -> Event:
+# Recorded after a saga ended without moving it: a refused second start, a refused lever or cancel.
+_BYSTANDERS = (SagaRejected, OperatorActionRefused, SagaCancelRefused)
+
+
+async def follow(saga_id: str, as_json: bool = False, after_seq: int = 0, lever: str | None = None) -> Event:
     """Print the saga's events as they are recorded until it ends (``follow_events`` on the store)."""
     async with database(settings()) as pool:
         store = PostgresStore(pool)
@@ -181,7 +207,7 @@ async def follow(saga_id: str, as_json: bool = False) -> Event:
         def waiting() -> None:
             console.print(f"waiting for saga {saga_id} to start (Ctrl-C to stop)", style="dim")
 
-        return await follow_events(load_after, show, waiting=waiting)
+        return await follow_events(load_after, show, waiting=waiting, after_seq=after_seq, lever=lever)
 
 
 def history(saga_id: str = typer.Argument(..., help="The saga id."),
