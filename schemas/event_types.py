@@ -72,6 +72,19 @@ class StepRetryScheduled(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StepWithdrawn(Event):
+    """A WithdrawStep was sent for the step's forward attempt in flight (``timeout_at``: when it is sent again
+    unanswered; None where nothing waits for its answer)."""
+
+    step: str
+    attempt: int
+    idempotency_key: str
+    message_id: str
+    reason: str
+    timeout_at: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class StepSkipped(Event):
     step: str
     reason: str
@@ -238,6 +251,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepTimedOut,
         StepRetryScheduled,
         StepSkipped,
+        StepWithdrawn,
         CompensationSent,
         StepCompensated,
         CompensationFailed,

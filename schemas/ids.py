@@ -33,6 +33,12 @@ def reply_message_id(idempotency_key: str, attempt: int) -> str:
     return f"{idempotency_key}:reply:{attempt}"
 
 
+def withdrawal_reply_message_id(idempotency_key: str, attempt: int) -> str:
+    """Message id of a participant's answer to the withdrawal of one attempt of a forward command (its own id: the
+    attempt's reply, when the command ran, may come as well)."""
+    return f"{idempotency_key}:withdrawn:{attempt}"
+
+
 def position_id(topic: str, partition: int, offset: int) -> str:
     """Identity of a consumed record by its place in the log: the message id of one that carries no
     ``message_id`` header."""

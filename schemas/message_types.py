@@ -2,8 +2,8 @@
 
 Field names follow the Avro records in ``schemas/`` (commands/, messages/, dlq/), so the codec in ``wire``
 maps them mechanically. Topics: ``saga.start`` (StartSaga), ``saga.control`` (CancelSaga, ResumeCompensation,
-ReleaseSaga), ``<participant>.commands`` (StepCommand), ``<participant>.results`` (StepResult), ``saga.dlq``
-(DeadLetter).
+ReleaseSaga), ``<participant>.commands`` (StepCommand, WithdrawStep), ``<participant>.results`` (StepResult),
+``saga.dlq`` (DeadLetter).
 """
 
 from __future__ import annotations
@@ -132,6 +132,27 @@ class StepCommand:
     input: bytes
     message_id: str
     step_outputs: tuple[tuple[str, bytes], ...] = ()  # (step, output) of its upstream steps, sorted
+    expires_at: int | None = None  # forward: picked up after this (epoch ms), it is answered Expired, not run
+    timeout_ms: int | None = None  # forward: how long its handler (or a deferred answer) may take once picked up
+
+
+@dataclass(frozen=True, kw_only=True)
+class WithdrawStep:
+    """The step's forward command (``idempotency_key``, ``attempt``) must no longer run (topic
+    <participant>.commands): the participant fences the key and answers whether the command had run.
+
+    ``participant`` and ``message_id`` travel outside the Avro body (topic name and header).
+    """
+
+    saga_id: str
+    saga_type: str
+    step: str
+    participant: str
+    action: str
+    idempotency_key: str
+    attempt: int
+    reason: str
+    message_id: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ from .message_types import (
     StartSaga,
     StepCommand,
     StepResult,
+    WithdrawStep,
 )
 from .records import printable_header_name
 from .registry import SchemaRegistry, default_registry
@@ -38,6 +39,7 @@ RELEASE_SAGA = "saga.v1.ReleaseSaga"
 OPERATE_SAGA = "saga.v1.OperateSaga"
 STEP_COMMAND = "saga.v1.StepCommand"
 STEP_RESULT = "saga.v1.StepResult"
+WITHDRAW_STEP = "saga.v1.WithdrawStep"
 DEAD_LETTER = "saga.v1.DeadLetter"
 INPUTS_FOLDER = "inputs"
 
@@ -232,9 +234,27 @@ def encode_command(command: StepCommand) -> bytes:
 def decode_command(data: bytes, *, participant: str, message_id: str) -> StepCommand:
     """Decode a StepCommand; the caller supplies what travels outside the body (topic, header)."""
     record = default_registry().decode_as(data, STEP_COMMAND)[1]
+    return _command_from(record, participant, message_id)
+
+
+def _command_from(record: dict[str, Any], participant: str, message_id: str) -> StepCommand:
     record["kind"] = _symbol(CommandKind, record["kind"], STEP_COMMAND)
     record["step_outputs"] = tuple(sorted(record.get("step_outputs", {}).items()))
     return _build(StepCommand, STEP_COMMAND, {**record, "participant": participant, "message_id": message_id})
+
+
+def encode_withdraw(withdrawal: WithdrawStep) -> bytes:
+    """Encode a WithdrawStep for topic <participant>.commands (``participant`` and ``message_id`` travel outside
+    the body)."""
+    return default_registry().encode(WITHDRAW_STEP, _record(withdrawal, exclude=("participant", "message_id")))
+
+
+def decode_participant_command(data: bytes, *, participant: str, message_id: str) -> StepCommand | WithdrawStep:
+    """Decode what a participant's commands topic carries: a StepCommand or a WithdrawStep."""
+    name, record = default_registry().decode_as(data, frozenset({STEP_COMMAND, WITHDRAW_STEP}))
+    if name == STEP_COMMAND:
+        return _command_from(record, participant, message_id)
+    return _build(WithdrawStep, WITHDRAW_STEP, {**record, "participant": participant, "message_id": message_id})
 
 
 _TOPIC_SCHEMAS: dict[str, frozenset[str]] = {

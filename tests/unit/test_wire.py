@@ -21,6 +21,7 @@ from saga_orchestrator.schemas.message_types import (
     StartSaga,
     StepCommand,
     StepResult,
+    WithdrawStep,
 )
 from saga_orchestrator.schemas.registry import default_registry
 
@@ -32,6 +33,7 @@ _SAMPLES: dict[Any, Any] = {
     bool: True,
     bytes: b"\x00\xff",
     str | None: "maybe",
+    int | None: 1_800_000_002_000,
     bytes | None: b"out",
     tuple[str, ...]: ("flight", "hotel"),
     tuple[tuple[str, bytes], ...]: (("book_flight", b'{"booking_id": 1}'), ("book_hotel", b"\x00")),
@@ -139,6 +141,21 @@ def test_a_command_travels_without_participant_and_message_id() -> None:
     assert "participant" not in record and "message_id" not in record and record["kind"] == "COMPENSATE"
     decoded = wire.decode_command(data, participant=command.participant, message_id=command.message_id)
     assert decoded == command and type(decoded.kind) is CommandKind
+
+
+def test_a_withdrawal_travels_on_the_commands_topic_beside_the_commands() -> None:
+    withdrawal = sample(WithdrawStep)
+    data = wire.encode_withdraw(withdrawal)
+    _, record = REGISTRY.decode(data)
+    assert "participant" not in record and "message_id" not in record
+    decoded = wire.decode_participant_command(data, participant=withdrawal.participant,
+                                              message_id=withdrawal.message_id)
+    assert decoded == withdrawal
+    command = sample(StepCommand, kind=CommandKind.FORWARD)
+    assert wire.decode_participant_command(wire.encode_command(command), participant=command.participant,
+                                           message_id=command.message_id) == command
+    with pytest.raises(WrongSchema):  # a participant that reads only StepCommand refuses it
+        wire.decode_command(data, participant=withdrawal.participant, message_id=withdrawal.message_id)
 
 
 def test_a_failed_result_round_trips_with_typed_enums() -> None:
