@@ -10,7 +10,7 @@ import asyncpg
 import typer
 from rich.table import Table
 
-from ..participants.kit.deferred import complete
+from ..participants.kit.deferred import complete, why_not_awaiting
 from ..participants.kit.ledger import awaiting
 from ..participants.kit.outcome import Failed, Succeeded
 from ..participants.kit.participant import Participant
@@ -82,15 +82,17 @@ def answer_command(
     who = operator_or_login(operator)
     current = settings()
 
-    async def body() -> bool:
+    async def body() -> str | None:
         async with database(current) as pool, pool.acquire() as conn, conn.transaction():
             try:
-                return await complete(conn, participant, topics(current), key, outcome, operator=who, detail=detail)
+                if await complete(conn, participant, topics(current), key, outcome, operator=who, detail=detail):
+                    return None
+                return await why_not_awaiting(conn, participant, key)
             except asyncpg.UndefinedTableError:
                 _no_tables(participant)
 
-    if not run(body()):
-        fail(f"{participant.name} has no command {key!r} awaiting an answer (answered already? "
-             f"`saga awaiting {name}` lists them)")
+    refused = run(body())
+    if refused is not None:
+        fail(f"answer refused: {refused} (`saga awaiting {name}` lists what awaits an answer)")
     verdict = "succeeded" if output is not None else f"failed ({fail_as})"
     console.print(f"answered {key} as {who}: {verdict}; {participant.name}'s relay publishes the reply")

@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from ..infra.kafka_clients import KafkaClients
 from ..orchestrator import bulk_jobs
-from ..participants.kit.deferred import complete
+from ..participants.kit.deferred import complete, why_not_awaiting
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.topics import Topics
 from . import operating
@@ -92,9 +92,9 @@ class Console:
             await self.reads.record(operator, "Answer", target, verdict, f"refused: {error}")
             raise HTTPException(400, str(error)) from None
         if not answered:
-            await self.reads.record(operator, "Answer", target, verdict, "refused: not awaiting an answer")
-            raise HTTPException(404, f"{participant_name} has no command {key!r} awaiting an answer (answered "
-                                "already?)")
+            why = await why_not_awaiting(self.pool, found, key)
+            await self.reads.record(operator, "Answer", target, verdict, f"refused: {why}")
+            raise HTTPException(404, f"answer refused: {why}")
         await self.reads.record(operator, "Answer", target, verdict, "answered; the participant's relay replies")
 
 

@@ -19,6 +19,7 @@ from ..outbox.relay import WOKEN_MAX_POLL_MS, OutboxRelay
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
 from .kit.ddl import ensure_participant_schema
+from .kit.deferred import answer_timeouts
 from .kit.handling import Disposition, dead_letter_poisoned, handle_commands
 from .kit.ledger import record_pruner
 from .kit.participant import Participant
@@ -90,6 +91,8 @@ class ParticipantRuntime:
                 self._tasks.append(asyncio.create_task(relay.run(self._tasks_stop), name=f"outbox-relay-{name}"))
                 depth = outbox_gauges(pool, [self.participant.outbox_table], current_health())
                 self._tasks.append(asyncio.create_task(depth.run(self._tasks_stop), name=f"outbox-gauges-{name}"))
+                overdue = answer_timeouts(pool, self.participant, self.topics)
+                self._tasks.append(asyncio.create_task(overdue.run(self._tasks_stop), name=f"answer-timeouts-{name}"))
                 if retention_h := self.settings.saga_participant_retention_hours:
                     pruner = record_pruner(pool, self.participant.schema, retention_h * 3600)
                     self._tasks.append(asyncio.create_task(pruner.run(self._tasks_stop), name=f"pruner-{name}"))

@@ -9,6 +9,10 @@ The step's ``timeout_ms`` and retries bound how long the saga waits. When the sa
 before it was answered, the wait is withdrawn (its key fenced, error type ``Withdrawn``): a later answer is
 refused, and so is a later delivery of the command.
 ``ledger.awaiting`` lists what is outstanding. A person's answer names who gave it (``operator``).
+
+The answer must come within the step's timeout from the command's pickup (the command's ``timeout_ms``): past
+it, ``answer_timeouts`` (a worker's chore) answers the command FAILED ``AnswerTimedOut`` and a later answer is
+refused, as it is once the saga withdrew the step (``why_not_awaiting`` says which).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import replace
 
 import asyncpg
 
+from ...infra.chores import Chore
 from ...outbox.table import write_outbox
 from ...schemas.limits import MAX_STEP_OUTPUT_BYTES, clip_text
 from ...schemas.topics import Topics
@@ -52,3 +57,42 @@ async def complete(conn: asyncpg.Connection, participant: Participant, topics: T
                                 operator=operator, detail=detail)
         await write_outbox(conn, participant.outbox_table, [reply], [shard])
     return True
+
+
+ANSWER_TIMEOUT_EVERY_S = 1.0
+"""How often a worker looks for deferred commands whose answer is overdue (an index lookup when none is)."""
+
+
+async def answer_overdue(pool: asyncpg.Pool, participant: Participant, topics: Topics) -> int:
+    """Answer every deferred command whose answer did not come in time FAILED AnswerTimedOut; how many."""
+    async with pool.acquire() as conn, conn.transaction():
+        overdue = await ledger.expire_awaiting(conn, participant)
+        if not overdue:
+            return 0
+        failed = Failed(ledger.ANSWER_TIMED_OUT, "no answer came within the step's timeout")
+        now = time.time_ns() // 1_000_000
+        replies = [outcome_message(command, topics.results(participant.name), failed, now) for command, _ in overdue]
+        await write_outbox(conn, participant.outbox_table, replies, [shard for _, shard in overdue])
+    return len(overdue)
+
+
+def answer_timeouts(pool: asyncpg.Pool, participant: Participant, topics: Topics,
+                    every_s: float = ANSWER_TIMEOUT_EVERY_S) -> Chore:
+    """The chore answering a participant's overdue deferred commands (``answer_overdue``) every ``every_s``."""
+    return Chore("deferred answer timeouts", lambda: answer_overdue(pool, participant, topics), every_s,
+                 participant=participant.name)
+
+
+async def why_not_awaiting(conn: asyncpg.Connection | asyncpg.Pool, participant: Participant,
+                           idempotency_key: str) -> str:
+    """Why no answer is awaited under ``idempotency_key``, in one line (for a refused answer)."""
+    row = await conn.fetchrow(f"SELECT status, error_type, processed_at FROM {participant.processed_table} "
+                              "WHERE idempotency_key = $1", idempotency_key)
+    if row is None:
+        return f"no command of {participant.name} has the key {idempotency_key!r}"
+    at = row["processed_at"].strftime("%Y-%m-%d %H:%M:%S UTC")
+    if row["status"] == ledger.FENCED:
+        return f"{idempotency_key} was withdrawn at {at}: its saga turned back, so it no longer waits for an answer"
+    if row["error_type"] == ledger.ANSWER_TIMED_OUT:
+        return f"{idempotency_key} timed out at {at}: no answer came within its step's timeout"
+    return f"{idempotency_key} was answered already ({row['status']} at {at})"

@@ -19,6 +19,7 @@ of the batch runs again, its earlier run rolled back.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -51,7 +52,7 @@ from ...schemas.limits import (
     id_problem,
     nul_field,
 )
-from ...schemas.message_types import CommandKind, StepCommand
+from ...schemas.message_types import CommandKind, StepCommand, WithdrawStep
 from ...schemas.records import ConsumedRecord
 from ...schemas.registry import default_registry
 from ...schemas.topics import Topics
@@ -62,6 +63,13 @@ from .participant import BatchHandler, Call, Participant
 from .replies import outcome_message, step_result_message
 
 log = logging.getLogger(__name__)
+
+EXPIRED = "Expired"
+"""error_type of the answer to a forward command picked up after its ``expires_at``: it did not run (retryable: the
+orchestrator sends the next attempt, which this one does not spend)."""
+HANDLER_TIMED_OUT = "HandlerTimedOut"
+"""error_type of the answer to a forward command whose handler ran past the command's ``timeout_ms``: its change is
+rolled back (retryable: the attempt counts, as the saga's retry policy says)."""
 
 UNPROCESSABLE = "Unprocessable"
 """error_type of the definitive failure a command gets when this worker cannot read its input record (a
@@ -81,7 +89,9 @@ class Disposition(StrEnum):
     RECORDED = "recorded"  # handled; the final outcome (success or definitive failure) is recorded
     TRANSIENT = "transient"  # retryable failure replied; nothing recorded, business change rolled back
     DUPLICATE = "duplicate"  # key already recorded: the recorded reply was sent again
-    FENCED = "fenced"  # a forward whose step the saga compensated: answered Compensated, not run
+    FENCED = "fenced"  # a forward whose step the saga compensated or withdrew: not run
+    WITHDRAWN = "withdrawn"  # a WithdrawStep: the forward key fenced, and answered with whether it had run
+    EXPIRED = "expired"  # a forward picked up after its expires_at: answered Expired, not run
     DEAD_LETTERED = "dead_lettered"  # undecodable: a DeadLetter went to the DLQ topic
     AWAITING = "awaiting"  # the handler deferred its answer (or it is still outstanding): nothing replied
 
@@ -95,18 +105,23 @@ def decode_command(participant: str, record: ConsumedRecord, message_id: str
     """Decode a StepCommand and its embedded saga input; raises on anything malformed, including ids no
     store can key on and texts Postgres cannot hold (they would fail every redelivery's transaction)."""
     command = _step_command(participant, record, message_id)
+    if isinstance(command, WithdrawStep):
+        raise WireError("a WithdrawStep where a StepCommand was expected")
     input_type, saga_input = _saga_input(command)
     return _received(command, record, message_id, input_type), saga_input
 
 
-def _step_command(participant: str, record: ConsumedRecord, message_id: str) -> StepCommand:
-    """The StepCommand of ``record`` with its ids checked, its input not yet read."""
+def _step_command(participant: str, record: ConsumedRecord, message_id: str) -> StepCommand | WithdrawStep:
+    """The StepCommand (its input not read yet) or WithdrawStep of ``record``, its ids checked."""
     if record.value is None:
         raise WireError("empty value (tombstone) where a StepCommand was expected")
-    command = wire.decode_command(record.value, participant=participant, message_id=message_id)
+    command = wire.decode_participant_command(record.value, participant=participant, message_id=message_id)
     problem = (("saga_id is empty" if not command.saga_id else None)
                or id_problem(command.saga_id, "saga_id")
                or id_problem(command.idempotency_key, "idempotency_key", MAX_MESSAGE_ID_BYTES))
+    if isinstance(command, WithdrawStep) and command.idempotency_key != forward_key(command.saga_id, command.step):
+        problem = problem or (f"a WithdrawStep of key {command.idempotency_key!r} for step {command.step!r} of saga "
+                              f"{command.saga_id!r}: only that step's own forward key may be withdrawn")
     field = nul_field({f.name: getattr(command, f.name) for f in dataclasses.fields(command) if f.name != "input"})
     if problem or field:
         raise WireError(problem or f"{field} contains a NUL character")
@@ -135,6 +150,17 @@ def _received(command: StepCommand, record: ConsumedRecord, message_id: str, inp
         message_id=message_id,
         traceparent=valid_traceparent(record.header(TRACEPARENT)),
         step_outputs=MappingProxyType(dict(command.step_outputs)),
+        expires_at=command.expires_at,
+        timeout_ms=command.timeout_ms,
+    )
+
+
+def _received_withdrawal(withdrawal: WithdrawStep, record: ConsumedRecord, message_id: str) -> ReceivedCommand:
+    return ReceivedCommand(
+        saga_id=withdrawal.saga_id, saga_type=withdrawal.saga_type, step=withdrawal.step, action=withdrawal.action,
+        kind=CommandKind.FORWARD, idempotency_key=withdrawal.idempotency_key, attempt=withdrawal.attempt,
+        input_type="", message_id=message_id, traceparent=valid_traceparent(record.header(TRACEPARENT)),
+        withdrawal=True, withdrawn_because=withdrawal.reason,
     )
 
 
@@ -148,10 +174,11 @@ class ParsedDelivery:
     command: ReceivedCommand | None = None
     saga_input: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+    superseded: bool = False  # a forward command withdrawn later in its own batch: it neither runs nor answers
 
     @property
     def runnable(self) -> bool:
-        return self.command is not None and not self.reason
+        return self.command is not None and not self.reason and not self.command.withdrawal
 
 
 def parse_delivery(participant: Participant, record: ConsumedRecord) -> ParsedDelivery:
@@ -167,6 +194,8 @@ def parse_delivery(participant: Participant, record: ConsumedRecord) -> ParsedDe
     reason = reason or _key_problem(record, command.saga_id)
     if reason:
         return ParsedDelivery(message_id, reason=reason)
+    if isinstance(command, WithdrawStep):
+        return ParsedDelivery(message_id, _received_withdrawal(command, record, message_id))
     try:
         input_type, saga_input = _saga_input(command)
     except Exception as exc:  # the command is readable, its input is not: answered, so the saga moves on
@@ -213,7 +242,7 @@ async def handle_commands(
     ``MAX_SAVEPOINTS`` handler calls. Raises what the transaction raised: ``infra.failures`` says whether the
     caller waits (the platform), retries at once (a conflict) or isolates a delivery (``infra.isolation``).
     """
-    parsed = [parse_delivery(participant, record) for record in batch]
+    parsed = _superseded(participant, [parse_delivery(participant, record) for record in batch])
     dispositions: list[Disposition] = []
     for start, end in _runs_of_distinct_keys(parsed):
         dispositions += await _handle_run(pool, participant, topics, clock, batch[start:end], parsed[start:end])
@@ -256,6 +285,26 @@ async def dead_letter_poisoned(pool: asyncpg.Pool, participant: Participant, top
     return Disposition.DEAD_LETTERED
 
 
+def _superseded(participant: Participant, parsed: list[ParsedDelivery]) -> list[ParsedDelivery]:
+    """``parsed``, each forward command that a WithdrawStep later in the same batch withdraws marked superseded:
+    it was not picked up before the saga withdrew it, so it must not run (the withdrawal answers for its key)."""
+    withdrawn = {delivery.command.idempotency_key: index for index, delivery in enumerate(parsed)
+                 if delivery.command is not None and delivery.command.withdrawal}
+    if not withdrawn:
+        return parsed
+    marked = []
+    for index, delivery in enumerate(parsed):
+        command = delivery.command
+        if (command is not None and not command.withdrawal and command.kind is CommandKind.FORWARD
+                and withdrawn.get(command.idempotency_key, -1) > index):
+            log.info("forward command withdrawn before it ran", extra={
+                "participant": participant.name, "saga_id": command.saga_id, "step": command.step,
+                "attempt": command.attempt})
+            delivery = dataclasses.replace(delivery, superseded=True)
+        marked.append(delivery)
+    return marked
+
+
 def _runs_of_distinct_keys(parsed: Sequence[ParsedDelivery]) -> list[tuple[int, int]]:
     """(start, end) of consecutive deliveries in which no idempotency key is given twice, no forward command
     follows its own compensation (it must see the tombstone the compensation leaves), and at most
@@ -263,7 +312,7 @@ def _runs_of_distinct_keys(parsed: Sequence[ParsedDelivery]) -> list[tuple[int, 
     runs: list[tuple[int, int]] = []
     start, keys, commands = 0, set[str](), 0
     for index, delivery in enumerate(parsed):
-        command = delivery.command
+        command = None if delivery.superseded else delivery.command
         if command is not None and (command.idempotency_key in keys or commands == MAX_SAVEPOINTS):
             runs.append((start, index))
             start, keys, commands = index, set[str](), 0
@@ -306,19 +355,36 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     replies: list[OutboxMessage] = []
     shards: list[int] = []  # of each reply: the partition its command came from (outbox.lease)
     done: list[Done] = []
-    commands = [p.command for p in parsed if p.command is not None]
+    withdrawals = [p.command for p in parsed if p.command is not None and p.command.withdrawal and not p.reason]
+    withdrawn = await ledger.withdraw_forwards(conn, participant, withdrawals,
+                                               [w.withdrawn_because for w in withdrawals])
+    commands = [p.command for p in parsed
+                if p.command is not None and not p.command.withdrawal and not p.superseded]
     claimed = await ledger.claim(conn, participant, commands)
     recorded = await ledger.recorded(conn, participant,
                                      [c.idempotency_key for c in commands if c.idempotency_key not in claimed])
     transient: list[str] = []
     final: list[tuple[str, RecordedReply]] = []
     awaited: list[tuple[ReceivedCommand, int]] = []  # with the shard of the answer: the command's partition
-    fresh = [p for p in parsed if p.command is not None and p.command.idempotency_key in claimed]
+    fresh = [p for p in parsed if p.command is not None and p.command.idempotency_key in claimed
+             and not p.command.withdrawal and not p.superseded]
+    now = clock()
+    expired = {p.command.idempotency_key for p in fresh if p.command is not None and _expired(p.command, now)}
     await ledger.withdraw(conn, participant, [p.command for p in fresh if p.command is not None])
     outcomes = await _run_handlers(conn, participant, [(p.command, p.saga_input) for p in fresh
-                                                       if p.command is not None and p.runnable], redo)
+                                                       if p.command is not None and p.runnable
+                                                       and p.command.idempotency_key not in expired], redo)
     for item, check in zip(batch, parsed, strict=True):
         command = check.command
+        if check.superseded:
+            done.append((Disposition.FENCED, command, None, None))
+            continue
+        if command is not None and command.withdrawal and not check.reason:
+            reply = withdrawn[command.idempotency_key]
+            replies.append(step_result_message(command, results_topic, reply))
+            shards.append(item.partition)
+            done.append((Disposition.WITHDRAWN, command, reply, reply.error_type))
+            continue
         if command is None or (check.reason and command.idempotency_key in claimed):
             # Unreadable: dead-lettered, and (when its key is readable, the first time) answered Unprocessable.
             replies.append(park(participant, topics, check, item, clock()))
@@ -335,6 +401,13 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
             shards.append(item.partition)
             done.append((Disposition.FENCED if reply.fenced else Disposition.DUPLICATE, command, reply,
                          reply.error_type))
+        elif command.idempotency_key in expired:
+            expiry = Failed(EXPIRED, f"picked up {now - (command.expires_at or now)} ms after the attempt expired: "
+                                     "not run", retryable=True)
+            transient.append(command.idempotency_key)  # not recorded: a later attempt runs
+            replies.append(outcome_message(command, results_topic, expiry, now))
+            shards.append(item.partition)
+            done.append((Disposition.EXPIRED, command, RecordedReply.of(expiry), EXPIRED))
         else:
             outcome = outcomes.get(command.idempotency_key) or Failed(UNPROCESSABLE, check.reason)
             settled = _settled(outcome, command, item.partition, transient, final, awaited)
@@ -345,6 +418,11 @@ async def _handle(conn: asyncpg.Connection, participant: Participant, topics: To
     await ledger.settle(conn, participant, transient, final, replies, shards)
     await ledger.await_answers(conn, participant, awaited)
     return done
+
+
+def _expired(command: ReceivedCommand, now_ms: int) -> bool:
+    """A forward command picked up after its attempt's time: it must not run (the next attempt does)."""
+    return command.kind is CommandKind.FORWARD and command.expires_at is not None and now_ms > command.expires_at
 
 
 def _settled(outcome: Outcome, command: ReceivedCommand, shard: int, transient: list[str],
@@ -438,12 +516,15 @@ async def _run_batch(conn: asyncpg.Connection, savepoints: _Savepoints, particip
     await savepoints.set()
     problem = None
     started_ns = time.time_ns() if tracing.enabled() else 0
+    limit = _limit(max((command.timeout_ms or 0 for command, _ in run), default=0) or None)
     try:
-        given = list(await many(conn, run))
+        async with limit:
+            given = list(await many(conn, run))
     except Exception as exc:
-        if classify(exc) is not Fault.RECORD:
+        if not limit.expired() and classify(exc) is not Fault.RECORD:
             raise
-        given, problem = [], f"raised {type(exc).__name__}: {exc}"
+        given, problem = [], ("ran past its commands' time" if limit.expired()
+                              else f"raised {type(exc).__name__}: {exc}")
     results = [within_limits(outcome) for outcome in given]
     if problem is None and len(results) != len(run):
         problem = f"returned {len(results)} outcomes for {len(run)} commands"
@@ -475,18 +556,23 @@ async def _run_one(conn: asyncpg.Connection, savepoints: _Savepoints, participan
     assert handler is not None
     await savepoints.set()
     with tracing.span("participant.handle", command.traceparent, SpanKind.CONSUMER) as span:
+        limit = _limit(command.timeout_ms)
         try:
-            outcome = within_limits(await handler(conn, command, saga_input))
+            async with limit:
+                outcome = within_limits(await handler(conn, command, saga_input))
         except Exception as exc:
-            if classify(exc) is not Fault.RECORD:
+            if limit.expired():  # the handler overran its time, and what cancelling it raised is no fault of its own
+                outcome = _overran([command])
+            elif classify(exc) is not Fault.RECORD:
                 raise  # the platform is away, or a concurrent writer won: the batch is tried again, unacknowledged
             # A handler bug or a data problem of this command: the step's failure, retryable, so a later attempt
             # (the saga's retry policy, with its backoff) gets a fresh chance.
-            log.exception(
-                "handler raised", extra={"participant": participant.name, "saga_id": command.saga_id,
-                                         "action": command.action, "idempotency_key": command.idempotency_key},
-            )
-            outcome = Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
+            else:
+                log.exception(
+                    "handler raised", extra={"participant": participant.name, "saga_id": command.saga_id,
+                                             "action": command.action, "idempotency_key": command.idempotency_key},
+                )
+                outcome = Failed("ParticipantError", f"{type(exc).__name__}: {exc}", retryable=True)
         if span.is_recording():
             span.set_attributes(_handled(participant, command, outcome))
             if isinstance(outcome, Failed):
@@ -495,6 +581,21 @@ async def _run_one(conn: asyncpg.Connection, savepoints: _Savepoints, participan
         # A failed step must leave no business trace, and its handler does not run again.
         await savepoints.undo(_Redo({command.idempotency_key: outcome}))
     return outcome
+
+
+def _limit(timeout_ms: int | None) -> asyncio.Timeout:
+    """The time a handler may take once its command was picked up (none when the command names none)."""
+    return asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000)
+
+
+def _overran(commands: Sequence[ReceivedCommand]) -> Failed:
+    """The outcome of a handler call that ran past its command's time: cancelled, its change rolled back."""
+    command = commands[0]
+    log.warning("handler ran past its time: cancelled", extra={
+        "participant": command.step, "saga_id": command.saga_id, "action": command.action,
+        "idempotency_key": command.idempotency_key, "timeout_ms": command.timeout_ms})
+    return Failed(HANDLER_TIMED_OUT, f"the handler ran past the step's {command.timeout_ms} ms and was cancelled; "
+                                     "its change was rolled back", retryable=True)
 
 
 def _handled(participant: Participant, command: ReceivedCommand, outcome: Outcome) -> dict[str, str | int]:

@@ -35,7 +35,10 @@ zombie relay, a partition move) is answered FAILED with its error type and does 
 COMPENSATED = "Compensated"
 """error_type of the answer a fenced forward command gets."""
 WITHDRAWN = "Withdrawn"
-"""error_type of a fenced deferred command: its saga compensated the step before it was answered."""
+"""error_type of a fenced deferred command: its saga compensated the step before it was answered; and of the answer
+to a WithdrawStep of a forward command that had not run here (``withdraw_forwards``)."""
+ANSWER_TIMED_OUT = "AnswerTimedOut"
+"""error_type of a deferred command whose answer did not come within the step's timeout (``expire_awaiting``)."""
 
 
 def processed_commands_sql(schema: str) -> str:
@@ -76,10 +79,13 @@ CREATE TABLE IF NOT EXISTS {schema}.awaiting_commands (
     command_message_id text NOT NULL,
     traceparent text,
     deferred_at timestamptz NOT NULL DEFAULT now(),
-    shard integer NOT NULL DEFAULT 0
+    shard integer NOT NULL DEFAULT 0,
+    answer_by timestamptz
 );
 ALTER TABLE {schema}.awaiting_commands ADD COLUMN IF NOT EXISTS shard integer NOT NULL DEFAULT 0;
+ALTER TABLE {schema}.awaiting_commands ADD COLUMN IF NOT EXISTS answer_by timestamptz;
 CREATE INDEX IF NOT EXISTS awaiting_commands_saga_id_idx ON {schema}.awaiting_commands (saga_id);
+CREATE INDEX IF NOT EXISTS awaiting_commands_answer_by_idx ON {schema}.awaiting_commands (answer_by);
 """
 
 
@@ -194,9 +200,11 @@ async def await_answers(conn: asyncpg.Connection, participant: Participant,
     waiting = [command for command, _ in commands]
     await conn.execute(
         f"""INSERT INTO {participant.awaiting_table} AS a (idempotency_key, saga_id, saga_type, step, kind, action,
-                                                         attempt, command_message_id, traceparent, shard)
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                 $7::int[], $8::text[], $9::text[], $10::int[])
+                                                         attempt, command_message_id, traceparent, shard, answer_by)
+            SELECT k, s, t, st, kd, a, at, m, tp, sh, now() + ms * interval '1 millisecond'
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                        $7::int[], $8::text[], $9::text[], $10::int[], $11::bigint[])
+                 AS c(k, s, t, st, kd, a, at, m, tp, sh, ms)
             ON CONFLICT (idempotency_key) DO UPDATE
             SET attempt = EXCLUDED.attempt, command_message_id = EXCLUDED.command_message_id,
                 traceparent = EXCLUDED.traceparent, shard = EXCLUDED.shard
@@ -204,7 +212,7 @@ async def await_answers(conn: asyncpg.Connection, participant: Participant,
         [c.idempotency_key for c in waiting], [c.saga_id for c in waiting], [c.saga_type for c in waiting],
         [c.step for c in waiting], [c.kind.value for c in waiting], [c.action for c in waiting],
         [c.attempt for c in waiting], [c.message_id for c in waiting], [c.traceparent for c in waiting],
-        [shard for _, shard in commands],
+        [shard for _, shard in commands], [c.timeout_ms for c in waiting],
     )
 
 
@@ -235,6 +243,64 @@ async def withdraw(conn: asyncpg.Connection, participant: Participant,
     )
 
 
+async def withdraw_forwards(conn: asyncpg.Connection, participant: Participant,
+                            withdrawals: Sequence[ReceivedCommand], reason: Sequence[str]) -> dict[str, RecordedReply]:
+    """The saga no longer wants these forward commands (WithdrawStep): fence each key (FENCED), so a delivery of
+    the command that comes later does not run, and return what answers each withdrawal. A command that ran here
+    keeps its success, answered SUCCEEDED (the saga compensates it, or reports it); a definitive failure is
+    fenced, answered with that failure; a command awaiting its deferred answer no longer does, and one that never
+    came or never ran gets a tombstone: both answer FAILED Withdrawn. A key held by a concurrent transaction (the
+    command running now) is decided once that one committed."""
+    if not withdrawals:
+        return {}
+    keys = [w.idempotency_key for w in withdrawals]
+    await conn.execute(
+        f"""WITH gone AS (DELETE FROM {participant.awaiting_table} WHERE idempotency_key = ANY($1::text[]))
+            INSERT INTO {participant.processed_table} AS p
+                (idempotency_key, saga_id, step, kind, action, attempt, status, error_type, error_message)
+            SELECT k, s, st, 'FORWARD', a, at, '{FENCED}', '{WITHDRAWN}', r
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[]) AS c(k, s, st, a, at, r)
+            ON CONFLICT (idempotency_key) DO UPDATE
+            SET status = '{FENCED}',
+                error_type = CASE WHEN p.status = 'FAILED' THEN p.error_type ELSE EXCLUDED.error_type END,
+                error_message = CASE WHEN p.status = 'FAILED' THEN p.error_message ELSE EXCLUDED.error_message END,
+                output = NULL, processed_at = now()
+            WHERE p.status IN ('FAILED', '{AWAITING}')""",
+        keys, [w.saga_id for w in withdrawals], [w.step for w in withdrawals], [w.action for w in withdrawals],
+        [w.attempt for w in withdrawals], list(reason),
+    )
+    return await recorded(conn, participant, keys)  # a statement of its own: it sees what a concurrent one committed
+
+
+async def expire_awaiting(conn: asyncpg.Connection, participant: Participant,
+                          limit: int = 100) -> list[tuple[ReceivedCommand, int]]:
+    """Deferred commands whose answer did not come by its time (the step's timeout from the command's pickup):
+    no longer awaiting, recorded FAILED AnswerTimedOut (pending the caller's commit); each with the outbox shard of
+    its answer. A late answer is refused from then on."""
+    rows = await conn.fetch(
+        f"""WITH due AS (DELETE FROM {participant.awaiting_table}
+                         WHERE idempotency_key IN (SELECT idempotency_key FROM {participant.awaiting_table}
+                                                   WHERE answer_by < now() ORDER BY answer_by LIMIT $1
+                                                   FOR UPDATE SKIP LOCKED)
+                         RETURNING *),
+            recorded AS (UPDATE {participant.processed_table} AS p
+                         SET status = 'FAILED', error_type = '{ANSWER_TIMED_OUT}',
+                             error_message = 'no answer came within the step''s timeout', processed_at = now()
+                         FROM due WHERE p.idempotency_key = due.idempotency_key AND p.status = '{AWAITING}')
+            SELECT * FROM due""",
+        limit,
+    )
+    return [(_awaited(row), row["shard"]) for row in rows]
+
+
+def _awaited(row: asyncpg.Record) -> ReceivedCommand:
+    return ReceivedCommand(
+        saga_id=row["saga_id"], saga_type=row["saga_type"], step=row["step"], action=row["action"],
+        kind=CommandKind(row["kind"]), idempotency_key=row["idempotency_key"], attempt=row["attempt"],
+        input_type="", message_id=row["command_message_id"], traceparent=row["traceparent"],
+    )
+
+
 async def take_awaiting(conn: asyncpg.Connection, participant: Participant,
                         idempotency_key: str) -> tuple[ReceivedCommand, int] | None:
     """The command ``idempotency_key`` awaits an answer for, and the outbox shard of that answer, no longer
@@ -243,11 +309,7 @@ async def take_awaiting(conn: asyncpg.Connection, participant: Participant,
         f"DELETE FROM {participant.awaiting_table} WHERE idempotency_key = $1 RETURNING *", idempotency_key)
     if row is None:
         return None
-    return ReceivedCommand(
-        saga_id=row["saga_id"], saga_type=row["saga_type"], step=row["step"], action=row["action"],
-        kind=CommandKind(row["kind"]), idempotency_key=idempotency_key, attempt=row["attempt"],
-        input_type="", message_id=row["command_message_id"], traceparent=row["traceparent"],
-    ), row["shard"]
+    return _awaited(row), row["shard"]
 
 
 async def record_answer(conn: asyncpg.Connection, participant: Participant, idempotency_key: str,

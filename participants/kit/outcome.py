@@ -24,6 +24,10 @@ class ReceivedCommand:
     traceparent: str | None = None  # the command's W3C trace context header, passed on to the reply
     # Outputs of the steps it depends on (and, for a compensation, of its own forward step), by step name.
     step_outputs: Mapping[str, bytes] = field(default_factory=dict)
+    expires_at: int | None = None  # a forward command picked up after this (epoch ms) is answered Expired, not run
+    timeout_ms: int | None = None  # how long its handler (a deferred command: its answer) may take once picked up
+    withdrawal: bool = False  # a WithdrawStep of the forward command under ``idempotency_key`` (``attempt``)
+    withdrawn_because: str = ""  # a withdrawal's reason
 
 
 @dataclass(frozen=True)

@@ -209,11 +209,11 @@ async def test_a_deferred_command_is_listed_and_answered_once_by_the_operator(
             answered = await client.post(path, json={"output": '{"seat": "2C"}', "detail": "by phone"})
             assert answered.status_code == 202, answered.text
             again = await client.post(path, json={"error_type": "Late"})
-            assert again.status_code == 404 and "awaiting an answer" in again.text
+            assert again.status_code == 404 and "was answered already (SUCCEEDED at" in again.text
             assert await _json(client, "/api/v1/deferred") == []
             audit = await _json(client, "/api/v1/audit")
-            assert [(e["operator"], e["action"], e["outcome"]) for e in audit[:2]] == [
-                ("pat", "Answer", "refused: not awaiting an answer"),
+            assert [(e["operator"], e["action"], e["outcome"].split(" (")[0]) for e in audit[:2]] == [
+                ("pat", "Answer", f"refused: {key} was answered already"),
                 ("pat", "Answer", "answered; the participant's relay replies")]
         [reply] = await replies(pool, DESK.schema, saga_id)
         assert (reply["result"]["output"], reply["result"]["operator"], reply["result"]["detail"]) == (
