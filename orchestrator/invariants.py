@@ -79,14 +79,23 @@ def _completed(state: SagaState, step: str, effect: StepEffect) -> Expect:
 
 
 def _unwound(state: SagaState, step: str, effect: StepEffect) -> Expect:
-    """COMPENSATED / CANCELLED: every undoable effect is undone; the others only where the step ran."""
-    return Expect.UNDONE if effect.undone is not None else _by_step_status(state, step, effect)
+    """A saga that turned back (COMPENSATED, CANCELLED): every undoable effect is undone. A step without an undo
+    holds its effect only when its success was recorded; any other has none: once the saga turned back no
+    forward command may take effect (the fence), so one that did and is not in the history is a violation."""
+    if effect.undone is not None:
+        return Expect.UNDONE
+    state_of = state.steps[step]
+    if state_of.waived or (state_of.status is StepStatus.FAILED and state_of.outcome_unknown):
+        return Expect.AS_IS  # skipped by an operator, or given up with its outcome unknown
+    return Expect.HELD if state_of.status is StepStatus.SUCCEEDED else Expect.ABSENT
 
 
 def _failed(state: SagaState, step: str, effect: StepEffect) -> Expect:
-    # Before the pivot a failed saga has nothing left to undo; after it the saga only moved forward, so
-    # each step keeps what the fold says it did.
-    return _by_step_status(state, step, effect) if state.pivot_passed else _unwound(state, step, effect)
+    # A saga that turned back and ended FAILED (a step without undo took effect after the turn-back, recorded) is
+    # held to the unwinding; one that failed after its pivot only moved forward, so each step keeps what the fold
+    # says it did.
+    turned_back = not state.pivot_passed or any(s.landed_late for s in state.steps.values())
+    return _unwound(state, step, effect) if turned_back else _by_step_status(state, step, effect)
 
 
 def _compensation_failed(state: SagaState, step: str, effect: StepEffect) -> Expect:

@@ -43,6 +43,7 @@ STEP_OUTCOMES: dict[type[ev.Event], str] = {
     ev.StepTimedOut: "timed_out",
     ev.StepRetryScheduled: "retry_scheduled",
     ev.StepSkipped: "skipped",
+    ev.StepWithdrawn: "withdrawn",
     ev.StepCompensated: "compensated",
     ev.CompensationFailed: "compensation_failed",
     ev.CompensationTimedOut: "compensation_timed_out",

@@ -13,7 +13,7 @@ from ..schemas import wire
 from ..schemas.event_types import Event, OperatorActionRefused, SagaCancelRefused
 from ..schemas.headers import message_headers
 from ..schemas.ids import bulk_job_of, event_message_id
-from ..schemas.message_types import StepCommand
+from ..schemas.message_types import StepCommand, WithdrawStep
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
 from .domain.decide import Decision
@@ -76,8 +76,9 @@ class PendingWrites:
         state = decision.state
         assert state is not None
         events, outbox = self._event_rows(decision, causation_id, state.saga_type or None, state.traceparent)
+        sent: list[StepCommand | WithdrawStep] = [*decision.commands, *decision.withdrawals]
         outbox += [command_message(self._topics, command, causation_id, sent_under or state.traceparent)
-                   for command in decision.commands]
+                   for command in sent]
         job = bulk_job_of(causation_id)
         if job is not None and any(isinstance(event, REFUSALS) for event in decision.events):
             self.bulk_refusals[job] = self.bulk_refusals.get(job, 0) + 1
@@ -155,11 +156,11 @@ def event_message(topics: Topics, event: Event, body: bytes, saga_type: str | No
                          message_id=message_id)
 
 
-def command_message(topics: Topics, command: StepCommand, causation_id: str,
+def command_message(topics: Topics, command: StepCommand | WithdrawStep, causation_id: str,
                     traceparent: str | None = None) -> OutboxMessage:
-    """The outbox row that sends ``command`` to its participant's commands topic."""
-    return OutboxMessage(topic=topics.commands(command.participant), key=command.saga_id,
-                         value=wire.encode_command(command),
+    """The outbox row that sends ``command`` (or a withdrawal) to its participant's commands topic."""
+    value = wire.encode_withdraw(command) if isinstance(command, WithdrawStep) else wire.encode_command(command)
+    return OutboxMessage(topic=topics.commands(command.participant), key=command.saga_id, value=value,
                          headers=message_headers(command.message_id, causation_id=causation_id,
                                                  saga_id=command.saga_id, saga_type=command.saga_type,
                                                  traceparent=traceparent),

@@ -12,19 +12,19 @@ from typing import TypedDict
 
 from ...schemas import event_types as ev
 from ...schemas.ids import command_message_id, compensation_key, forward_key
-from ...schemas.limits import MAX_COMMAND_PAYLOAD_BYTES, MAX_STEP_OUTPUT_BYTES, MAX_STEP_OUTPUTS_BYTES
-from ...schemas.message_types import CommandKind, StepCommand
+from ...schemas.limits import MAX_COMMAND_PAYLOAD_BYTES, MAX_STEP_OUTPUT_BYTES, MAX_STEP_OUTPUTS_BYTES, clip_text
+from ...schemas.message_types import CommandKind, StepCommand, WithdrawStep
 from .definition import SagaDefinition
 from .evolve import apply_event
 from .messages import Timer, TimerKind
 from .model import SagaState, StepState
-from .status import SagaStatus, StepStatus
+from .status import IN_FLIGHT, SagaStatus, StepStatus
 
 
 @dataclass(frozen=True, kw_only=True)
 class Decision:
-    """What one message changes: new events (to append), commands (to send) and timers (to arm), and whether
-    the message itself is parked on the dead-letter topic.
+    """What one message changes: new events (to append), commands and withdrawals (to send) and timers (to arm),
+    and whether the message itself is parked on the dead-letter topic.
 
     ``obsolete_timers`` are ids (``Timer.timer_id``) of armed timers this decision made pointless (their
     step was answered, or the saga ended); deleting them is an optimisation, firing them is harmless.
@@ -35,6 +35,7 @@ class Decision:
 
     events: tuple[ev.Event, ...] = ()
     commands: tuple[StepCommand, ...] = ()
+    withdrawals: tuple[WithdrawStep, ...] = ()
     timers: tuple[Timer, ...] = ()
     obsolete_timers: tuple[str, ...] = ()
     dead_letter: str | None = None
@@ -66,6 +67,7 @@ class DecisionBuilder:
         self._initial_timers = live_timer_ids(definition, state)
         self._events: list[ev.Event] = []
         self._commands: list[StepCommand] = []
+        self._withdrawals: list[WithdrawStep] = []
         self._timers: list[Timer] = []
 
     @property
@@ -95,7 +97,11 @@ class DecisionBuilder:
         self._events.append(event)
         if self.definition is not None:
             commands, timers = effects_of(self.definition, self.state, event)
-            self._commands.extend(commands)
+            for command in commands:
+                if isinstance(command, WithdrawStep):
+                    self._withdrawals.append(command)
+                else:
+                    self._commands.append(command)
             if not self.state.paused:  # a retry scheduled while paused is sent on Unpause, not by a timer
                 self._timers.extend(timers)
 
@@ -105,12 +111,13 @@ class DecisionBuilder:
             return Decision(dead_letter=dead_letter, state=self.state)
         live = live_timer_ids(self.definition, self.state)
         obsolete = self._initial_timers - live
-        timers = self._timers
+        timers = [timer for timer in self._timers if timer.timer_id in live]  # not one a later event made stale
         if DEADLINE_TIMER_ID in live - self._initial_timers:
             timers = [*timers, self._deadline_timer()]
         return Decision(
             events=tuple(self._events),
             commands=tuple(self._commands),
+            withdrawals=tuple(self._withdrawals),
             timers=tuple(timers),
             obsolete_timers=tuple(sorted(obsolete)),
             dead_letter=dead_letter,
@@ -125,7 +132,7 @@ class DecisionBuilder:
 
 def effects_of(
     definition: SagaDefinition, state: SagaState, event: ev.Event
-) -> tuple[tuple[StepCommand, ...], tuple[Timer, ...]]:
+) -> tuple[tuple[StepCommand | WithdrawStep, ...], tuple[Timer, ...]]:
     """The commands to send and timers to arm because ``event`` was recorded (``state`` includes it)."""
     if isinstance(event, ev.StepCommandSent | ev.CompensationSent):
         step = definition.step(event.step)
@@ -144,9 +151,22 @@ def effects_of(
             input=state.input,
             message_id=event.message_id,
             step_outputs=outputs_for(definition, state, step.name, forward),
+            # The attempt's clock: picked up later, it does not run; once picked up, it may take the step's timeout.
+            expires_at=event.timeout_at if forward else None,
+            timeout_ms=step.timeout_ms if forward else None,
         )
         kind = TimerKind.STEP_TIMEOUT if forward else TimerKind.COMPENSATION_TIMEOUT
         return (command,), (_timer(state, kind, event.step, event.attempt, event.timeout_at),)
+    if isinstance(event, ev.StepWithdrawn):
+        step = definition.step(event.step)
+        withdrawal = WithdrawStep(saga_id=state.saga_id, saga_type=state.saga_type, step=step.name,
+                                  participant=step.participant, action=step.command,
+                                  idempotency_key=event.idempotency_key, attempt=event.attempt,
+                                  reason=event.reason, message_id=event.message_id)
+        if event.timeout_at is None:
+            return (withdrawal,), ()
+        withdrawals = state.steps[event.step].withdrawals
+        return (withdrawal,), (_timer(state, TimerKind.WITHDRAWAL_TIMEOUT, event.step, withdrawals, event.timeout_at),)
     if isinstance(event, ev.StepRetryScheduled):
         return (), (_timer(state, TimerKind.STEP_RETRY, event.step, event.attempt, event.due_at),)
     if isinstance(event, ev.CompensationRetryScheduled):
@@ -196,18 +216,24 @@ def _timer(state: SagaState, kind: TimerKind, step: str, attempt: int, due_at: i
     return Timer(saga_id=state.saga_id, kind=kind, step=step, attempt=attempt, due_at=due_at)
 
 
-def needs_resolution(definition: SagaDefinition, step: StepState) -> bool:
-    """True for a compensable step whose forward outcome is still open while the saga unwinds.
+def in_flight(step: StepState) -> bool:
+    """True while a forward attempt of the step may still take effect at its participant: sent and unanswered,
+    or waiting on a retry after an attempt whose outcome is unknown."""
+    return step.status in IN_FLIGHT or (step.status is StepStatus.RETRY_SCHEDULED and step.outcome_unknown)
 
-    Such a step may have taken effect (in flight, or timed out), so unwinding waits for it: a success is
-    compensated, a definitive failure is not, and giving up after timeouts is (``to_undo``). A step that
-    failed for sure and waits for a retry is simply not retried.
+
+def needs_resolution(definition: SagaDefinition, step: StepState) -> bool:
+    """True for a step whose forward outcome is still open while the saga unwinds: the unwinding waits for it.
+
+    A step in flight when the saga turned back was withdrawn (WITHDRAWING): its participant says whether it had
+    run, and a success is then compensated (or, without an undo, reported), a failure settles it. A saga that
+    turned back before withdrawals existed waits, as it did then, for its compensable steps in flight.
     """
+    if step.status is StepStatus.WITHDRAWING:
+        return True
     if definition.step(step.name).compensation is None:
         return False
-    return step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or (
-        step.status is StepStatus.RETRY_SCHEDULED and step.outcome_unknown
-    )
+    return in_flight(step)
 
 
 def to_undo(definition: SagaDefinition, step: StepState) -> bool:
@@ -231,7 +257,7 @@ def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -
     unwinding = state.status is SagaStatus.COMPENSATING
     live: set[str] = set()
     if definition.deadline_ms is not None and not (unwinding or state.pivot_passed or state.cancel_requested
-                                                   or pivot_blocks_cancel(definition, state)):
+                                                   or deadline_withdrew_pivot(definition, state)):
         live.add(DEADLINE_TIMER_ID)
     for step in state.steps.values():
         forward_open = not unwinding or needs_resolution(definition, step)
@@ -239,6 +265,8 @@ def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -
             live.add(f"{TimerKind.STEP_TIMEOUT}:{step.name}:{step.attempt}")
         elif step.status is StepStatus.RETRY_SCHEDULED and forward_open:
             live.add(f"{TimerKind.STEP_RETRY}:{step.name}:{step.attempt}")
+        elif step.status is StepStatus.WITHDRAWING:
+            live.add(f"{TimerKind.WITHDRAWAL_TIMEOUT}:{step.name}:{step.withdrawals}")
         elif step.status is StepStatus.COMPENSATING:
             live.add(f"{TimerKind.COMPENSATION_TIMEOUT}:{step.name}:{step.compensation_attempt}")
         elif step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
@@ -249,6 +277,14 @@ def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -
 DEADLINE_TIMER_ID = f"{TimerKind.SAGA_DEADLINE}::0"
 """The id of a saga's deadline timer (``Timer.timer_id`` of kind SAGA_DEADLINE, no step, attempt 0): armed
 whenever it becomes live (``live_timer_ids``), due ``deadline_ms`` after the start."""
+
+
+def deadline_withdrew_pivot(definition: SagaDefinition, state: SagaState) -> bool:
+    """True while the saga's deadline, passed with a pivot without undo in flight, waits for the pivot's
+    participant to say whether it ran: the saga goes on if it did, and turns back if it did not."""
+    pivot = definition.pivot
+    return (pivot is not None and state.status is SagaStatus.RUNNING
+            and state.steps[pivot.name].status is StepStatus.WITHDRAWING)
 
 
 def pivot_blocks_cancel(definition: SagaDefinition, state: SagaState) -> bool:
@@ -276,6 +312,26 @@ def send_step(b: DecisionBuilder, name: str, attempt: int) -> None:
             timeout_at=b.now + b.defn.step(name).timeout_ms,
         )
     )
+
+
+WITHDRAWAL_MAX_WAIT_MS = 300_000
+"""The longest a withdrawal waits for its answer before it is sent again."""
+
+
+def withdraw(b: DecisionBuilder, name: str, reason: str, *, wait: bool) -> None:
+    """Record StepWithdrawn for step ``name``'s latest forward attempt: a WithdrawStep goes to its participant
+    (with ``wait``, sent again each compensation timeout until it answers whether the attempt had run)."""
+    step = b.saga.steps[name]
+    base = b.base()
+    # Sent again, unanswered, after the compensation's timeout, doubling up to WITHDRAWAL_MAX_WAIT_MS: a participant
+    # that is down finds a handful queued when it is back, not one per timeout.
+    again = step.withdrawals if step.status is StepStatus.WITHDRAWING else 0
+    wait_ms = min(b.defn.step(name).compensation_timeout_ms * 2 ** min(again, 20), WITHDRAWAL_MAX_WAIT_MS)
+    timeout_at = b.now + wait_ms if wait else None
+    b.record(ev.StepWithdrawn(**base, step=name, attempt=max(1, step.attempt),
+                              idempotency_key=forward_key(b.saga_id, name),
+                              message_id=command_message_id(b.saga_id, base["seq"]),
+                              reason=clip_text(reason) or "", timeout_at=timeout_at))
 
 
 def send_compensation(b: DecisionBuilder, name: str, attempt: int) -> None:

@@ -15,6 +15,7 @@ from .builder import (
     DecisionBuilder,
     live_timer_ids,
     pivot_blocks_cancel,
+    withdraw,
 )
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition
@@ -22,7 +23,7 @@ from .levers import operate, refuse
 from .messages import IncomingMessage, RejectedRecord, TimerFired, TimerKind
 from .model import RECORDED_ONLY, RELEASE, RESUME_COMPENSATION, SagaState
 from .on_reply import handle_step_result, handle_timer_fired
-from .progress import advance, resend_open, unwind
+from .progress import advance, cancel, deadline_reason, resend_open
 from .status import TIMED_OUT_ERROR, SagaStatus
 
 __all__ = ["DUPLICATE_START_REASON", "TIMED_OUT_ERROR", "Decision", "decide"]
@@ -190,18 +191,23 @@ def _cancel(b: DecisionBuilder, message: CancelSaga) -> None:
     if refusal is not None:
         b.record(ev.SagaCancelRefused(**b.base(), reason=refusal, operator=message.operator))
         return
-    b.record(ev.SagaCancelRequested(**b.base(), reason=message.reason, operator=message.operator))
-    unwind(b, f"cancel requested: {message.reason}", None)
-    advance(b)
+    cancel(b, message.reason, message.operator)
 
 
 def _deadline(b: DecisionBuilder, definition: SagaDefinition, timer_id: str) -> None:
-    """The deadline came while the saga had not passed its pivot: it is cancelled, as by a CancelSaga (which
-    a pivot in flight still refuses)."""
+    """The deadline came while the saga had not passed its pivot: it turns back at once, whatever its steps'
+    timeouts and retries, as by a CancelSaga; every attempt in flight is withdrawn. A pivot without undo in flight
+    is withdrawn first, and its participant's answer decides: had it run, the saga goes on (past its pivot the
+    deadline no longer applies); had it not, it turns back (``progress``)."""
     if timer_id != DEADLINE_TIMER_ID or timer_id not in live_timer_ids(definition, b.state):
-        return  # passed the pivot (or has it in flight), unwinding, cancelled or ended meanwhile
-    assert definition.deadline_ms is not None
-    _cancel(b, CancelSaga(saga_id=b.saga_id, reason=f"deadline of {definition.deadline_ms / 1000:g} s passed"))
+        return  # passed the pivot, unwinding, cancelled or ended meanwhile
+    pivot = definition.pivot
+    if pivot is not None and pivot_blocks_cancel(definition, b.saga):
+        withdraw(b, pivot.name, deadline_reason(definition), wait=True)
+        return
+    refusal = _cancel_refusal(b)
+    if refusal is None:
+        cancel(b, deadline_reason(definition), None)
 
 
 def _cancel_refusal(b: DecisionBuilder) -> str | None:

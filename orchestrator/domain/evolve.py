@@ -17,6 +17,7 @@ from .definition import SagaDefinition
 from .errors import HistoryMismatch, IllegalTransition
 from .model import RECORDED_ONLY, RESUME_COMPENSATION, SagaState, StepState, evolved
 from .status import (
+    EXPIRED_ERROR,
     TIMED_OUT_ERROR,
     SagaStatus,
     StepStatus,
@@ -172,7 +173,9 @@ def _on_step_command_sent(d: _Def, s: SagaState, e: ev.StepCommandSent) -> SagaS
 
 
 def _on_step_succeeded(d: _Def, s: SagaState, e: ev.StepSucceeded) -> SagaState:
-    s = _step(s, e, e.step, StepStatus.SUCCEEDED, output=e.output, outcome_unknown=False)
+    # Taking effect while the saga turns back is harmless when an undo follows; without one, a human must act.
+    late = s.status is SagaStatus.COMPENSATING and d is not None and d.step(e.step).compensation is None
+    s = _step(s, e, e.step, StepStatus.SUCCEEDED, output=e.output, outcome_unknown=False, landed_late=late)
     if d is not None and d.step(e.step).pivot and s.status is SagaStatus.RUNNING:
         s = evolved(s, pivot_passed=True)
     return s
@@ -186,6 +189,7 @@ def _on_step_failed(d: _Def, s: SagaState, e: ev.StepFailed) -> SagaState:
     gave_up = e.error_type == TIMED_OUT_ERROR and before is not None and before.outcome_unknown
     # A success whose output the orchestrator refused did take effect.
     took_effect = gave_up or e.error_type == OUTPUT_REFUSED
+    unspent = 0 if before is None else before.unspent
     return _step(
         s,
         e,
@@ -194,6 +198,7 @@ def _on_step_failed(d: _Def, s: SagaState, e: ev.StepFailed) -> SagaState:
         outcome_unknown=took_effect,
         last_error_type=e.error_type,
         last_error_message=e.error_message,
+        unspent=unspent + 1 if e.error_type == EXPIRED_ERROR else unspent,
     )
 
 
@@ -203,6 +208,14 @@ def _on_step_timed_out(d: _Def, s: SagaState, e: ev.StepTimedOut) -> SagaState:
 
 def _on_step_retry_scheduled(d: _Def, s: SagaState, e: ev.StepRetryScheduled) -> SagaState:
     return _step(s, e, e.step, StepStatus.RETRY_SCHEDULED, attempt=e.attempt)
+
+
+def _on_step_withdrawn(d: _Def, s: SagaState, e: ev.StepWithdrawn) -> SagaState:
+    step = s.steps.get(e.step)
+    if step is not None and step.status is StepStatus.SKIPPED:  # an operator's Skip: its attempt withdrawn too
+        return s
+    withdrawals = step.withdrawals + 1 if step is not None and step.status is StepStatus.WITHDRAWING else 1
+    return _step(s, e, e.step, StepStatus.WITHDRAWING, attempt=e.attempt, withdrawals=withdrawals)
 
 
 def _on_step_skipped(d: _Def, s: SagaState, e: ev.StepSkipped) -> SagaState:
@@ -334,6 +347,7 @@ _HANDLERS: Mapping[type[ev.Event], _Handler] = {
     ev.StepTimedOut: _on_step_timed_out,
     ev.StepRetryScheduled: _on_step_retry_scheduled,
     ev.StepSkipped: _on_step_skipped,
+    ev.StepWithdrawn: _on_step_withdrawn,
     ev.CompensationSent: _on_compensation_sent,
     ev.StepCompensated: _on_step_compensated,
     ev.CompensationFailed: _on_compensation_failed,

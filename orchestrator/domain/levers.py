@@ -56,7 +56,7 @@ from ...schemas.message_types import (
     Lever,
     OperateSaga,
 )
-from .builder import DecisionBuilder, needs_resolution, send_step, to_undo
+from .builder import DecisionBuilder, in_flight, needs_resolution, send_step, to_undo, withdraw
 from .definition import FailureMode
 from .progress import advance, resend_open, retry_compensation, unwind
 from .status import SagaStatus, StepStatus
@@ -105,15 +105,17 @@ def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
         refuse(b, message, "saga is paused: unpause it, which sends what is open")
         return
     step = state.steps[name]
-    if step.status is StepStatus.RETRY_SCHEDULED and (
-            state.status is SagaStatus.RUNNING or step.outcome_unknown):
+    if step.status is StepStatus.RETRY_SCHEDULED and state.status is SagaStatus.RUNNING:
         _applied(b, message)
         send_step(b, name, step.attempt)
+    elif step.status is StepStatus.TIMED_OUT and state.status is SagaStatus.RUNNING:
+        _applied(b, message)  # it waits for an answer that may not come: the next attempt goes now
+        send_step(b, name, step.attempt + 1)
     elif step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
         _applied(b, message)
         retry_compensation(b, name, step.compensation_attempt)
     else:
-        refuse(b, message, f"step {name} is {step.status}, not waiting on a retry backoff")
+        refuse(b, message, f"step {name} is {step.status}, not waiting on a retry backoff or an answer")
         return
     advance(b)
 
@@ -123,10 +125,15 @@ def _terminate(b: DecisionBuilder, message: OperateSaga) -> None:
     if not message.reason:
         refuse(b, message, f"{Lever.TERMINATE} needs a reason (what settled the saga by hand)")
         return
-    if state.is_terminal and state.status is not SagaStatus.COMPENSATION_FAILED:  # that one waits for an operator
-        refuse(b, message, f"saga already {state.status}")
+    if state.is_terminal and state.status not in (SagaStatus.COMPENSATION_FAILED, SagaStatus.FAILED):
+        refuse(b, message, f"saga already {state.status}: only a saga that has not ended, or one that waits for a "
+                           "human (FAILED, COMPENSATION_FAILED), can be terminated")
         return
     _applied(b, message)
+    if not state.is_terminal:  # what is in flight must not run after the saga was settled by hand
+        for name in b.defn.order:
+            if in_flight(state.steps[name]) or state.steps[name].status is StepStatus.WITHDRAWING:
+                withdraw(b, name, f"the saga was terminated: {message.reason}", wait=False)
     b.record(ev.SagaTerminated(**b.base(), reason=message.reason))
 
 
@@ -170,8 +177,11 @@ def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
         refuse(b, message, f"step {name} is {step.status}: only a step in flight or waiting on a retry can be "
                            "skipped")
         return
+    flying = in_flight(step)
     _applied(b, message)
     b.record(ev.StepSkipped(**b.base(), step=name, reason=f"skipped by an operator: {message.reason}"))
+    if flying:  # the attempt in flight must not run after the operator settled the step
+        withdraw(b, name, f"an operator skipped the step: {message.reason}", wait=False)
     advance(b)
 
 
@@ -185,8 +195,8 @@ def _force_compensate(b: DecisionBuilder, message: OperateSaga) -> None:
                            "can be compensated by force")
         return
     steps = state.steps.values()
-    if not any(to_undo(definition, step) or needs_resolution(definition, step) for step in steps):
-        refuse(b, message, "nothing it did has an undo")
+    if not any(to_undo(definition, step) or needs_resolution(definition, step) or in_flight(step) for step in steps):
+        refuse(b, message, "nothing it did has an undo, and nothing is in flight")
         return
     _applied(b, message)
     unwind(b, f"forced by an operator: {message.reason}", None)
@@ -207,6 +217,10 @@ def _redrive(b: DecisionBuilder, message: OperateSaga) -> None:
     if definition.failure_mode is not FailureMode.FAIL_FAST:
         refuse(b, message, f"its failure mode is {definition.failure_mode}: the steps after a failure were "
                            "skipped, so re-driving cannot run them")
+        return
+    if any(step.landed_late for step in state.steps.values()):
+        refuse(b, message, "the saga turned back and what could be undone was: it cannot run forward again; settle "
+                           "what took effect by hand, then terminate it")
         return
     if not any(step.status is StepStatus.FAILED for step in state.steps.values()):
         refuse(b, message, "no step failed for good: nothing to send again")

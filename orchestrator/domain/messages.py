@@ -21,6 +21,7 @@ class TimerKind(StrEnum):
     COMPENSATION_TIMEOUT = "COMPENSATION_TIMEOUT"
     COMPENSATION_RETRY = "COMPENSATION_RETRY"
     SAGA_DEADLINE = "SAGA_DEADLINE"
+    WITHDRAWAL_TIMEOUT = "WITHDRAWAL_TIMEOUT"  # attempt: the how-manieth withdrawal of the step's latest attempt
 
 
 @dataclass(frozen=True, kw_only=True)

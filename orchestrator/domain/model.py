@@ -43,6 +43,14 @@ class StepState:
     output: bytes | None = None
     waived: bool = False  # SKIPPED by an operator after it was sent: counts as done for its dependents
     attempt_base: int = 0  # attempts spent before the latest Redrive: the retry policy counts the ones after it
+    unspent: int = 0  # attempts answered Expired (no worker picked them up in time): the retry policy skips them
+    withdrawals: int = 0  # WithdrawStep sent for its latest attempt (the first, and each one sent again)
+    landed_late: bool = False  # took effect after the saga turned back and has no undo: a human must act
+
+    @property
+    def spent(self) -> int:
+        """The attempts the retry policy counts: those since the latest Redrive that a worker started on."""
+        return self.attempt - self.attempt_base - self.unspent
 
 
 @dataclass(frozen=True, kw_only=True)

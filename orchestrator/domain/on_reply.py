@@ -16,12 +16,13 @@ from .builder import (
     schedule_compensation_retry,
     schedule_step_retry,
     send_step,
+    withdraw,
 )
 from .errors import InvalidMessage
 from .messages import TimerFired, TimerKind
 from .model import ANSWER
-from .progress import advance, retry_compensation
-from .status import TIMED_OUT_ERROR, SagaStatus, StepStatus
+from .progress import advance, cancel, deadline_reason, retry_compensation
+from .status import EXPIRED_ERROR, TIMED_OUT_ERROR, SagaStatus, StepStatus
 
 
 def handle_step_result(b: DecisionBuilder, result: StepResult) -> None:
@@ -49,8 +50,10 @@ def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
         return  # the saga ended: late replies change nothing
     if result.status is ResultStatus.SUCCEEDED:
         # Any attempt's success counts while the step is open: all attempts share one idempotency key,
-        # so they are one operation. This is how an unknown outcome (timeout) resolves.
-        open_statuses = (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)
+        # so they are one operation. This is how an unknown outcome (timeout) resolves, and a withdrawal that
+        # came too late.
+        open_statuses = (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED,
+                         StepStatus.WITHDRAWING)
         if not (step.status in open_statuses and 1 <= result.attempt <= step.attempt):
             return
         _answered_by(b, result)
@@ -64,7 +67,8 @@ def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
         b.record(ev.StepFailed(**b.base(), step=step.name, attempt=result.attempt, error_type=OUTPUT_REFUSED,
                                error_message=problem, retryable=False))
         return
-    if step.status not in (StepStatus.RUNNING, StepStatus.TIMED_OUT) or result.attempt != step.attempt:
+    if (step.status not in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.WITHDRAWING)
+            or result.attempt != step.attempt):
         return  # a failure of an attempt we no longer wait for
     _answered_by(b, result)
     error_type = result.error_type or "UnknownError"
@@ -78,12 +82,22 @@ def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
             retryable=result.retryable,
         )
     )
-    # While unwinding a known failure settles the step: it did not happen, nothing to undo or retry. The budget
-    # counts the attempts since the step's latest Redrive.
+    # While unwinding a known failure settles the step: it did not happen, nothing to undo or retry (a withdrawn
+    # attempt that had not run answers so too).
+    if state.status is not SagaStatus.RUNNING:
+        return
+    if step.status is StepStatus.WITHDRAWING:  # the pivot the deadline withdrew had not run: the saga turns back
+        cancel(b, deadline_reason(b.defn), None)
+        return
+    if error_type == EXPIRED_ERROR:  # no worker picked it up in time: it never ran, and it does not count
+        if b.saga.paused:
+            b.record(ev.StepRetryScheduled(**b.base(), step=step.name, attempt=result.attempt + 1, due_at=b.now))
+        else:
+            send_step(b, step.name, result.attempt + 1)
+        return
+    # The budget counts the attempts a worker started on since the step's latest Redrive.
     policy = b.defn.step(step.name).retry
-    if state.status is SagaStatus.RUNNING and policy.should_retry(
-        result.attempt - step.attempt_base, result.retryable, error_type
-    ):
+    if policy.should_retry(b.saga.steps[step.name].spent, result.retryable, error_type):
         schedule_step_retry(b, step.name, result.attempt)
 
 
@@ -151,24 +165,21 @@ def handle_timer_fired(b: DecisionBuilder, fired: TimerFired) -> None:
     name, attempt = timer.step, timer.attempt
     step = b.defn.step(name)
     if timer.kind is TimerKind.STEP_TIMEOUT:
+        # No answer yet: whether a worker picked the command up is not known here, so no attempt is spent and
+        # none is sent. The participant answers every command it picks up: its outcome, HandlerTimedOut when the
+        # handler overran the step's timeout (that attempt counts), or Expired when it was picked up after this
+        # (it did not run, and the next attempt goes at once). The saga's deadline bounds the wait.
         b.record(ev.StepTimedOut(**b.base(), step=name, attempt=attempt))
-        # Unknown outcome: try again under the same key; only running out of attempts makes it definitive.
-        spent = attempt - b.saga.steps[name].attempt_base  # since its latest Redrive
-        if step.retry.allows_attempt(spent + 1):
-            schedule_step_retry(b, name, attempt)
-        else:
-            b.record(
-                ev.StepFailed(
-                    **b.base(),
-                    step=name,
-                    attempt=attempt,
-                    error_type=TIMED_OUT_ERROR,
-                    error_message=f"no reply within {step.timeout_ms} ms, {spent} attempt(s)",
-                    retryable=False,
-                )
-            )
+        if b.saga.status is SagaStatus.COMPENSATING:  # a saga that turned back before withdrawals existed
+            withdraw(b, name, f"the saga turned back: {b.saga.failure_reason}", wait=True)
     elif timer.kind is TimerKind.STEP_RETRY:
-        send_step(b, name, attempt)
+        if b.saga.status is SagaStatus.COMPENSATING:  # nothing goes forward once the saga turned back
+            withdraw(b, name, f"the saga turned back: {b.saga.failure_reason}", wait=True)
+        else:
+            send_step(b, name, attempt)
+    elif timer.kind is TimerKind.WITHDRAWAL_TIMEOUT:
+        withdraw(b, name, f"the saga turned back: {b.saga.failure_reason}" if b.saga.status is SagaStatus.COMPENSATING
+                 else "the saga's deadline passed", wait=True)
     elif timer.kind is TimerKind.COMPENSATION_TIMEOUT:
         b.record(ev.CompensationTimedOut(**b.base(), step=name, attempt=attempt))
         if step.compensation_retry.allows_attempt(attempt + 1):

@@ -9,11 +9,13 @@ from __future__ import annotations
 from ...schemas import event_types as ev
 from .builder import (
     DecisionBuilder,
+    in_flight,
     needs_resolution,
     schedule_compensation_retry,
     send_compensation,
     send_step,
     to_undo,
+    withdraw,
 )
 from .definition import Condition, FailureMode, SagaDefinition
 from .model import SagaState
@@ -32,6 +34,8 @@ def advance(b: DecisionBuilder) -> None:
 
 def _advance_forward(b: DecisionBuilder) -> None:
     definition, state = b.defn, b.saga
+    if any(step.status is StepStatus.WITHDRAWING for step in state.steps.values()):
+        return  # the deadline withdrew the pivot: its participant's answer decides which way the saga goes
     failed = failed_steps(definition, state)
     if failed and definition.failure_mode is FailureMode.FAIL_FAST:
         _fail_fast(b, failed[0])
@@ -103,22 +107,42 @@ def _finish_forward(b: DecisionBuilder) -> None:
         b.record(ev.SagaCompletedWithFailures(**b.base(), failed_steps=failed))
 
 
+def deadline_reason(definition: SagaDefinition) -> str:
+    """The reason a saga cancelled by its deadline gives."""
+    assert definition.deadline_ms is not None
+    return f"deadline of {definition.deadline_ms / 1000:g} s passed"
+
+
+def cancel(b: DecisionBuilder, reason: str, operator: str | None) -> None:
+    """The cancel (an operator's, a client's, or the deadline's) is accepted: recorded, and the saga turns back."""
+    b.record(ev.SagaCancelRequested(**b.base(), reason=reason, operator=operator))
+    unwind(b, f"cancel requested: {reason}", None)
+    advance(b)
+
+
 def unwind(b: DecisionBuilder, reason: str, failed_step: str | None) -> None:
-    """Start compensating, or end the saga at once when there is nothing to undo or wait for."""
+    """Turn the saga back: start compensating, withdrawing every forward attempt still in flight (none is sent or
+    scheduled from here on), or end the saga at once when there is nothing to undo or wait for: CANCELLED for a
+    cancel, else COMPENSATED (a business outcome: the saga turned back, and nothing it did needed undoing)."""
     definition, state = b.defn, b.saga
+    flying = [name for name in definition.order if in_flight(state.steps[name])]
     undo = any(to_undo(definition, s) for s in state.steps.values())
-    to_wait = any(needs_resolution(definition, s) for s in state.steps.values())
-    if undo or to_wait:
+    if undo or flying:
         b.record(ev.SagaCompensationStarted(**b.base(), reason=reason, failed_step=failed_step))
+        for name in flying:
+            withdraw(b, name, f"the saga turned back: {reason}", wait=True)
     elif state.cancel_requested:
         b.record(ev.SagaCancelled(**b.base(), reason=state.cancel_reason or reason))
     else:
-        b.record(ev.SagaFailed(**b.base(), reason=reason, failed_step=failed_step))
+        b.record(ev.SagaCompensated(**b.base(), reason=f"{reason}; nothing needed undoing", failed_step=failed_step))
 
 
 def pending_undo(definition: SagaDefinition, state: SagaState, name: str) -> bool:
-    """True while step ``name`` still needs undoing, is being undone, or may still need it (its outcome open)."""
+    """True while step ``name`` still needs undoing, is being undone, or may still need it (its outcome open).
+    A step without an undo never needs it: its upstream steps are undone without waiting for it."""
     step = state.steps[name]
+    if definition.step(name).compensation is None:
+        return False
     if needs_resolution(definition, step) or step.status in COMPENSATION_IN_PROGRESS:
         return True
     return to_undo(definition, step)
@@ -163,26 +187,30 @@ def _advance_compensation(b: DecisionBuilder) -> None:
         send_compensation(b, name, state.steps[name].compensation_attempt + 1)
     if wave or any(needs_resolution(definition, s) for s in state.steps.values()):
         return
-    if state.cancel_requested:
+    landed = [name for name in definition.order if state.steps[name].landed_late]
+    if landed:  # undone as far as it can be; what took effect after the turn-back and has no undo needs a human
+        one = len(landed) == 1
+        b.record(ev.SagaFailed(**b.base(), failed_step=landed[0], reason=(
+            f"{', '.join(landed)} took effect, as {'its participant' if one else 'their participants'} said only "
+            f"after the saga turned back ({state.failure_reason}), and {'has' if one else 'have'} no undo; a "
+            "human must act")))
+    elif state.cancel_requested:
         b.record(ev.SagaCancelled(**b.base(), reason=state.cancel_reason or "cancel requested"))
-    elif any(s.status is StepStatus.COMPENSATED for s in state.steps.values()):
-        b.record(
-            ev.SagaCompensated(
-                **b.base(), reason=state.failure_reason or "compensated", failed_step=state.failed_step
-            )
-        )
     else:
-        b.record(
-            ev.SagaFailed(**b.base(), reason=state.failure_reason or "failed", failed_step=state.failed_step)
-        )
+        reason = state.failure_reason or "compensated"
+        if not any(s.status is StepStatus.COMPENSATED for s in state.steps.values()):
+            reason = f"{reason}; nothing needed undoing"
+        b.record(ev.SagaCompensated(**b.base(), reason=reason, failed_step=state.failed_step))
 
 
 def resend_open(b: DecisionBuilder) -> None:
     """Timers were ignored while the saga waited for a human (or were stopped): re-send everything still open,
-    each as a new attempt under the same key (a retry that was due keeps its attempt). Nothing while paused:
+    each as a new attempt under the same key (a retry that was due keeps its attempt); a withdrawal again. While
+    the saga turns back nothing goes forward: a step still in flight is withdrawn instead. Nothing while paused:
     Unpause sends it."""
     if b.saga.paused:
         return
+    unwinding = b.saga.status is SagaStatus.COMPENSATING
     for name in reversed(b.defn.order):  # the order compensation waves use
         step = b.saga.steps[name]
         if step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
@@ -193,9 +221,9 @@ def resend_open(b: DecisionBuilder) -> None:
             StepStatus.COMPENSATION_FAILED,
         ):
             retry_compensation(b, name, step.compensation_attempt + 1)
-        elif needs_resolution(b.defn, step) or (
-            b.saga.status is SagaStatus.RUNNING
-            and step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)
-        ):
+        elif step.status is StepStatus.WITHDRAWING or (unwinding and in_flight(step)):
+            withdraw(b, name, f"the saga turned back: {b.saga.failure_reason}", wait=True)
+        elif not unwinding and b.saga.status is SagaStatus.RUNNING and (
+                step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED)):
             retry_due = step.status is StepStatus.RETRY_SCHEDULED
             send_step(b, name, step.attempt if retry_due else step.attempt + 1)

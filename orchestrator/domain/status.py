@@ -12,6 +12,14 @@ from enum import StrEnum
 TIMED_OUT_ERROR = "TimedOut"
 """error_type recorded when a step or compensation is given up after its attempts all timed out."""
 
+EXPIRED_ERROR = "Expired"
+"""error_type of a participant's answer to a forward command it picked up after the command's ``expires_at``: it
+did not run, and the attempt does not count (the next is sent at once)."""
+
+WITHDRAWN_ERROR = "Withdrawn"
+"""error_type of a participant's answer to a withdrawal (WithdrawStep) of a forward command that had not run: it
+never will."""
+
 
 class SagaStatus(StrEnum):
     RUNNING = "RUNNING"
@@ -57,7 +65,9 @@ _STARTED_TRANSITIONS: Mapping[SagaStatus, frozenset[SagaStatus]] = {
             SagaStatus.COMPENSATING,
             SagaStatus.COMPLETED,
             SagaStatus.COMPLETED_WITH_FAILURES,
-            SagaStatus.FAILED,  # failed with nothing to undo, or failed after the pivot
+            SagaStatus.FAILED,  # a forward step failed for good after the pivot (a saga decided before
+            # withdrawals existed also failed with nothing to undo)
+            SagaStatus.COMPENSATED,  # turned back with nothing to undo and nothing in flight: a business outcome
             SagaStatus.CANCELLED,  # cancelled with nothing to undo and nothing in flight
             SagaStatus.TERMINATED,  # an operator's Terminate, here and from the two below
         }
@@ -67,7 +77,8 @@ _STARTED_TRANSITIONS: Mapping[SagaStatus, frozenset[SagaStatus]] = {
             SagaStatus.COMPENSATED,
             SagaStatus.COMPENSATION_FAILED,
             SagaStatus.CANCELLED,
-            SagaStatus.FAILED,  # in-flight steps resolved and nothing needed undoing after all
+            SagaStatus.FAILED,  # a step took effect after the turn-back and has no undo (before withdrawals
+            # existed: in-flight steps resolved and nothing needed undoing after all)
             SagaStatus.TERMINATED,
         }
     ),
@@ -75,8 +86,9 @@ _STARTED_TRANSITIONS: Mapping[SagaStatus, frozenset[SagaStatus]] = {
                                                SagaStatus.TERMINATED}),
     SagaStatus.COMPLETED: _PURGE,
     # -> COMPENSATING: an operator's ForceCompensate; -> RUNNING: an operator's Redrive (no other event moves a
-    # started saga to RUNNING: the fold takes SagaStarted only as a saga's first status)
-    SagaStatus.FAILED: _PURGE | {SagaStatus.COMPENSATING, SagaStatus.RUNNING},
+    # started saga to RUNNING: the fold takes SagaStarted only as a saga's first status); -> TERMINATED: an
+    # operator settled it by hand
+    SagaStatus.FAILED: _PURGE | {SagaStatus.COMPENSATING, SagaStatus.RUNNING, SagaStatus.TERMINATED},
     SagaStatus.COMPENSATED: _PURGE,
     SagaStatus.CANCELLED: _PURGE,
     SagaStatus.COMPLETED_WITH_FAILURES: _PURGE,
@@ -109,6 +121,7 @@ class StepStatus(StrEnum):
     RUNNING = "RUNNING"  # command sent, waiting for the reply to ``attempt``
     TIMED_OUT = "TIMED_OUT"  # no reply in time: outcome unknown, nothing scheduled yet
     RETRY_SCHEDULED = "RETRY_SCHEDULED"  # waiting for the backoff timer of ``attempt``
+    WITHDRAWING = "WITHDRAWING"  # ``attempt`` was withdrawn (the saga turned back): its participant says if it ran
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"  # failed and not retried
     SKIPPED = "SKIPPED"  # never ran (its condition did not hold), or an operator skipped it (StepState.waived)
@@ -125,16 +138,21 @@ STEP_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     _S.PENDING: frozenset({_S.RUNNING, _S.SKIPPED}),
     # RUNNING -> RUNNING: an operator's resume re-sends an unanswered command under the same key
     # RUNNING / TIMED_OUT / RETRY_SCHEDULED -> SKIPPED: an operator's Skip of a skippable step that is stuck
-    _S.RUNNING: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.TIMED_OUT, _S.SKIPPED}),
-    _S.TIMED_OUT: frozenset({_S.RETRY_SCHEDULED, _S.FAILED, _S.SUCCEEDED, _S.RUNNING, _S.SKIPPED}),
+    # RUNNING / TIMED_OUT / RETRY_SCHEDULED -> WITHDRAWING: the saga turned back while the step was in flight
+    _S.RUNNING: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.TIMED_OUT, _S.SKIPPED, _S.WITHDRAWING}),
+    _S.TIMED_OUT: frozenset({_S.RETRY_SCHEDULED, _S.FAILED, _S.SUCCEEDED, _S.RUNNING, _S.SKIPPED, _S.WITHDRAWING}),
     # RETRY_SCHEDULED -> SUCCEEDED: a late success of an earlier attempt (same key, same operation); -> FAILED:
     # such a success whose output cannot be carried on
-    _S.RETRY_SCHEDULED: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.SKIPPED}),
+    _S.RETRY_SCHEDULED: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.SKIPPED, _S.WITHDRAWING}),
+    # WITHDRAWING -> WITHDRAWING: the withdrawal sent again, unanswered; -> SUCCEEDED / FAILED: its participant's
+    # answer (it had run, with that outcome; or it had not, FAILED Withdrawn)
+    _S.WITHDRAWING: frozenset({_S.WITHDRAWING, _S.SUCCEEDED, _S.FAILED}),
     # FAILED -> COMPENSATING: a step given up after its attempts timed out may have taken effect; unwinding
     # undoes it (a compensation of something that never happened is a no-op).
     # FAILED -> PENDING: an operator's Redrive of a FAILED saga (no other event moves a step back to PENDING); the
     # step is sent again as its next attempt, under its same key.
-    _S.FAILED: frozenset({_S.RETRY_SCHEDULED, _S.COMPENSATING, _S.PENDING}),
+    # FAILED -> RUNNING: an attempt answered Expired (never run) is followed at once by the next one.
+    _S.FAILED: frozenset({_S.RETRY_SCHEDULED, _S.COMPENSATING, _S.PENDING, _S.RUNNING}),
     _S.SUCCEEDED: frozenset({_S.COMPENSATING}),
     _S.SKIPPED: frozenset(),
     _S.COMPENSATING: frozenset(
@@ -154,6 +172,10 @@ def is_step_transition_valid(current: StepStatus, new: StepStatus) -> bool:
     """True when a step may move from ``current`` to ``new``."""
     return new in STEP_TRANSITIONS[current]
 
+
+IN_FLIGHT: frozenset[StepStatus] = frozenset({_S.RUNNING, _S.TIMED_OUT})
+"""A forward attempt sent and not answered (a step waiting on a retry after an unknown outcome is in flight too:
+``builder.in_flight``)."""
 
 FORWARD_SETTLED: frozenset[StepStatus] = frozenset({_S.SUCCEEDED, _S.FAILED, _S.SKIPPED})
 """Forward outcomes a dependent can be decided on (in a RUNNING saga FAILED is definitive)."""

@@ -94,13 +94,13 @@ CASES = [
     Case("compensate_on_continue: then compensated", BATCH_UNDO,
          [*A_FAILED, ok("c"), ok("alert"), ok("report")], comp_ok("c"),
          ["StepCompensated c 1", "SagaCompensated"], [], SagaStatus.COMPENSATED),
-    Case("compensate_on_continue with nothing to undo: failed", BATCH_UNDO,
+    Case("compensate_on_continue with nothing to undo: turned back, compensated", BATCH_UNDO,
          [*A_FAILED, fail("c"), ok("alert")], ok("report"),
-         ["StepSucceeded report 1", "SagaFailed"], [], SagaStatus.FAILED),
-    Case("cancel in continue mode: a waits for its in-flight dependent b", BATCH, [start(), ok("a"), ok("c")],
-         lambda r: r.cancel(),
-         ["SagaCancelRequested", "SagaCompensationStarted", "CompensationSent c 1"],
-         ["batch.undo_c COMPENSATE 1"], SagaStatus.COMPENSATING),
+         ["StepSucceeded report 1", "SagaCompensated"], [], SagaStatus.COMPENSATED),
+    Case("cancel in continue mode: a waits for its in-flight dependent b, withdrawn", BATCH,
+         [start(), ok("a"), ok("c")], lambda r: r.cancel(),
+         ["SagaCancelRequested", "SagaCompensationStarted", "StepWithdrawn b 1", "CompensationSent c 1"],
+         ["batch.do_b WITHDRAW 1", "batch.undo_c COMPENSATE 1"], SagaStatus.COMPENSATING),
     Case("in-flight dependent fails: a is undone next", BATCH,
          [start(), ok("a"), ok("c"), lambda r: r.cancel(), comp_ok("c")], fail("b"),
          ["StepFailed b 1", "CompensationSent a 1"], ["batch.undo_a COMPENSATE 1"], SagaStatus.COMPENSATING),
@@ -165,4 +165,4 @@ def test_retry_due_times_follow_the_policy() -> None:
         delays.append(scheduled.due_at - failed_at)
         run.fire(TimerKind.STEP_RETRY, "only")
     assert delays == [100, 300, 900, 2000, 2000]
-    assert event_names(run.fail("only", "Busy", retryable=True)) == ["StepFailed only 6", "SagaFailed"]
+    assert event_names(run.fail("only", "Busy", retryable=True)) == ["StepFailed only 6", "SagaCompensated"]

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from saga_orchestrator.orchestrator.domain.builder import DEADLINE_TIMER_ID
-from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
+from saga_orchestrator.orchestrator.domain.definition import RetryPolicy, SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError
 from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, TimerKind
 from saga_orchestrator.orchestrator.domain.status import SagaStatus
@@ -49,9 +49,11 @@ def test_the_deadline_before_the_pivot_cancels_and_compensates_what_was_done() -
     requested = decision.events[0]
     assert isinstance(requested, ev.SagaCancelRequested) and requested.reason == "deadline of 60 s passed"
     assert "CompensationSent" in _types(decision.events)
+    assert [(type(e).__name__, e.step) for e in decision.events if isinstance(e, ev.StepWithdrawn)] == [
+        ("StepWithdrawn", "book_hotel")]  # in flight: withdrawn, never sent again
     assert DEADLINE_TIMER_ID not in run.armed
-    run.comp_ok("book_flight")  # the hotel is still in flight: unwinding waits for its outcome
-    run.ok("book_hotel")
+    run.comp_ok("book_flight")  # the unwinding waits for the hotel's participant to say whether it had run
+    run.ok("book_hotel")  # it had
     run.comp_ok("book_hotel")
     assert run.saga.status is SagaStatus.CANCELLED
 
@@ -78,16 +80,50 @@ def test_a_deadline_while_a_refundable_pivot_is_in_flight_cancels_and_refunds_it
     assert run.saga.status is SagaStatus.CANCELLED
 
 
-def test_a_pivot_without_compensation_in_flight_holds_the_deadline_until_its_outcome_is_known() -> None:
+def _no_refund() -> SagaDefinition:
     steps = tuple(dataclasses.replace(step, compensation=None) if step.pivot else step for step in TRIP.steps)
-    no_refund = dataclasses.replace(TRIP_IN_A_MINUTE, steps=steps)
-    run = _charging(no_refund)
-    assert DEADLINE_TIMER_ID not in run.armed
-    retry = run.fail("charge_card", error="Busy", retryable=True)  # a known failure: nothing was charged
-    assert [t.timer_id for t in retry.timers if t.kind is TimerKind.SAGA_DEADLINE] == [DEADLINE_TIMER_ID]
-    assert run.armed[DEADLINE_TIMER_ID].due_at == T0 + 60_000  # due when it always was
+    return dataclasses.replace(TRIP_IN_A_MINUTE, steps=steps)
+
+
+def test_at_the_deadline_a_pivot_without_undo_in_flight_is_withdrawn_and_had_it_run_the_saga_goes_on() -> None:
+    run = _charging(_no_refund())
+    assert run.armed[DEADLINE_TIMER_ID].due_at == T0 + 60_000  # armed while the pivot is in flight
     decision = run.fire(TimerKind.SAGA_DEADLINE, "")
-    assert _types(decision.events)[0] == "SagaCancelRequested"
+    assert _types(decision.events) == ["StepWithdrawn"]
+    assert run.status() is SagaStatus.RUNNING and DEADLINE_TIMER_ID not in run.armed
+    went_on = run.ok("charge_card")  # it had run: past the pivot the deadline no longer applies
+    assert _types(went_on.events) == ["StepSucceeded", "StepCommandSent"]
+    run.ok("send_itinerary")
+    assert run.status() is SagaStatus.COMPLETED
+
+
+def test_at_the_deadline_a_pivot_without_undo_that_had_not_run_turns_the_saga_back() -> None:
+    run = _charging(_no_refund())
+    run.fire(TimerKind.SAGA_DEADLINE, "")
+    turned = run.fail("charge_card", "Withdrawn")
+    assert _types(turned.events)[:3] == ["StepFailed", "SagaCancelRequested", "SagaCompensationStarted"]
+    assert turned.events[1].reason == "deadline of 60 s passed"  # type: ignore[attr-defined]
+    run.comp_ok("book_flight")
+    run.comp_ok("book_hotel")
+    assert run.saga.status is SagaStatus.CANCELLED
+
+
+def test_a_72_hour_deadline_bounds_a_step_of_24_hours_times_4_that_never_answers() -> None:
+    slow = dataclasses.replace(TRIP.step("book_flight"), timeout_ms=24 * 3_600_000,
+                               retry=RetryPolicy(max_attempts=4))
+    definition = SagaDefinition(saga_type="slow", version=1, steps=(slow,), input_schema="x",
+                                deadline_ms=72 * 3_600_000)
+    run = SagaRun(definition)
+    run.start()
+    run.fire(TimerKind.STEP_TIMEOUT, "book_flight")  # 24 h: no answer; nothing is spent, nothing resent
+    assert not any(t.kind is TimerKind.STEP_RETRY for t in run.armed.values())
+    turned = run.fire(TimerKind.SAGA_DEADLINE, "")
+    assert run.now == T0 + 72 * 3_600_000
+    assert _types(turned.events) == ["SagaCancelRequested", "SagaCompensationStarted", "StepWithdrawn"]
+    run.fail("book_flight", "Withdrawn")  # its participant: the command never ran
+    assert run.saga.status is SagaStatus.CANCELLED and run.now == T0 + 72 * 3_600_000
+    forward = [e for e in run.events if isinstance(e, ev.StepCommandSent)]
+    assert [e.attempt for e in forward] == [1]  # the one attempt, never another
 
 
 def test_a_timer_of_the_deadline_kind_with_another_id_changes_nothing() -> None:

@@ -69,7 +69,8 @@ def test_saga_table_terminal_states_have_no_way_out_but_the_documented_ones() ->
     exits = {s: SAGA_TRANSITIONS[s] - {SagaStatus.PURGED, SagaStatus.QUARANTINED} for s in TERMINAL_STATUSES}
     assert {s: out for s, out in exits.items() if out} == {
         SagaStatus.COMPENSATION_FAILED: {SagaStatus.COMPENSATING, SagaStatus.TERMINATED},  # resume, or terminate
-        SagaStatus.FAILED: {SagaStatus.COMPENSATING, SagaStatus.RUNNING},  # ForceCompensate, or Redrive
+        # ForceCompensate, Redrive, or Terminate (settled by hand): FAILED means a human must act, and can
+        SagaStatus.FAILED: {SagaStatus.COMPENSATING, SagaStatus.RUNNING, SagaStatus.TERMINATED},
         SagaStatus.REJECTED: {SagaStatus.RUNNING},  # a valid start after refusals
     }
     # Purging (retention) is the one way on from an end, and a saga waiting for an operator cannot be purged.
@@ -86,7 +87,8 @@ def test_saga_table_terminal_states_have_no_way_out_but_the_documented_ones() ->
     [
         (None, SagaStatus.RUNNING, True),
         (None, SagaStatus.COMPLETED, False),
-        (SagaStatus.RUNNING, SagaStatus.COMPENSATED, False),  # always through COMPENSATING
+        (SagaStatus.RUNNING, SagaStatus.COMPENSATED, True),  # turned back with nothing to undo
+        (SagaStatus.RUNNING, SagaStatus.COMPENSATION_FAILED, False),  # always through COMPENSATING
         (SagaStatus.RUNNING, SagaStatus.CANCELLED, True),
         (SagaStatus.COMPENSATING, SagaStatus.COMPLETED, False),
         (SagaStatus.COMPENSATING, SagaStatus.CANCELLED, True),
@@ -133,10 +135,10 @@ BAD_HISTORIES = [
         "from COMPLETED to COMPLETED",
     ),
     (
-        "compensated without compensating",
-        [STARTED, ev.SagaCompensated(**_base(2), reason="r", failed_step=None)],
+        "compensation failed without compensating",
+        [STARTED, ev.SagaCompensationFailed(**_base(2), step="book_flight", reason="r")],
         IllegalTransition,
-        "from RUNNING to COMPENSATED",
+        "from RUNNING to COMPENSATION_FAILED",
     ),
     (
         "success of a step never sent",

@@ -23,8 +23,8 @@ from saga_orchestrator.orchestrator.domain.evolve import apply_event
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.model import ANSWER
 from saga_orchestrator.orchestrator.domain.retention import purged_event
-from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus, fold
-from saga_orchestrator.participants.trip.definition import BOOKING_RETRY, TRIP
+from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepState, StepStatus, fold
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas.message_types import (
     CancelSaga,
@@ -96,8 +96,10 @@ def test_terminate_ends_a_running_saga_as_it_stands_compensating_nothing() -> No
     run.start()
     run.ok("book_flight")  # book_hotel is still in flight
     decision = run.operate(Lever.TERMINATE, reason="refunded by phone")
-    assert names(decision.events) == ["OperatorAction", "SagaTerminated"]
+    assert names(decision.events) == ["OperatorAction", "StepWithdrawn book_hotel 1", "SagaTerminated"]
     assert decision.commands == () and decision.timers == ()
+    [withdrawal] = decision.withdrawals  # what is in flight must not run after the saga was settled by hand
+    assert (withdrawal.step, withdrawal.attempt, withdrawal.idempotency_key) == ("book_hotel", 1, "s1:book_hotel")
     assert run.status() is SagaStatus.TERMINATED and run.saga.reason == "refunded by phone"
     assert run.ok("book_hotel").events == ()  # a late reply changes nothing
     assert run.fire(TimerKind.STEP_TIMEOUT, "book_hotel", attempt=1).events == ()
@@ -199,13 +201,14 @@ def test_force_compensate_undoes_a_saga_that_failed_after_its_pivot_the_pivot_to
     assert run.status() is SagaStatus.COMPENSATED
 
 
-def test_force_compensate_of_a_running_saga_waits_for_what_is_in_flight() -> None:
+def test_force_compensate_of_a_running_saga_withdraws_what_is_in_flight() -> None:
     run = SagaRun(TRIP)
     run.start()
     run.ok("book_flight")  # book_hotel is in flight
     decision = run.operate(Lever.FORCE_COMPENSATE, reason="fraud suspected")
-    assert names(decision.events) == ["OperatorAction", "SagaCompensationStarted", "CompensationSent book_flight 1"]
-    assert names(run.ok("book_hotel").events) == ["StepSucceeded book_hotel 1"]  # undone after this wave
+    assert names(decision.events) == ["OperatorAction", "SagaCompensationStarted", "StepWithdrawn book_hotel 1",
+                                      "CompensationSent book_flight 1"]
+    assert names(run.ok("book_hotel").events) == ["StepSucceeded book_hotel 1"]  # it had run: undone next
     wave = run.comp_ok("book_flight")
     assert names(wave.events) == ["StepCompensated book_flight 1", "CompensationSent book_hotel 1"]
     run.comp_ok("book_hotel")
@@ -225,61 +228,77 @@ def test_redrive_sends_a_step_that_failed_after_the_pivot_again_as_its_next_atte
     assert run.status() is SagaStatus.COMPLETED
 
 
-def test_a_redriven_step_gets_a_fresh_attempt_budget() -> None:
-    run = SagaRun(TRIP)  # a booking has 3 attempts
-    run.start()
-    for _ in (1, 2):
-        run.fail("book_flight", "Unavailable", retryable=True)
-        run.fire(TimerKind.STEP_RETRY, "book_flight")
-    run.fail("book_flight", "Unavailable", retryable=True)  # the third: for good, and the hotel is in flight
-    run.fail("book_hotel", "SoldOut")
-    assert run.status() is SagaStatus.FAILED and run.saga.steps["book_flight"].attempt == 3
-    run.operate(Lever.REDRIVE, reason="the airline is back")
-    run.ok("book_hotel")
-    assert names(run.fail("book_flight", "Unavailable", retryable=True).events) == [
-        "StepFailed book_flight 4", "StepRetryScheduled book_flight 5"]  # one of three spent since
+def test_a_redriven_step_counts_its_attempts_from_the_redrive_and_only_those_a_worker_started_on() -> None:
+    run = _failed_after_its_pivot()
+    run.operate(Lever.REDRIVE, reason="the address was corrected")
+    def step() -> StepState:
+        return run.saga.steps["send_itinerary"]
+
+    assert (step().attempt, step().spent) == (2, 1)  # its first attempt since the redrive is in flight
+    assert names(run.fail("send_itinerary", "Unavailable", retryable=True).events) == [
+        "StepFailed send_itinerary 2", "StepRetryScheduled send_itinerary 3"]
     [retry] = [timer for timer in run.armed.values() if timer.kind is TimerKind.STEP_RETRY]
-    assert retry.due_at == run.now + BOOKING_RETRY.backoff_ms(1, "s1:book_flight:4")  # a first failure's backoff
-    run.fire(TimerKind.STEP_RETRY, "book_flight")
-    assert names(run.fire(TimerKind.STEP_TIMEOUT, "book_flight").events) == [
-        "StepTimedOut book_flight 5", "StepRetryScheduled book_flight 6"]  # two spent: timeouts count from it too
-    run.fire(TimerKind.STEP_RETRY, "book_flight")
-    assert names(run.fail("book_flight", "Unavailable", retryable=True).events) == [
-        "StepFailed book_flight 6", "SagaCompensationStarted", "CompensationSent book_hotel 1"]  # three: spent
+    policy = TRIP.step("send_itinerary").retry
+    assert retry.due_at == run.now + policy.backoff_ms(1, "s1:send_itinerary:2")  # a first failure's backoff
+    run.fire(TimerKind.STEP_RETRY, "send_itinerary")
+    assert (step().attempt, step().spent) == (3, 2)
+    assert names(run.fail("send_itinerary", "Expired", retryable=True).events) == [
+        "StepFailed send_itinerary 3", "StepCommandSent send_itinerary 4"]  # not picked up in time: at once
+    assert (step().attempt, step().spent) == (4, 2)  # and not spent
+    assert names(run.fail("send_itinerary", "HandlerTimedOut", retryable=True).events) == [
+        "StepFailed send_itinerary 4", "StepRetryScheduled send_itinerary 5"]  # started on and overran: spent
+    assert (step().attempt, step().spent) == (5, 3)
 
 
-def test_redrive_of_a_saga_that_failed_before_its_pivot_sends_every_failed_step_again() -> None:
+def test_a_saga_that_turned_back_before_its_pivot_with_nothing_to_undo_is_compensated_not_failed() -> None:
     run = SagaRun(TRIP)
     run.start()
     run.fail("book_flight", "InvalidRoute")
-    run.fail("book_hotel", "SoldOut")  # nothing took effect: the saga ends FAILED, nothing to undo
-    assert run.status() is SagaStatus.FAILED
-    decision = run.operate(Lever.REDRIVE, reason="routes loaded")
-    assert sorted(names(decision.events)) == ["OperatorAction", "StepCommandSent book_flight 2",
-                                              "StepCommandSent book_hotel 2"]
-    run.ok("book_flight")
-    run.ok("book_hotel")
-    run.ok("charge_card")
-    run.ok("send_itinerary")
-    assert run.status() is SagaStatus.COMPLETED
+    run.fail("book_hotel", "SoldOut")  # nothing took effect: a business "no", nobody needs to act
+    assert run.status() is SagaStatus.COMPENSATED and "nothing needed undoing" in (run.saga.reason or "")
+    [refused] = run.operate(Lever.REDRIVE, reason="routes loaded").events
+    assert isinstance(refused, ev.OperatorActionRefused)
+    assert refused.reason == "saga is COMPENSATED: only a FAILED saga can be re-driven"
 
 
-def test_redrive_sends_a_step_that_was_still_in_flight_when_the_saga_failed_again() -> None:
-    no_hotel_undo = SagaDefinition(
+def _no_hotel_undo() -> SagaDefinition:
+    return SagaDefinition(
         saga_type=TRIP.saga_type, version=TRIP.version, input_schema=TRIP.input_schema,
         steps=tuple(dataclasses.replace(step, compensation=None)
                     if step.name == "book_hotel" else step for step in TRIP.steps))
-    run = SagaRun(no_hotel_undo)
+
+
+def test_a_step_without_undo_that_took_effect_after_the_turn_back_ends_the_saga_failed_for_a_human() -> None:
+    run = SagaRun(_no_hotel_undo())
     run.start()
-    run.fail("book_flight", "InvalidRoute")  # the hotel has no undo: the saga does not wait for it
-    assert run.status() is SagaStatus.FAILED and run.saga.steps["book_hotel"].status is StepStatus.RUNNING
-    assert run.ok("book_hotel").events == ()  # a reply after the end is not taken
-    decision = run.operate(Lever.REDRIVE, reason="routes loaded")
-    assert sorted(names(decision.events)) == ["OperatorAction", "StepCommandSent book_flight 2",
-                                              "StepCommandSent book_hotel 2"]
-    run.ok("book_hotel")
-    run.ok("book_flight")
-    assert names(run.ok("charge_card").events) == ["StepSucceeded charge_card 1", "StepCommandSent send_itinerary 1"]
+    turned = run.fail("book_flight", "InvalidRoute")  # the hotel, in flight and without undo, is withdrawn
+    assert names(turned.events) == ["StepFailed book_flight 1", "SagaCompensationStarted",
+                                    "StepWithdrawn book_hotel 1"]
+    ended = run.ok("book_hotel")  # it had run before the withdrawal reached it
+    assert names(ended.events) == ["StepSucceeded book_hotel 1", "SagaFailed"]
+    assert run.status() is SagaStatus.FAILED and run.saga.failed_step == "book_hotel"
+    assert run.saga.reason == ("book_hotel took effect, as its participant said only after the saga turned back "
+                               "(step book_flight failed (InvalidRoute: book_flight said InvalidRoute)), and has no "
+                               "undo; a human must act")
+    [refused] = run.operate(Lever.REDRIVE, reason="routes loaded").events  # it turned back: not forward again
+    assert isinstance(refused, ev.OperatorActionRefused) and refused.reason.startswith("the saga turned back")
+    settled = run.operate(Lever.TERMINATE, reason="hotel booking cancelled by phone")  # the way out
+    assert names(settled.events) == ["OperatorAction", "SagaTerminated"] and run.status() is SagaStatus.TERMINATED
+
+
+def test_a_step_without_undo_withdrawn_before_it_ran_leaves_the_saga_compensated() -> None:
+    run = SagaRun(_no_hotel_undo())
+    run.start()
+    run.fail("book_flight", "InvalidRoute")
+    ended = run.fail("book_hotel", "Withdrawn")
+    assert names(ended.events) == ["StepFailed book_hotel 1", "SagaCompensated"]
+
+
+def test_terminate_settles_a_failed_saga_by_hand() -> None:
+    run = _failed_after_its_pivot()
+    decision = run.operate(Lever.TERMINATE, reason="itinerary sent by hand")
+    assert names(decision.events) == ["OperatorAction", "SagaTerminated"]
+    assert run.status() is SagaStatus.TERMINATED and run.saga.reason == "itinerary sent by hand"
 
 
 REDRIVE_REFUSALS: list[tuple[str, SagaDefinition, Callable[[SagaRun], object], str | None, str | None, str]] = [
@@ -296,7 +315,8 @@ REDRIVE_REFUSALS: list[tuple[str, SagaDefinition, Callable[[SagaRun], object], s
                                                     run.ok("charge_card"), run.ok("send_itinerary")), None, "fixed",
      "saga is COMPLETED: only a FAILED saga"),
     ("redrive a saga that goes on past failures", BATCH_UNDO,
-     lambda run: (run.start(), run.fail("a", "Broken"), run.fail("c", "Broken"), run.ok("alert"), run.ok("report")),
+     lambda run: (run.start(), run.fail("a", "Broken"), run.ok("c"), run.cancel(), run.ok("alert"),
+                  run.ok("report"), run.comp_ok("c")),  # FAILED: its alert and report landed after the cancel
      None, "fixed", "its failure mode is CONTINUE"),
 ]
 
@@ -364,9 +384,9 @@ FORCE_REFUSALS: list[tuple[str, Callable[[SagaRun], object], str | None, str]] =
     ("force a completed saga", lambda run: (run.start(), run.ok("book_flight"), run.ok("book_hotel"),
                                             run.ok("charge_card"), run.ok("send_itinerary")), "fraud",
      "saga is COMPLETED: only a RUNNING or FAILED saga can be compensated by force"),
-    ("force a failed saga with nothing to undo", lambda run: (run.start(), run.fail("book_flight", "InvalidRoute"),
-                                                             run.fail("book_hotel", "SoldOut")), "fraud",
-     "nothing it did has an undo"),
+    ("force a saga that turned back with nothing to undo", lambda run: (
+        run.start(), run.fail("book_flight", "InvalidRoute"), run.fail("book_hotel", "SoldOut")), "fraud",
+     "saga is COMPENSATED: only a RUNNING or FAILED saga can be compensated by force"),
 ]
 
 

@@ -41,7 +41,8 @@ def test_a_compensated_trip_counts_its_start_end_duration_and_step_outcomes() ->
 
 def test_timeouts_retries_and_rejections_are_counted() -> None:
     run = SagaRun(TRIP, saga_id="t-m2")
-    decisions = [run.start(), run.fire(TimerKind.STEP_TIMEOUT, "book_flight")]
+    decisions = [run.start(), run.fire(TimerKind.STEP_TIMEOUT, "book_flight"),
+                 run.fail("book_flight", "HandlerTimedOut", retryable=True)]
     again = SagaRun(TRIP, saga_id="t-m2", _state=run.state, events=list(run.events))
     decisions.append(again.start())  # a second start of a known saga: refused and recorded
     health = ServiceHealth("orchestrator")

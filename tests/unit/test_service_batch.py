@@ -141,10 +141,7 @@ async def test_due_timers_fire_in_one_unit_of_work() -> None:
     assert await service.fire_due_timers(limit=100) == 2 * len(SAGAS)  # flight and hotel of each saga
     timed_out = [e for events in store.events.values() for e in events if e.event_type == "StepTimedOut"]
     assert len(timed_out) == 2 * len(SAGAS)
-    now[0] += 60_000  # every retry backoff is over
-    assert await service.fire_due_timers(limit=100) == 2 * len(SAGAS)
-    resent = [m for m in store.drain_outbox() if m.topic == TOPICS.commands("flight")]
-    assert len(resent) == len(SAGAS)  # attempt 2 of every flight booking
+    assert store.drain_outbox() != [] and await service.next_timer_due_ms() is None  # they wait for the answers
 
 
 async def test_timers_due_after_the_read_horizon_wait() -> None:

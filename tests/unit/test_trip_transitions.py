@@ -43,6 +43,16 @@ def fire(kind: TimerKind, step: str, attempt: int | None = None) -> Action:
     return lambda r: r.fire(kind, step, attempt)
 
 
+def expired(step: str, attempt: int | None = None) -> Action:
+    """The participant picked the attempt up after it expired: it did not run."""
+    return lambda r: r.fail(step, "Expired", retryable=True, attempt=attempt)
+
+
+def withdrawn(step: str) -> Action:
+    """The participant's answer to a withdrawal of an attempt that had not run."""
+    return lambda r: r.fail(step, "Withdrawn")
+
+
 def cancel() -> Action:
     return lambda r: r.cancel()
 
@@ -85,13 +95,20 @@ CASES = [
     Case("last step succeeds: saga completes", CHARGED, ok(MAIL),
          ["StepSucceeded send_itinerary 1", "SagaCompleted"], [], SagaStatus.COMPLETED),
     # --- definitive failure at each point --------------------------------------------------------------
-    Case("flight fails while hotel in flight: wait for the hotel", [start()], fail(FLIGHT),
-         ["StepFailed book_flight 1", "SagaCompensationStarted"], [], SagaStatus.COMPENSATING),
+    Case("flight fails while hotel in flight: the hotel is withdrawn", [start()], fail(FLIGHT),
+         ["StepFailed book_flight 1", "SagaCompensationStarted", "StepWithdrawn book_hotel 1"],
+         ["hotel.book_hotel WITHDRAW 1"], SagaStatus.COMPENSATING),
     Case("in-flight hotel then succeeds: it is compensated", [start(), fail(FLIGHT)], ok(HOTEL),
          ["StepSucceeded book_hotel 1", "CompensationSent book_hotel 1"],
          ["hotel.cancel_hotel COMPENSATE 1"], SagaStatus.COMPENSATING),
-    Case("in-flight hotel then fails: nothing to undo", [start(), fail(FLIGHT)], fail(HOTEL),
-         ["StepFailed book_hotel 1", "SagaFailed"], [], SagaStatus.FAILED),
+    Case("in-flight hotel then fails: nothing to undo, the saga turned back", [start(), fail(FLIGHT)], fail(HOTEL),
+         ["StepFailed book_hotel 1", "SagaCompensated"], [], SagaStatus.COMPENSATED),
+    Case("withdrawn hotel had not run: nothing to undo", [start(), fail(FLIGHT)], withdrawn(HOTEL),
+         ["StepFailed book_hotel 1", "SagaCompensated"], [], SagaStatus.COMPENSATED),
+    Case("withdrawal unanswered: sent again", [start(), fail(FLIGHT)], fire(TimerKind.WITHDRAWAL_TIMEOUT, HOTEL),
+         ["StepWithdrawn book_hotel 1"], ["hotel.book_hotel WITHDRAW 1"], SagaStatus.COMPENSATING),
+    Case("both bookings fail for good: a business outcome, nothing to undo", [start(), fail(FLIGHT)],
+         fail(HOTEL, "SoldOut"), ["StepFailed book_hotel 1", "SagaCompensated"], [], SagaStatus.COMPENSATED),
     Case("flight fails after hotel succeeded", [start(), ok(HOTEL)], fail(FLIGHT),
          ["StepFailed book_flight 1", "SagaCompensationStarted", "CompensationSent book_hotel 1"],
          ["hotel.cancel_hotel COMPENSATE 1"], SagaStatus.COMPENSATING),
@@ -124,38 +141,36 @@ CASES = [
          fail(MAIL, "Smtp", retryable=True),
          ["StepFailed send_itinerary 21", "StepRetryScheduled send_itinerary 22"], [], SagaStatus.RUNNING),
     # --- timeouts: unknown outcome ---------------------------------------------------------------------
-    Case("timeout: retry later, no compensation", [start()], fire(TimerKind.STEP_TIMEOUT, FLIGHT),
-         ["StepTimedOut book_flight 1", "StepRetryScheduled book_flight 2"], [], SagaStatus.RUNNING),
-    Case("late success of the timed-out attempt settles the step",
-         [start(), fire(TimerKind.STEP_TIMEOUT, FLIGHT), fire(TimerKind.STEP_RETRY, FLIGHT)], ok(FLIGHT, 1),
-         ["StepSucceeded book_flight 1"], [], SagaStatus.RUNNING),
-    Case("late success while the retry waits for its backoff",
-         [start(), fire(TimerKind.STEP_TIMEOUT, FLIGHT)], ok(FLIGHT, 1),
-         ["StepSucceeded book_flight 1"], [], SagaStatus.RUNNING),
-    Case("every attempt timed out: TimedOut failure; the step may have taken effect, so it is undone too",
-         [start(), ok(HOTEL), *[a for _ in range(2) for a in (fire(TimerKind.STEP_TIMEOUT, FLIGHT),
+    Case("timeout: no attempt spent, none sent; the saga waits for the answer", [start()],
+         fire(TimerKind.STEP_TIMEOUT, FLIGHT), ["StepTimedOut book_flight 1"], [], SagaStatus.RUNNING),
+    Case("late success of the timed-out attempt settles the step", [start(), fire(TimerKind.STEP_TIMEOUT, FLIGHT)],
+         ok(FLIGHT, 1), ["StepSucceeded book_flight 1"], [], SagaStatus.RUNNING),
+    Case("picked up after it expired: not run, the next attempt goes at once", [start(),
+         fire(TimerKind.STEP_TIMEOUT, FLIGHT)], expired(FLIGHT),
+         ["StepFailed book_flight 1", "StepCommandSent book_flight 2"], ["flight.book_flight FORWARD 2"],
+         SagaStatus.RUNNING),
+    Case("expired attempts are not counted: a transient failure after three is still retried",
+         [start(), expired(FLIGHT), expired(FLIGHT), expired(FLIGHT)], fail(FLIGHT, "Busy", retryable=True),
+         ["StepFailed book_flight 4", "StepRetryScheduled book_flight 5"], [], SagaStatus.RUNNING),
+    Case("the handler overran its time: the attempt counts, retried", [start(),
+         fire(TimerKind.STEP_TIMEOUT, FLIGHT)], fail(FLIGHT, "HandlerTimedOut", retryable=True, attempt=1),
+         ["StepFailed book_flight 1", "StepRetryScheduled book_flight 2"], [], SagaStatus.RUNNING),
+    Case("handler overran on every attempt: failed for good, nothing took effect",
+         [start(), ok(HOTEL), *[a for _ in range(2) for a in (fail(FLIGHT, "HandlerTimedOut", True),
                                                                 fire(TimerKind.STEP_RETRY, FLIGHT))]],
-         fire(TimerKind.STEP_TIMEOUT, FLIGHT),
-         ["StepTimedOut book_flight 3", "StepFailed book_flight 3", "SagaCompensationStarted",
-          "CompensationSent book_hotel 1", "CompensationSent book_flight 1"],
-         ["hotel.cancel_hotel COMPENSATE 1", "flight.cancel_flight COMPENSATE 1"], SagaStatus.COMPENSATING),
-    Case("pivot given up after timeouts: refunded along with the bookings",
-         [*BOOKED, *[a for _ in range(4) for a in (fire(TimerKind.STEP_TIMEOUT, CHARGE),
-                                                    fire(TimerKind.STEP_RETRY, CHARGE))]],
-         fire(TimerKind.STEP_TIMEOUT, CHARGE),
-         ["StepTimedOut charge_card 5", "StepFailed charge_card 5", "SagaCompensationStarted",
-          "CompensationSent charge_card 1"], ["payment.refund_card COMPENSATE 1"], SagaStatus.COMPENSATING),
+         fail(FLIGHT, "HandlerTimedOut", retryable=True),
+         ["StepFailed book_flight 3", "SagaCompensationStarted", "CompensationSent book_hotel 1"],
+         ["hotel.cancel_hotel COMPENSATE 1"], SagaStatus.COMPENSATING),
     # --- duplicates and stale messages -----------------------------------------------------------------
     Case("duplicate success reply", [start(), ok(FLIGHT)], ok(FLIGHT), [], [], SagaStatus.RUNNING),
     Case("success after a definitive failure", [start(), fail(FLIGHT)], ok(FLIGHT, 1), [], [],
          SagaStatus.COMPENSATING),
     Case("failure of an attempt no longer awaited",
-         [start(), fire(TimerKind.STEP_TIMEOUT, FLIGHT), fire(TimerKind.STEP_RETRY, FLIGHT)],
+         [start(), fire(TimerKind.STEP_TIMEOUT, FLIGHT), expired(FLIGHT)],
          fail(FLIGHT, attempt=1), [], [], SagaStatus.RUNNING),
     Case("timeout timer after the reply", [start(), ok(FLIGHT)], fire(TimerKind.STEP_TIMEOUT, FLIGHT, 1),
          [], [], SagaStatus.RUNNING),
-    Case("timeout timer of an older attempt",
-         [start(), fire(TimerKind.STEP_TIMEOUT, FLIGHT), fire(TimerKind.STEP_RETRY, FLIGHT)],
+    Case("timeout timer of an older attempt", [start(), expired(FLIGHT)],
          fire(TimerKind.STEP_TIMEOUT, FLIGHT, 1), [], [], SagaStatus.RUNNING),
     Case("reply after the saga ended", [*CHARGED, ok(MAIL)], ok(MAIL, 1), [], [], SagaStatus.COMPLETED),
     Case("compensation reply twice", [*DECLINED, comp_ok(HOTEL)], comp_ok(HOTEL, 1), [], [],
@@ -163,9 +178,15 @@ CASES = [
     Case("duplicate StartSaga is refused, saga unchanged", [start(), ok(FLIGHT)], start(),
          ["SagaRejected"], [], SagaStatus.RUNNING),
     # --- cancel ----------------------------------------------------------------------------------------
-    Case("cancel with the hotel in flight: undo the flight, wait for the hotel", [start(), ok(FLIGHT)],
-         cancel(), ["SagaCancelRequested", "SagaCompensationStarted", "CompensationSent book_flight 1"],
-         ["flight.cancel_flight COMPENSATE 1"], SagaStatus.COMPENSATING),
+    Case("cancel with the hotel in flight: undo the flight, withdraw the hotel", [start(), ok(FLIGHT)],
+         cancel(), ["SagaCancelRequested", "SagaCompensationStarted", "StepWithdrawn book_hotel 1",
+                    "CompensationSent book_flight 1"],
+         ["hotel.book_hotel WITHDRAW 1", "flight.cancel_flight COMPENSATE 1"], SagaStatus.COMPENSATING),
+    Case("a timed-out step is withdrawn on a cancel, never sent again", [start(), ok(FLIGHT),
+         fire(TimerKind.STEP_TIMEOUT, HOTEL)], cancel(),
+         ["SagaCancelRequested", "SagaCompensationStarted", "StepWithdrawn book_hotel 1",
+          "CompensationSent book_flight 1"],
+         ["hotel.book_hotel WITHDRAW 1", "flight.cancel_flight COMPENSATE 1"], SagaStatus.COMPENSATING),
     Case("hotel succeeds during the cancel: next wave", [start(), ok(FLIGHT), cancel(), comp_ok(FLIGHT)],
          ok(HOTEL), ["StepSucceeded book_hotel 1", "CompensationSent book_hotel 1"],
          ["hotel.cancel_hotel COMPENSATE 1"], SagaStatus.COMPENSATING),
@@ -178,9 +199,15 @@ CASES = [
     Case("retry timer after a cancel is ignored",
          [start(), fail(FLIGHT, "Busy", True), fail(HOTEL, "Busy", True), cancel()],
          fire(TimerKind.STEP_RETRY, FLIGHT, 2), [], [], SagaStatus.CANCELLED),
-    Case("cancel while the pivot is in flight: wait, then refund", [*BOOKED, cancel()], ok(CHARGE),
+    Case("cancel while the pivot is in flight: it is withdrawn", BOOKED, cancel(),
+         ["SagaCancelRequested", "SagaCompensationStarted", "StepWithdrawn charge_card 1"],
+         ["payment.charge_card WITHDRAW 1"], SagaStatus.COMPENSATING),
+    Case("the withdrawn pivot had run: refunded", [*BOOKED, cancel()], ok(CHARGE),
          ["StepSucceeded charge_card 1", "CompensationSent charge_card 1"],
          ["payment.refund_card COMPENSATE 1"], SagaStatus.COMPENSATING),
+    Case("the withdrawn pivot had not run: the bookings are undone", [*BOOKED, cancel()], withdrawn(CHARGE),
+         ["StepFailed charge_card 1", "CompensationSent book_hotel 1", "CompensationSent book_flight 1"],
+         ["hotel.cancel_hotel COMPENSATE 1", "flight.cancel_flight COMPENSATE 1"], SagaStatus.COMPENSATING),
     Case("cancel after the pivot is refused", CHARGED, cancel(), ["SagaCancelRefused"], [],
          SagaStatus.RUNNING),
     Case("cancel after the end is refused", [*CHARGED, ok(MAIL)], cancel(), ["SagaCancelRefused"], [],
@@ -220,11 +247,12 @@ CASES = [
          SagaStatus.COMPENSATING),
     Case("forward reply is recorded while stuck", STUCK_IN_FLIGHT, ok(HOTEL),
          ["StepSucceeded book_hotel 1"], [], SagaStatus.COMPENSATION_FAILED),
-    Case("forward timeout is ignored while stuck", STUCK_IN_FLIGHT, fire(TimerKind.STEP_TIMEOUT, HOTEL, 1),
-         [], [], SagaStatus.COMPENSATION_FAILED),
-    Case("resume also re-sends an unresolved forward step (same key)", STUCK_IN_FLIGHT, resume(),
-         ["OperatorAction", "StepCommandSent book_hotel 2", "CompensationSent book_flight 2"],
-         ["hotel.book_hotel FORWARD 2", "flight.cancel_flight COMPENSATE 2"], SagaStatus.COMPENSATING),
+    Case("withdrawal timeout is ignored while stuck", STUCK_IN_FLIGHT,
+         fire(TimerKind.WITHDRAWAL_TIMEOUT, HOTEL, 1), [], [], SagaStatus.COMPENSATION_FAILED),
+    Case("resume sends the withdrawal of an unresolved forward step again, never the step",
+         STUCK_IN_FLIGHT, resume(),
+         ["OperatorAction", "StepWithdrawn book_hotel 1", "CompensationSent book_flight 2"],
+         ["hotel.book_hotel WITHDRAW 1", "flight.cancel_flight COMPENSATE 2"], SagaStatus.COMPENSATING),
     Case("after resume the unwinding carries on in waves", [*STUCK_IN_FLIGHT, resume(), ok(HOTEL, 1)],
          comp_ok(FLIGHT), ["StepCompensated book_flight 2", "CompensationSent book_hotel 1"],
          ["hotel.cancel_hotel COMPENSATE 1"], SagaStatus.COMPENSATING),
@@ -254,9 +282,10 @@ def test_commands_carry_frozen_keys_and_message_ids() -> None:
     timer_ids = [t.timer_id for t in decision.timers]
     assert timer_ids == ["STEP_TIMEOUT:book_flight:1", "STEP_TIMEOUT:book_hotel:1"]
     assert all(t.due_at == run.now + 2_000 for t in decision.timers)
+    assert flight.expires_at == run.now + 2_000 and flight.timeout_ms == 2_000  # the attempt's clock
     run.fire(TimerKind.STEP_TIMEOUT, FLIGHT)
-    retry = run.fire(TimerKind.STEP_RETRY, FLIGHT)
-    assert retry.commands[0].idempotency_key == "trip-42:book_flight"  # unknown outcome: same key
+    retry = run.fail(FLIGHT, "Expired", retryable=True)  # picked up too late: the next attempt at once
+    assert retry.commands[0].idempotency_key == "trip-42:book_flight"  # the same operation: same key
     assert retry.commands[0].attempt == 2
     run.ok(FLIGHT)
     run.ok(HOTEL)
@@ -271,8 +300,8 @@ def test_reply_settles_and_obsoletes_timers() -> None:
     run = SagaRun(TRIP)
     run.start()
     assert run.ok(FLIGHT).obsolete_timers == ("STEP_TIMEOUT:book_flight:1",)
-    run.fire(TimerKind.STEP_TIMEOUT, HOTEL)
-    late = run.ok(HOTEL, 1)  # the retry had not been sent yet
+    run.fail(HOTEL, "Busy", retryable=True)
+    late = run.ok(HOTEL, 1)  # a success of the attempt whose failure the retry was scheduled after
     assert "STEP_RETRY:book_hotel:2" in late.obsolete_timers
     assert run.saga.steps[HOTEL].status is StepStatus.SUCCEEDED
 

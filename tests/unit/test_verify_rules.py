@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition, Step
-from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus
+from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus, StepStatus
 from saga_orchestrator.orchestrator.invariants import (
     PendingTimer,
     StepEffect,
@@ -90,13 +90,50 @@ def uncancellable() -> SagaState:
     return run.saga
 
 
-def both_bookings_failed() -> SagaState:
+def both_bookings_declined() -> SagaState:
     run = SagaRun(TRIP)
     run.start()
     run.fail("book_flight", "InvalidRoute")
     run.fail("book_hotel", "SoldOut")
-    assert run.saga.status is SagaStatus.FAILED
+    assert run.saga.status is SagaStatus.COMPENSATED  # turned back, nothing to undo
     return run.saga
+
+
+def _forced_with_the_itinerary_in_flight(answer: str) -> SagaState:
+    """A trip past its pivot, its itinerary in flight, compensated by force: the itinerary's participant answers
+    its withdrawal (``answer``: it had run, or it had not)."""
+    run = SagaRun(TRIP)
+    run.start()
+    for step in ("book_flight", "book_hotel", "charge_card"):
+        run.ok(step)
+    run.operate("ForceCompensate", reason="the customer disputed the trip")
+    if answer == "had run":
+        run.ok("send_itinerary")
+    else:
+        run.fail("send_itinerary", "Withdrawn")
+    for step in ("charge_card", "book_hotel", "book_flight"):
+        run.comp_ok(step)
+    return run.saga
+
+
+def forced_itinerary_withdrawn() -> SagaState:
+    state = _forced_with_the_itinerary_in_flight("had not run")
+    assert state.status is SagaStatus.COMPENSATED
+    return state
+
+
+def forced_itinerary_landed() -> SagaState:
+    state = _forced_with_the_itinerary_in_flight("had run")
+    assert state.status is SagaStatus.FAILED and state.failed_step == "send_itinerary"  # a human must act
+    return state
+
+
+def forced_before_withdrawals() -> SagaState:
+    """The same saga as decided before withdrawals existed: the itinerary still RUNNING when it ended."""
+    state = forced_itinerary_withdrawn()
+    steps = dict(state.steps)
+    steps["send_itinerary"] = dataclasses.replace(steps["send_itinerary"], status=StepStatus.RUNNING)
+    return dataclasses.replace(state, steps=steps)
 
 
 CASES = [
@@ -120,8 +157,17 @@ CASES = [
     ("compensation failed, refused step holds", uncancellable, counts(flight=(1, 0)), []),
     ("compensation failed, refused step undone", uncancellable, counts(flight=(1, 1)), ["book_flight"]),
     ("compensation failed, other booking kept", uncancellable, counts((1, 0), (1, 0)), ["book_hotel"]),
-    ("failed, nothing happened", both_bookings_failed, counts(), []),
-    ("failed, outstanding booking", both_bookings_failed, counts(hotel=(1, 0)), ["book_hotel"]),
+    ("declined, nothing happened", both_bookings_declined, counts(), []),
+    ("declined, outstanding booking", both_bookings_declined, counts(hotel=(1, 0)), ["book_hotel"]),
+    # the fence: once the saga turned back, no forward command may take effect unrecorded
+    ("forced, itinerary withdrawn", forced_itinerary_withdrawn, counts((1, 1), (1, 1), (1, 1), 0), []),
+    ("forced, itinerary sent anyway", forced_itinerary_withdrawn, counts((1, 1), (1, 1), (1, 1), 1),
+     ["send_itinerary"]),
+    ("forced before withdrawals, itinerary sent", forced_before_withdrawals, counts((1, 1), (1, 1), (1, 1), 1),
+     ["send_itinerary"]),
+    ("forced, itinerary landed and recorded", forced_itinerary_landed, counts((1, 1), (1, 1), (1, 1), 1), []),
+    ("forced, itinerary landed, recorded, not found", forced_itinerary_landed, counts((1, 1), (1, 1), (1, 1), 0),
+     ["send_itinerary"]),
 ]
 
 
