@@ -10,6 +10,11 @@ Behaviours chain with ``then``: each covers the first attempts it describes (``f
 first. What an attempt records answers every attempt after it, whatever ``then`` says; so a chain that could
 only start after a recorded attempt is refused where it is written (``time_out(effect=False, then=time_out())``
 times out twice, ``time_out(then=time_out())`` could not).
+
+As the kit does, a participant answers every command it picks up: a forward command picked up after its attempt
+expired (its participant was stopped, ``SagaEnvironment.stop``) is answered ``Expired`` without running, and a
+handler that overruns the step's timeout is answered ``HandlerTimedOut``. ``defer`` answers later, as a person
+would, or never (the kit then answers ``AnswerTimedOut`` at the step's timeout).
 """
 
 from __future__ import annotations
@@ -19,13 +24,13 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 
-__all__ = ["Behaviour", "Response", "answer_late", "fail", "fail_transiently", "succeed", "time_out"]
+__all__ = ["Behaviour", "Response", "answer_late", "defer", "fail", "fail_transiently", "succeed", "time_out"]
 
 
 @dataclass(frozen=True)
 class Response:
-    """What one attempt does: its outcome (None: no answer now), when its answer arrives, whether it is
-    recorded (the effect applied), and the output it gives."""
+    """What one attempt does: its outcome, when its answer arrives, whether it is recorded (the effect applied),
+    and the output it gives; or (``deferred``) that its answer comes later."""
 
     status: str  # SUCCEEDED or FAILED
     error_type: str | None = None
@@ -33,11 +38,15 @@ class Response:
     retryable: bool = False
     output: BaseModel | bytes | None = None
     delay_ms: int = 0
-    answered: bool = True  # False: the effect may be applied, but no answer comes (a timeout follows)
+    after_timeout: bool = False  # the answer arrives just after the step's timeout (``delay_ms`` is added to it)
+    overran: bool = False  # the handler ran past the step's timeout: answered HandlerTimedOut then, nothing kept
+    deferred: bool = False  # the handler deferred its answer: ``answer`` comes ``answer_after_ms`` later (or never)
+    answer: Response | None = None
+    answer_after_ms: int | None = None
 
     @property
     def recorded(self) -> bool:
-        return self.status == "SUCCEEDED" or not self.retryable
+        return not self.overran and not self.deferred and (self.status == "SUCCEEDED" or not self.retryable)
 
 
 class Behaviour:
@@ -89,14 +98,15 @@ class _TimeOut(Behaviour):
                              "time out first without the effect (time_out(effect=False, then=...))")
 
     def respond(self, attempt: int) -> Response:
-        if not self.effect:  # the first attempt did nothing: ``then`` starts with the second
+        if not self.effect:  # the first attempt's handler overran: ``then`` starts with the second
             if attempt == 1:
-                return Response("FAILED", "NoAnswer", "no answer", True, answered=False)
+                return Response("FAILED", "HandlerTimedOut", "the handler ran past the step's timeout", True,
+                                overran=True)
             return self.then.respond(attempt - 1)
-        # The first attempt is ``then``'s, its outcome recorded (when it records) and its answer lost, so the
-        # retry (the same key) is answered from the record, as a kit participant would.
+        # The first attempt is ``then``'s, its outcome recorded (when it records); its answer arrives only after
+        # the step's timeout, and the saga takes it then.
         response = self.then.respond(attempt)
-        return replace(response, answered=False) if attempt == 1 else response
+        return replace(response, after_timeout=True) if attempt == 1 else response
 
 
 @dataclass(frozen=True)
@@ -131,10 +141,29 @@ def fail_transiently(times: int, error_type: str = "Unavailable", then: Behaviou
 
 
 def time_out(*, effect: bool = True, then: Behaviour | None = None) -> Behaviour:
-    """Give no answer to the first attempt (the step times out). With ``effect`` it took effect as ``then``'s first
-    attempt (default: succeed) and the retry is answered from the record; without, it did nothing and the
-    attempts after it behave as ``then``, from its first."""
+    """The first attempt outlasts the step's timeout. With ``effect`` it took effect as ``then``'s first attempt
+    (default: succeed) and its answer comes just after the timeout (the saga waits for it); without, its handler
+    overran and was cancelled (answered ``HandlerTimedOut``, nothing kept: a retry follows, as the step's policy
+    says) and the attempts after it behave as ``then``, from its first."""
     return _TimeOut(effect, then or succeed())
+
+
+@dataclass(frozen=True)
+class _Defer(Behaviour):
+    answer: Behaviour | None
+    after: timedelta | None
+
+    def respond(self, attempt: int) -> Response:
+        answer = None if self.answer is None else self.answer.respond(1)
+        after = None if self.after is None else round(self.after.total_seconds() * 1000)
+        return Response("DEFERRED", deferred=True, answer=answer, answer_after_ms=after)
+
+
+def defer(answer: Behaviour | None = None, *, after: timedelta | None = None) -> Behaviour:
+    """The handler defers its answer (it asked a person): ``answer`` (default: succeed) is given ``after`` later, or
+    never when ``after`` is None (the participant then answers ``AnswerTimedOut`` at the step's timeout). A
+    withdrawal meanwhile (the saga turned back) ends the wait: the answer is refused."""
+    return _Defer((answer or succeed()) if after is not None else None, after)
 
 
 def answer_late(after: timedelta, then: Behaviour | None = None) -> Behaviour:

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..orchestrator.authoring import Saga, SagaApp
+from ..orchestrator.authoring import Saga, SagaApp, StepRef
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.state import SagaState, fold
 from ..orchestrator.inbound import RecordParser
@@ -51,6 +51,7 @@ from ..schemas.message_types import (
     StartSaga,
     StepCommand,
     StepResult,
+    WithdrawStep,
 )
 from ..schemas.records import ConsumedRecord
 from ..schemas.registry import SchemaRegistry, default_registry, load_tree
@@ -79,6 +80,8 @@ class SagaResult:
     effects: Mapping[str, tuple[int, int]]  # step -> (times it took effect, times it was undone)
     elapsed: timedelta  # virtual time from the start to the end
     outputs: Mapping[str, BaseModel | bytes] = field(default_factory=dict)  # by step, decoded when typed
+    definition: SagaDefinition | None = None  # the saga's own: what names its steps
+    withdrawn: list[WithdrawStep] = field(default_factory=list)  # every withdrawal sent for it, in order
 
     @property
     def compensated(self) -> list[str]:
@@ -94,9 +97,32 @@ class SagaResult:
     def event_types(self) -> list[str]:
         return [type(event).__name__ for event in self.events]
 
-    def attempts(self, step: str) -> int:
-        """Forward commands sent for ``step`` (its attempts)."""
-        return sum(1 for command in self.commands if command.step == step and command.kind is CommandKind.FORWARD)
+    def attempts(self, step: str | StepRef | Action) -> int:
+        """Forward commands sent for ``step`` (its attempts): a step's name, its reference (what ``Saga.step``
+        returned) or the action it runs; ValueError for one the saga has not, naming the steps it has."""
+        name = self.step_name(step)
+        return sum(1 for command in self.commands if command.step == name and command.kind is CommandKind.FORWARD)
+
+    def step_name(self, step: str | StepRef | Action) -> str:
+        """The name of the saga's step ``step`` names (a name, a step reference or the action it runs)."""
+        if isinstance(step, StepRef):
+            name = step.name
+        elif isinstance(step, Action):
+            if self.definition is None:
+                raise ValueError("an action names a step only for a saga whose definition the result holds")
+            names = [s.name for s in self.definition.steps
+                     if (s.participant, s.command) == (step.participant_name, step.name)]
+            if len(names) != 1:
+                raise ValueError(f"action {step.participant_name}.{step.name} is the command of "
+                                 f"{'no step' if not names else 'several steps'} of saga {self.saga_id} "
+                                 f"({', '.join(names) or ', '.join(self.definition.order)}): name the step")
+            name = names[0]
+        else:
+            name = step
+        if self.definition is not None and not self.definition.has_step(name):
+            steps = ", ".join(self.definition.order)
+            raise ValueError(f"saga {self.saga_id} has no step {name!r} (its steps: {steps})")
+        return name
 
 
 class SagaEnvironment:
@@ -118,7 +144,11 @@ class SagaEnvironment:
         self._scripts: dict[tuple[str, str], Behaviour] = {}
         self._recorded: dict[str, Response] = {}  # idempotency key -> the outcome recorded for it
         self._recorded_attempt: dict[str, int] = {}  # idempotency key -> the attempt that recorded it
-        self._tombstones: set[str] = set()  # forward keys whose compensation came first
+        self._tombstones: dict[str, str] = {}  # fenced forward keys: the error type a later delivery is answered
+        self._down: set[str] = set()  # participants stopped: their commands wait, picked up when they start
+        self._held: dict[str, list[StepCommand | WithdrawStep]] = {}  # a stopped participant's commands, in order
+        self._awaiting: dict[str, tuple[StepCommand, Response | None]] = {}  # deferred: key -> command, answer
+        self._later: list[tuple[int, int, str, str]] = []  # (due, order, key, "answer" | "expire") of deferrals
         self._queue: list[tuple[int, int, ConsumedRecord]] = []
         self._order = itertools.count()
         self._offsets: Counter[str] = Counter()
@@ -126,6 +156,7 @@ class SagaEnvironment:
         self._effects: Counter[tuple[str, str, CommandKind]] = Counter()
         self._started_at: dict[str, int] = {}
         self.sent: list[StepCommand] = []
+        self.withdrawn: list[WithdrawStep] = []
         self.letters: list[DeadLetter] = []
 
     # -- scripting ---------------------------------------------------------------------------------------------
@@ -218,6 +249,26 @@ class SagaEnvironment:
                    f"{message.saga_id}:operate:{next(self._order)}")
         await self._settle()
 
+    # -- participants ------------------------------------------------------------------------------------------
+
+    def stop(self, participant: str) -> None:
+        """No worker of ``participant`` runs from now on: its commands wait on their topic until ``start``."""
+        self._down.add(participant)
+        self._held.setdefault(participant, [])
+
+    async def start_participant(self, participant: str) -> None:
+        """A worker of ``participant`` runs again: it picks up what waited, in order and as one batch (a forward
+        command withdrawn later in it does not run; one whose attempt expired meanwhile is answered Expired)."""
+        self._down.discard(participant)
+        held = self._held.pop(participant, [])
+        self._deliver(held)
+        await self._settle()
+
+    def awaiting(self, saga_id: str | None = None) -> list[str]:
+        """The idempotency keys of deferred commands whose answer is outstanding (of one saga, when given)."""
+        return sorted(key for key, (command, _) in self._awaiting.items()
+                      if saga_id is None or command.saga_id == saga_id)
+
     # -- time --------------------------------------------------------------------------------------------------
 
     async def advance(self, duration: timedelta | None = None, *, days: float = 0, hours: float = 0,
@@ -281,6 +332,10 @@ class SagaEnvironment:
                 await self.service.handle(self._parser.parse(record))
                 self._drain()
                 progressed = True
+            while self._later and self._later[0][0] <= self.now:
+                _, _, key, what = heapq.heappop(self._later)
+                self._deferred_due(key, what)
+                progressed = True
             if await self.service.fire_due_timers(1000):
                 self._drain()
                 progressed = True
@@ -290,48 +345,134 @@ class SagaEnvironment:
     async def _next_at(self) -> int | None:
         due = await self.store.next_due_ms()
         queued = self._queue[0][0] if self._queue else None
-        return min((at for at in (due, queued) if at is not None), default=None)
+        later = self._later[0][0] if self._later else None
+        return min((at for at in (due, queued, later) if at is not None), default=None)
 
     def _drain(self) -> None:
+        delivered: list[StepCommand | WithdrawStep] = []
         for message in self.store.drain_outbox():
             if message.topic == self.topics.dlq:
                 self.letters.append(wire.decode_dead_letter(message.value))
             elif message.topic in self._commands:
                 participant = self._commands[message.topic]
-                command = wire.decode_command(message.value, participant=participant, message_id=message.message_id)
-                self.sent.append(command)
+                command = wire.decode_participant_command(message.value, participant=participant,
+                                                          message_id=message.message_id)
+                if isinstance(command, WithdrawStep):
+                    self.withdrawn.append(command)
+                else:
+                    self.sent.append(command)
                 for _ in range(2 if self._duplicate else 1):  # a copy is answered from the record
-                    self._answer(command)
+                    if participant in self._down:
+                        self._held[participant].append(command)
+                    else:
+                        delivered.append(command)
+        self._deliver(delivered)
+
+    def _deliver(self, commands: list[StepCommand | WithdrawStep]) -> None:
+        """Participants pick ``commands`` up, in order, as the kit does a batch."""
+        withdrawn_at = {command.idempotency_key: index for index, command in enumerate(commands)
+                        if isinstance(command, WithdrawStep)}
+        for index, command in enumerate(commands):
+            if isinstance(command, WithdrawStep):
+                self._withdraw(command)
+            elif command.kind is CommandKind.FORWARD and withdrawn_at.get(command.idempotency_key, -1) > index:
+                continue  # withdrawn later in the same batch: it does not run, the withdrawal answers for it
+            else:
+                self._answer(command)
 
     def _answer(self, command: StepCommand) -> None:
         """A participant handles ``command`` as its script says, keeping its record as the kit does."""
         key = command.idempotency_key
-        if command.kind is CommandKind.FORWARD and key in self._tombstones:
-            response = Response("FAILED", "Compensated", "its compensation came first")
+        forward = command.kind is CommandKind.FORWARD
+        if forward and key in self._tombstones:
+            response = Response("FAILED", self._tombstones[key], "the saga withdrew or compensated this step")
         elif key in self._recorded and not self._taken_up_again(key, command.attempt):
             response = self._recorded[key]
+        elif forward and key in self._awaiting:
+            self._awaiting[key] = (command, self._awaiting[key][1])  # the answer will carry this attempt
+            return
+        elif forward and command.expires_at is not None and self.now > command.expires_at:
+            response = Response("FAILED", "Expired", "picked up after the attempt expired: not run", True)
         else:
             behaviour = self._scripts.get((command.participant, command.action), succeed())
             response = behaviour.respond(command.attempt)
+            if response.deferred:
+                self._await(command, response)
+                return
             if response.recorded:
-                self._recorded[key] = Response(response.status, response.error_type, response.message,
-                                               response.retryable, response.output)
-                self._recorded_attempt[key] = command.attempt
-                if response.status == "SUCCEEDED":
-                    self._effects[(command.saga_id, command.step, command.kind)] += 1
+                self._record(command, response)
             if command.kind is CommandKind.COMPENSATE:
-                forward = forward_key(command.saga_id, command.step)
-                if forward not in self._recorded:
-                    self._tombstones.add(forward)
-        if not response.answered:
-            return
-        result = StepResult(saga_id=command.saga_id, step=command.step, kind=command.kind,
+                forward_of = forward_key(command.saga_id, command.step)
+                if forward_of not in self._recorded:
+                    self._tombstones[forward_of] = "Compensated"
+                    self._awaiting.pop(forward_of, None)
+        delay = response.delay_ms
+        if response.after_timeout or response.overran:
+            delay += (command.timeout_ms or 0) + (1 if response.after_timeout else 0)
+        self._reply(command, key, response, delay)
+
+    def _record(self, command: StepCommand, response: Response) -> None:
+        key = command.idempotency_key
+        self._recorded[key] = Response(response.status, response.error_type, response.message, response.retryable,
+                                       response.output)
+        self._recorded_attempt[key] = command.attempt
+        if response.status == "SUCCEEDED":
+            self._effects[(command.saga_id, command.step, command.kind)] += 1
+
+    def _reply(self, command: StepCommand | WithdrawStep, key: str, response: Response, delay_ms: int = 0) -> None:
+        kind = CommandKind.FORWARD if isinstance(command, WithdrawStep) else command.kind
+        result = StepResult(saga_id=command.saga_id, step=command.step, kind=kind,
                             idempotency_key=key, attempt=command.attempt, status=ResultStatus(response.status),
                             retryable=response.retryable, error_type=response.error_type,
                             error_message=response.message,
                             output=self._output(command.participant, response.output))
         self._send(self.topics.results(command.participant), command.saga_id, wire.encode_result(result),
-                   f"{key}:reply:{command.attempt}:{next(self._order)}", response.delay_ms)
+                   f"{key}:reply:{command.attempt}:{next(self._order)}", delay_ms)
+
+    def _await(self, command: StepCommand, response: Response) -> None:
+        """A deferred command: its answer comes ``answer_after_ms`` later, or never; the participant answers
+        AnswerTimedOut once the step's timeout passed without it."""
+        key = command.idempotency_key
+        self._awaiting[key] = (command, response.answer)
+        if response.answer_after_ms is not None:
+            heapq.heappush(self._later, (self.now + response.answer_after_ms, next(self._order), key, "answer"))
+        if command.timeout_ms is not None:
+            heapq.heappush(self._later, (self.now + command.timeout_ms, next(self._order), key, "expire"))
+
+    def _deferred_due(self, key: str, what: str) -> None:
+        waiting = self._awaiting.get(key)
+        if waiting is None:
+            return  # answered, timed out or withdrawn already
+        command, answer = waiting
+        if what == "answer":
+            if answer is None:
+                return
+            del self._awaiting[key]
+            if answer.recorded:
+                self._record(command, answer)
+            self._reply(command, key, answer)
+        else:
+            del self._awaiting[key]
+            timed_out = Response("FAILED", "AnswerTimedOut", "no answer came within the step's timeout")
+            self._record(command, timed_out)
+            self._reply(command, key, timed_out)
+
+    def _withdraw(self, withdrawal: WithdrawStep) -> None:
+        """As the kit does: the forward key is fenced, and the answer says whether the command had run."""
+        key = withdrawal.idempotency_key
+        self._awaiting.pop(key, None)
+        recorded = self._recorded.get(key)
+        if key in self._tombstones:
+            response = Response("FAILED", self._tombstones[key], "the saga withdrew or compensated this step")
+        elif recorded is not None and recorded.status == "SUCCEEDED":
+            response = recorded
+        elif recorded is not None:
+            self._tombstones[key] = recorded.error_type or "Withdrawn"
+            response = recorded
+        else:
+            self._tombstones[key] = "Withdrawn"
+            response = Response("FAILED", "Withdrawn", f"withdrawn before it ran: {withdrawal.reason}")
+        self._reply(withdrawal, key, response)
 
     def _taken_up_again(self, key: str, attempt: int) -> bool:
         """As the kit's ledger does: a recorded definitive failure is run again by a later attempt of its key (a
@@ -360,7 +501,8 @@ class SagaEnvironment:
                    if isinstance(event, ev.StepSucceeded) and event.output}
         return SagaResult(saga_id, state.status.value, events, [c for c in self.sent if c.saga_id == saga_id],
                           effects, timedelta(milliseconds=self.now - self._started_at.get(saga_id, self.now)),
-                          outputs)
+                          outputs, self.definitions.for_history(events),
+                          [w for w in self.withdrawn if w.saga_id == saga_id])
 
     def _decoded(self, output: bytes) -> BaseModel | bytes:
         try:
@@ -377,7 +519,9 @@ class SagaEnvironment:
         settled = {"PENDING", "SUCCEEDED", "FAILED", "SKIPPED", "COMPENSATED"}
         pending = [f"{name} ({step.status.value})" for name, step in state.steps.items()
                    if step.status.value not in settled]
-        return ", ".join(pending) or state.status.value
+        stopped = [f"participant {name} stopped, {len(held)} command(s) waiting" for name, held in self._held.items()
+                   if any(command.saga_id == saga_id for command in held)]
+        return ", ".join([*pending, *stopped]) or state.status.value
 
 
 def _definitions(deployment: Iterable[Deployment]) -> list[SagaDefinition]:

@@ -27,6 +27,7 @@ from ..schemas.message_types import (
     StartSaga,
     StepCommand,
     StepResult,
+    WithdrawStep,
 )
 
 T0 = 1_000_000
@@ -42,6 +43,7 @@ class SagaRun:
     events: list[ev.Event] = field(default_factory=list)
     armed: dict[str, Timer] = field(default_factory=dict)  # timer_id -> timer
     sent: list[StepCommand] = field(default_factory=list)
+    withdrawn: list[WithdrawStep] = field(default_factory=list)
 
     _state: SagaState | None = None  # the state after ``events``, checked against a full fold each time
 
@@ -75,11 +77,14 @@ class SagaRun:
             self._state = decision.state
         sent_events = [e for e in decision.events if isinstance(e, ev.StepCommandSent | ev.CompensationSent)]
         assert [c.message_id for c in decision.commands] == [e.message_id for e in sent_events]
+        withdrawn = [e for e in decision.events if isinstance(e, ev.StepWithdrawn)]
+        assert [w.message_id for w in decision.withdrawals] == [e.message_id for e in withdrawn]
         for timer_id in decision.obsolete_timers:
             self.armed.pop(timer_id, None)
         for timer in decision.timers:
             self.armed[timer.timer_id] = timer
         self.sent.extend(decision.commands)
+        self.withdrawn.extend(decision.withdrawals)
         return decision
 
     # --- messages -------------------------------------------------------------------------------------
@@ -184,8 +189,9 @@ def describe(event: ev.Event) -> str:
     return " ".join(parts)
 
 
-def describe_command(command: StepCommand) -> str:
-    return f"{command.participant}.{command.action} {command.kind} {command.attempt}"
+def describe_command(command: StepCommand | WithdrawStep) -> str:
+    kind = "WITHDRAW" if isinstance(command, WithdrawStep) else command.kind
+    return f"{command.participant}.{command.action} {kind} {command.attempt}"
 
 
 def event_names(decision: Decision) -> list[str]:
@@ -193,4 +199,7 @@ def event_names(decision: Decision) -> list[str]:
 
 
 def command_names(decision: Decision) -> list[str]:
-    return [describe_command(c) for c in decision.commands]
+    """The commands and withdrawals a decision sends, in the order of their events."""
+    order = {getattr(e, "message_id", None): index for index, e in enumerate(decision.events)}
+    sent: list[StepCommand | WithdrawStep] = [*decision.commands, *decision.withdrawals]
+    return [describe_command(c) for c in sorted(sent, key=lambda c: order.get(c.message_id, len(order)))]

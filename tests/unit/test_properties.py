@@ -1,10 +1,14 @@
 """Hypothesis properties of the core over generated saga definitions and message sequences.
 
 1. Any failure point in any DAG: exactly the completed compensable steps are compensated, in
-   reverse-topological waves, and the saga ends COMPENSATED (or FAILED when nothing needed undoing).
-2. Any sequence of messages (replies of any attempt, duplicates, stale and live timers, cancels, resumes,
-   duplicate starts): every status change is legal (``fold`` asserts the tables on every event), ``decide``
-   is deterministic, and answering what is outstanding always brings the saga to a terminal status.
+   reverse-topological waves, and the saga ends COMPENSATED (FAILED, for a human, when a step without undo that
+   was in flight at the turn-back turns out to have run).
+2. Any sequence of messages (replies of any attempt, duplicates, stale and live timers, the deadline, cancels,
+   resumes, duplicate starts and every lever): every status change is legal (``fold`` asserts the tables on
+   every event), ``decide`` is deterministic, answering what is outstanding always brings the saga to a
+   terminal status, no forward command is sent after the saga turned back (the fence), and every step sent
+   forward in a saga that turned back ends compensated, withdrawn (failed, never run) or recorded as having
+   taken effect without an undo.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from saga_orchestrator.orchestrator.domain.state import (
     is_transition_valid,
 )
 from saga_orchestrator.schemas import event_types as ev
-from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StepCommand
+from saga_orchestrator.schemas.message_types import CommandKind, Lever, ResultStatus, StepCommand, WithdrawStep
 from saga_orchestrator.testing.history import SagaRun
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -104,26 +108,29 @@ def rich_dags(draw: st.DrawFn) -> SagaDefinition:
     )
 
 
-def awaited(run: SagaRun) -> list[StepCommand]:
-    """Commands whose reply the saga still waits for (latest attempt of a step in flight)."""
+def awaited(run: SagaRun) -> list[StepCommand | WithdrawStep]:
+    """Commands whose reply the saga still waits for (latest attempt of a step in flight, the withdrawal of a
+    withdrawn one)."""
     state = run.saga
-    out = []
+    out: list[StepCommand | WithdrawStep] = []
     for command in run.sent:
         step = state.steps[command.step]
         if command.kind is CommandKind.FORWARD:
-            if step.status is StepStatus.RUNNING and step.attempt == command.attempt:
+            if step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT) and step.attempt == command.attempt:
                 out.append(command)
         elif step.status is StepStatus.COMPENSATING and step.compensation_attempt == command.attempt:
             out.append(command)
+    withdrawing = {name for name, step in state.steps.items() if step.status is StepStatus.WITHDRAWING}
+    out += list({w.step: w for w in run.withdrawn if w.step in withdrawing}.values())
     return out
 
 
 def answer(
-    run: SagaRun, command: StepCommand, status: ResultStatus, error: str = "", retryable: bool = False
+    run: SagaRun, command: StepCommand | WithdrawStep, status: ResultStatus, error: str = "", retryable: bool = False
 ) -> None:
-    output = output_of(command.step) if status is ResultStatus.SUCCEEDED and command.kind is CommandKind.FORWARD \
-        else None
-    run.reply(command.step, command.kind, status, command.attempt, error_type=error or None, retryable=retryable,
+    kind = CommandKind.FORWARD if isinstance(command, WithdrawStep) else command.kind
+    output = output_of(command.step) if status is ResultStatus.SUCCEEDED and kind is CommandKind.FORWARD else None
+    run.reply(command.step, kind, status, command.attempt, error_type=error or None, retryable=retryable,
               output=output)
 
 
@@ -132,9 +139,30 @@ def output_of(step: str) -> bytes:
     return f"out:{step}".encode()
 
 
-def seq_of(run: SagaRun, event_type: type[ev.Event], step: str) -> int | None:
-    matching = (e.seq for e in run.events if isinstance(e, event_type) and getattr(e, "step", None) == step)
-    return next(matching, None)
+def seq_of(run: SagaRun, event_type: type[ev.Event], step: str) -> int:
+    """The seq of the first ``event_type`` of ``step`` (any, for "": saga events), or one past the last event."""
+    matching = (e.seq for e in run.events
+                if isinstance(e, event_type) and (not step or getattr(e, "step", None) == step))
+    return next(matching, len(run.events) + 1)
+
+
+def _check_the_fence(run: SagaRun) -> None:
+    """No forward command after the saga turned back (until a Redrive runs an ended one again); and once it ended
+    after turning back, no step is still in flight: each was compensated, withdrawn, or recorded as landed."""
+    turned_back = False
+    for event in run.events:
+        if isinstance(event, ev.SagaCompensationStarted):
+            turned_back = True
+        elif isinstance(event, ev.OperatorAction) and event.action == Lever.REDRIVE:
+            turned_back = False
+        elif isinstance(event, ev.StepCommandSent):
+            assert not turned_back, f"{event.step} attempt {event.attempt} sent forward after the turn-back"
+    state = run.saga
+    if turned_back and state.status in (SagaStatus.COMPENSATED, SagaStatus.CANCELLED, SagaStatus.FAILED):
+        open_ = {name: step.status for name, step in state.steps.items()
+                 if step.status in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.WITHDRAWING)
+                 or (step.status is StepStatus.RETRY_SCHEDULED and step.outcome_unknown)}
+        assert not open_, f"ended {state.status} with steps still in flight: {open_}"
 
 
 # --- property 1 ---------------------------------------------------------------------------------------
@@ -153,7 +181,12 @@ def test_any_failure_compensates_exactly_the_completed_compensable_steps_in_wave
         pending = awaited(run)
         assert pending, f"stuck in {run.saga.status}"
         command = data.draw(st.sampled_from(pending), label="answered")
-        if command.kind is CommandKind.FORWARD and command.step == failing:
+        if isinstance(command, WithdrawStep):  # had it run before the withdrawal reached it?
+            if data.draw(st.booleans(), label="had run"):
+                answer(run, command, ResultStatus.SUCCEEDED)
+            else:
+                answer(run, command, ResultStatus.FAILED, "Withdrawn")
+        elif command.kind is CommandKind.FORWARD and command.step == failing:
             answer(run, command, ResultStatus.FAILED, "Fatal")
         else:
             answer(run, command, ResultStatus.SUCCEEDED)
@@ -168,8 +201,14 @@ def test_any_failure_compensates_exactly_the_completed_compensable_steps_in_wave
     compensable = {n for n in completed if definition.step(n).compensation is not None}
     compensated = {e.step for e in run.events if isinstance(e, ev.StepCompensated)}
     assert compensated == compensable
-    assert state.status is (SagaStatus.COMPENSATED if compensable else SagaStatus.FAILED)
-    assert state.failed_step == failing and state.steps[failing].status is StepStatus.FAILED
+    landed = {name for name, step in state.steps.items() if step.landed_late}
+    assert landed == {n for n in completed if definition.step(n).compensation is None
+                      and seq_of(run, ev.StepSucceeded, n) > seq_of(run, ev.SagaCompensationStarted, "")}
+    assert state.status is (SagaStatus.FAILED if landed else SagaStatus.COMPENSATED)
+    _check_the_fence(run)
+    # The step a human must look at: the one that took effect without undo after the turn-back, else the failing one.
+    assert state.failed_step == (min(landed, key=definition.order.index) if landed else failing)
+    assert state.steps[failing].status is StepStatus.FAILED
     for name in compensated:  # reverse-topological: dependents first
         sent = seq_of(run, ev.CompensationSent, name)
         for dependent in definition.downstream(name) & compensated:
@@ -195,8 +234,9 @@ def _wave_closed(run: SagaRun, wave: list[str], at_seq: int) -> bool:
 # --- property 2 ---------------------------------------------------------------------------------------
 
 ACTIONS = [
-    *["answer"] * 6, "any_reply", "fire", "fire", "stale_timer", "cancel", "resume", "restart",
+    *["answer"] * 6, "any_reply", "fire", "fire", "stale_timer", "cancel", "resume", "restart", "lever",
 ]
+LEVERS = [Lever.FORCE_COMPENSATE, Lever.TERMINATE, Lever.PAUSE, Lever.UNPAUSE, Lever.RETRY_NOW, Lever.REDRIVE]
 
 
 @SETTINGS
@@ -219,6 +259,8 @@ def test_random_message_sequences_stay_legal_and_always_finish(
             break
         if state.status is SagaStatus.COMPENSATION_FAILED:
             run.resume()
+        elif state.paused:
+            run.operate(Lever.UNPAUSE)
         elif pending := awaited(run):
             answer(run, pending[0], ResultStatus.SUCCEEDED)
         else:
@@ -228,6 +270,7 @@ def test_random_message_sequences_stay_legal_and_always_finish(
         _check_invariants(run, definition, tracker)
     assert run.saga.is_terminal and run.saga.status is not SagaStatus.COMPENSATION_FAILED
     assert fold(definition, run.events) == fold(definition, list(run.events))
+    _check_the_fence(run)
     for status in set(tracker.statuses):
         note(f"passed through {status}")
     note(f"ended {run.saga.status}")
@@ -237,8 +280,10 @@ def _random_action(run: SagaRun, definition: SagaDefinition, data: st.DataObject
     action = data.draw(st.sampled_from(actions), label="action")
     if action == "answer" and (pending := awaited(run)):
         command = data.draw(st.sampled_from(pending))
-        outcome = data.draw(st.sampled_from(["ok", "ok", "busy", "fatal", "refused"]))
-        if outcome == "ok":
+        outcome = data.draw(st.sampled_from(["ok", "ok", "busy", "fatal", "refused", "expired", "withdrawn"]))
+        if outcome in ("expired", "withdrawn"):
+            answer(run, command, ResultStatus.FAILED, outcome.capitalize(), retryable=outcome == "expired")
+        elif outcome == "ok":
             answer(run, command, ResultStatus.SUCCEEDED)
         else:
             error = {"busy": "Busy", "fatal": "Fatal", "refused": "Refused"}[outcome]
@@ -260,6 +305,10 @@ def _random_action(run: SagaRun, definition: SagaDefinition, data: st.DataObject
         run.send(TimerFired(timer=timer))
     elif action == "cancel":
         run.cancel()
+    elif action == "lever":
+        lever = data.draw(st.sampled_from(LEVERS))
+        named = data.draw(st.sampled_from(definition.order)) if lever == Lever.RETRY_NOW else None
+        run.operate(lever, named, reason="the property asks")
     elif action == "resume":
         run.resume()
     elif action == "restart":
@@ -308,8 +357,8 @@ def _check_invariants(run: SagaRun, definition: SagaDefinition, tracker: Tracker
             {command.step} if command.kind is CommandKind.COMPENSATE else set())
         assert all(step in allowed and output == output_of(step) for step, output in command.step_outputs)
     compensation_sent = [e for e in run.events if isinstance(e, ev.CompensationSent)]
-    if state.pivot_passed:  # after the pivot the saga only moves forward (and it never unwound before)
-        assert not compensation_sent
+    if state.pivot_passed and not state.forced_compensation:  # after the pivot the saga only moves forward (and
+        assert not compensation_sent  # it never unwound before), unless an operator compensates it by force
     for sent in compensation_sent:
         succeeded = first.get((ev.StepSucceeded, sent.step))
         assert succeeded is not None and succeeded < sent.seq

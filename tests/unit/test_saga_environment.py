@@ -8,14 +8,16 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from saga_orchestrator.orchestrator.authoring import Saga, SagaApp, StepContext, participant
+from saga_orchestrator.orchestrator.authoring import RetryPolicy, Saga, SagaApp, StepContext, participant
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.testing import (
     SagaEnvironment,
+    SagaResult,
     SagaWaits,
     answer_late,
+    defer,
     fail,
     fail_transiently,
     fault_matrix,
@@ -100,19 +102,21 @@ async def test_a_transient_failure_is_retried_with_backoff_in_virtual_time() -> 
     assert timedelta(milliseconds=500) < result.elapsed < timedelta(seconds=2)  # two backoffs of 200 and 400 ms
 
 
-async def test_a_timeout_with_the_effect_applied_is_answered_from_the_record_on_the_retry() -> None:
+async def test_an_answer_after_the_timeout_is_waited_for_and_nothing_is_sent_again() -> None:
     env = SagaEnvironment(TRIP)
     env.script(("hotel", "book_hotel"), time_out(effect=True))
     result = await env.result(await env.start("trip", HAPPY))
-    assert result.status == "COMPLETED" and result.attempts("book_hotel") == 2
-    assert result.effects["book_hotel"] == (1, 0)  # one booking, though two attempts
+    assert result.status == "COMPLETED" and result.attempts("book_hotel") == 1
+    assert result.effects["book_hotel"] == (1, 0)
+    assert "StepTimedOut" in result.event_types
 
 
-async def test_a_late_answer_after_the_retry_changes_nothing() -> None:
+async def test_a_late_answer_completes_the_step_it_answers() -> None:
     env = SagaEnvironment(TRIP)
     env.script(("flight", "book_flight"), answer_late(timedelta(seconds=3)))
     result = await env.result(await env.start("trip", HAPPY))
     assert result.status == "COMPLETED" and result.effects["book_flight"] == (1, 0)
+    assert result.attempts("book_flight") == 1 and result.elapsed == timedelta(seconds=3)
 
 
 async def test_advance_fires_what_comes_due_on_the_way() -> None:
@@ -127,14 +131,83 @@ async def test_advance_fires_what_comes_due_on_the_way() -> None:
     assert state is not None and state.status.value == "COMPENSATED"
 
 
-async def test_a_48_hour_deadline_passes_in_virtual_time() -> None:
+async def test_a_48_hour_deadline_passes_in_virtual_time_and_withdraws_the_wait_for_a_person() -> None:
     saga = _visit(deadline=timedelta(hours=48), escort_timeout=timedelta(hours=72))
     env = SagaEnvironment(saga)
-    env.script(escort, answer_late(timedelta(hours=60)))
-    result = await env.result(await env.start(saga, Visit(visitor="ada")))
+    env.script(escort, defer())  # a guard who never answers
+    saga_id = await env.start(saga, Visit(visitor="ada"))
+    await env.advance(hours=1)
+    assert env.awaiting(saga_id) == [f"{saga_id}:escort"]
+    result = await env.result(saga_id)
     assert result.status == "CANCELLED" and result.compensated == ["issue_badge"]
-    assert result.elapsed == timedelta(hours=48)
+    assert result.elapsed == timedelta(hours=48) and env.awaiting(saga_id) == []
     assert any(getattr(event, "reason", "").startswith("deadline of") for event in result.events)
+    assert [(w.step, w.attempt) for w in result.withdrawn] == [("escort", 1)]
+
+
+async def test_a_deadline_bounds_a_step_of_24_hours_times_4_that_never_answers() -> None:
+    saga = Saga("slow", input=Visit, deadline=timedelta(hours=72))
+    saga.step(issue_badge, timeout=timedelta(hours=24), retry=RetryPolicy(max_attempts=4))
+    env = SagaEnvironment(saga)
+    env.stop("desk")  # no worker of the desk runs: its command is not picked up
+    saga_id = await env.start(saga, Visit(visitor="ada"))
+    await env.advance(hours=72)
+    state = env.state(saga_id)
+    assert state is not None and state.status.value == "COMPENSATING"  # turned back at 72 h, waiting to hear
+    await env.start_participant("desk")  # back: the command and its withdrawal, in one batch
+    result = await env.result(saga_id)
+    assert (result.status, result.elapsed) == ("CANCELLED", timedelta(hours=72))
+    assert result.attempts(issue_badge) == 1  # never another attempt, whatever the step's own budget
+    assert result.effects.get("issue_badge", (0, 0)) == (0, 0)  # withdrawn before it ran
+
+
+async def test_a_cancel_an_hour_into_a_24_hour_wait_for_a_person_ends_the_saga_at_once() -> None:
+    saga = _visit(escort_timeout=timedelta(hours=24))
+    env = SagaEnvironment(saga)
+    env.script(escort, defer(succeed(), after=timedelta(hours=20)))
+    saga_id = await env.start(saga, Visit(visitor="ada"))
+    await env.advance(hours=1)
+    started = env.now
+    await env.cancel(saga_id, "the visit was called off")
+    result = await env.result(saga_id)
+    assert result.status == "CANCELLED" and result.compensated == ["issue_badge"]
+    assert env.now - started < 1_000 and env.awaiting(saga_id) == []  # the wait withdrawn: seconds, not hours
+    await env.advance(hours=20)  # the answer the guard would have given no longer counts
+    assert env.state(saga_id).status.value == "CANCELLED"  # type: ignore[union-attr]
+
+
+async def test_a_deferred_answer_that_never_comes_times_out_at_the_steps_timeout() -> None:
+    saga = _visit(escort_timeout=timedelta(hours=24))
+    env = SagaEnvironment(saga)
+    env.script(escort, defer())
+    result = await env.result(await env.start(saga, Visit(visitor="ada")))
+    assert result.status == "COMPENSATED" and result.compensated == ["issue_badge"]
+    failed = [e for e in result.events if isinstance(e, ev.StepFailed)]
+    assert [(e.step, e.error_type) for e in failed] == [("escort", "AnswerTimedOut")]
+    assert result.elapsed == timedelta(hours=24)
+
+
+async def test_commands_that_wait_for_a_stopped_participant_run_once_it_is_back_and_expired_ones_not() -> None:
+    env = SagaEnvironment(TRIP)
+    env.stop("flight")
+    saga_id = await env.start("trip", HAPPY)
+    await env.advance(seconds=10)  # the flight booking timed out long ago: the saga waits, spending nothing
+    assert env.state(saga_id).steps["book_flight"].status.value == "TIMED_OUT"  # type: ignore[union-attr]
+    await env.start_participant("flight")
+    result = await env.result(saga_id)
+    assert result.status == "COMPLETED" and result.attempts("book_flight") == 2  # the first expired unread
+    expired = [e for e in result.events if isinstance(e, ev.StepFailed)]
+    assert [(e.step, e.attempt, e.error_type) for e in expired] == [("book_flight", 1, "Expired")]
+    assert result.effects["book_flight"] == (1, 0)
+
+
+def test_a_result_names_steps_by_name_reference_or_action_and_refuses_a_name_it_has_not() -> None:
+    env_result = SagaResult("v-1", "COMPLETED", [], [], {}, timedelta(0), definition=_visit().definition)
+    assert env_result.step_name("escort") == env_result.step_name(escort) == "escort"
+    with pytest.raises(ValueError, match=r"saga v-1 has no step 'escrot' \(its steps: issue_badge, escort\)"):
+        env_result.attempts("escrot")
+    with pytest.raises(ValueError, match="is the command of no step"):
+        env_result.attempts(post_label)
 
 
 async def test_a_saga_that_cannot_end_says_what_it_waits_for() -> None:
@@ -156,11 +229,19 @@ async def test_duplicated_messages_change_nothing() -> None:
 TRIP_MATRIX = fault_matrix(TRIP)
 
 
-def test_the_trips_matrix_has_a_failure_and_a_timeout_per_step_and_a_duplicate_run() -> None:
+def test_the_trips_matrix_has_a_failure_a_late_answer_and_a_cancel_per_step_and_a_duplicate_run() -> None:
     names = [case.name for case in TRIP_MATRIX]
     assert names == [*(f"{step} fails for good" for step in TRIP.order),
-                     *(f"{step} times out once, its effect applied" for step in TRIP.order),
+                     *(f"{step} answers after its timeout, its effect applied" for step in TRIP.order),
+                     *(f"cancel while {step} waits for its participant" for step in TRIP.order),
                      "every message delivered twice"]
+    cancels = {case.stopped: (case.status, case.compensated) for case in TRIP_MATRIX if case.turn_back == "cancel"}
+    assert cancels == {
+        "book_flight": ("CANCELLED", frozenset({"book_hotel"})),
+        "book_hotel": ("CANCELLED", frozenset({"book_flight"})),
+        "charge_card": ("CANCELLED", frozenset({"book_flight", "book_hotel"})),
+        "send_itinerary": ("COMPLETED", frozenset()),  # past the pivot a cancel is refused
+    }
 
 
 def test_the_trips_matrix_expects_the_documented_compensations() -> None:
@@ -193,12 +274,15 @@ def _deadline_visit() -> Saga:
     return _visit(deadline=timedelta(hours=48), escort_timeout=timedelta(hours=72))
 
 
-def test_a_deadline_that_passes_before_a_timed_out_step_retries_cancels_in_the_matrix() -> None:
+def test_a_deadline_that_passes_before_a_late_answer_turns_the_saga_back_in_the_matrix() -> None:
     cases = {case.name: case for case in fault_matrix(_deadline_visit())}
-    badge_times_out = cases["issue_badge times out once, its effect applied"]
-    escort_times_out = cases["escort times out once, its effect applied"]
-    assert (badge_times_out.status, badge_times_out.compensated) == ("COMPLETED", frozenset())
-    assert (escort_times_out.status, escort_times_out.compensated) == ("CANCELLED", frozenset({"issue_badge"}))
+    badge_late = cases["issue_badge answers after its timeout, its effect applied"]
+    escort_late = cases["escort answers after its timeout, its effect applied"]
+    assert (badge_late.status, badge_late.compensated) == ("COMPLETED", frozenset())
+    # The escort had run, it has no undo, and the saga turned back: undone as far as it goes, for a human.
+    assert (escort_late.status, escort_late.compensated) == ("FAILED", frozenset({"issue_badge"}))
+    deadlines = {case.stopped: case.status for case in cases.values() if case.turn_back == "deadline"}
+    assert deadlines == {"issue_badge": "CANCELLED", "escort": "CANCELLED"}
 
 
 @pytest.mark.parametrize("case", fault_matrix(_deadline_visit()), ids=repr)
