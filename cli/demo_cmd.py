@@ -16,7 +16,7 @@ from ..client.event_feed import EventFeed
 from ..infra.settings import Settings
 from ..orchestrator.bootstrap import prepare
 from ..participants.trip.effects import collect_effects
-from ..participants.trip.scenarios import DEMO_MIX, SCENARIOS, mismatches, observed
+from ..participants.trip.scenarios import DEMO_MIX, SCENARIOS, observed
 from ..schemas import wire
 from ..schemas.event_types import SagaStarted
 from ..schemas.message_types import CancelSaga
@@ -104,10 +104,8 @@ async def check_effects(current: Settings, planned: dict[str, str], ended: dict[
         for saga_id, name in planned.items():
             scenario = SCENARIOS[name]
             found = observed(await collect_effects(pool, saga_id))
-            problems = mismatches(scenario.expected, found)
             terminal = ended.get(saga_id, "(none)")
-            if terminal != scenario.terminal:
-                problems.insert(0, f"ended {terminal}, expected {scenario.terminal}")
+            problems = scenario.problems(terminal, found)
             rows.append([saga_id, name, terminal, "ok" if not problems else "; ".join(problems)])
     return rows
 

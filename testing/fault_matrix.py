@@ -143,21 +143,24 @@ def _cases(saga: Saga | SagaDefinition) -> Iterator[FaultCase]:
         if turn_back == "deadline" and definition.deadline_ms is None:
             continue
         for name in definition.order:
-            status, undone, before = expect_turn_back(definition, name)
+            status, undone, before = expect_turn_back(definition, name, turn_back)
             yield FaultCase(f"{turn_back} while {name} waits for its participant", {}, False, status, undone, before,
                             stopped=name, turn_back=turn_back,
                             no_effect=frozenset({name}) if status == "CANCELLED" else frozenset())
     yield FaultCase("every message delivered twice", {}, True, "COMPLETED", frozenset())
 
 
-def expect_turn_back(definition: SagaDefinition, waiting: str
+def expect_turn_back(definition: SagaDefinition, waiting: str, turn_back: str = "cancel"
                      ) -> tuple[str, frozenset[str], tuple[tuple[str, str], ...]]:
-    """What the saga must do when it is cancelled (or its deadline passes) while ``waiting``'s command waits unread
-    at its stopped participant, every other step succeeding at once: past the pivot it completes once the
-    participant is back; before it, it ends CANCELLED, the waiting command withdrawn before it ran and every step
-    that took effect undone."""
+    """What the saga must do when it is cancelled (``turn_back`` "cancel") or its deadline passes ("deadline") while
+    ``waiting``'s command waits unread at its stopped participant, every other step succeeding at once: past the
+    pivot it completes once the participant is back, and so it does when a cancel meets a pivot without undo in
+    flight (refused: the pivot may go through); before it, it ends CANCELLED, the waiting command withdrawn before
+    it ran and every step that took effect undone."""
     pivot = definition.pivot
     if pivot is not None and waiting in definition.downstream(pivot.name):
+        return "COMPLETED", frozenset(), ()
+    if pivot is not None and waiting == pivot.name and pivot.compensation is None and turn_back == "cancel":
         return "COMPLETED", frozenset(), ()
     effected = set(definition.order) - definition.downstream(waiting) - {waiting}
     undone = frozenset(name for name in effected if definition.step(name).compensation is not None)

@@ -18,13 +18,12 @@ SCHEMA = "payment"
 # Business rules (pure); their triggers are the demo's scenarios.
 DECLINED_TOKEN = "tok_declined"  # charge fails for good
 FLAKY_TOKEN = "tok_flaky"  # charge fails transiently on the first FLAKY_FAILURES attempts
-SLOW_TOKEN = "tok_slow"  # first attempt charges but its reply arrives after the step timeout
+SLOW_TOKEN = "tok_slow"  # first attempt charges but its answer arrives after the step timeout
 FLAKY_FAILURES = 2
-# Longer than the trip saga's payment step timeout (2 s) plus its first retry backoff (0.2 s), with room for
-# both timers to fire late on a loaded machine (the timeout fired 1.0 s late in a full test run, and with
-# 4 s the held-back reply then won the race against the retry), so the orchestrator retries with the same
-# key and the retry gets the recorded reply at once.
-SLOW_REPLY_DELAY_MS = 6000
+# Longer than the trip saga's payment step timeout (2 s), with room for the timer to fire late on a loaded
+# machine (it fired 1.0 s late in a full test run), so the orchestrator records the step timed out and,
+# the command having been picked up in time, waits for its answer rather than charging again.
+SLOW_REPLY_DELAY_MS = 4000
 
 
 def charge_card_rule(card_token: str, attempt: int) -> Verdict:

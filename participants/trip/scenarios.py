@@ -33,12 +33,31 @@ class Scenario:
     expected: dict[str, int]
     changes: dict[str, Any] = field(default_factory=dict)
     cancel: bool = False  # send CancelSaga as soon as the saga has started
+    # Other endings as good as (terminal, expected): a step in flight when the saga turns back is withdrawn,
+    # and whether its participant ran it first is a race (a withdrawn step has no effect and needs no undo).
+    withdrawn: tuple[tuple[str, dict[str, int]], ...] = ()
 
-    def ends_as(self, cancel_refused: bool = False) -> str:
-        """The terminal event a saga of this scenario must end with. A cancel reaches the orchestrator only
-        as fast as Kafka carries it: held up (by a broker outage, say) until the pivot is in flight, it is
-        refused (``SagaCancelRefused``), and the trip then goes ahead as if it had never been sent."""
-        return "SagaCompleted" if self.cancel and cancel_refused else self.terminal
+    def outcomes(self, cancel_refused: bool = False) -> list[tuple[str, dict[str, int]]]:
+        """Every (terminal event, effect counts) a saga of this scenario may end with. A cancel reaches the
+        orchestrator only as fast as Kafka carries it: held up (by a broker outage, say) until the pivot is
+        in flight, it is refused (``SagaCancelRefused``), and the trip then goes ahead as if never sent."""
+        if self.cancel and cancel_refused:
+            return [("SagaCompleted", COMPLETED_EFFECTS)]
+        return [(self.terminal, self.expected), *self.withdrawn]
+
+    def may_end_as(self, cancel_refused: bool = False) -> set[str]:
+        """The terminal events a saga of this scenario may end with."""
+        return {terminal for terminal, _ in self.outcomes(cancel_refused)}
+
+    def problems(self, terminal: str | None, found: dict[str, int], cancel_refused: bool = False) -> list[str]:
+        """How one saga's ending differs from every ending its scenario allows; empty when one matches.
+        The differences named are those from the scenario's first ending."""
+        for allowed, expected in self.outcomes(cancel_refused):
+            if terminal == allowed and not mismatches(expected, found):
+                return []
+        first, expected = self.outcomes(cancel_refused)[0]
+        ended = [] if terminal in self.may_end_as(cancel_refused) else [f"ended {terminal}, expected {first}"]
+        return ended + mismatches(expected, found)
 
     def trip(self, saga_id: str) -> dict[str, Any]:
         """The TripRequest for one saga of this scenario."""
@@ -57,17 +76,22 @@ class Scenario:
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("happy", "SagaCompleted", COMPLETED_EFFECTS),
-    Scenario("invalid_route", "SagaCompensated", effects(hotel=(1, 1)), {"destination": "LIS"}),
-    Scenario("atlantis", "SagaCompensated", effects(flight=(1, 1)), {"destination": "Atlantis"}),
+    Scenario("invalid_route", "SagaCompensated", effects(hotel=(1, 1)), {"destination": "LIS"},
+             withdrawn=(("SagaCompensated", effects()),)),
+    Scenario("atlantis", "SagaCompensated", effects(flight=(1, 1)), {"destination": "Atlantis"},
+             withdrawn=(("SagaCompensated", effects()),)),
     Scenario("card_declined", "SagaCompensated", effects(flight=(1, 1), hotel=(1, 1)),
              {"card_token": "tok_declined"}),
     Scenario("card_flaky", "SagaCompleted", COMPLETED_EFFECTS, {"card_token": "tok_flaky"}),
     Scenario("card_slow", "SagaCompleted", COMPLETED_EFFECTS, {"card_token": "tok_slow"}),
     Scenario("email_bounce", "SagaCompleted", COMPLETED_EFFECTS, {"email": "traveller@bounce.test"}),
     Scenario("uncancellable", "SagaCompensationFailed", effects(flight=(1, 0)),
-             {"customer_id": "cust_uncancellable", "destination": "Atlantis"}),
+             {"customer_id": "cust_uncancellable", "destination": "Atlantis"},
+             withdrawn=(("SagaCompensated", effects()),)),
     Scenario("cancelled", "SagaCancelled", effects(flight=(1, 1), hotel=(1, 1)),
-             {"destination": "Slowtown"}, cancel=True),
+             {"destination": "Slowtown"}, cancel=True,
+             withdrawn=(("SagaCancelled", effects(flight=(1, 1))), ("SagaCancelled", effects(hotel=(1, 1))),
+                        ("SagaCancelled", effects()))),
 )}
 
 # 20 sagas: every trigger at least once, the happy path several times.

@@ -92,9 +92,7 @@ async def test_each_trigger_ends_as_documented(scenario: str, trip_run: tuple[di
                                                stack: Stack) -> None:
     planned, ended = trip_run
     saga_id = next(saga for saga, name in planned.items() if name == scenario)
-    expected = SCENARIOS[scenario]
-    assert ended.get(saga_id) == expected.terminal, f"{saga_id} ended {ended.get(saga_id)}"
-    assert mismatches(expected.expected, await _effects(stack.settings, saga_id)) == []
+    assert SCENARIOS[scenario].problems(ended.get(saga_id), await _effects(stack.settings, saga_id)) == []
 
 
 async def test_the_itinerary_names_the_bookings_and_the_charge_the_earlier_steps_made(
@@ -115,7 +113,7 @@ async def test_the_itinerary_names_the_bookings_and_the_charge_the_earlier_steps
                     "charge_card": {"charge_id": made["charge_card"]}}
 
 
-async def test_slow_charge_is_retried_with_the_same_key_and_charged_once(
+async def test_a_slow_charge_is_waited_for_not_sent_again_and_charged_once(
         trip_run: tuple[dict[str, str], dict[str, str]], stack: Stack) -> None:
     planned, _ = trip_run
     saga_id = next(saga for saga, name in planned.items() if name == "card_slow")
@@ -127,9 +125,9 @@ async def test_slow_charge_is_retried_with_the_same_key_and_charged_once(
         await feed.stop()
     history = feed.history(saga_id)
     charge_commands = [e for e in history if isinstance(e, StepCommandSent) and e.step == "charge_card"]
-    assert len(charge_commands) >= 2, "the timed-out charge must be sent again"
-    assert {e.idempotency_key for e in charge_commands} == {f"{saga_id}:charge_card"}
+    assert len(charge_commands) == 1, "a worker picked the charge up in time: its late answer is waited for"
     assert any(type(e).__name__ == "StepTimedOut" for e in history)
+    assert type(history[-1]).__name__ == "SagaCompleted"
     assert (await _effects(stack.settings, saga_id))["charged"] == 1
 
 
