@@ -65,6 +65,36 @@ class StepTimedOut(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SignalAwaited(Event):
+    """A step that waits for ``signal`` began to wait (no command is sent), until ``timeout_at``."""
+
+    step: str
+    signal: str
+    attempt: int
+    timeout_at: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignalReceived(Event):
+    """A SignalSaga the saga took: a step waiting for ``signal`` goes on with ``payload`` as its output."""
+
+    signal_id: str
+    signal: str
+    payload: bytes
+    sender: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignalRefused(Event):
+    """A SignalSaga the saga did not take, and why; nothing else changed."""
+
+    signal_id: str
+    signal: str
+    sender: str | None
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class StepRetryScheduled(Event):
     step: str
     attempt: int  # the attempt that will be sent
@@ -252,6 +282,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepRetryScheduled,
         StepSkipped,
         StepWithdrawn,
+        SignalAwaited,
+        SignalReceived,
+        SignalRefused,
         CompensationSent,
         StepCompensated,
         CompensationFailed,

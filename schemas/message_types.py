@@ -62,6 +62,29 @@ class ReleaseSaga:
     detail: str | None
 
 
+@dataclass(frozen=True, kw_only=True)
+class SignalSaga:
+    """Data brought into a running saga (topic saga.control), deduplicated by ``signal_id``: a step waiting for
+    ``signal`` goes on with ``payload`` (the record its saga type declares for the signal) as its output. With
+    ``start_saga_type`` and ``start_input`` it starts the saga first when there is none (signal-with-start)."""
+
+    saga_id: str
+    signal_id: str
+    signal: str
+    payload: bytes
+    sender: str | None = None
+    start_saga_type: str | None = None
+    start_input: bytes | None = None
+    tenant_id: str | None = None
+
+    def start(self) -> StartSaga | None:
+        """The StartSaga a signal-with-start carries (None: it starts nothing)."""
+        if self.start_saga_type is None or self.start_input is None:
+            return None
+        return StartSaga(saga_id=self.saga_id, saga_type=self.start_saga_type, tenant_id=self.tenant_id,
+                         input=self.start_input)
+
+
 class Lever(StrEnum):
     """What an OperateSaga may pull (its ``action``)."""
 

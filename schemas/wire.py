@@ -23,6 +23,7 @@ from .message_types import (
     ReleaseSaga,
     ResultStatus,
     ResumeCompensation,
+    SignalSaga,
     StartSaga,
     StepCommand,
     StepResult,
@@ -37,6 +38,7 @@ CANCEL_SAGA = "saga.v1.CancelSaga"
 RESUME_COMPENSATION = "saga.v1.ResumeCompensation"
 RELEASE_SAGA = "saga.v1.ReleaseSaga"
 OPERATE_SAGA = "saga.v1.OperateSaga"
+SIGNAL_SAGA = "saga.v1.SignalSaga"
 STEP_COMMAND = "saga.v1.StepCommand"
 STEP_RESULT = "saga.v1.StepResult"
 WITHDRAW_STEP = "saga.v1.WithdrawStep"
@@ -47,7 +49,7 @@ EVENT_SCHEMAS: frozenset[str] = frozenset(f"{EVENTS_NAMESPACE}.{name}" for name 
 """Full Avro names of every event type the domain knows."""
 
 TopicKind = Literal["start", "control", "results"]
-IncomingWire = StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga | StepResult
+IncomingWire = StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga | SignalSaga | StepResult
 
 T = TypeVar("T")
 E = TypeVar("E", CommandKind, ResultStatus)
@@ -198,6 +200,20 @@ def decode_operate(data: bytes) -> OperateSaga:
     return _operate_from(default_registry().decode_as(data, OPERATE_SAGA)[1])
 
 
+def encode_signal(message: SignalSaga) -> bytes:
+    """Encode a SignalSaga for topic saga.control."""
+    return default_registry().encode(SIGNAL_SAGA, _record(message))
+
+
+def _signal_from(record: dict[str, Any]) -> SignalSaga:
+    return _build(SignalSaga, SIGNAL_SAGA, record)
+
+
+def decode_signal(data: bytes) -> SignalSaga:
+    """Decode a SignalSaga."""
+    return _signal_from(default_registry().decode_as(data, SIGNAL_SAGA)[1])
+
+
 # --- participant commands and results -----------------------------------------------------------------
 
 
@@ -259,7 +275,7 @@ def decode_participant_command(data: bytes, *, participant: str, message_id: str
 
 _TOPIC_SCHEMAS: dict[str, frozenset[str]] = {
     "start": frozenset({START_SAGA}),
-    "control": frozenset({CANCEL_SAGA, RESUME_COMPENSATION, RELEASE_SAGA, OPERATE_SAGA}),
+    "control": frozenset({CANCEL_SAGA, RESUME_COMPENSATION, RELEASE_SAGA, OPERATE_SAGA, SIGNAL_SAGA}),
     "results": frozenset({STEP_RESULT}),
 }
 _INCOMING: dict[str, Callable[[dict[str, Any]], IncomingWire]] = {
@@ -268,14 +284,15 @@ _INCOMING: dict[str, Callable[[dict[str, Any]], IncomingWire]] = {
     RESUME_COMPENSATION: _resume_from,
     RELEASE_SAGA: _release_from,
     OPERATE_SAGA: _operate_from,
+    SIGNAL_SAGA: _signal_from,
     STEP_RESULT: _result_from,
 }
 
 
 def decode_incoming(topic_kind: TopicKind, data: bytes) -> IncomingWire:
     """Decode a message the orchestrator consumes, checking it is the one its topic carries:
-    ``start`` -> StartSaga, ``control`` -> CancelSaga, ResumeCompensation, ReleaseSaga or OperateSaga, ``results`` ->
-    StepResult."""
+    ``start`` -> StartSaga, ``control`` -> CancelSaga, ResumeCompensation, ReleaseSaga, OperateSaga or SignalSaga,
+    ``results`` -> StepResult."""
     try:
         expected = _TOPIC_SCHEMAS[topic_kind]
     except KeyError:
