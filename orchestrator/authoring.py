@@ -11,6 +11,8 @@
     checkout = Saga("checkout", input=Order)
     reserve = checkout.step(reserve_stock, timeout=timedelta(seconds=2))
     ship = checkout.step(create_shipment, after=[reserve], pivot=True)
+    approval = checkout.signal(Approval)                       # a pydantic model others send: `saga signal`
+    approved = checkout.wait(approval, after=[reserve], timeout=timedelta(hours=48), on_expiry=Expiry.FAIL)
 
     app = SagaApp(sagas=[checkout], participants=[inventory, ...], schema_folder="shop/schemas")
 
@@ -35,10 +37,11 @@ from ..participants.kit.effects import EffectTable
 from ..participants.kit.outcome import Deferred, Failed, StepFailed
 from ..participants.kit.participant import Participant
 from ..participants.kit.typed import Action, Calling, ParticipantSpec, StepContext, participant
-from ..schemas.typed import INPUTS_FOLDER, Record
+from ..schemas.typed import INPUTS_FOLDER, SIGNALS_FOLDER, Record
 from .domain.definition import (
     UNLIMITED_RETRY,
     Condition,
+    Expiry,
     FailureMode,
     RetryPolicy,
     SagaDefinition,
@@ -47,17 +50,39 @@ from .domain.definition import (
 from .domain.errors import DefinitionError
 
 __all__ = [
-    "UNLIMITED_RETRY", "Action", "Calling", "Condition", "Deferred", "EffectTable", "Failed", "FailureMode",
-    "RetryPolicy", "Saga", "SagaApp", "StepContext", "StepFailed", "StepRef", "participant",
+    "UNLIMITED_RETRY", "Action", "Calling", "Condition", "Deferred", "EffectTable", "Expiry", "Failed",
+    "FailureMode", "RetryPolicy", "Saga", "SagaApp", "SignalRef", "StepContext", "StepFailed", "StepRef",
+    "participant",
 ]
 
 
 @dataclass(frozen=True)
-class StepRef:
-    """A step of a saga, as ``after=`` names it."""
+class SignalRef:
+    """A signal a saga type takes (``Saga.signal``): its name, and the record its payload is."""
 
     name: str
-    action: Action
+    record: Record
+
+    @property
+    def model(self) -> type[BaseModel]:
+        return self.record.model
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """A step of a saga, as ``after=`` names it: one that runs ``action``, or one that waits for ``signal``."""
+
+    name: str
+    action: Action | None = None
+    signal: SignalRef | None = None
+    go_on: bool = False  # a wait that goes on without its signal when it expires: its output may be missing
+
+    @property
+    def gives(self) -> type[BaseModel] | None:
+        """The model of its output (the signal's, for a wait)."""
+        if self.signal is not None:
+            return self.signal.model
+        return None if self.action is None else self.action.output_model
 
 
 class Saga:
@@ -80,6 +105,40 @@ class Saga:
         self.compensate_on_continue = compensate_on_continue
         self.deadline = deadline
         self.steps: list[tuple[StepRef, Step]] = []
+        self.signals: dict[str, SignalRef] = {}
+        self._namespace = namespace or f"saga.v1.{saga_type}"
+
+    def signal(self, model: type[BaseModel], *, name: str | None = None) -> SignalRef:
+        """Declare a signal its sagas take: ``model`` (a pydantic model) is the record ``<namespace>.<Model>`` a
+        SignalSaga carries; ``name`` (default: the model's class name) is what senders call it. Send it with
+        ``saga signal``, ``SagaClient.signal``, the console, or a SignalSaga on saga.control."""
+        self._not_built()
+        ref = SignalRef(name or model.__name__, Record(model, self._namespace, SIGNALS_FOLDER))
+        if ref.name in self.signals:
+            raise DefinitionError(f"saga {self.saga_type!r}: signal {ref.name!r} is declared twice")
+        self.signals[ref.name] = ref
+        return ref
+
+    def wait(self, signal: SignalRef, *, timeout: timedelta, on_expiry: Expiry = Expiry.FAIL, name: str | None = None,
+             after: Sequence[StepRef] = (), skippable: bool = False) -> StepRef:
+        """Add a step that waits for ``signal`` once the steps ``after`` names are settled (one taken before it
+        waits is taken at once): it succeeds with the signal's payload as its output, which later steps take as a
+        typed parameter. Without the signal within ``timeout`` it fails for good (``Expiry.FAIL``: before the
+        pivot the saga turns back) or goes on without it (``Expiry.GO_ON``: later steps take ``Model | None``)."""
+        self._not_built()
+        if self.signals.get(signal.name) is not signal:
+            raise DefinitionError(f"saga {self.saga_type!r}: signal {signal.name!r} is not one of its own; declare it "
+                                  f"with {self.saga_type}.signal(...)")
+        ref = StepRef(name or f"await_{_snake(signal.name)}", signal=signal, go_on=on_expiry is Expiry.GO_ON)
+        retry = UNLIMITED_RETRY if _after_pivot(self, after) else RetryPolicy(max_attempts=1)
+        self.steps.append((ref, Step(
+            name=ref.name, participant="", command="", depends_on=tuple(step.name for step in after),
+            retry=retry, timeout_ms=_ms(timeout), skippable=skippable, signal=signal.name, on_expiry=on_expiry)))
+        return ref
+
+    def _not_built(self) -> None:
+        if self.__dict__.get("definition") is not None:
+            raise DefinitionError(f"saga {self.saga_type!r}: its definition was already built; add steps first")
 
     def step(self, action: Action, *, name: str | None = None, after: Sequence[StepRef] = (),
              retry: RetryPolicy | None = None, undo_retry: RetryPolicy = UNLIMITED_RETRY,
@@ -88,8 +147,7 @@ class Saga:
         """Add a step running ``action`` once the steps ``after`` names are settled; it is undone by the action's
         compensation. ``retry``: default three attempts (``RetryPolicy()``), and no limit for a step after the
         pivot, as the saga only moves forward there."""
-        if self.__dict__.get("definition") is not None:
-            raise DefinitionError(f"saga {self.saga_type!r}: its definition was already built; add steps first")
+        self._not_built()
         ref = StepRef(name or action.name, action)
         chosen = retry if retry is not None else (UNLIMITED_RETRY if _after_pivot(self, after) else RetryPolicy())
         self.steps.append((ref, Step(
@@ -106,33 +164,38 @@ class Saga:
             saga_type=self.saga_type, version=self.version, input_schema=self.input_record.full_name,
             steps=tuple(step for _, step in self.steps), failure_mode=self.failure_mode,
             compensate_on_continue=self.compensate_on_continue,
-            deadline_ms=None if self.deadline is None else _ms(self.deadline), searchable=self.searchable)
+            deadline_ms=None if self.deadline is None else _ms(self.deadline), searchable=self.searchable,
+            signals=tuple((ref.name, ref.record.full_name) for ref in self.signals.values()))
         self._check_needs(definition)
         return definition
 
     def actions(self) -> list[Action]:
         """The actions its steps run, their compensations after them."""
-        actions = [ref.action for ref, _ in self.steps]
+        actions = [ref.action for ref, _ in self.steps if ref.action is not None]
         return actions + [action.compensation for action in actions if action.compensation is not None]
 
     def records(self) -> list[Record]:
-        """Its input record and the output records of its actions."""
+        """Its input record, the output records of its actions and the records of its signals."""
         return [self.input_record, *(record for action in self.actions()
-                                     if (record := action.output_record) is not None)]
+                                     if (record := action.output_record) is not None),
+                *(signal.record for signal in self.signals.values())]
 
     def _check_needs(self, definition: SagaDefinition) -> None:
-        gives = {ref.name: ref.action.output_model for ref, _ in self.steps}
+        refs = {ref.name: ref for ref, _ in self.steps}
         for ref, _ in self.steps:
+            if ref.action is None:
+                continue
             before = definition.upstream(ref.name)
             for action, available in ((ref.action, before), (ref.action.compensation, before | {ref.name})):
                 if action is None:
                     continue
                 for parameter, need in action.needs.items():
-                    if need.optional or any(gives[step] is need.model for step in available):
+                    if need.optional or any(refs[step].gives is need.model and not refs[step].go_on
+                                            for step in available):
                         continue
                     raise DefinitionError(
                         f"saga {self.saga_type!r} step {ref.name!r}: {action.participant_name}.{action.name} takes "
-                        f"{parameter}: {need.model.__name__}, which no step before it gives (make it "
+                        f"{parameter}: {need.model.__name__}, which no step before it gives for sure (make it "
                         f"{need.model.__name__} | None, or run the step after the one that gives it)")
 
 
@@ -184,7 +247,7 @@ class SagaApp:
         participant lacks), one line each."""
         found = []
         for definition in self.definitions():
-            for step in definition.steps:
+            for step in (step for step in definition.steps if not step.waits):
                 where = f"saga {definition.saga_type} (version {definition.version}) step {step.name}"
                 declared = self.participants.get(step.participant)
                 if declared is None:
@@ -218,6 +281,10 @@ def _after_pivot(saga: _Steps, after: Sequence[StepRef]) -> bool:
             seen.add(name)
             todo.extend(depends.get(name, ()))
     return False
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
 def _ms(delta: timedelta) -> int:

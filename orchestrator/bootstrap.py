@@ -128,6 +128,7 @@ def participants_of(registry: DefinitionRegistry) -> tuple[str, ...]:
         for saga_type in registry.types()
         for version in registry.versions(saga_type)
         for step in registry.get(saga_type, version).steps
+        if not step.waits
     }
     return tuple(sorted(names))
 

@@ -164,9 +164,10 @@ def participant_steps(registry: DefinitionRegistry, participant: str) -> list[tu
     """The (saga type, step) pairs whose step ``participant`` serves, in any registered version; BulkJobError
     naming the known participants when there is none."""
     pairs = sorted({(definition.saga_type, step.name) for definition in registry.definitions()
-                    for step in definition.steps if step.participant == participant})
+                    for step in definition.steps if step.participant == participant and not step.waits})
     if not pairs:
-        known = sorted({step.participant for definition in registry.definitions() for step in definition.steps})
+        known = sorted({step.participant for definition in registry.definitions() for step in definition.steps
+                        if not step.waits})
         raise BulkJobError(f"no saga type has a step served by participant {participant!r}; "
                            f"known participants: {', '.join(known) or 'none'}")
     return pairs

@@ -25,6 +25,7 @@ from ..schemas.message_types import (
     OperateSaga,
     ReleaseSaga,
     ResumeCompensation,
+    SignalSaga,
     StartSaga,
     StepResult,
 )
@@ -144,6 +145,10 @@ class RecordParser:
             if problem:
                 saga_type = message.saga_type if id_problem(message.saga_type, "saga_type") is None else None
                 return rejected(problem, message.saga_id, saga_type)
+        if isinstance(message, SignalSaga):
+            problem = self._check_signal(message, raw)
+            if problem:
+                return rejected(problem, message.saga_id)
         problem = _text_problem(message)
         if problem:
             return rejected(problem, message.saga_id)
@@ -163,7 +168,7 @@ class RecordParser:
         return Envelope(message, f"content:{digest}", raw, (CONTENT_IDS, digest))
 
     def _decode(self, raw: ConsumedRecord
-                ) -> StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga | StepResult:
+                ) -> StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga | SignalSaga | StepResult:
         assert raw.value is not None
         if raw.topic == self._topics.start:
             return wire.decode_start(raw.value)
@@ -175,10 +180,35 @@ class RecordParser:
                 return wire.decode_release(raw.value)
             if name == wire.OPERATE_SAGA:
                 return wire.decode_operate(raw.value)
+            if name == wire.SIGNAL_SAGA:
+                return wire.decode_signal(raw.value)
             return wire.decode_cancel(raw.value)
         if raw.topic in self._results_topics:
             return wire.decode_result(raw.value)
         raise WireError(f"topic {raw.topic} is not consumed by the orchestrator")
+
+    def _check_signal(self, signal: SignalSaga, raw: ConsumedRecord) -> str | None:
+        """Why a SignalSaga cannot be taken at the door: a bad signal id, a payload that is no record some saga
+        type declares for the signal, or a signal-with-start whose start would be refused."""
+        problem = id_problem(signal.signal_id, "signal_id")
+        if problem:
+            return problem
+        try:
+            name, record = self._registry.decode(signal.payload)
+        except WireError as error:
+            return f"payload of signal {signal.signal} is not a single-object-encoded record: {error}"
+        declared = {definition.signal_record(signal.signal) for definition in self._definitions.definitions()
+                    if signal.start_saga_type in (None, definition.saga_type)} - {None}
+        if declared and name not in declared:
+            return f"signal {signal.signal} carries {' or '.join(sorted(str(d) for d in declared))}, not {name}"
+        field = nul_field(record)
+        if field:
+            return f"payload field {field} contains a NUL character"
+        start = signal.start()
+        if start is not None:
+            start = dataclasses.replace(start, traceparent=valid_traceparent(raw.header(TRACEPARENT)))
+            return self._check_start(start)
+        return None
 
     def _check_start(self, start: StartSaga) -> str | None:
         definition = self._definitions.latest(start.saga_type)

@@ -29,7 +29,7 @@ from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import SagaQuarantined, SagaReleased, SagaStarted
 from ..schemas.limits import MAX_REJECTION_REASON_CHARS
-from ..schemas.message_types import ReleaseSaga, StartSaga
+from ..schemas.message_types import ReleaseSaga, SignalSaga, StartSaga
 from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
 from .domain.decide import Decision, decide, quarantine, quarantine_unfolded
@@ -229,8 +229,9 @@ class SagaService:
             definition: SagaDefinition | None = None
             try:
                 definition = self._definition_of(state)
-                if isinstance(message, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
-                    definition = self._definitions.latest(message.saga_type)
+                starts = message.start() if isinstance(message, SignalSaga) else message
+                if isinstance(starts, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
+                    definition = self._definitions.latest(starts.saga_type)
                 decision = decide(definition, state, message, now)
             except InvalidMessage as error:  # the message contradicts its saga: refused like a bad record
                 decision = decide(definition, state, RejectedRecord(saga_id=message.saga_id, saga_type=None,

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 INPUTS_FOLDER = "inputs"
 OUTPUTS_FOLDER = "outputs"
+SIGNALS_FOLDER = "signals"
 _OPTIONS = py_avro_schema.Option.NO_DOC | py_avro_schema.Option.MILLISECONDS | py_avro_schema.Option.NO_AUTO_NAMESPACE
 
 
@@ -36,7 +37,7 @@ class Record:
 
     model: type[BaseModel]
     namespace: str
-    folder: str = INPUTS_FOLDER  # inputs/ or outputs/ of a schema folder
+    folder: str = INPUTS_FOLDER  # inputs/, outputs/ or signals/ of a schema folder
 
     @property
     def full_name(self) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..orchestrator.authoring import Saga, SagaApp, StepRef
+from ..orchestrator.authoring import Saga, SagaApp, SignalRef, StepRef
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.state import SagaState, fold
 from ..orchestrator.inbound import RecordParser
@@ -48,6 +48,7 @@ from ..schemas.message_types import (
     ReleaseSaga,
     ResultStatus,
     ResumeCompensation,
+    SignalSaga,
     StartSaga,
     StepCommand,
     StepResult,
@@ -138,7 +139,8 @@ class SagaEnvironment:
         self.schemas = _schemas(self._records)
         self.store = MemoryStore(clock_ms=lambda: self.now)
         self.service = SagaService(self.store, self.definitions, self.topics, lambda: self.now, schemas=self.schemas)
-        participants = sorted({step.participant for definition in self._sagas for step in definition.steps})
+        participants = sorted({step.participant for definition in self._sagas for step in definition.steps
+                               if not step.waits})
         self._parser = RecordParser(self.topics, self.definitions, self.schemas, tuple(participants))
         self._commands = {self.topics.commands(name): name for name in participants}
         self._scripts: dict[tuple[str, str], Behaviour] = {}
@@ -166,7 +168,7 @@ class SagaEnvironment:
         step of the environment's sagas sends it (a misspelt name would otherwise script nothing)."""
         key = (action.participant_name, action.name) if isinstance(action, Action) else action
         sent = {(step.participant, name) for definition in self._sagas for step in definition.steps
-                for name in (step.command, step.compensation) if name is not None}
+                if not step.waits for name in (step.command, step.compensation) if name is not None}
         if key not in sent:
             known = ", ".join(f"{participant}.{name}" for participant, name in sorted(sent))
             raise ValueError(f"no step of the environment's sagas sends {key[0]}.{key[1]} (they send: {known})")
@@ -179,18 +181,23 @@ class SagaEnvironment:
         """Start a saga of that type with ``saga_input`` (its input model, or a plain mapping) and let it run as
         far as it goes without time passing; its id."""
         saga_type = saga if isinstance(saga, str) else saga.saga_type
-        definition = self.definitions.latest(saga_type)
-        if definition is None:
-            known = ", ".join(self.definitions.types())
-            raise KeyError(f"unknown saga type {saga_type!r}; the environment runs {known}")
         saga_id = saga_id or f"{saga_type}-{len(self._started_at) + 1}"
-        record = to_avro(saga_input) if isinstance(saga_input, BaseModel) else dict(saga_input)
-        start = StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
-                          input=self.schemas.encode(definition.input_schema, record))
+        start = self._start_message(saga, saga_input, saga_id, tenant_id)
         self._started_at.setdefault(saga_id, self.now)
         self._send(self.topics.start, saga_id, wire.encode_start(start), f"{saga_id}:start:{next(self._order)}")
         await self._settle()
         return saga_id
+
+    def _start_message(self, saga: Saga | SagaDefinition | str, saga_input: BaseModel | Mapping[str, Any],
+                       saga_id: str, tenant_id: str | None) -> StartSaga:
+        saga_type = saga if isinstance(saga, str) else saga.saga_type
+        definition = self.definitions.latest(saga_type)
+        if definition is None:
+            known = ", ".join(self.definitions.types())
+            raise KeyError(f"unknown saga type {saga_type!r}; the environment runs {known}")
+        record = to_avro(saga_input) if isinstance(saga_input, BaseModel) else dict(saga_input)
+        return StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
+                         input=self.schemas.encode(definition.input_schema, record))
 
     async def cancel(self, saga_id: str, reason: str = "cancelled in a test") -> None:
         """Send a CancelSaga and let the saga run on."""
@@ -198,6 +205,32 @@ class SagaEnvironment:
                    wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason, operator="test")),
                    f"{saga_id}:cancel:{next(self._order)}")
         await self._settle()
+
+    async def signal(self, saga_id: str, signal: str | SignalRef, payload: BaseModel | Mapping[str, Any], *,
+                     signal_id: str | None = None, sender: str | None = "test",
+                     start: tuple[Saga | SagaDefinition | str, BaseModel | Mapping[str, Any]] | None = None) -> str:
+        """Send a SignalSaga (``signal``: its name or the saga type's ``SignalRef``; ``payload``: its model, or a
+        plain mapping) and let the saga run on; with ``start`` (saga type, input) it starts the saga first when
+        there is none. Sent twice with one ``signal_id``, the second changes nothing. The signal's id."""
+        name = signal.name if isinstance(signal, SignalRef) else signal
+        records = {record for definition in self._sagas for declared, record in definition.signals if declared == name}
+        if len(records) != 1:
+            known = sorted({declared for definition in self._sagas for declared, _ in definition.signals})
+            raise ValueError(f"no single signal {name!r} among the environment's sagas (they take: "
+                             f"{', '.join(known) or 'none'})")
+        record = to_avro(payload) if isinstance(payload, BaseModel) else dict(payload)
+        signal_id = signal_id or f"{saga_id}:signal:{next(self._order)}"
+        starts: StartSaga | None = None
+        if start is not None:
+            starts = self._start_message(start[0], start[1], saga_id, None)
+            self._started_at.setdefault(saga_id, self.now)
+        message = SignalSaga(saga_id=saga_id, signal_id=signal_id, signal=name,
+                             payload=self.schemas.encode(records.pop(), record), sender=sender,
+                             start_saga_type=None if starts is None else starts.saga_type,
+                             start_input=None if starts is None else starts.input)
+        self._send(self.topics.control, saga_id, wire.encode_signal(message), f"{saga_id}:signal:{next(self._order)}")
+        await self._settle()
+        return signal_id
 
     async def resume(self, saga_id: str) -> None:
         """Send a ResumeCompensation (a COMPENSATION_FAILED saga tries its compensation again)."""

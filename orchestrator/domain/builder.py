@@ -14,7 +14,7 @@ from ...schemas import event_types as ev
 from ...schemas.ids import command_message_id, compensation_key, forward_key
 from ...schemas.limits import MAX_COMMAND_PAYLOAD_BYTES, MAX_STEP_OUTPUT_BYTES, MAX_STEP_OUTPUTS_BYTES, clip_text
 from ...schemas.message_types import CommandKind, StepCommand, WithdrawStep
-from .definition import SagaDefinition
+from .definition import Expiry, SagaDefinition
 from .evolve import apply_event
 from .messages import Timer, TimerKind
 from .model import SagaState, StepState
@@ -167,6 +167,8 @@ def effects_of(
             return (withdrawal,), ()
         withdrawals = state.steps[event.step].withdrawals
         return (withdrawal,), (_timer(state, TimerKind.WITHDRAWAL_TIMEOUT, event.step, withdrawals, event.timeout_at),)
+    if isinstance(event, ev.SignalAwaited):  # nothing is sent: the wait's end is a timer
+        return (), (_timer(state, TimerKind.STEP_TIMEOUT, event.step, event.attempt, event.timeout_at),)
     if isinstance(event, ev.StepRetryScheduled):
         return (), (_timer(state, TimerKind.STEP_RETRY, event.step, event.attempt, event.due_at),)
     if isinstance(event, ev.CompensationRetryScheduled):
@@ -261,7 +263,7 @@ def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -
         live.add(DEADLINE_TIMER_ID)
     for step in state.steps.values():
         forward_open = not unwinding or needs_resolution(definition, step)
-        if step.status is StepStatus.RUNNING and forward_open:
+        if step.status in (StepStatus.RUNNING, StepStatus.AWAITING_SIGNAL) and forward_open:
             live.add(f"{TimerKind.STEP_TIMEOUT}:{step.name}:{step.attempt}")
         elif step.status is StepStatus.RETRY_SCHEDULED and forward_open:
             live.add(f"{TimerKind.STEP_RETRY}:{step.name}:{step.attempt}")
@@ -312,6 +314,38 @@ def send_step(b: DecisionBuilder, name: str, attempt: int) -> None:
             timeout_at=b.now + b.defn.step(name).timeout_ms,
         )
     )
+
+
+SIGNAL_TIMED_OUT = "SignalTimedOut"
+"""error_type of a step whose wait for a signal ended without it, declared to fail then (``Expiry.FAIL``)."""
+
+
+def await_signal(b: DecisionBuilder, name: str, until: int | None = None) -> None:
+    """Record SignalAwaited for step ``name`` (a wait: nothing is sent), ending at ``until`` (default: its timeout
+    from now); a signal the saga took already is taken by it at once."""
+    step = b.defn.step(name)
+    assert step.signal is not None
+    b.record(ev.SignalAwaited(**b.base(), step=name, signal=step.signal, attempt=b.saga.steps[name].attempt + 1,
+                              timeout_at=b.now + step.timeout_ms if until is None else max(b.now, until)))
+    taken = b.saga.signals.get(step.signal)
+    if taken is not None:
+        take_signal(b, name, taken[1])
+
+
+def take_signal(b: DecisionBuilder, name: str, payload: bytes | None) -> None:
+    """Step ``name``, waiting, goes on with ``payload`` as its output (None: its wait expired, declared to go on)."""
+    b.record(ev.StepSucceeded(**b.base(), step=name, attempt=b.saga.steps[name].attempt, output=payload))
+
+
+def expire_wait(b: DecisionBuilder, name: str) -> None:
+    """Step ``name``'s wait for its signal ended without it: it fails for good, or goes on, as declared."""
+    step = b.defn.step(name)
+    if step.on_expiry is Expiry.GO_ON:
+        take_signal(b, name, None)
+        return
+    b.record(ev.StepFailed(**b.base(), step=name, attempt=b.saga.steps[name].attempt, error_type=SIGNAL_TIMED_OUT,
+                           error_message=f"no {step.signal} signal within {step.timeout_ms / 1000:g} s",
+                           retryable=False))
 
 
 WITHDRAWAL_MAX_WAIT_MS = 300_000

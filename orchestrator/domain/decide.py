@@ -8,7 +8,15 @@ duplicate replies, stale replies and stale timers are recognised from the state 
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from ...schemas.message_types import CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
+from ...schemas.message_types import (
+    CancelSaga,
+    OperateSaga,
+    ReleaseSaga,
+    ResumeCompensation,
+    SignalSaga,
+    StartSaga,
+    StepResult,
+)
 from .builder import (
     DEADLINE_TIMER_ID,
     Decision,
@@ -23,6 +31,7 @@ from .levers import operate, refuse
 from .messages import IncomingMessage, RejectedRecord, TimerFired, TimerKind
 from .model import RECORDED_ONLY, RELEASE, RESUME_COMPENSATION, SagaState
 from .on_reply import handle_step_result, handle_timer_fired
+from .on_signal import handle_signal, refuse_signal
 from .progress import advance, cancel, deadline_reason, resend_open
 from .status import TIMED_OUT_ERROR, SagaStatus
 
@@ -55,6 +64,9 @@ def decide(
         return _reject(definition, state, message, now)
     if isinstance(message, StartSaga):
         return _start(definition, state, message, now)
+    if isinstance(message, SignalSaga) and (starts := message.start()) is not None and (
+            state is None or state.status is SagaStatus.REJECTED):
+        return _signal_with_start(definition, state, message, starts, now)
     if state is None:
         if isinstance(message, TimerFired):
             return Decision()  # the saga is gone (purged meanwhile): its timer changes nothing
@@ -74,6 +86,8 @@ def decide(
             _cancel(b, message)
         elif isinstance(message, OperateSaga):
             refuse(b, message, f"saga is {state.status}: nothing runs")
+        elif isinstance(message, SignalSaga):
+            refuse_signal(b, message, f"saga is {state.status}: nothing runs")
         return b.build()
     if definition is None:
         raise UnknownDefinition(
@@ -97,6 +111,8 @@ def decide(
                                           reason=f"saga is {state.status}, not quarantined: nothing to release"))
     elif isinstance(message, OperateSaga):
         operate(b, message)
+    elif isinstance(message, SignalSaga):
+        handle_signal(b, message)
     elif message.timer.kind is TimerKind.SAGA_DEADLINE:
         _deadline(b, definition, message.timer.timer_id)
     else:
@@ -156,19 +172,38 @@ def _reject(
     return b.build(dead_letter=message.reason)
 
 
+def _signal_with_start(definition: SagaDefinition | None, state: SagaState | None, signal: SignalSaga,
+                       start: StartSaga, now: int) -> Decision:
+    """No saga of the signal's id yet: start it (``definition``: the latest of the signal's saga type), then take
+    the signal as if it had come right after the StartSaga."""
+    b = DecisionBuilder(definition, state, now, signal.saga_id)
+    _started(b, definition, state, start)
+    if b.saga.status is SagaStatus.RUNNING:
+        handle_signal(b, signal)
+    else:
+        refuse_signal(b, signal, "its saga did not start (see the SagaRejected before this)")
+    return b.build()
+
+
 def _start(
     definition: SagaDefinition | None, state: SagaState | None, message: StartSaga, now: int
 ) -> Decision:
     b = DecisionBuilder(definition, state, now, message.saga_id)
+    _started(b, definition, state, message)
+    return b.build()
+
+
+def _started(b: DecisionBuilder, definition: SagaDefinition | None, state: SagaState | None,
+             message: StartSaga) -> None:
     if state is not None and state.status is not SagaStatus.REJECTED:
         # The saga id is taken: record the refusal, leave the saga as it is.
         b.record(ev.SagaRejected(**b.base(), saga_type=message.saga_type, reason=DUPLICATE_START_REASON))
-        return b.build()
+        return
     # No saga yet, or only refused messages so far (nothing started): this StartSaga may start it.
     if definition is None:
         reason = f"unknown saga type {message.saga_type!r}"
         b.record(ev.SagaRejected(**b.base(definition_version=0), saga_type=message.saga_type, reason=reason))
-        return b.build()
+        return
     if definition.saga_type != message.saga_type:
         raise InvalidMessage(
             f"StartSaga of type {message.saga_type!r} given the definition of {definition.saga_type!r}"
@@ -183,7 +218,6 @@ def _start(
         )
     )
     advance(b)
-    return b.build()
 
 
 def _cancel(b: DecisionBuilder, message: CancelSaga) -> None:

@@ -30,6 +30,13 @@ class Condition(StrEnum):
     ALWAYS = "ALWAYS"  # whatever its dependencies did
 
 
+class Expiry(StrEnum):
+    """What a step waiting for a signal does when its timeout passes without the signal."""
+
+    FAIL = "FAIL"  # the step fails for good (SignalTimedOut): before the pivot the saga turns back
+    GO_ON = "GO_ON"  # the step succeeds without an output: its dependents run without the signal's data
+
+
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     """How often and how fast a step (or its compensation) is tried again after a failure or timeout."""
@@ -103,9 +110,20 @@ class Step:
     pivot: bool = False
     run_if: Condition = Condition.ON_SUCCESS
     skippable: bool = False  # an operator may skip it (the Skip lever) when it is stuck: its dependents go on
+    # A step that waits for a signal instead of sending a command (participant and command empty): it succeeds
+    # with the signal's payload as its output, or after ``timeout_ms`` does as ``on_expiry`` says.
+    signal: str | None = None
+    on_expiry: Expiry = Expiry.FAIL
+
+    @property
+    def waits(self) -> bool:
+        """True for a step that waits for a signal (nothing is sent to a participant)."""
+        return self.signal is not None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "depends_on", tuple(self.depends_on))
+        if self.signal is not None:
+            self._check_wait()
         if self.pivot and self.skippable:
             raise DefinitionError(f"step {self.name!r}: a pivot cannot be skippable (the saga passes its pivot "
                                   "only by the pivot succeeding)")
@@ -113,10 +131,19 @@ class Step:
         # two different keys equal ("a:compensate" vs the compensation of "a").
         if not self.name or ":" in self.name:
             raise DefinitionError(f"step name must be non-empty and free of ':', got {self.name!r}")
-        if not self.participant or not self.command:
+        if self.signal is None and (not self.participant or not self.command):
             raise DefinitionError(f"step {self.name!r} needs a participant and a command")
         if self.timeout_ms <= 0 or self.compensation_timeout_ms <= 0:
             raise DefinitionError(f"step {self.name!r}: timeouts must be positive")
+
+    def _check_wait(self) -> None:
+        if not self.signal:
+            raise DefinitionError(f"step {self.name!r}: the signal it waits for needs a name")
+        if self.participant or self.command or self.compensation is not None:
+            raise DefinitionError(f"step {self.name!r} waits for signal {self.signal!r}: it sends no command "
+                                  "and has nothing to undo (no participant, command or compensation)")
+        if self.pivot:
+            raise DefinitionError(f"step {self.name!r} waits for signal {self.signal!r}: a wait cannot be the pivot")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +162,8 @@ class SagaDefinition:
     # Input fields (top-level, of a primitive type) every saga of this type is findable by: a customer id, an
     # order number. Indexed when a saga starts (saga.search_keys); the console and the HTTP API search them.
     searchable: tuple[str, ...] = ()
+    # The signals its sagas accept: (name, Avro full name of the record a SignalSaga of that name carries).
+    signals: tuple[tuple[str, str], ...] = ()
 
     order: tuple[str, ...] = field(init=False, repr=False, compare=False)  # topological, stable
     _by_name: Mapping[str, Step] = field(init=False, repr=False, compare=False)
@@ -143,6 +172,7 @@ class SagaDefinition:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "signals", tuple((name, record) for name, record in self.signals))
         where = f"saga {self.saga_type!r} v{self.version}"
         if not self.saga_type:
             raise DefinitionError("saga_type must be non-empty")
@@ -173,6 +203,20 @@ class SagaDefinition:
         object.__setattr__(self, "_downstream", downstream)
         self._check_modes(where)
         self._check_pivot(where)
+        self._check_signals(where)
+
+    def _check_signals(self, where: str) -> None:
+        names = [name for name, _ in self.signals]
+        if len(set(names)) != len(names):
+            raise DefinitionError(f"{where}: a signal is declared twice in {names}")
+        for step in self.steps:
+            if step.signal is not None and step.signal not in names:
+                raise DefinitionError(f"{where}: step {step.name!r} waits for signal {step.signal!r}, which the saga "
+                                      f"does not declare (declared: {', '.join(names) or 'none'})")
+
+    def signal_record(self, name: str) -> str | None:
+        """The Avro full name of the record signal ``name`` carries; None when the saga declares no such signal."""
+        return next((record for signal, record in self.signals if signal == name), None)
 
     def _check_modes(self, where: str) -> None:
         if self.compensate_on_continue and self.failure_mode is not FailureMode.CONTINUE:

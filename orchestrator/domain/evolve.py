@@ -73,7 +73,8 @@ def apply_event(definition: SagaDefinition | None, state: SagaState | None, even
     # A refused StartSaga / cancel changes nothing, so it needs no definition (the StartSaga may even name
     # an unknown type); everything else of a started saga does.
     needs_definition = not (isinstance(event, ev.SagaRejected | ev.SagaCancelRefused | ev.SagaPurged
-                                       | ev.SagaQuarantined | ev.SagaReleased | ev.OperatorActionRefused)
+                                       | ev.SagaQuarantined | ev.SagaReleased | ev.OperatorActionRefused
+                                       | ev.SignalRefused)
                             or (isinstance(event, ev.OperatorAction) and event.action in RECORDED_ONLY))
     if needs_definition and state.status is not SagaStatus.REJECTED and definition is None:
         raise HistoryMismatch(f"saga {state.saga_id!r}: {type(event).__name__} needs the saga's definition")
@@ -218,6 +219,19 @@ def _on_step_withdrawn(d: _Def, s: SagaState, e: ev.StepWithdrawn) -> SagaState:
     return _step(s, e, e.step, StepStatus.WITHDRAWING, attempt=e.attempt, withdrawals=withdrawals)
 
 
+def _on_signal_awaited(d: _Def, s: SagaState, e: ev.SignalAwaited) -> SagaState:
+    return _step(s, e, e.step, StepStatus.AWAITING_SIGNAL, attempt=e.attempt, waiting_until=e.timeout_at)
+
+
+def _on_signal_received(d: _Def, s: SagaState, e: ev.SignalReceived) -> SagaState:
+    return evolved(s, signals={**s.signals, e.signal: (e.signal_id, e.payload)},
+                   signal_ids=s.signal_ids | {e.signal_id})
+
+
+def _on_signal_refused(d: _Def, s: SagaState, e: ev.SignalRefused) -> SagaState:
+    return evolved(s, signal_ids=s.signal_ids | {e.signal_id})
+
+
 def _on_step_skipped(d: _Def, s: SagaState, e: ev.StepSkipped) -> SagaState:
     # A condition skips a step before it is sent; one skipped after it was sent was skipped by an operator.
     waived = e.step in s.steps and s.steps[e.step].status is not StepStatus.PENDING
@@ -348,6 +362,9 @@ _HANDLERS: Mapping[type[ev.Event], _Handler] = {
     ev.StepRetryScheduled: _on_step_retry_scheduled,
     ev.StepSkipped: _on_step_skipped,
     ev.StepWithdrawn: _on_step_withdrawn,
+    ev.SignalAwaited: _on_signal_awaited,
+    ev.SignalReceived: _on_signal_received,
+    ev.SignalRefused: _on_signal_refused,
     ev.CompensationSent: _on_compensation_sent,
     ev.StepCompensated: _on_step_compensated,
     ev.CompensationFailed: _on_compensation_failed,

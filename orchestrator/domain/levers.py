@@ -173,9 +173,10 @@ def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
                            "be skipped")
         return
     step = state.steps[name]
-    if step.status not in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED):
-        refuse(b, message, f"step {name} is {step.status}: only a step in flight or waiting on a retry can be "
-                           "skipped")
+    if step.status not in (StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED,
+                           StepStatus.AWAITING_SIGNAL):
+        refuse(b, message, f"step {name} is {step.status}: only a step in flight, waiting on a retry or waiting for "
+                           "a signal can be skipped")
         return
     flying = in_flight(step)
     _applied(b, message)

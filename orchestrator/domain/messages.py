@@ -12,7 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ...schemas.message_types import CancelSaga, OperateSaga, ReleaseSaga, ResumeCompensation, StartSaga, StepResult
+from ...schemas.message_types import (
+    CancelSaga,
+    OperateSaga,
+    ReleaseSaga,
+    ResumeCompensation,
+    SignalSaga,
+    StartSaga,
+    StepResult,
+)
 
 
 class TimerKind(StrEnum):
@@ -62,4 +70,4 @@ class RejectedRecord:
 
 
 IncomingMessage = (StartSaga | CancelSaga | StepResult | TimerFired | ResumeCompensation | ReleaseSaga
-                   | OperateSaga | RejectedRecord)
+                   | OperateSaga | SignalSaga | RejectedRecord)

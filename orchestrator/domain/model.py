@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from ...schemas.message_types import Lever
@@ -46,6 +46,7 @@ class StepState:
     unspent: int = 0  # attempts answered Expired (no worker picked them up in time): the retry policy skips them
     withdrawals: int = 0  # WithdrawStep sent for its latest attempt (the first, and each one sent again)
     landed_late: bool = False  # took effect after the saga turned back and has no undo: a human must act
+    waiting_until: int | None = None  # a step waiting for a signal: when its wait ends without it (epoch ms)
 
     @property
     def spent(self) -> int:
@@ -79,6 +80,8 @@ class SagaState:
     quarantine_reason: str | None = None
     paused: bool = False  # an operator's Pause: nothing is sent and no timer acts until Unpause
     forced_compensation: bool = False  # an operator's ForceCompensate: undoing past the pivot was asked for
+    signals: Mapping[str, tuple[str, bytes]] = field(default_factory=dict)  # taken: name -> (signal id, payload)
+    signal_ids: frozenset[str] = frozenset()  # every signal id seen, taken or refused: a second one changes nothing
 
     @property
     def is_terminal(self) -> bool:

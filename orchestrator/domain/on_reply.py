@@ -11,6 +11,7 @@ from ...schemas.limits import OUTPUT_REFUSED, clip_text
 from ...schemas.message_types import CommandKind, ResultStatus, StepResult
 from .builder import (
     DecisionBuilder,
+    expire_wait,
     live_timer_ids,
     output_problem,
     schedule_compensation_retry,
@@ -164,7 +165,9 @@ def handle_timer_fired(b: DecisionBuilder, fired: TimerFired) -> None:
         return  # answered, superseded, or the saga moved on
     name, attempt = timer.step, timer.attempt
     step = b.defn.step(name)
-    if timer.kind is TimerKind.STEP_TIMEOUT:
+    if timer.kind is TimerKind.STEP_TIMEOUT and step.waits:
+        expire_wait(b, name)
+    elif timer.kind is TimerKind.STEP_TIMEOUT:
         # No answer yet: whether a worker picked the command up is not known here, so no attempt is spent and
         # none is sent. The participant answers every command it picks up: its outcome, HandlerTimedOut when the
         # handler overran the step's timeout (that attempt counts), or Expired when it was picked up after this

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ...schemas import event_types as ev
 from .builder import (
     DecisionBuilder,
+    await_signal,
     in_flight,
     needs_resolution,
     schedule_compensation_retry,
@@ -44,7 +45,9 @@ def _advance_forward(b: DecisionBuilder) -> None:
         if b.saga.steps[name].status is not StepStatus.PENDING:
             continue
         verdict = _readiness(definition, b.saga, name)
-        if verdict is True:  # its first attempt, or after a Redrive the one after those it spent
+        if verdict is True and definition.step(name).waits:
+            await_signal(b, name)
+        elif verdict is True:  # its first attempt, or after a Redrive the one after those it spent
             send_step(b, name, b.saga.steps[name].attempt + 1)
         elif isinstance(verdict, str):
             b.record(ev.StepSkipped(**b.base(), step=name, reason=verdict))
@@ -124,7 +127,12 @@ def unwind(b: DecisionBuilder, reason: str, failed_step: str | None) -> None:
     """Turn the saga back: start compensating, withdrawing every forward attempt still in flight (none is sent or
     scheduled from here on), or end the saga at once when there is nothing to undo or wait for: CANCELLED for a
     cancel, else COMPENSATED (a business outcome: the saga turned back, and nothing it did needed undoing)."""
-    definition, state = b.defn, b.saga
+    definition = b.defn
+    for name in definition.order:  # a wait for a signal is over: nothing was sent, nothing needs undoing
+        if b.saga.steps[name].status is StepStatus.AWAITING_SIGNAL:
+            b.record(ev.StepSkipped(**b.base(), step=name,
+                                    reason=f"no longer awaited: the saga turned back ({reason})"))
+    state = b.saga
     flying = [name for name in definition.order if in_flight(state.steps[name])]
     undo = any(to_undo(definition, s) for s in state.steps.values())
     if undo or flying:
@@ -221,6 +229,8 @@ def resend_open(b: DecisionBuilder) -> None:
             StepStatus.COMPENSATION_FAILED,
         ):
             retry_compensation(b, name, step.compensation_attempt + 1)
+        elif step.status is StepStatus.AWAITING_SIGNAL and b.saga.status is SagaStatus.RUNNING:
+            await_signal(b, name, until=step.waiting_until)  # its timer was ignored: armed again, for what is left
         elif step.status is StepStatus.WITHDRAWING or (unwinding and in_flight(step)):
             withdraw(b, name, f"the saga turned back: {b.saga.failure_reason}", wait=True)
         elif not unwinding and b.saga.status is SagaStatus.RUNNING and (

@@ -119,6 +119,7 @@ def is_transition_valid(current: SagaStatus | None, new: SagaStatus) -> bool:
 class StepStatus(StrEnum):
     PENDING = "PENDING"  # not dispatched (yet)
     RUNNING = "RUNNING"  # command sent, waiting for the reply to ``attempt``
+    AWAITING_SIGNAL = "AWAITING_SIGNAL"  # a step that waits for a signal: waiting, until ``StepState.waiting_until``
     TIMED_OUT = "TIMED_OUT"  # no reply in time: outcome unknown, nothing scheduled yet
     RETRY_SCHEDULED = "RETRY_SCHEDULED"  # waiting for the backoff timer of ``attempt``
     WITHDRAWING = "WITHDRAWING"  # ``attempt`` was withdrawn (the saga turned back): its participant says if it ran
@@ -135,7 +136,11 @@ class StepStatus(StrEnum):
 _S = StepStatus
 
 STEP_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
-    _S.PENDING: frozenset({_S.RUNNING, _S.SKIPPED}),
+    _S.PENDING: frozenset({_S.RUNNING, _S.SKIPPED, _S.AWAITING_SIGNAL}),
+    # AWAITING_SIGNAL -> SUCCEEDED: the signal came (or the wait expired and the step goes on without it); -> FAILED:
+    # it expired and the step fails; -> SKIPPED: the saga turned back, or an operator skipped it; -> itself: a
+    # release or a resume waits again
+    _S.AWAITING_SIGNAL: frozenset({_S.SUCCEEDED, _S.FAILED, _S.SKIPPED, _S.AWAITING_SIGNAL}),
     # RUNNING -> RUNNING: an operator's resume re-sends an unanswered command under the same key
     # RUNNING / TIMED_OUT / RETRY_SCHEDULED -> SKIPPED: an operator's Skip of a skippable step that is stuck
     # RUNNING / TIMED_OUT / RETRY_SCHEDULED -> WITHDRAWING: the saga turned back while the step was in flight

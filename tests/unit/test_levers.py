@@ -404,7 +404,7 @@ def test_a_forced_compensation_that_cannot_apply_is_refused(given: str, history:
 SKIP_REFUSALS: list[tuple[str, Callable[[SagaRun], object], str | None, str | None, str]] = [
     ("skip without a reason", lambda run: (run.start(),), "book_flight", None, "Skip needs a reason"),
     ("skip a step that succeeded", lambda run: (run.start(), run.ok("book_flight")), "book_flight", "done",
-     "step book_flight is SUCCEEDED: only a step in flight or waiting on a retry can be skipped"),
+     "step book_flight is SUCCEEDED: only a step in flight, waiting on a retry or waiting for a signal can be skipped"),
     ("skip a step not yet sent", lambda run: (run.start(),), "send_itinerary", "done",
      "step send_itinerary is PENDING"),
     ("skip while paused", lambda run: (run.start(), run.operate(Lever.PAUSE)), "book_flight", "done",
