@@ -65,7 +65,9 @@ def awaiting_command(
 def answer_command(
     name: str = typer.Argument(..., help=PARTICIPANT_HELP),
     key: str = typer.Argument(..., help="The idempotency key of the awaiting command (see `saga awaiting`)."),
-    output: str | None = typer.Option(None, "--output", help="Succeeded, with this output (UTF-8 text, e.g. JSON)."),
+    output: str | None = typer.Option(None, "--output", help="Succeeded, with this output: for a typed action, JSON "
+                                                             "of its output model (checked, then encoded as its "
+                                                             "record); else UTF-8 text."),
     fail_as: str | None = typer.Option(None, "--fail", help="Failed definitively, with this error type."),
     message: str = typer.Option("", "--message", help="With --fail: what went wrong."),
     operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
@@ -90,6 +92,8 @@ def answer_command(
                 return await why_not_awaiting(conn, participant, key)
             except asyncpg.UndefinedTableError:
                 _no_tables(participant)
+            except ValueError as error:  # an answer its action's output model refuses: nothing was recorded
+                return str(error)
 
     refused = run(body())
     if refused is not None:

@@ -35,7 +35,9 @@ from .replies import outcome_message
 async def complete(conn: asyncpg.Connection, participant: Participant, topics: Topics, idempotency_key: str,
                    outcome: Succeeded | Failed, *, operator: str | None = None, detail: str | None = None) -> bool:
     """Answer a deferred command with ``outcome`` in ``conn``'s transaction (open one to make a business change
-    in the same commit); False when the key is not awaiting an answer (unknown, or answered already).
+    in the same commit); False when the key is not awaiting an answer (unknown, or answered already). A typed
+    action's answer is read against its output model and encoded as its record: ValueError, nothing recorded, for
+    one that does not fit.
 
     ``operator`` (and ``detail``: why) name the person who gave the answer: the reply carries them and the
     orchestrator records them in the saga's history (OperatorAction ``Answer``, just before the outcome). A
@@ -52,6 +54,9 @@ async def complete(conn: asyncpg.Connection, participant: Participant, topics: T
         if awaiting is None:
             return False
         command, shard = awaiting  # the partition the command came from: its worker relays the answer
+        reader = participant.answers.get(command.action)
+        if reader is not None and isinstance(outcome, Succeeded):  # a typed answer: refused whole if it misfits
+            outcome = replace(outcome, output=reader(outcome.output))
         await ledger.record_answer(conn, participant, idempotency_key, ledger.RecordedReply.of(outcome))
         reply = outcome_message(command, topics.results(participant.name), outcome, time.time_ns() // 1_000_000,
                                 operator=operator, detail=detail)

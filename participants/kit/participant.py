@@ -14,6 +14,9 @@ from .outcome import Outcome, ReceivedCommand
 Handler = Callable[[asyncpg.Connection, ReceivedCommand, Mapping[str, Any]], Awaitable[Outcome]]
 Call = tuple[ReceivedCommand, Mapping[str, Any]]  # a command and the saga input it carries
 BatchHandler = Callable[[asyncpg.Connection, Sequence[Call]], Awaitable[Sequence[Outcome]]]
+AnswerReader = Callable[[bytes | None], bytes | None]
+"""How a person's answer to a deferred command becomes the step's output: the text given (JSON) in, the encoded
+record out; ValueError, saying what does not fit, for an answer the action's output model refuses."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +42,9 @@ class Participant:
     business_ddl: Sequence[str] = ()
     input_types: frozenset[str] = field(default_factory=frozenset)
     effects: EffectTable | None = None
+    # Action -> how a person's answer to its deferred command is read (typed actions: against the output model);
+    # an action without one takes the answer's text as its output, as it is.
+    answers: Mapping[str, AnswerReader] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.handlers and not self.batch_handlers:

@@ -236,7 +236,8 @@ class ParticipantSpec:
             else:
                 handlers[action.name] = _handler(action)
         return Participant(name=self.name, schema=self.schema, handlers=handlers, batch_handlers=batch_handlers,
-                           business_ddl=self.tables, input_types=input_types, effects=self.effect_table())
+                           business_ddl=self.tables, input_types=input_types, effects=self.effect_table(),
+                           answers={action.name: _answer_reader(action) for action in self.actions.values()})
 
     def __repr__(self) -> str:
         return f"<participant {self.name}: {', '.join(self.actions)}>"
@@ -350,6 +351,25 @@ def _outcome(action: Action, result: Any, context: StepContext) -> Outcome:
         raise TypeError(f"{action.spec.name}.{action.name} returned {type(result).__name__}, not its declared "
                         f"{action.output_model.__name__ if action.output_model else 'None'}, Failed or Deferred")
     return Succeeded(default_registry().encode(record.full_name, to_avro(result)), reply_delay_ms=delay_ms)
+
+
+def _answer_reader(action: Action) -> Callable[[bytes | None], bytes | None]:
+    """How a person's answer to ``action``'s deferred command becomes its output (``Participant.answers``)."""
+    record = action.output_record
+    where = f"{action.spec.name}.{action.name}"
+
+    def read(text: bytes | None) -> bytes | None:
+        if record is None:
+            if text is None or text.strip() in (b"", b"{}", b"null"):
+                return None
+            raise ValueError(f"{where} gives no output: answer it without one ('{{}}')")
+        try:
+            value = record.model.model_validate_json(text or b"")
+        except ValidationError as error:
+            raise ValueError(f"the answer does not fit {record.model.__name__}, the output of {where}: "
+                             f"{_first_error(error)}") from None
+        return default_registry().encode(record.full_name, to_avro(value))
+    return read
 
 
 def _first_error(error: ValidationError) -> str:
