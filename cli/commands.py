@@ -29,17 +29,19 @@ from .context import OPERATOR_HELP, console, fail, operator_or_login, producer, 
 from .inspect_cmd import folded, follow, load_events_of
 
 
-def _parse_json_object(text: str) -> dict[str, Any]:
+def _parse_json_object(text: str, option: str = "--input") -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
-        fail(f"--input is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})")
+        fail(f"{option} is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})")
     if not isinstance(value, dict):
-        fail("--input must be a JSON object, e.g. '{\"customer_id\": \"c1\", ...}'")
+        fail(f"{option} must be a JSON object, e.g. '{{\"customer_id\": \"c1\", ...}}'")
     return value
 
 
 _OPTION_OF = {"saga_id": "--id", "saga_input": "--input"}
+_SIGNAL_OPTION_OF = {"saga_id": "SAGA_ID", "signal": "SIGNAL", "signal_id": "--signal-id", "payload": "--payload",
+                     "saga_type": "--type", "saga_input": "--start-input"}
 
 
 def start(
@@ -71,6 +73,34 @@ def start(
             raise typer.Exit(130) from None
         console.print(f"saga [bold]{saga_id}[/] ended: {type(ended).__name__}")
         raise typer.Exit(0 if isinstance(ended, SagaCompleted) else 1)
+
+
+def signal(
+    saga_id: str = typer.Argument(..., help="The saga to signal."),
+    name: str = typer.Argument(..., metavar="SIGNAL", help="The signal, as its saga type declares it (e.g. Approval)."),
+    payload_json: str = typer.Option(..., "--payload", help="The signal's record as a JSON object."),
+    signal_id: str | None = typer.Option(None, "--signal-id", help="Its id: sent again with the same id, it changes "
+                                                                   "nothing (default: a fresh one, printed)."),
+    sender: str | None = typer.Option(None, "--sender", help="Who sends it (default: the login name); recorded."),
+    saga_type: str | None = typer.Option(None, "--type", help="The saga type, where several take a signal of this "
+                                                              "name; needed with --start-input."),
+    start_input: str | None = typer.Option(None, "--start-input", help="Signal-with-start: the input (JSON) of the "
+                                                                       "saga started when there is none yet."),
+) -> None:
+    """Validate, encode and publish a SignalSaga on saga.control: a step waiting for the signal goes on with its
+    record as its output; the saga records it once per id, or why it could not take it (`saga history`)."""
+    current = settings()
+    client = SagaClient.from_settings(current)
+    payload = _parse_json_object(payload_json, "--payload")
+    starting = None if start_input is None else _parse_json_object(start_input, "--start-input")
+    try:
+        message = client.encode_signal(saga_id, name, payload, signal_id=signal_id,
+                                       sender=operator_or_login(sender), saga_type=saga_type, start_input=starting)
+    except SagaInputError as error:
+        where = _SIGNAL_OPTION_OF.get(error.field)
+        fail(f"{where} {error.problem}" if where else error.problem)
+    run(_publish(current, topics(current).control, saga_id, wire.encode_signal(message), saga_type))
+    console.print(f"published SignalSaga {name} for [bold]{saga_id}[/] (signal id {message.signal_id})")
 
 
 FORCE_HELP = "Publish without first checking the saga's state in the event store."

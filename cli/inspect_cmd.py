@@ -10,16 +10,21 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import typer
 from rich.table import Table
 
 from ..client.api import ApiError, SagaApi, SagaNotFound
 from ..client.saga_client import api_of
 from ..orchestrator.bootstrap import definitions
+from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
+from ..orchestrator.domain.waits import PersonWait, waits
 from ..orchestrator.ports import SagaSummaryRow
 from ..orchestrator.store.postgres import PostgresStore
+from ..participants.kit.ledger import awaiting
+from ..participants.registry import get_participant
 from ..schemas import wire
 from ..schemas.event_types import (
     TERMINAL_EVENTS,
@@ -120,6 +125,26 @@ def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
         error = f"{step.last_error_type}: {step.last_error_message or ''}" if step.last_error_type else ""
         table.add_row(step.name, step.status.value, str(step.attempt), str(step.compensation_attempt), error)
     console.print(table)
+    definition = definitions().for_history(events)
+    if definition is not None and not state.is_terminal:
+        for wait in waits(definition, state, events, run(_persons(saga_id, definition))):
+            console.print(f"{wait.step}: {wait.describe()}", highlight=False)
+
+
+async def _persons(saga_id: str, definition: SagaDefinition) -> dict[str, PersonWait]:
+    """The saga's commands whose participants deferred them to a person, by step (none where a participant's
+    tables are not here, or it cannot be loaded)."""
+    found: dict[str, PersonWait] = {}
+    async with database(settings()) as pool:
+        for name in sorted({step.participant for step in definition.steps if not step.waits}):
+            try:
+                participant = get_participant(name)
+                rows = await awaiting(pool, participant, saga_id)
+            except (ValueError, asyncpg.UndefinedTableError):
+                continue
+            found |= {row.step: PersonWait(name, row.idempotency_key, row.deferred_at_ms, row.answer_by_ms)
+                      for row in rows}
+    return found
 
 
 # Fields the timeline leaves out: they are in the columns, or ids and payloads `--json` shows.

@@ -38,6 +38,7 @@ from ..schemas.message_types import (
     OperateSaga,
     ReleaseSaga,
     ResumeCompensation,
+    SignalSaga,
     StartSaga,
 )
 from ..schemas.partitioning import partition_for
@@ -83,6 +84,16 @@ class SagaType(Protocol):
     def input_schema(self) -> str: ...
 
 
+def signal_records(definitions: Iterable[SagaType]) -> dict[str, dict[str, str]]:
+    """Saga type → the signals it takes (name → full name of the record), from the latest version of each type."""
+    latest: dict[str, SagaType] = {}
+    for definition in definitions:
+        known = latest.get(definition.saga_type)
+        if known is None or known.version < definition.version:
+            latest[definition.saga_type] = definition
+    return {saga_type: dict(getattr(definition, "signals", ())) for saga_type, definition in latest.items()}
+
+
 def input_records(definitions: Iterable[SagaType]) -> dict[str, str]:
     """Saga type → full name of its input record, from the latest version of each type's definition."""
     latest: dict[str, SagaType] = {}
@@ -102,12 +113,13 @@ class SagaClient:
 
     def __init__(self, bootstrap_servers: str, input_records: Mapping[str, str], *, topic_prefix: str = "",
                  schemas: SchemaRegistry | None = None, security: KafkaSecurity | None = None,
-                 api: SagaApi | None = None) -> None:
+                 api: SagaApi | None = None, signals: Mapping[str, Mapping[str, str]] | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.api = api  # the console's HTTP API, for ``status``
         self.kafka = KafkaClients(bootstrap_servers, security)
         self.topics = Topics(topic_prefix)
         self._input_records = dict(input_records)
+        self._signals = {saga_type: dict(declared) for saga_type, declared in (signals or {}).items()}
         self._schemas = schemas or default_registry()
         self._producer: AIOKafkaProducer | None = None
         self._lookup: AIOKafkaConsumer | None = None
@@ -134,9 +146,10 @@ class SagaClient:
             refuse_unknown_records(((f"saga type {definition.saga_type}", definition.input_schema)
                                     for definition in cast(list[SagaType], list(found.values()))),
                                    schema_path(current.saga_schema_path, loaded))
-        return cls(current.kafka_servers(), input_records(cast(list[SagaType], list(found.values()))),
-                   topic_prefix=current.saga_topic_prefix, schemas=schemas, security=current.kafka().security,
-                   api=api_of(current))
+        definitions = cast(list[SagaType], list(found.values()))
+        return cls(current.kafka_servers(), input_records(definitions), topic_prefix=current.saga_topic_prefix,
+                   schemas=schemas, security=current.kafka().security, api=api_of(current),
+                   signals=signal_records(definitions))
 
     async def __aenter__(self) -> SagaClient:
         await self.connect()
@@ -209,6 +222,65 @@ class SagaClient:
         handle = SagaHandle(self, saga_id, await self._partition_end(saga_id))
         await self.publish(self.topics.start, saga_id, value, saga_type=saga_type, traceparent=traceparent)
         return handle
+
+    def signal_record(self, signal: str, saga_type: str | None = None) -> str:
+        """The record signal ``signal`` carries (of ``saga_type``'s, or of the one saga type that takes it);
+        SagaInputError says what to fix."""
+        found = {record for declared_type, declared in self._signals.items() for name, record in declared.items()
+                 if name == signal and saga_type in (None, declared_type)}
+        if len(found) == 1:
+            return found.pop()
+        if found:
+            raise SagaInputError("saga_type", f"signal {signal!r} carries a different record in each of several saga "
+                                              "types: name the saga type")
+        known = sorted({f"{t}.{name}" for t, declared in self._signals.items() for name in declared
+                        if saga_type in (None, t)})
+        raise SagaInputError("signal", f"{signal!r} is no signal {'any saga type' if saga_type is None else saga_type}"
+                                       f" takes (known: {', '.join(known) or 'none'})")
+
+    def encode_signal(self, saga_id: str, signal: str, payload: Mapping[str, Any] | BaseModel, *,
+                      signal_id: str | None = None, sender: str | None = None, saga_type: str | None = None,
+                      start_input: Mapping[str, Any] | BaseModel | None = None,
+                      tenant_id: str | None = None) -> SignalSaga:
+        """The SignalSaga for these arguments, its payload checked against the record the signal carries (and,
+        with ``start_input``, a signal-with-start of ``saga_type``); SagaInputError says what to fix."""
+        if problem := id_problem(saga_id, "the id"):
+            raise SagaInputError("saga_id", problem.removeprefix("the id "))
+        signal_id = signal_id or uuid.uuid4().hex
+        if problem := id_problem(signal_id, "the id"):
+            raise SagaInputError("signal_id", problem.removeprefix("the id "))
+        record = self.signal_record(signal, saga_type)
+        encoded = self._encoded(record, payload, "payload")
+        start = None
+        if start_input is not None:
+            if saga_type is None:
+                raise SagaInputError("saga_type", "a signal that may start its saga names the saga type to start")
+            start = wire.decode_start(self.encode_start(saga_type, saga_id, start_input, tenant_id))
+        return SignalSaga(saga_id=saga_id, signal_id=signal_id, signal=signal, payload=encoded, sender=sender,
+                          start_saga_type=None if start is None else start.saga_type,
+                          start_input=None if start is None else start.input, tenant_id=tenant_id)
+
+    async def signal(self, saga_id: str, signal: str, payload: Mapping[str, Any] | BaseModel, *,
+                     signal_id: str | None = None, sender: str | None = None, saga_type: str | None = None,
+                     start_input: Mapping[str, Any] | BaseModel | None = None, tenant_id: str | None = None) -> str:
+        """Publish a SignalSaga: the saga takes it once per ``signal_id`` (default: a fresh one), and a step waiting
+        for ``signal`` goes on with ``payload`` as its output; where the saga cannot take it, its history records
+        why (SignalRefused). With ``start_input`` (and ``saga_type``) it starts the saga first when there is none.
+        The signal's id."""
+        message = self.encode_signal(saga_id, signal, payload, signal_id=signal_id, sender=sender, saga_type=saga_type,
+                                     start_input=start_input, tenant_id=tenant_id)
+        await self.publish(self.topics.control, saga_id, wire.encode_signal(message), saga_type=saga_type)
+        return message.signal_id
+
+    def _encoded(self, record: str, value: Mapping[str, Any] | BaseModel, field: str) -> bytes:
+        plain = to_avro(value) if isinstance(value, BaseModel) else dict(value)
+        misfit = f"does not fit {record}"
+        if problems := input_problems(self._schemas, record, plain):
+            raise SagaInputError(field, f"{misfit}: {'; '.join(problems)}")
+        try:
+            return self._schemas.encode(record, plain)
+        except WireError as error:
+            raise SagaInputError(field, f"{misfit}: {error}") from error
 
     async def cancel(self, saga_id: str, reason: str, operator: str | None = None) -> None:
         """Publish a CancelSaga (the orchestrator refuses, and records, a cancel after the pivot), recording

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 
 from ..orchestrator import bulk_jobs
+from ..orchestrator.domain.waits import waits
 from ..orchestrator.ports import SagaSummaryRow
 from ..participants.kit.effects import read_effects
 from ..participants.kit.outcome import Failed, Succeeded
@@ -38,6 +39,8 @@ class StepView(BaseModel):
     output: dict[str, Any] | None = Field(description="The step's output, decoded from Avro.")
     pivot: bool
     depends_on: list[str]
+    waiting: str | None = Field(None, description="What the step waits for, since when, under which key and until "
+                                                  "when (a signal, a person's answer, a worker, a participant).")
 
 
 class EventView(BaseModel):
@@ -110,6 +113,8 @@ def detail(view: SagaView, keys: dict[str, str], console: Console) -> SagaDetail
     state, definition = view.state, view.definition
     steps = []
     if state is not None:
+        waiting = {wait.step: wait.describe() for wait in
+                   (waits(definition, state, view.events, view.persons) if definition is not None else [])}
         for name, step in state.steps.items():
             declared = definition.step(name) if definition is not None else None
             steps.append(StepView(
@@ -117,7 +122,7 @@ def detail(view: SagaView, keys: dict[str, str], console: Console) -> SagaDetail
                 attempt=step.attempt, compensation_attempt=step.compensation_attempt,
                 last_error_type=step.last_error_type, last_error_message=step.last_error_message,
                 output=view.output_of(name, console.reads.schemas), pivot=bool(declared and declared.pivot),
-                depends_on=list(declared.depends_on) if declared else []))
+                depends_on=list(declared.depends_on) if declared else [], waiting=waiting.get(name)))
     return SagaDetail(
         saga_id=view.saga_id, saga_type=state.saga_type if state else None,
         definition_version=state.definition_version if state else None,
@@ -252,6 +257,31 @@ async def audit(console: ConsoleDep, _: Reader, limit: Annotated[int, Query(ge=1
 async def act(saga_id: str, request: ActionRequest, console: ConsoleDep, operator: Actor) -> ActionResult:
     await console.act(operator, saga_id, request.action, request.step, request.reason)
     return ActionResult(saga_id=saga_id, action=request.action, operator=operator, published=True)
+
+
+class SignalRequest(BaseModel):
+    """A signal for one saga: ``signal`` as its saga type declares it, ``payload`` its record as a JSON object
+    (checked against the record), ``signal_id`` to send it again without effect (default: a fresh one). The sender
+    is who the console knows is asking."""
+
+    signal: str
+    payload: dict[str, Any]
+    signal_id: str | None = None
+
+
+class SignalResult(BaseModel):
+    saga_id: str
+    signal: str
+    signal_id: str
+    sender: str
+    published: bool
+
+
+@router.post("/sagas/{saga_id}/signals", response_model=SignalResult, status_code=202,
+             summary="Send a signal to one saga (published on saga.control; the saga takes it once per id)")
+async def send_signal(saga_id: str, request: SignalRequest, console: ConsoleDep, operator: Actor) -> SignalResult:
+    sent = await console.signal(operator, saga_id, request.signal, request.payload, request.signal_id)
+    return SignalResult(saga_id=saga_id, signal=request.signal, signal_id=sent, sender=operator, published=True)
 
 
 class SelectionRequest(BaseModel):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 from fastapi import HTTPException
 from starlette.requests import Request
 
+from ..client.saga_client import SagaInputError
 from ..infra.kafka_clients import KafkaClients
 from ..orchestrator import bulk_jobs
 from ..participants.kit.deferred import complete, why_not_awaiting
@@ -49,6 +51,20 @@ class Console:
         await self.control.control(message)
         await self.reads.record(operator, action, target, detail, "published on saga.control")
 
+
+    async def signal(self, operator: str, saga_id: str, signal: str, payload: dict[str, Any],
+                     signal_id: str | None) -> str:
+        """Send ``signal`` to a saga for ``operator`` (its sender) and audit it; the signal's id. HTTPException 400
+        when the signal is unknown or its payload does not fit its record (audited too)."""
+        target = f"saga {saga_id}"
+        detail = {"signal": signal, "signal_id": signal_id}
+        try:
+            sent = await self.control.signal(saga_id, signal, payload, signal_id=signal_id, sender=operator)
+        except SagaInputError as error:
+            await self.reads.record(operator, "Signal", target, detail, f"refused: {error}")
+            raise HTTPException(400, str(error)) from None
+        await self.reads.record(operator, "Signal", target, {**detail, "signal_id": sent}, "published on saga.control")
+        return sent
 
     async def start_job(self, operator: str, selection: bulk_jobs.Selection, action: str, step: str | None,
                         reason: str, rate_per_s: float) -> bulk_jobs.BulkJob:

@@ -8,9 +8,9 @@ with why) in the saga's own stream. The console shows a lever only where the cor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..orchestrator.domain.decide import decide
 from ..orchestrator.domain.definition import SagaDefinition
@@ -34,9 +34,12 @@ NEEDS_REASON = frozenset({Lever.SKIP.value, Lever.FORCE_COMPENSATE.value, Lever.
 
 
 class ControlPublisher(Protocol):
-    """What the console needs of ``client.SagaClient``: publishing control commands."""
+    """What the console needs of ``client.SagaClient``: publishing control commands and signals."""
 
     async def control(self, message: ControlCommand) -> None: ...
+
+    async def signal(self, saga_id: str, signal: str, payload: Mapping[str, Any], *, signal_id: str | None = None,
+                     sender: str | None = None) -> str: ...
 
 
 class ActionRefused(ValueError):

@@ -248,6 +248,27 @@ async def act_page(request: Request, saga_id: str, action: str = Form(...), step
     return RedirectResponse(f"/sagas/{quote(saga_id)}?flash={quote(said)}", status_code=303)
 
 
+@router.post("/sagas/{saga_id}/signals")
+async def signal_page(request: Request, saga_id: str, signal: str = Form(...), payload: str = Form(...)) -> Response:
+    """A signal from the saga's page: its payload (JSON) checked against the signal's record, sent, audited."""
+    console = console_of(request)
+    operator = actor(request, console)
+    try:
+        fields = json.loads(payload)
+    except json.JSONDecodeError as error:
+        return _flash(f"the payload is not JSON: {error.msg} at line {error.lineno} column {error.colno}", error=True)
+    if not isinstance(fields, dict):
+        return _flash("the payload must be a JSON object, e.g. {\"approver\": \"ada\"}", error=True)
+    try:
+        sent = await console.signal(operator, saga_id, signal, fields, None)
+    except HTTPException as error:
+        return _refused(error)
+    said = f"signal {signal} sent for {operator} (id {sent}); the timeline shows whether the saga took it"
+    if request.headers.get("HX-Request"):
+        return _flash(said)
+    return RedirectResponse(f"/sagas/{quote(saga_id)}?flash={quote(said)}", status_code=303)
+
+
 async def _lever_form(request: Request) -> tuple[Console, str, Any]:
     """A lever form's console, its signed-in operator (refused with 401 or 403 otherwise) and its fields."""
     console = console_of(request)

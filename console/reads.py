@@ -22,6 +22,7 @@ from ..orchestrator import bulk_jobs
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
+from ..orchestrator.domain.waits import PersonWait
 from ..orchestrator.ports import SagaSummaryRow
 from ..orchestrator.store.postgres import SUMMARY_COLUMNS, summary_row
 from ..participants.kit.ledger import awaiting
@@ -147,6 +148,7 @@ class SagaView:
     timers: list[TimerView] = field(default_factory=list)
     outbox: list[OutboxView] = field(default_factory=list)
     recorded_at_ms: dict[int, int] = field(default_factory=dict)  # seq → when it was stored
+    persons: dict[str, PersonWait] = field(default_factory=dict)  # step → its command deferred to a person
 
     def output_of(self, step: str, schemas: SchemaRegistry) -> dict[str, Any] | None:
         """The step's output decoded from Avro (None when it gave none, or its schema is unknown here)."""
@@ -300,7 +302,22 @@ class ConsoleReads:
             view.state = fold(view.definition, events)
         except DomainError as error:
             view.fold_error = f"{type(error).__name__}: {error}"
+        if view.definition is not None and view.state is not None and not view.state.is_terminal:
+            view.persons = await self._persons(saga_id, view.definition)
         return view
+
+    async def _persons(self, saga_id: str, definition: SagaDefinition) -> dict[str, PersonWait]:
+        """The saga's commands its participants deferred to a person, by step."""
+        names = {step.participant for step in definition.steps if not step.waits}
+        found: dict[str, PersonWait] = {}
+        for participant in (p for p in self.participants if p.name in names):
+            try:
+                rows = await awaiting(self._pool, participant, saga_id)
+            except asyncpg.UndefinedTableError:
+                continue  # the participant has not started here yet
+            found |= {r.step: PersonWait(participant.name, r.idempotency_key, r.deferred_at_ms, r.answer_by_ms)
+                      for r in rows}
+        return found
 
     async def events_after(self, saga_id: str, after_seq: int) -> list[tuple[int, Event]]:
         """The saga's events after ``after_seq`` (the live timeline's next lines), with when each was stored."""
