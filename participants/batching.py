@@ -5,8 +5,9 @@ events are in. An idle worker wakes up every ``within`` (40 times a second at 25
 for the next tick (half of ``within`` on average). ``natural_batches`` sleeps until an event arrives and hands
 over what is buffered then. While a batch is being handled, the events that arrive gather in the buffer, so the
 next batch is whatever piled up meanwhile (group commit): batches grow with the load, not with a wait. After a
-batch of more than one it lets the next one gather while its events keep coming (a burst: each within
-``GAP_S`` of the last), at most ``max_wait_s``; after a batch of one it waits for nothing.
+batch of more than one, and for the first batch (a worker starting on a backlog), it lets the batch gather while
+its events keep coming (a burst: each within ``GAP_S`` of the last), at most ``max_wait_s``; after a batch of one
+it waits for nothing.
 
 Like ``noack_take``, it yields events unacknowledged (the caller acks them once their batch committed) and
 feeds its buffer from a processor on the stream, so it relies on faust's stream internals (``add_processor``,
@@ -60,7 +61,9 @@ async def natural_batches(stream: Any, max_size: int, max_wait_s: float) -> Asyn
     stream.enable_acks = False  # the caller acks each event after its batch committed
     stream.add_processor(add)
     stream._enable_passive(aiter(stream.channel))
-    last = 0
+    # The first batch gathers what is queued (a worker starting on a backlog): a command withdrawn while its
+    # participant was down then comes in the batch of its withdrawal, and does not run (kit.handling).
+    last = max_size
     try:
         while not stream.should_stop:
             await stream.wait_for_stopped(arrived)  # no timeout: an idle worker sleeps
