@@ -24,6 +24,7 @@ from ..schemas.message_types import (
     ReleaseSaga,
     ResultStatus,
     ResumeCompensation,
+    SignalSaga,
     StartSaga,
     StepCommand,
     StepResult,
@@ -168,6 +169,11 @@ class SagaRun:
 
     def release(self) -> Decision:
         return self.send(ReleaseSaga(saga_id=self.saga_id, operator="ops", detail="deployed the fix"))
+
+    def signal(self, signal: str, payload: bytes = b"signal", signal_id: str | None = None) -> Decision:
+        """Send a SignalSaga (``signal_id``: default one new per call)."""
+        return self.send(SignalSaga(saga_id=self.saga_id, signal_id=signal_id or f"sig-{len(self.events)}",
+                                    signal=signal, payload=payload, sender="ops"))
 
     def operate(self, action: str, step: str | None = None, reason: str | None = "asked by support") -> Decision:
         """Pull an operator's lever (OperateSaga) as operator ``ops``."""

@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 
 from saga_orchestrator.orchestrator.domain.builder import DecisionBuilder, live_timer_ids
 from saga_orchestrator.orchestrator.domain.decide import TIMED_OUT_ERROR, decide
-from saga_orchestrator.orchestrator.domain.definition import Condition, FailureMode, RetryPolicy, SagaDefinition, Step
+from saga_orchestrator.orchestrator.domain.definition import (
+    Condition,
+    Expiry,
+    FailureMode,
+    RetryPolicy,
+    SagaDefinition,
+    Step,
+)
 from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, TimerKind
 from saga_orchestrator.orchestrator.domain.progress import advance
 from saga_orchestrator.orchestrator.domain.state import (
@@ -90,21 +97,33 @@ def rich_dags(draw: st.DrawFn) -> SagaDefinition:
             ),
         )
 
+    def wait(name: str, deps: set[str], post_pivot: bool) -> Step:
+        return Step(name=name, participant="", command="", signal="S", depends_on=tuple(sorted(deps)),
+                    timeout_ms=draw(st.sampled_from([1, 300, 5_000])), on_expiry=draw(st.sampled_from(Expiry)),
+                    retry=RetryPolicy(max_attempts=None if post_pivot else 1, initial_backoff_ms=10,
+                                      max_backoff_ms=100))
+
     pre = [f"a{i}" for i in range(draw(st.integers(0 if draw(st.booleans()) else 1, 4)))]
     steps = []
     for i, n in enumerate(pre):
         deps = {pre[d] for d in draw(st.sets(st.integers(0, max(i - 1, 0)), max_size=2)) if d < i}
         steps.append(make(n, deps, False))
+    waits = draw(st.booleans())  # a step that waits for signal S, before the pivot or after it
+    if waits and (not draw(st.booleans()) or not steps):
+        steps.append(wait("w", set(pre[:1]), False))
+        waits = False
     if draw(st.booleans()) or not steps:
-        steps.append(make("pivot", set(pre), False, pivot=True))
+        steps.append(make("pivot", {step.name for step in steps}, False, pivot=True))
         post = [f"z{i}" for i in range(draw(st.integers(0, 3)))]
         for i, n in enumerate(post):
             extra = {post[d] for d in draw(st.sets(st.integers(0, max(i - 1, 0)), max_size=2)) if d < i}
             steps.append(make(n, {"pivot", *extra}, True))
+        if waits:
+            steps.append(wait("w", {"pivot"}, True))
     return SagaDefinition(
         saga_type="g", version=1, steps=tuple(steps), input_schema="x",
         failure_mode=mode, compensate_on_continue=undo_on_continue,
-        deadline_ms=draw(st.sampled_from([None, None, 1, 400, 5_000])),
+        deadline_ms=draw(st.sampled_from([None, None, 1, 400, 5_000])), signals=(("S", "x.S"),),
     )
 
 
@@ -147,8 +166,9 @@ def seq_of(run: SagaRun, event_type: type[ev.Event], step: str) -> int:
 
 
 def _check_the_fence(run: SagaRun) -> None:
-    """No forward command after the saga turned back (until a Redrive runs an ended one again); and once it ended
-    after turning back, no step is still in flight: each was compensated, withdrawn, or recorded as landed."""
+    """No forward command after the saga turned back (until a Redrive runs an ended one again), nor a signal
+    taken; a wait sends no command; a signal is taken once; and once the saga ended after turning back, no step is
+    still in flight: each was compensated, withdrawn, or recorded as landed."""
     turned_back = False
     for event in run.events:
         if isinstance(event, ev.SagaCompensationStarted):
@@ -157,6 +177,11 @@ def _check_the_fence(run: SagaRun) -> None:
             turned_back = False
         elif isinstance(event, ev.StepCommandSent):
             assert not turned_back, f"{event.step} attempt {event.attempt} sent forward after the turn-back"
+            assert run.definition is None or not run.definition.step(event.step).waits, "a wait sent a command"
+        elif isinstance(event, ev.SignalReceived):
+            assert not turned_back, f"signal {event.signal_id} taken after the turn-back"
+    taken = [event.signal_id for event in run.events if isinstance(event, ev.SignalReceived)]
+    assert len(taken) == len(set(taken)) <= 1, f"signals taken: {taken}"  # once per id, and once per name
     state = run.saga
     if turned_back and state.status in (SagaStatus.COMPENSATED, SagaStatus.CANCELLED, SagaStatus.FAILED):
         open_ = {name: step.status for name, step in state.steps.items()
@@ -234,7 +259,7 @@ def _wave_closed(run: SagaRun, wave: list[str], at_seq: int) -> bool:
 # --- property 2 ---------------------------------------------------------------------------------------
 
 ACTIONS = [
-    *["answer"] * 6, "any_reply", "fire", "fire", "stale_timer", "cancel", "resume", "restart", "lever",
+    *["answer"] * 6, "any_reply", "fire", "fire", "stale_timer", "cancel", "resume", "restart", "lever", "signal",
 ]
 LEVERS = [Lever.FORCE_COMPENSATE, Lever.TERMINATE, Lever.PAUSE, Lever.UNPAUSE, Lever.RETRY_NOW, Lever.REDRIVE]
 
@@ -309,6 +334,8 @@ def _random_action(run: SagaRun, definition: SagaDefinition, data: st.DataObject
         lever = data.draw(st.sampled_from(LEVERS))
         named = data.draw(st.sampled_from(definition.order)) if lever == Lever.RETRY_NOW else None
         run.operate(lever, named, reason="the property asks")
+    elif action == "signal":  # a few ids and names: duplicates, and names the saga does not take
+        run.signal(data.draw(st.sampled_from(["S", "S", "T"])), signal_id=data.draw(st.sampled_from(["s1", "s2"])))
     elif action == "resume":
         run.resume()
     elif action == "restart":
@@ -355,7 +382,8 @@ def _check_invariants(run: SagaRun, definition: SagaDefinition, tracker: Tracker
     for command in run.sent:  # a command carries outputs of its upstream steps only (and its own, to undo)
         allowed = definition.upstream(command.step) | (
             {command.step} if command.kind is CommandKind.COMPENSATE else set())
-        assert all(step in allowed and output == output_of(step) for step, output in command.step_outputs)
+        assert all(step in allowed and output == (b"signal" if definition.step(step).waits else output_of(step))
+                   for step, output in command.step_outputs)  # a wait's output is its signal's payload
     compensation_sent = [e for e in run.events if isinstance(e, ev.CompensationSent)]
     if state.pivot_passed and not state.forced_compensation:  # after the pivot the saga only moves forward (and
         assert not compensation_sent  # it never unwound before), unless an operator compensates it by force
