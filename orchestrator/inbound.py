@@ -190,7 +190,8 @@ class RecordParser:
     def _check_signal(self, signal: SignalSaga, raw: ConsumedRecord) -> str | None:
         """Why a SignalSaga cannot be taken at the door: a bad signal id, a payload that is no record some saga
         type declares for the signal, or a signal-with-start whose start would be refused."""
-        problem = id_problem(signal.signal_id, "signal_id")
+        problem = id_problem(signal.signal_id, "signal_id") or ("signal_id is empty" if not signal.signal_id.strip()
+                                                                 else None)
         if problem:
             return problem
         try:

@@ -1,6 +1,6 @@
 """The console's HTTP API on a real Postgres and Kafka: reads of recorded sagas (list, search by a business key,
 one saga, its history, the fleet, wedged sagas), the identity modes, and a lever published on saga.control and
-audited."""
+audited; a signal checked against its record, published and audited, and what a step waits for."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ import pytest
 import pytest_asyncio
 import uvicorn
 
+from examples.loans.loan import app as loans
+from examples.loans.loan import loan
 from saga_orchestrator.client import SagaApi, SagaClient, SagaNotFound
 from saga_orchestrator.console import reads
 from saga_orchestrator.console.app import console_app
@@ -38,6 +40,7 @@ from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.handling import Disposition, handle_command
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.registry import SchemaRegistry, load_tree
 from saga_orchestrator.schemas.topics import Topics
 from saga_orchestrator.testing.history import SagaRun
 from tests.e2e.harness import read_topic
@@ -289,3 +292,43 @@ async def test_the_fleet_reads_the_ended_sagas_less_often_than_the_unfinished(
         fleet = await _json(client, "/api/v1/fleet")
         assert fleet["by_status"] == {"COMPENSATED": 1, "COMPLETED": 1, "RUNNING": 2}
         assert (fleet["ended_hour"], fleet["compensation_rate_hour"], fleet["compensation_rate_day"]) == (2, 0.5, 0.5)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_signal_from_a_signed_in_operator_is_checked_published_and_audited_and_the_wait_shown(
+        settings: Settings, recorded: dict[str, SagaRun], tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    add_user(users, "ivo", "a long password")
+    lending = settings.model_copy(update={"saga_console_levers": True, "saga_console_users": str(users),
+                                          "saga_app": "examples.loans.loan:app"})
+    waiting = SagaRun(loan.definition, saga_id=f"api-loan-{new_saga_id()}", now=time.time_ns() // 1_000_000)
+    waiting.start()
+    waiting.ok("hold_funds")
+    pool = await create_pool(settings.dsn(), 2)
+    try:
+        await _record(pool, {waiting.saga_id: waiting})
+    finally:
+        await pool.close()
+    assert loans.schema_folder is not None
+    async for client in _client(lending):
+        client.headers["Authorization"] = "Basic " + base64.b64encode(b"ivo:a long password").decode()
+        shown = await _json(client, f"/api/v1/sagas/{waiting.saga_id}")
+        step = next(s for s in shown["steps"] if s["name"] == "await_approval")
+        assert step["status"] == "AWAITING_SIGNAL" and step["waiting"].startswith("waiting for signal Approval since ")
+        path = f"/api/v1/sagas/{waiting.saga_id}/signals"
+        misfit = await client.post(path, json={"signal": "Approval", "payload": {"approver": "ada"}})
+        assert misfit.status_code == 400 and "payload does not fit saga.v1.loan.Approval" in misfit.text, misfit.text
+        unknown = await client.post(path, json={"signal": "Veto", "payload": {}})
+        assert unknown.status_code == 400 and "'Veto' is no signal" in unknown.text, unknown.text
+        sent = await client.post(path, json={"signal": "Approval", "signal_id": "ap-1",
+                                             "payload": {"approver": "ada", "limit_cents": 900_000}})
+        assert sent.status_code == 202 and sent.json()["signal_id"] == "ap-1" and sent.json()["sender"] == "ivo"
+        audit = await _json(client, "/api/v1/audit")
+        assert [(e["operator"], e["action"], e["outcome"].split(":")[0]) for e in audit[:3]] == [
+            ("ivo", "Signal", "published on saga.control"), ("ivo", "Signal", "refused"),
+            ("ivo", "Signal", "refused")]
+    records = await read_topic(settings, Topics(settings.saga_topic_prefix).control)
+    [signal] = [wire.decode_signal(r.value) for r in records if r.key == waiting.saga_id.encode()]
+    assert (signal.signal_id, signal.signal, signal.sender) == ("ap-1", "Approval", "ivo")
+    schemas = SchemaRegistry(list(load_tree(loans.schema_folder).values()))
+    assert schemas.decode(signal.payload) == ("saga.v1.loan.Approval", {"approver": "ada", "limit_cents": 900_000})

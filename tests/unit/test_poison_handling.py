@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from examples.loans.loan import app as loans
+from examples.loans.loan import loan
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
 from saga_orchestrator.orchestrator.inbound import REJECTED_IDS, Envelope, RecordParser
@@ -29,9 +31,9 @@ from saga_orchestrator.schemas.limits import (
     id_problem,
     nul_field,
 )
-from saga_orchestrator.schemas.message_types import CancelSaga, DeadLetter, StartSaga
+from saga_orchestrator.schemas.message_types import CancelSaga, DeadLetter, SignalSaga, StartSaga
 from saga_orchestrator.schemas.records import ConsumedRecord
-from saga_orchestrator.schemas.registry import default_registry
+from saga_orchestrator.schemas.registry import SchemaRegistry, default_registry, load_tree
 from saga_orchestrator.schemas.topics import Topics
 
 TOPICS = Topics("")
@@ -235,3 +237,28 @@ async def test_a_saga_with_good_and_rejected_records_in_one_batch_sees_them_in_o
     assert names[0] == "SagaStarted"
     rejected_at, cancel_at = names.index("SagaRejected"), names.index("SagaCancelRequested")
     assert names.count("SagaRejected") == 1 and 0 < rejected_at < cancel_at
+
+
+def _signal_parser() -> tuple[RecordParser, SchemaRegistry]:
+    assert loans.schema_folder is not None
+    schemas = SchemaRegistry([*default_registry().current_schemas(), *load_tree(loans.schema_folder).values()])
+    return RecordParser(TOPICS, DefinitionRegistry([TRIP, loan.definition]), schemas, PARTICIPANTS), schemas
+
+
+def _signal(schemas: SchemaRegistry, **changes: object) -> bytes:
+    approval = schemas.encode("saga.v1.loan.Approval", {"approver": "ada", "limit_cents": 5})
+    fields: dict[str, object] = {"saga_id": "l-1", "signal_id": "sig-1", "signal": "Approval", "payload": approval}
+    return wire.encode_signal(SignalSaga(**{**fields, **changes}))  # type: ignore[arg-type]
+
+
+def test_a_signal_is_refused_at_the_door_unless_its_payload_is_the_record_declared_for_it() -> None:
+    parser, schemas = _signal_parser()
+    assert _accepted(parser.parse(_raw("saga.control", b"l-1", _signal(schemas))))
+    hold = schemas.encode("saga.v1.treasury.Hold", {"hold_id": "h"})
+    for changes, reason in (
+            ({"payload": b"not avro"}, "payload of signal Approval is not a single-object-encoded record"),
+            ({"payload": hold}, "signal Approval carries saga.v1.loan.Approval, not saga.v1.treasury.Hold"),
+            ({"signal_id": ""}, "signal_id is empty"),
+            ({"start_saga_type": "cruise", "start_input": b"x"}, "unknown saga_type 'cruise'")):
+        parsed = _rejected(parser.parse(_raw("saga.control", b"l-1", _signal(schemas, **changes))))
+        assert parsed.saga_id == "l-1" and reason in parsed.reason, parsed.reason
