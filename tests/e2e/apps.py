@@ -5,6 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from pydantic import BaseModel
+
+from examples.loans.loan import LEDGER as LOAN_LEDGER
+from examples.loans.loan import Application, Approval, disburse, hold_funds, notices, notify_applicant, treasury
+from examples.loans.loan import ledger as loan_ledger
+from examples.loans.loan import note as loan_note
 from examples.shop.checkout import (
     LEDGER,
     Order,
@@ -24,6 +30,7 @@ from examples.shop.checkout import (
 from saga_orchestrator.orchestrator.authoring import (
     UNLIMITED_RETRY,
     Deferred,
+    Expiry,
     RetryPolicy,
     Saga,
     SagaApp,
@@ -86,3 +93,44 @@ LEVERS = SagaApp(sagas=[patient, redrivable], participants=[inventory, payments,
                  schema_folder=app.schema_folder)
 """PATIENT and a checkout that books a courier after the shipment (its pivot): failing for good after the pivot
 (a Redrive runs it again), or waiting for a person's answer (`saga answer`)."""
+
+
+# -- waits: the loan's parts with a short wait for its approval, and a loan whose review a person gives -----------
+
+quick_loan = Saga("quick_loan", input=Application, namespace="saga.v1.loan")
+quick_approval = quick_loan.signal(Approval)
+_held = quick_loan.step(hold_funds, timeout=timedelta(seconds=5))
+_approved = quick_loan.wait(quick_approval, after=[_held], timeout=timedelta(seconds=8), on_expiry=Expiry.FAIL)
+_paid = quick_loan.step(disburse, after=[_approved], pivot=True, timeout=timedelta(seconds=5))
+quick_loan.step(notify_applicant, after=[_paid])
+
+
+class Review(BaseModel):
+    score: int
+    reviewer: str
+
+
+reviews = participant("reviews", tables=[loan_ledger("reviews")], effects=LOAN_LEDGER)
+
+
+@reviews.action(effect="done")
+async def ask_review(step: StepContext, application: Application) -> Review | Deferred:
+    """A person reviews the application: `saga answer reviews KEY --output '{"score": 4, "reviewer": "..."}'`."""
+    await loan_note(step, "asked")
+    return Deferred()
+
+
+@reviews.action(effect="done")
+async def file_review(step: StepContext, application: Application, review: Review) -> None:
+    await loan_note(step, f"scored {review.score} by {review.reviewer}")
+
+
+reviewed_loan = Saga("reviewed_loan", input=Application, namespace="saga.v1.loan")
+_asked = reviewed_loan.step(ask_review, timeout=timedelta(minutes=10))
+reviewed_loan.step(file_review, after=[_asked])
+
+WAITS = SagaApp(sagas=[quick_loan, reviewed_loan], participants=[treasury, notices, reviews],
+                schema_folder=Path(__file__).parent / "waits_schemas")
+"""The loan with an 8 s wait for its approval (tests/e2e/test_signals.py), and a loan whose review a person
+gives as the typed output of a deferred action (`saga answer`), which the next step takes as its parameter. Its
+records (the loan's, and the review) are in tests/e2e/waits_schemas."""
