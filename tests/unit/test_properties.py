@@ -84,6 +84,7 @@ def rich_dags(draw: st.DrawFn) -> SagaDefinition:
             depends_on=tuple(sorted(deps)),
             run_if=run_if,
             pivot=pivot,
+            skippable=not pivot and draw(st.booleans()),
             retry=RetryPolicy(
                 max_attempts=None if post_pivot else draw(st.integers(1, 3)),
                 non_retryable_errors=frozenset({"Fatal"}),
@@ -99,6 +100,7 @@ def rich_dags(draw: st.DrawFn) -> SagaDefinition:
 
     def wait(name: str, deps: set[str], post_pivot: bool) -> Step:
         return Step(name=name, participant="", command="", signal="S", depends_on=tuple(sorted(deps)),
+                    skippable=draw(st.booleans()),
                     timeout_ms=draw(st.sampled_from([1, 300, 5_000])), on_expiry=draw(st.sampled_from(Expiry)),
                     retry=RetryPolicy(max_attempts=None if post_pivot else 1, initial_backoff_ms=10,
                                       max_backoff_ms=100))
@@ -166,11 +168,16 @@ def seq_of(run: SagaRun, event_type: type[ev.Event], step: str) -> int:
 
 
 def _check_the_fence(run: SagaRun) -> None:
-    """No forward command after the saga turned back (until a Redrive runs an ended one again), nor a signal
+    """No forward command after the saga turned back (until a Redrive runs an ended one again) or of a step
+    after it was skipped, nor a signal
     taken; a wait sends no command; a signal is taken once; and once the saga ended after turning back, no step is
     still in flight: each was compensated, withdrawn, or recorded as landed."""
-    turned_back = False
+    turned_back, skipped = False, set()
     for event in run.events:
+        if isinstance(event, ev.StepSkipped):
+            skipped.add(event.step)
+        if isinstance(event, ev.StepCommandSent):
+            assert event.step not in skipped, f"{event.step} attempt {event.attempt} sent after it was skipped"
         if isinstance(event, ev.SagaCompensationStarted):
             turned_back = True
         elif isinstance(event, ev.OperatorAction) and event.action == Lever.REDRIVE:
@@ -261,7 +268,8 @@ def _wave_closed(run: SagaRun, wave: list[str], at_seq: int) -> bool:
 ACTIONS = [
     *["answer"] * 6, "any_reply", "fire", "fire", "stale_timer", "cancel", "resume", "restart", "lever", "signal",
 ]
-LEVERS = [Lever.FORCE_COMPENSATE, Lever.TERMINATE, Lever.PAUSE, Lever.UNPAUSE, Lever.RETRY_NOW, Lever.REDRIVE]
+LEVERS = [Lever.FORCE_COMPENSATE, Lever.TERMINATE, Lever.PAUSE, Lever.UNPAUSE, Lever.RETRY_NOW, Lever.REDRIVE,
+          Lever.SKIP]
 
 
 @SETTINGS
@@ -332,7 +340,7 @@ def _random_action(run: SagaRun, definition: SagaDefinition, data: st.DataObject
         run.cancel()
     elif action == "lever":
         lever = data.draw(st.sampled_from(LEVERS))
-        named = data.draw(st.sampled_from(definition.order)) if lever == Lever.RETRY_NOW else None
+        named = data.draw(st.sampled_from(definition.order)) if lever in (Lever.RETRY_NOW, Lever.SKIP) else None
         run.operate(lever, named, reason="the property asks")
     elif action == "signal":  # a few ids and names: duplicates, and names the saga does not take
         run.signal(data.draw(st.sampled_from(["S", "S", "T"])), signal_id=data.draw(st.sampled_from(["s1", "s2"])))
