@@ -23,7 +23,7 @@ up: venv
 
 # Two workers, each test file on one of them (its module fixtures, stacks and topics stay together).
 test: up
-	$(BIN)/pytest -q -n 2 --dist loadfile
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30
 
 demo: up
 	$(BIN)/saga demo

@@ -56,7 +56,7 @@ async def test_the_shop_checkout_runs_through_the_services(stack: Stack) -> None
         handles = {saga_id: await client.start("checkout", saga_id, order) for saga_id, order in orders.items()}
         ended = {saga_id: await handle.result(timeout_s=DEMO_TIMEOUT_S) for saga_id, handle in handles.items()}
     assert isinstance(ended[f"ok-{run}"], SagaCompleted)
-    assert isinstance(ended[f"big-{run}"], SagaCompensated)  # OutOfStock: the payment authorised was voided
+    assert isinstance(ended[f"big-{run}"], SagaCompensated)  # OutOfStock: the payment voided, or withdrawn before it ran
     assert isinstance(ended[f"bounce-{run}"], SagaCompleted)  # the mailbox was full twice
     history = await saga_cli(stack.settings, "history", f"bounce-{run}")
     # Piped, the table keeps whole cells: the event names are not cut to the 80 columns of no terminal.
@@ -74,8 +74,12 @@ async def test_the_checkout_gets_saga_effects_and_saga_verify_from_its_declarati
     shown = await saga_cli(stack.settings, "effects", f"fx-big-{run}", "--json")
     assert shown.returncode == 0, shown.stdout + shown.stderr
     counts = {name: found["counts"] for name, found in json.loads(shown.stdout)["participants"].items()}
-    assert counts == {"inventory": {"done": 0, "undone": 0}, "payments": {"done": 1, "undone": 1},  # voided
-                      "shipping": {"done": 0, "undone": 0}, "mail": {"done": 0, "undone": 0}}
+    # The payment ran in parallel with the reservation that failed: authorised then voided, or withdrawn before
+    # its participant took it (the fence); never authorised and left standing.
+    payments = counts.pop("payments")
+    assert payments in ({"done": 1, "undone": 1}, {"done": 0, "undone": 0}), payments
+    assert counts == {"inventory": {"done": 0, "undone": 0}, "shipping": {"done": 0, "undone": 0},
+                      "mail": {"done": 0, "undone": 0}}
     verified = await saga_cli(stack.settings, "verify", *orders)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
