@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -25,10 +24,9 @@ from rich.table import Table
 
 from bench.probes import MACHINE, cpu_delta, sample_cpu
 from bench.report import console
-from bench.throughput import run_topics, watched_processes, with_database, worker_ids
+from bench.throughput import remove_run, run_topics, watched_processes, with_database, worker_ids
 from bench.watch import Watcher, publish, wait_for
 from saga_orchestrator.cli.run_cmd import start_services, stop_services
-from saga_orchestrator.infra.kafka_admin import delete_topics
 from saga_orchestrator.infra.logging import configure_logging
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
@@ -72,14 +70,8 @@ async def measure(seconds: float, settle_s: float, participants: str | None) -> 
         return {label: cpu / elapsed for label, cpu in used.items()}
     finally:
         stop_services(services)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        try:
-            await delete_topics(settings.kafka(), run_topics(settings))
-        except Exception as error:
-            console.print(f"[yellow]could not delete topics: {error!r}")
-        for ident in worker_ids(settings):
-            shutil.rmtree(settings.saga_home / "faust" / ident, ignore_errors=True)
-        shutil.rmtree(log_dir, ignore_errors=True)
+        await remove_run(admin, settings, database, log_dir, keep=False, keep_logs=False,
+                         topic_names=run_topics(settings), idents=worker_ids(settings))
         await admin.close()
 
 

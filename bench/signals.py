@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -35,12 +34,11 @@ from rich.table import Table
 
 from bench.probes import percentile
 from bench.report import console
-from bench.throughput import with_database
+from bench.throughput import remove_run, with_database
 from examples.loans.loan import Application, Approval
 from saga_orchestrator.cli.run_cmd import Services, exited_services, start_services, stop_services
 from saga_orchestrator.client import SagaClient
 from saga_orchestrator.client.event_feed import assign_from_beginning
-from saga_orchestrator.infra.kafka_admin import delete_topics
 from saga_orchestrator.infra.logging import configure_logging
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
@@ -245,23 +243,11 @@ async def run(args: argparse.Namespace) -> None:
         raise
     finally:
         stop_services(services)
-        if args.keep:
-            console.print(f"kept database {database}, topics {settings.saga_topic_prefix}*, logs in {log_dir}")
-        else:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            # The app's participants are not this process's SAGA_APP: the workers' ids from their names.
-            idents = [worker_id(worker, settings) for worker in participant_workers(settings)]
-            internal = [f"{ident}-__assignor-__leader" for ident in idents]
-            try:
-                await delete_topics(settings.kafka(), [*topics.all(participants), *internal])
-            except Exception as error:  # leftovers of a benchmark are not worth failing the report for
-                console.print(f"[yellow]could not delete topics: {error!r}")
-            for ident in idents:
-                shutil.rmtree(settings.saga_home / "faust" / ident, ignore_errors=True)
-            if keep_logs:
-                console.print(f"service logs kept in {log_dir}")
-            else:
-                shutil.rmtree(log_dir, ignore_errors=True)
+        # The app's participants are not this process's SAGA_APP: the workers' ids from their names.
+        idents = [worker_id(worker, settings) for worker in participant_workers(settings)]
+        await remove_run(admin, settings, database, log_dir, keep=args.keep, keep_logs=keep_logs,
+                         topic_names=[*topics.all(participants), *(f"{i}-__assignor-__leader" for i in idents)],
+                         idents=idents)
         await admin.close()
 
 

@@ -23,7 +23,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from urllib.parse import urlsplit, urlunsplit
 
@@ -228,22 +228,31 @@ async def run(args: argparse.Namespace, alongside: Alongside | None = None) -> R
         await beside.aclose()
         await watcher.stop()
         stop_services(services)
-        if args.keep:
-            console.print(f"kept database {database}, topics {prefix}*, service logs in {log_dir}")
-        else:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            try:
-                await delete_topics(settings.kafka(), run_topics(settings))
-            except Exception as error:  # leftovers of a benchmark are not worth failing the report for
-                console.print(f"[yellow]could not delete topics: {error!r}")
-            for ident in worker_ids(settings):
-                shutil.rmtree(settings.saga_home / "faust" / ident, ignore_errors=True)
-            if keep_logs:
-                console.print(f"service logs kept in {log_dir}")
-            else:
-                shutil.rmtree(log_dir, ignore_errors=True)
+        await remove_run(admin, settings, database, log_dir, keep=args.keep, keep_logs=keep_logs,
+                         topic_names=run_topics(settings), idents=worker_ids(settings))
         await admin.close()
     return summary
+
+
+async def remove_run(admin: asyncpg.Connection, settings: Settings, database: str, log_dir: str, *, keep: bool,
+                     keep_logs: bool, topic_names: Sequence[str], idents: Sequence[str]) -> None:
+    """Remove what a run made once its services stopped: its database, ``topic_names``, the faust data of the
+    workers ``idents`` and its service logs (kept, and said where, when ``keep_logs``: something went wrong);
+    with ``keep``, nothing, and say where it all is."""
+    if keep:
+        console.print(f"kept database {database}, topics {settings.saga_topic_prefix}*, service logs in {log_dir}")
+        return
+    await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    try:
+        await delete_topics(settings.kafka(), list(topic_names))
+    except Exception as error:  # leftovers of a benchmark are not worth failing the report for
+        console.print(f"[yellow]could not delete topics: {error!r}")
+    for ident in idents:
+        shutil.rmtree(settings.saga_home / "faust" / ident, ignore_errors=True)
+    if keep_logs:
+        console.print(f"service logs kept in {log_dir}")
+    else:
+        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def run_topics(settings: Settings) -> list[str]:
