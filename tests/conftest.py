@@ -52,6 +52,27 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.reportchars = chars + "s"
 
 
+MARKED_REAL = ("integration", "e2e", "chaos")
+MARK_OF_FOLDER = {"e2e": "e2e", "browser": "e2e", "chaos": "chaos"}  # elsewhere: integration
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark every test that reaches the real Kafka or Postgres (through the ``infrastructure`` fixture, which
+    every such fixture depends on) unless it is marked already: ``e2e`` under tests/e2e and tests/browser,
+    ``chaos`` under tests/chaos, ``integration`` elsewhere. So ``-m "not integration and not e2e and not
+    chaos"`` runs the tests without I/O only."""
+    if "infrastructure" in getattr(item, "fixturenames", ()) and not any(
+            item.get_closest_marker(name) for name in MARKED_REAL):
+        item.add_marker(getattr(pytest.mark, MARK_OF_FOLDER.get(item.path.parent.name, "integration")))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``slow`` tests first (a stable sort: the order is otherwise kept): ``make test`` hands whole files
+    to two workers, and a long file started last leaves one worker running it alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion on a private event loop in a worker thread.
 

@@ -20,7 +20,7 @@ from tests.chaos.conftest import private_stack_settings
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from tests.chaos.conftest import private_stack_settings
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 Seen = dict[str, list[tuple[bool | None, bool | None]]]  # service → every (kafka_ok, postgres_ok) it reported
 

@@ -33,7 +33,7 @@ from tests.chaos.conftest import private_stack_settings
 from tests.conftest import module_stack, run_sync
 from tests.e2e.harness import Stack
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 SAGAS = 2000
 RATE = 100.0  # sagas per second: 20 s of load

@@ -43,7 +43,7 @@ from tests.conftest import module_stack
 from tests.e2e.harness import Stack, read_topic
 from tests.e2e.patient_trip import STEP_TIMEOUT_MS
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 SAGAS = 2000
 RATE = 40.0
