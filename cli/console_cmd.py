@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import getpass
+import ipaddress
 from pathlib import Path
 
 import typer
 
 from ..infra.misconfigured import Misconfigured
+from ..infra.settings import Settings
 from .context import console, fail, settings
 
 console_app = typer.Typer(help="The web console and its HTTP API.", invoke_without_command=True)
@@ -31,12 +33,28 @@ def serve(ctx: typer.Context,
 
     current = settings()
     try:
+        check_bind(current, host)
         web = make_app(current)
     except Misconfigured as error:
         fail(str(error))
     mode = "levers on" if current.saga_console_levers else "read-only"
     console.print(f"saga console on http://{host}:{port} ({mode}); API at /api/v1, OpenAPI at /api/openapi.json")
     uvicorn.run(web, host=host, port=port, log_level="warning", access_log=False)
+
+
+def check_bind(current: Settings, host: str) -> None:
+    """Misconfigured when the console would take the operator's name from a header on an address others may
+    reach, without SAGA_CONSOLE_BEHIND_PROXY saying that only the proxy can."""
+    if not current.saga_console_operator_header or current.saga_console_behind_proxy:
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        raise Misconfigured(f"--host {host} with SAGA_CONSOLE_OPERATOR_HEADER: anyone reaching {host} could name "
+                            "themselves in the header; bind 127.0.0.1 behind the proxy, or set "
+                            "SAGA_CONSOLE_BEHIND_PROXY=true if only the proxy can reach this address")
 
 
 @console_app.command("add-user")

@@ -3,14 +3,15 @@ call). It opens a database pool and a control publisher when it starts and close
 
 from __future__ import annotations
 
-import secrets
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI
+import asyncpg
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.sessions import SessionMiddleware
 
 from ..client.saga_client import SagaClient
 from ..infra.db import create_pool
@@ -22,8 +23,10 @@ from ..participants.registry import deployment_participants
 from ..schemas.registry import default_registry
 from . import api, pages
 from .context import Console
+from .guard import Guard, Scope, WhoAsks
 from .identity import Identity, read_users
 from .reads import ConsoleReads
+from .sessions import PostgresSessions
 
 STATIC = Path(__file__).parent / "static"
 POOL_SIZE = 4  # pages and API calls at once; the live timelines poll through it too
@@ -43,12 +46,28 @@ def identity_of(settings: Settings) -> Identity:
     return identity
 
 
+def session_cookie(settings: Settings) -> str:
+    """The session cookie's name: ``__Host-`` prefixed when served over TLS (the browser then keeps it to this
+    host and path /, and only over HTTPS, whatever another port or subdomain sets)."""
+    return "__Host-saga_console" if settings.saga_console_secure_cookie else "saga_console"
+
+
+async def _unusable_value(request: Request, error: Exception) -> Response:
+    """A value that passed the edge but not the database (a number past its range, text it cannot hold): the
+    caller's mistake, answered 400, never 500."""
+    return JSONResponse({"detail": f"a value of the request cannot be used: {str(error)[:200]}"}, status_code=400)
+
+
+def _who_asks(scope: Scope) -> WhoAsks:
+    console: Console = scope["app"].state.console
+    return console.identity.who
+
+
 def console_app(settings: Settings) -> FastAPI:
     """The console for ``settings`` (identity and definitions checked now: Misconfigured names the setting)."""
     identity = identity_of(settings)
     registry = definitions(settings)
     participants = deployment_participants(settings)
-    secret = settings.saga_console_secret.get_secret_value() if settings.saga_console_secret else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -59,8 +78,11 @@ def console_app(settings: Settings) -> FastAPI:
         try:
             app.state.console = Console(pool=pool, reads=ConsoleReads(pool, registry, default_registry(),
                                                                       participants),
-                                        identity=identity, control=client, topics=client.topics,
-                                        kafka=settings.kafka(), levers=settings.saga_console_levers)
+                                        identity=dataclasses.replace(identity, sessions=PostgresSessions(pool)),
+                                        control=client, topics=client.topics,
+                                        kafka=settings.kafka(), levers=settings.saga_console_levers,
+                                        control_partitions=tuple(range(settings.saga_topic_partitions)),
+                                        cookie=session_cookie(settings))
             yield
         finally:
             await client.close()
@@ -68,8 +90,9 @@ def console_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="saga console", summary="Sagas, their levers and what waits on an operator",
                   version="1", lifespan=lifespan, openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
-    app.add_middleware(SessionMiddleware, secret_key=secret or secrets.token_urlsafe(32), same_site="strict",
-                       session_cookie="saga_console", https_only=False)
+    app.add_exception_handler(asyncpg.DataError, _unusable_value)
+    app.add_exception_handler(OverflowError, _unusable_value)
+    app.add_middleware(Guard, who_asks=_who_asks, cookie=session_cookie(settings))
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(api.router)
     app.include_router(pages.router)

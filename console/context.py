@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +15,14 @@ from starlette.requests import Request
 from ..client.saga_client import SagaInputError
 from ..infra.kafka_clients import KafkaClients
 from ..orchestrator import bulk_jobs
+from ..orchestrator.bulk_jobs import OUTBOX_TABLE
+from ..outbox.table import OutboxMessage, write_outbox
 from ..participants.kit.deferred import complete, why_not_awaiting
 from ..participants.kit.outcome import Failed, Succeeded
+from ..schemas import wire
+from ..schemas.codec import WireError
+from ..schemas.headers import message_headers
+from ..schemas.partitioning import partition_for
 from ..schemas.topics import Topics
 from . import operating
 from .identity import Identity
@@ -37,20 +44,28 @@ class Console:
     topics: Topics
     kafka: KafkaClients  # reads saga.dlq and replays its letters (console.dead_letters)
     levers: bool = False
+    control_partitions: tuple[int, ...] = (0,)  # saga.control's: a lever's outbox row goes in its saga's shard
+    cookie: str = "saga_console"  # the session cookie's name (console.app.session_cookie)
     now_ms: Callable[[], int] = field(default=_wall_clock_ms)
 
     async def act(self, operator: str, saga_id: str, action: str, step: str | None, reason: str | None) -> None:
-        """Send ``action`` for ``operator`` and audit it; HTTPException 400 when it is asked wrongly (audited too)."""
+        """Queue ``action`` for ``operator`` and audit it in one transaction: the control command goes into the
+        orchestrator's outbox beside its audit row (its relay publishes it on saga.control), so no lever goes
+        out unaudited and none is audited unsent. HTTPException 400 when it is asked wrongly (audited too)."""
         target = f"saga {saga_id}"
         detail = {"step": step, "reason": reason}
         try:
             message = operating.message_for(saga_id, action, step, operator, reason)
-        except operating.ActionRefused as error:
+            value = wire.encode_control(message)
+        except (operating.ActionRefused, WireError) as error:
             await self.reads.record(operator, action, target, detail, f"refused: {error}")
             raise HTTPException(400, str(error)) from None
-        await self.control.control(message)
-        await self.reads.record(operator, action, target, detail, "published on saga.control")
-
+        message_id = str(uuid.uuid4())
+        row = OutboxMessage(topic=self.topics.control, key=saga_id, value=value, message_id=message_id,
+                            headers=message_headers(message_id, causation_id=f"console:{operator}", saga_id=saga_id))
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self.reads.record(operator, action, target, detail, "queued on saga.control", conn=conn)
+            await write_outbox(conn, OUTBOX_TABLE, [row], [partition_for(saga_id.encode(), self.control_partitions)])
 
     async def signal(self, operator: str, saga_id: str, signal: str, payload: dict[str, Any],
                      signal_id: str | None) -> str:

@@ -6,24 +6,34 @@ Never a form field: the operator recorded with every lever comes from here. Thre
   them in this header; a request without it is refused. Only sound when nothing but the proxy can reach the
   console (it binds 127.0.0.1 by default).
 - ``SAGA_CONSOLE_USERS``: a file of ``name:scrypt-hash`` lines (``saga console add-user``); people sign in on
-  ``/login`` (a signed session cookie), API callers with HTTP Basic.
+  ``/login`` (a session held in Postgres, ``console.sessions``), API callers with HTTP Basic; failed checks of
+  either are throttled (``console.throttle``).
 - neither: anyone who reaches it may read, nobody may act (levers need an operator).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
 import hmac
+import math
 import secrets
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from ..infra.misconfigured import Misconfigured
+from .guard import Caller, Refused
+from .sessions import Sessions
+from .throttle import SignInThrottle
 
+HASHING_AT_ONCE = 2  # password checks at once: further guesses wait their turn, off the event loop
 _N, _R, _P = 2**14, 8, 1  # scrypt cost: about 50 ms per check on this kind of machine, 16 MiB
 
 
@@ -78,41 +88,68 @@ def add_user(path: Path, name: str, password: str) -> None:
 
 @dataclass(frozen=True)
 class Identity:
-    """How this console learns who its user is (see the module)."""
+    """How this console learns who its user is (see the module); ``sessions`` holds the signed-in (login mode),
+    ``throttle`` counts failed password checks, from the sign-in form and HTTP Basic alike."""
 
     header: str | None = None
     users: dict[str, str] | None = None
+    sessions: Sessions | None = None
+    throttle: SignInThrottle = field(default_factory=SignInThrottle)
+    clock: Callable[[], float] = time.monotonic
+    decoy: str = field(default_factory=lambda: hash_password(secrets.token_urlsafe(16)))
+    """What a name that is no user's is checked against: one scrypt run whatever the name."""
+    hashing: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HASHING_AT_ONCE))
 
     @property
     def mode(self) -> str:
         return "proxy" if self.header else "login" if self.users is not None else "anonymous"
 
-    def operator(self, request: Request) -> str | None:
-        """The operator making ``request``; None when unknown (not signed in, or anonymous mode)."""
+    @staticmethod
+    def operator(request: Request) -> str | None:
+        """The operator making ``request`` (``console.guard`` found who asks); None when nobody is known."""
+        caller: Caller | None = getattr(request.state, "caller", None)
+        return None if caller is None else caller.operator
+
+    async def who(self, headers: Headers, session_token: str | None, address: str) -> Caller:
+        """Who makes a request (``console.guard.WhoAsks``): the proxy's header, a live session, or HTTP Basic."""
         if self.header:
-            name = request.headers.get(self.header, "").strip()
-            return name or None
+            return Caller((headers.get(self.header) or "").strip() or None)
         if self.users is None:
-            return None
-        signed_in = request.session.get("operator")
-        if isinstance(signed_in, str) and signed_in in self.users:
-            return signed_in
-        return self._basic(request)
+            return Caller(None)
+        if session_token and self.sessions is not None:
+            session = await self.sessions.find(session_token)
+            if session is not None and session.operator in self.users:
+                return Caller(session.operator, session.token, session.csrf)
+        basic = _basic(headers)
+        if basic is None:
+            return Caller(None)
+        name, password = basic
+        return Caller(name if await self.sign_in(name, password, address) else None)
 
-    def sign_in(self, name: str, password: str) -> bool:
-        """Check a local login (always False without a users file)."""
+    async def sign_in(self, name: str, password: str, address: str) -> bool:
+        """Check a local login (always False without a users file); Refused 429 while ``name`` or ``address``
+        is locked (``console.throttle``)."""
+        wait = self.throttle.retry_after(name, address, self.clock())
+        if wait is not None:
+            raise Refused(429, f"too many failed sign-ins: try again in {math.ceil(wait)} s",
+                          {"Retry-After": str(math.ceil(wait))})
         stored = (self.users or {}).get(name)
-        if stored is None:
-            check_password(password, hash_password("not a user"))  # the same time for a wrong name
-            return False
-        return check_password(password, stored)
+        async with self.hashing:  # scrypt runs take tens of ms of CPU: in worker threads, a few at a time
+            matches = await asyncio.to_thread(check_password, password, stored or self.decoy)
+        accepted = matches and stored is not None
+        if accepted:
+            self.throttle.succeeded(name, address)
+        else:
+            self.throttle.failed(name, address, self.clock())
+        return accepted
 
-    def _basic(self, request: Request) -> str | None:
-        scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "basic":
-            return None
-        try:
-            name, _, password = base64.b64decode(encoded).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        return name if self.sign_in(name, password) else None
+
+def _basic(headers: Headers) -> tuple[str, str] | None:
+    scheme, _, encoded = headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        name, _, password = base64.b64decode(encoded).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return name, password

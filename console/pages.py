@@ -27,7 +27,9 @@ from ..schemas.registry import SchemaRegistry
 from . import dead_letters, operating
 from .api import actor, detail, effects
 from .context import Console, console_of
+from .guard import Caller, Refused
 from .reads import AGE_BUCKETS
+from .sessions import SESSION_S
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 STREAM_POLL_S = 0.5  # how often a saga page's stream looks for new events
@@ -54,9 +56,19 @@ TEMPLATES.env.filters.update(when=_when, heat=_heat, percent=_percent)
 
 
 def _page(request: Request, name: str, console: Console, **context: Any) -> HTMLResponse:
+    caller: Caller | None = getattr(request.state, "caller", None)
     return TEMPLATES.TemplateResponse(request, name, {
         "operator": console.identity.operator(request), "levers": console.levers,
+        "csrf_token": caller.csrf if caller is not None else None,
         "identity_mode": console.identity.mode, "flash": request.query_params.get("flash"), **context})
+
+
+def on_site(path: str) -> str:
+    """``path`` when it is a path of this console, else ``/``: a sign-in never sends anyone to another site
+    (``//host``, ``/\\host`` and ``https:`` all lead off it)."""
+    if not path.startswith("/") or path.startswith(("//", "/\\")) or any(c in path for c in "\r\n\\"):
+        return "/"
+    return path
 
 
 def _viewer(request: Request, console: Console) -> Response | None:
@@ -64,7 +76,7 @@ def _viewer(request: Request, console: Console) -> Response | None:
     if console.identity.mode == "anonymous" or console.identity.operator(request) is not None:
         return None
     if console.identity.mode == "login":
-        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+        return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
     raise HTTPException(401, f"the proxy did not name the operator ({console.identity.header})")
 
 
@@ -143,6 +155,8 @@ async def fleet_body(request: Request) -> Response:
 @router.get("/sagas", response_class=HTMLResponse)
 async def sagas_page(request: Request, status: str | None = None, saga_type: str | None = None) -> Response:
     console = console_of(request)
+    if (denied := _viewer(request, console)) is not None:
+        return denied
     try:
         selection = (bulk_jobs.Selection(saga_type=saga_type or None, statuses=(status,) if status else ())
                      if status or saga_type else None)
@@ -150,14 +164,16 @@ async def sagas_page(request: Request, status: str | None = None, saga_type: str
     except bulk_jobs.BulkJobError as refused:  # not a state, or a saga type not deployed
         raise HTTPException(400, str(refused)) from None
     heading = " ".join(part for part in (saga_type, status) if part) or "All sagas"
-    return _viewer(request, console) or _page(request, "list.html", console, rows=rows, heading=heading)
+    return _page(request, "list.html", console, rows=rows, heading=heading)
 
 
 @router.get("/search", response_class=HTMLResponse)
 async def search_page(request: Request, q: str = "") -> Response:
     console = console_of(request)
+    if (denied := _viewer(request, console)) is not None:
+        return denied
     rows = await console.reads.search(q)
-    return _viewer(request, console) or _page(request, "list.html", console, rows=rows, query=q,
+    return _page(request, "list.html", console, rows=rows, query=q,
                                               heading=f"Sagas matching {q!r}",
                                               note="By saga id, or any searchable field of the input "
                                                    "(field=value for one field).")
@@ -290,24 +306,44 @@ async def login_page(request: Request, next: str = "/") -> Response:
     console = console_of(request)
     if console.identity.mode != "login":
         return RedirectResponse("/", status_code=303)
-    return _page(request, "login.html", console, next=next if next.startswith("/") else "/")
+    return _page(request, "login.html", console, next=on_site(next))
 
 
 @router.post("/login")
 async def login(request: Request, name: str = Form(...), password: str = Form(...), next: str = Form("/")) -> Response:
+    """Sign in: a session in Postgres, its random token in an HttpOnly, SameSite=Strict cookie (Secure and
+    ``__Host-`` over TLS); throttled per name and address (429 with Retry-After)."""
     console = console_of(request)
-    if console.identity.mode != "login" or not console.identity.sign_in(name, password):
-        await console.reads.record(name or "?", "SignIn", "console", {}, "refused")
-        return RedirectResponse("/login?flash=name or password not accepted", status_code=303)
-    request.session["operator"] = name
-    await console.reads.record(name, "SignIn", "console", {}, "signed in")
-    return RedirectResponse(next if next.startswith("/") else "/", status_code=303)
+    client = request.client.host if request.client else "?"
+    try:
+        accepted = console.identity.mode == "login" and await console.identity.sign_in(name, password, client)
+    except Refused as refused:
+        await console.reads.record(name or "?", "SignIn", "console", {"address": client}, f"refused: {refused.detail}")
+        return RedirectResponse(f"/login?flash={quote(refused.detail)}&next={quote(on_site(next))}", status_code=303)
+    if not accepted or console.identity.sessions is None:
+        await console.reads.record(name or "?", "SignIn", "console", {"address": client}, "refused")
+        return RedirectResponse(f"/login?flash=name or password not accepted&next={quote(on_site(next))}",
+                                status_code=303)
+    session = await console.identity.sessions.open(name)
+    await console.reads.record(name, "SignIn", "console", {"address": client}, "signed in")
+    response = RedirectResponse(on_site(next), status_code=303)
+    response.set_cookie(console.cookie, session.token, max_age=SESSION_S, path="/", httponly=True,
+                        samesite="strict", secure=console.cookie.startswith("__Host-"))
+    return response
 
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    request.session.clear()
-    return RedirectResponse("/", status_code=303)
+    """Sign out: the session is deleted, so its cookie, kept or copied, signs nobody in again."""
+    console = console_of(request)
+    caller: Caller | None = getattr(request.state, "caller", None)
+    if caller is not None and caller.session_token is not None and console.identity.sessions is not None:
+        await console.identity.sessions.close(caller.session_token)
+        await console.reads.record(caller.operator or "?", "SignOut", "console", {}, "signed out")
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(console.cookie, path="/", httponly=True, samesite="strict",
+                           secure=console.cookie.startswith("__Host-"))
+    return response
 
 
 def _selection(form: Any) -> bulk_jobs.Selection:

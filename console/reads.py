@@ -368,9 +368,10 @@ class ConsoleReads:
         return [AuditEntry(datetime_to_ms(r["at"]), r["operator"], r["action"], r["target"], json.loads(r["detail"]),
                            r["outcome"]) for r in rows]
 
-    async def record(self, operator: str, action: str, target: str, detail: dict[str, Any], outcome: str) -> None:
-        """Add an entry to the console's audit (saga.operator_audit)."""
-        await self._pool.execute(
+    async def record(self, operator: str, action: str, target: str, detail: dict[str, Any], outcome: str,
+                     conn: asyncpg.Connection | None = None) -> None:
+        """Add an entry to the console's audit (saga.operator_audit); in ``conn``'s transaction when given."""
+        await (conn or self._pool).execute(
             "INSERT INTO saga.operator_audit (operator, action, target, detail, outcome) VALUES ($1, $2, $3, $4, $5)",
             operator, action, target, json.dumps(detail, default=str), outcome, timeout=READ_TIMEOUT_S)
 

@@ -8,9 +8,10 @@ their role may (a single superuser DSN keeps working as before); with these role
 made and create nothing.
 
 The console's role (``CONSOLE_ROLE``) reads every schema of the deployment and writes only what its levers
-write: its audit and the bulk jobs in ``saga``, and in a participant's schema the three rows an answer to a
-deferred command takes (the awaiting row deleted, the ledger row updated, the reply queued in the outbox). It
-publishes its other levers on ``saga.control``, so it never writes an event or the orchestrator's outbox.
+write: in ``saga`` its audit, its sign-ins, the bulk jobs and a lever's control command (queued in the
+orchestrator's outbox in the transaction of its audit row), and in a participant's schema the three rows an
+answer to a deferred command takes (the awaiting row deleted, the ledger row updated, the reply queued in the
+outbox). It never writes an event.
 
 ``saga migrate --create-roles`` creates the roles (``ORCHESTRATOR_ROLE``, ``CONSOLE_ROLE`` and
 ``participant_role(schema)``,
@@ -30,7 +31,8 @@ ORCHESTRATOR_ROLE = "saga_orchestrator"
 ORCHESTRATOR_SCHEMA = "saga"
 CONSOLE_ROLE = "saga_console"
 # what the console writes in the orchestrator's schema: table -> privileges
-CONSOLE_ORCHESTRATOR_WRITES = {"saga.operator_audit": "INSERT", "saga.bulk_jobs": "INSERT, UPDATE"}
+CONSOLE_ORCHESTRATOR_WRITES = {"saga.operator_audit": "INSERT", "saga.bulk_jobs": "INSERT, UPDATE",
+                               "saga.outbox": "INSERT", "saga.console_sessions": "INSERT, DELETE"}
 
 
 def participant_role(schema: str) -> str:

@@ -174,8 +174,19 @@ class Settings(BaseSettings):
     )
     saga_console_secret: SecretStr | None = Field(
         default=None,
-        description="`saga console`: the key that signs its session cookies (unset: a new one at each start, "
-                    "which signs everyone out).",
+        description="Deprecated since 0.2, unused: sign-ins are held in Postgres (saga.console_sessions) and end "
+                    "at sign-out, so no key signs the session cookie.",
+    )
+    saga_console_secure_cookie: bool = Field(
+        default=False,
+        description="`saga console` served over HTTPS (a TLS-terminating proxy in front): its session cookie is "
+                    "Secure and __Host- prefixed, so a browser sends it over HTTPS only.",
+    )
+    saga_console_behind_proxy: bool = Field(
+        default=False,
+        description="`saga console --host` an address other than loopback with SAGA_CONSOLE_OPERATOR_HEADER: "
+                    "confirms that only the authenticating proxy can reach it (anyone else could name "
+                    "themselves in the header). Refused to start without it.",
     )
     saga_api_url: str | None = Field(
         default=None,

@@ -51,6 +51,7 @@ from .domain.status import SagaStatus
 log = logging.getLogger("saga.orchestrator.bulk")
 
 JOBS_TABLE = "saga.bulk_jobs"
+MAX_AGE_S = 100 * 365 * 86_400.0  # an age past this is a typo (and past what an interval holds: inf, 1e300)
 OUTBOX_TABLE = "saga.outbox"
 
 DEFAULT_RATE_PER_S = 10.0
@@ -115,8 +116,9 @@ class Selection:
             if status not in known:
                 raise BulkJobError(f"{status!r} is not a saga state; use one of {', '.join(sorted(known))}")
         object.__setattr__(self, "statuses", statuses)
-        if self.older_than_s is not None and not self.older_than_s > 0:
-            raise BulkJobError(f"older than {self.older_than_s} s: an age must be positive")
+        if self.older_than_s is not None and not 0 < self.older_than_s <= MAX_AGE_S:
+            raise BulkJobError(f"older than {self.older_than_s} s: an age must be positive and at most "
+                               f"{MAX_AGE_S:g} s (100 years)")
         for name in ("saga_type", "tenant", "error", "participant"):
             value = getattr(self, name)
             if value is not None and not value.strip():

@@ -51,14 +51,13 @@ def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory, request:
                                               log_dir), log_dir)
 
 
-@pytest.fixture(scope="module")
-def console_url(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``saga console`` as its own process, levers on, one local login."""
-    folder = tmp_path_factory.mktemp("console")
+def serve_console(settings: Settings, folder: Path) -> Iterator[str]:
+    """``saga console`` for ``settings`` as its own process, levers on, one local login (OPERATOR); its URL
+    once it answers, the process stopped after (the body of a module fixture: ``yield from``)."""
     users = folder / "users"
     add_user(users, OPERATOR, PASSWORD)
     port = _free_port()
-    env = {**service_environment(stack.settings), "SAGA_CONSOLE_LEVERS": "true", "SAGA_CONSOLE_USERS": str(users)}
+    env = {**service_environment(settings), "SAGA_CONSOLE_LEVERS": "true", "SAGA_CONSOLE_USERS": str(users)}
     with (folder / "console.log").open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "saga_orchestrator.cli", "console", "--port", str(port)],
                                    env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -81,6 +80,12 @@ def console_url(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.fixture(scope="module")
+def console_url(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``saga console`` beside the module's services."""
+    yield from serve_console(stack.settings, tmp_path_factory.mktemp("console"))
+
+
+@pytest.fixture(scope="module")
 async def browser() -> AsyncIterator[Browser]:
     if CHROMIUM is None:
         if os.environ.get("CI"):
@@ -94,9 +99,9 @@ async def browser() -> AsyncIterator[Browser]:
             await launched.close()
 
 
-@pytest.fixture
-async def page(browser: Browser, console_url: str) -> AsyncIterator[Page]:
-    """A browser page signed in as OPERATOR."""
+async def signed_in_page(browser: Browser, console_url: str) -> AsyncIterator[Page]:
+    """A page of a fresh browser context signed in as OPERATOR on ``console_url`` (the body of a fixture:
+    ``async for``... ``yield``); the context closed after."""
     context = await browser.new_context(base_url=console_url, viewport={"width": 1400, "height": 1000})
     opened = await context.new_page()
     await opened.goto("/login")
@@ -108,6 +113,13 @@ async def page(browser: Browser, console_url: str) -> AsyncIterator[Page]:
         yield opened
     finally:
         await context.close()
+
+
+@pytest.fixture
+async def page(browser: Browser, console_url: str) -> AsyncIterator[Page]:
+    """A browser page signed in as OPERATOR."""
+    async for opened in signed_in_page(browser, console_url):
+        yield opened
 
 
 async def screenshot(page: Page, name: str) -> None:

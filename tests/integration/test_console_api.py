@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import socket
 import subprocess
@@ -83,6 +84,15 @@ async def _record(pool: asyncpg.Pool, runs: dict[str, SagaRun]) -> None:
                                 recorded_at_ms=e.occurred_at) for run in runs.values() for e in run.events],
             summaries=[summary_of(run.saga) for run in runs.values()],
             search_keys=[SearchKey(saga_id, "customer_id", f"cust-{saga_id}") for saga_id in runs]))
+
+
+@contextlib.asynccontextmanager
+async def _pool(settings: Settings) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(settings.dsn(), 2)
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 async def _client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
@@ -179,12 +189,40 @@ async def test_a_lever_from_a_signed_in_operator_is_published_and_audited(
         client.headers.update(signed)
         audit = await _json(client, "/api/v1/audit")
         assert [(e["operator"], e["action"], e["outcome"]) for e in audit[:2]] == [
-            ("anna", "RetryNow", "published on saga.control"), ("anna", "Terminate", "refused: Terminate needs a "
-                                                                "reason: it is recorded in the saga's history")]
-    records = await read_topic(settings, Topics(settings.saga_topic_prefix).control)
-    operated = [wire.decode_operate(r.value) for r in records if r.key == b"api-waiting"]
+            ("anna", "RetryNow", "queued on saga.control"), ("anna", "Terminate", "refused: Terminate needs a "
+                                                             "reason: it is recorded in the saga's history")]
+    # Queued in the orchestrator's outbox with its audit row: the orchestrator's relay publishes it.
+    async with _pool(settings) as pool:
+        rows = await pool.fetch("SELECT topic, value FROM saga.outbox WHERE message_key = 'api-waiting'")
+    operated = [wire.decode_operate(row["value"]) for row in rows]
+    assert [row["topic"] for row in rows] == [Topics(settings.saga_topic_prefix).control]
     assert [(m.action, m.step, m.operator, m.reason) for m in operated] == [
         ("RetryNow", "book_hotel", "anna", "hotel is back")]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_lever_whose_audit_cannot_be_written_is_not_queued(
+        settings: Settings, recorded: dict[str, SagaRun], tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    add_user(users, "anna", "a long password")
+    levers = settings.model_copy(update={"saga_console_levers": True, "saga_console_users": str(users)})
+    async with _pool(settings) as pool:
+        await pool.execute("""CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+                              $$ BEGIN RAISE EXCEPTION 'the audit is read-only today'; END $$;
+                              CREATE TRIGGER refuse_audit BEFORE INSERT ON saga.operator_audit
+                              FOR EACH ROW EXECUTE FUNCTION refuse_audit()""")
+        try:
+            async for client in _client(levers):
+                signed = {"Authorization": "Basic " + base64.b64encode(b"anna:a long password").decode()}
+                with pytest.raises(asyncpg.RaiseError, match="the audit is read-only today"):
+                    await client.post("/api/v1/sagas/api-unaudited/actions", headers=signed,
+                                      json={"action": "Pause", "reason": "no audit, no lever"})
+        finally:
+            await pool.execute("DROP TRIGGER refuse_audit ON saga.operator_audit; DROP FUNCTION refuse_audit()")
+        queued = await pool.fetchval("SELECT count(*) FROM saga.outbox WHERE message_key = 'api-unaudited'")
+    assert queued == 0
+    control = await read_topic(settings, Topics(settings.saga_topic_prefix).control)
+    assert not [record for record in control if record.key == b"api-unaudited"]
 
 
 

@@ -7,12 +7,15 @@ import base64
 from pathlib import Path
 
 import pytest
-from starlette.requests import Request
+from starlette.datastructures import Headers
 
+from saga_orchestrator.cli.console_cmd import check_bind
+from saga_orchestrator.console import identity as identity_module
 from saga_orchestrator.console.app import identity_of
 from saga_orchestrator.console.identity import Identity, add_user, check_password, hash_password, read_users
 from saga_orchestrator.console.operating import ActionRefused, Offer, message_for, offers
 from saga_orchestrator.console.pages import dag_svg
+from saga_orchestrator.console.sessions import MemorySessions
 from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.participants.trip.definition import TRIP
@@ -102,25 +105,43 @@ def test_the_users_file_is_written_and_read_back_and_a_bad_line_is_refused_namin
         read_users(tmp_path / "missing")
 
 
-def _request(headers: dict[str, str], session: dict[str, str] | None = None) -> Request:
-    scope = {"type": "http", "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-             "session": session or {}}
-    return Request(scope)
+async def test_the_operator_comes_from_the_proxy_header_or_a_login_never_from_anything_else() -> None:
+    async def who(identity: Identity, headers: dict[str, str], token: str | None = None) -> str | None:
+        return (await identity.who(Headers(headers), token, "10.0.0.7")).operator
 
-
-def test_the_operator_comes_from_the_proxy_header_or_a_login_never_from_anything_else() -> None:
     proxied = Identity(header="X-Forwarded-User")
-    assert proxied.operator(_request({"X-Forwarded-User": "anna"})) == "anna"
-    assert proxied.operator(_request({})) is None
-    local = Identity(users={"anna": hash_password("a long password")})
-    assert local.operator(_request({}, {"operator": "anna"})) == "anna"
-    assert local.operator(_request({}, {"operator": "mallory"})) is None  # a session naming no user
+    assert await who(proxied, {"X-Forwarded-User": "anna"}) == "anna"
+    assert await who(proxied, {}) is None
+    sessions = MemorySessions()
+    local = Identity(users={"anna": hash_password("a long password")}, sessions=sessions)
+    anna, mallory = await sessions.open("anna"), await sessions.open("mallory")
+    assert await who(local, {}, anna.token) == "anna"
+    assert await who(local, {}, mallory.token) is None  # a session naming no user
+    assert await who(local, {}, "a token of no session") is None
+    await sessions.close(anna.token)
+    assert await who(local, {}, anna.token) is None  # signed out: the cookie is worth nothing
     basic = base64.b64encode(b"anna:a long password").decode()
-    assert local.operator(_request({"Authorization": f"Basic {basic}"})) == "anna"
+    assert await who(local, {"Authorization": f"Basic {basic}"}) == "anna"
     wrong = base64.b64encode(b"anna:guess").decode()
-    assert local.operator(_request({"Authorization": f"Basic {wrong}"})) is None
-    assert local.operator(_request({"X-Forwarded-User": "anna"})) is None
-    assert Identity().operator(_request({"X-Forwarded-User": "anna"})) is None
+    assert await who(local, {"Authorization": f"Basic {wrong}"}) is None
+    assert await who(local, {"X-Forwarded-User": "anna"}) is None
+    assert await who(Identity(), {"X-Forwarded-User": "anna"}) is None
+
+
+async def test_a_password_is_checked_once_whatever_the_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[str] = []
+    real = identity_module.check_password
+
+    def counted(password: str, stored: str) -> bool:
+        checked.append(stored)
+        return real(password, stored)
+
+    monkeypatch.setattr(identity_module, "check_password", counted)
+    local = Identity(users={"anna": hash_password("a long password")})
+    assert not await local.sign_in("nobody", "a long password", "10.0.0.7")
+    assert not await local.sign_in("anna", "guess", "10.0.0.7")
+    assert await local.sign_in("anna", "a long password", "10.0.0.7")
+    assert len(checked) == 3 and checked[0] == local.decoy  # one scrypt run each, an unknown name's on the decoy
 
 
 def test_a_console_set_up_wrong_is_refused_naming_the_setting(tmp_path: Path) -> None:
@@ -142,3 +163,14 @@ def test_the_dag_draws_each_step_with_its_state_and_the_pivot_apart() -> None:
     assert '<g data-step="book_hotel" data-status="RUNNING">' in drawn
     assert 'data-step="send_itinerary" data-status="PENDING"' in drawn
     assert drawn.count('stroke-width="2"') == 1  # the pivot's frame
+
+
+def test_a_header_named_operator_on_an_address_others_reach_is_refused_unless_a_proxy_guards_it() -> None:
+    proxied = Settings(saga_console_levers=True, saga_console_operator_header="X-User")
+    check_bind(proxied, "127.0.0.1")
+    check_bind(proxied, "::1")
+    check_bind(Settings(), "0.0.0.0")  # nobody is named by a header: a read-only console anyone may reach
+    with pytest.raises(Misconfigured, match=r"^--host 0\.0\.0\.0 with SAGA_CONSOLE_OPERATOR_HEADER: .*"
+                                            r"SAGA_CONSOLE_BEHIND_PROXY=true"):
+        check_bind(proxied, "0.0.0.0")
+    check_bind(proxied.model_copy(update={"saga_console_behind_proxy": True}), "10.1.2.3")

@@ -1,0 +1,148 @@
+"""The console's sign-in and its guard on a real Postgres: sessions that end at sign-out, throttled guessing,
+an on-site redirect, security headers, and malformed input answered 4xx with nothing audited or queued."""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import unquote
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from saga_orchestrator.console.app import console_app
+from saga_orchestrator.console.identity import add_user
+from saga_orchestrator.console.throttle import PAIR_FAILURES
+from saga_orchestrator.infra.db import create_pool
+from saga_orchestrator.infra.settings import Settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+NAME, PASSWORD = "anna", "a long enough password"
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def console(settings: Settings, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    users = tmp_path / "users"
+    add_user(users, NAME, PASSWORD)
+    app = console_app(settings.model_copy(update={"saga_console_levers": True, "saga_console_users": str(users)}))
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app, client=("10.0.0.7", 50000)),
+            base_url="http://console") as client:
+        yield client
+
+
+async def _sign_in(client: httpx.AsyncClient, password: str = PASSWORD, next_path: str = "/") -> httpx.Response:
+    return await client.post("/login", data={"name": NAME, "password": password, "next": next_path})
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+async def test_a_cookie_kept_from_before_sign_out_reads_nothing(console: httpx.AsyncClient) -> None:
+    signed_in = await _sign_in(console)
+    assert signed_in.status_code == 303 and signed_in.headers["location"] == "/"
+    cookie = signed_in.cookies["saga_console"]
+    assert "httponly" in signed_in.headers["set-cookie"].lower()
+    assert "samesite=strict" in signed_in.headers["set-cookie"].lower()
+    assert (await console.get("/api/v1/sagas")).status_code == 200
+    page = await console.get("/audit")
+    assert page.status_code == 200 and NAME in page.text
+    out = await console.post("/logout", data={"csrf_token": _csrf(page.text)})
+    assert out.status_code == 303
+    console.cookies.clear()
+    console.cookies.set("saga_console", cookie)  # the cookie saved before signing out
+    assert (await console.get("/api/v1/sagas")).status_code == 401
+    again = await console.get("/audit")
+    assert again.status_code == 303 and again.headers["location"].startswith("/login")
+    console.cookies.clear()
+
+
+async def test_sign_out_needs_the_pages_token(console: httpx.AsyncClient) -> None:
+    await _sign_in(console)
+    refused = await console.post("/logout")
+    assert refused.status_code == 403
+    assert (await console.get("/api/v1/sagas")).status_code == 200  # still signed in
+    console.cookies.clear()
+
+
+async def test_a_change_from_another_origin_of_the_same_host_is_refused(console: httpx.AsyncClient,
+                                                                        settings: Settings) -> None:
+    await _sign_in(console)
+    page = await console.get("/audit")
+    token = _csrf(page.text)
+    from_elsewhere = await console.post("/sagas/guard-t1/actions", data={"action": "Pause", "csrf_token": token},
+                                        headers={"Origin": "http://console:9000", "Sec-Fetch-Site": "same-site"})
+    without_token = await console.post("/sagas/guard-t1/actions", data={"action": "Pause"})
+    own = await console.post("/sagas/guard-t1/actions", data={"action": "Pause", "reason": "", "csrf_token": token},
+                             headers={"Origin": "http://console", "Sec-Fetch-Site": "same-origin"})
+    console.cookies.clear()
+    assert (from_elsewhere.status_code, without_token.status_code, own.status_code) == (403, 403, 303)
+    pool = await create_pool(settings.dsn(), 1)
+    try:
+        queued = await pool.fetchval("SELECT count(*) FROM saga.outbox WHERE message_key = 'guard-t1'")
+        audited = await pool.fetchval("SELECT count(*) FROM saga.operator_audit WHERE target = 'saga guard-t1'")
+    finally:
+        await pool.close()
+    assert (queued, audited) == (1, 1)  # the console's own page only
+
+
+async def test_guessing_is_throttled_even_for_the_right_password_then(console: httpx.AsyncClient) -> None:
+    for _ in range(PAIR_FAILURES):
+        wrong = await _sign_in(console, "guess")
+        assert "not accepted" in unquote(wrong.headers["location"])
+    locked = await _sign_in(console, PASSWORD)
+    assert "too many failed sign-ins" in unquote(locked.headers["location"]) and "saga_console" not in locked.cookies
+    basic = {"Authorization": "Basic " + base64.b64encode(f"{NAME}:{PASSWORD}".encode()).decode()}
+    api = await console.get("/api/v1/sagas", headers=basic)
+    assert api.status_code == 429 and int(api.headers["retry-after"]) > 0
+    other = httpx.ASGITransport(app=console._transport.app, client=("10.0.0.8", 50000))  # type: ignore[attr-defined]
+    async with httpx.AsyncClient(transport=other, base_url="http://console") as from_her_desk:
+        assert (await from_her_desk.get("/api/v1/sagas", headers=basic)).status_code == 200
+
+
+async def test_the_redirect_after_sign_in_stays_on_site(console: httpx.AsyncClient) -> None:
+    for asked in ("//evil.example/x", "https://evil.example", "/\\evil.example"):
+        answer = await console.post("/login", data={"name": "bob", "password": "x", "next": asked})
+        assert "evil.example" not in answer.headers["location"].split("next=")[0]
+        page = await console.get("/login", params={"next": asked})
+        assert 'name="next" value="/"' in page.text
+
+
+async def test_no_page_may_be_framed(console: httpx.AsyncClient) -> None:
+    for path in ("/login", "/api/v1/sagas", "/static/console.css"):
+        answer = await console.get(path)
+        assert answer.headers["content-security-policy"] == "frame-ancestors 'none'", path
+        assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status"), [
+    ("GET", "/search?q=a%00b", None, 400),
+    ("GET", "/api/v1/search?q=a%00b", None, 400),
+    ("GET", "/api/v1/sagas/a%00b", None, 400),
+    ("GET", "/api/v1/sagas/x/history?after_seq=99999999999999999999", None, 400),
+    ("GET", "/api/v1/bulk/jobs/99999999999999999999", None, 400),
+    ("GET", "/api/v1/sagas?older_than_s=inf", None, 400),
+    ("GET", "/api/v1/sagas?older_than_s=nan", None, 400),
+    ("POST", "/api/v1/sagas/guard-t2/actions", {"action": "Terminate", "reason": "a\u0000b"}, 400),
+    ("POST", "/api/v1/sagas/guard-t2/actions", {"action": "Terminate", "reason": "x" * 2_000_000}, 413),
+    ("POST", "/api/v1/bulk/count", {"saga_type": "trip", "older_than_s": 1e300}, 400),
+])
+async def test_malformed_input_is_4xx_and_nothing_is_audited_or_queued(
+        console: httpx.AsyncClient, settings: Settings, method: str, path: str, body: object, status: int) -> None:
+    basic = {"Authorization": "Basic " + base64.b64encode(f"{NAME}:{PASSWORD}".encode()).decode()}
+    answer = await console.request(method, path, json=body, headers=basic)
+    assert answer.status_code == status, answer.text
+    pool = await create_pool(settings.dsn(), 1)
+    try:
+        queued = await pool.fetchval("SELECT count(*) FROM saga.outbox WHERE message_key = 'guard-t2'")
+        audited = await pool.fetchval("SELECT count(*) FROM saga.operator_audit WHERE target = 'saga guard-t2'")
+    finally:
+        await pool.close()
+    assert (queued, audited) == (0, 0)
