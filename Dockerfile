@@ -24,6 +24,7 @@ COPY cli cli
 COPY client client
 COPY testing testing
 COPY console console
+COPY authoring authoring
 RUN pip install -c constraints.txt ".[orchestrator]" && rm -rf /src
 
 WORKDIR /app

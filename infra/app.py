@@ -30,7 +30,7 @@ PYPROJECT_TABLE = "[tool.saga] app"
 
 @runtime_checkable
 class App(Protocol):
-    """What a process asks of a deployment's app object (``orchestrator.authoring.SagaApp``)."""
+    """What a process asks of a deployment's app object (``authoring.SagaApp``)."""
 
     schema_folder: Path | None
 

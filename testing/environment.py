@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..orchestrator.authoring import Saga, SagaApp, SignalRef, StepRef
+from ..authoring import Saga, SagaApp, SignalRef, StepRef
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.state import SagaState, fold
 from ..orchestrator.inbound import RecordParser

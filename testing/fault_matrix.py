@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..orchestrator.authoring import Saga, SagaApp
+from ..authoring import Saga, SagaApp
 from ..orchestrator.domain.definition import FailureMode, SagaDefinition
 from ..schemas import event_types as ev
 from .behaviour import Behaviour, fail, time_out

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from saga_orchestrator.orchestrator.authoring import (
+from saga_orchestrator.authoring import (
     EffectTable,
     Expiry,
     Saga,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from saga_orchestrator.orchestrator.authoring import EffectTable, Saga, SagaApp, StepContext, StepFailed, participant
+from saga_orchestrator.authoring import EffectTable, Saga, SagaApp, StepContext, StepFailed, participant
 
 
 class Order(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from ...orchestrator.authoring import Saga, SagaApp
+from ...authoring import Saga, SagaApp
 from ...orchestrator.domain.definition import UNLIMITED_RETRY, DefinitionRegistry, RetryPolicy
 from .flight import book_flight, flight
 from .hotel import book_hotel, hotel

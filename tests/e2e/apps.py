@@ -27,7 +27,7 @@ from examples.shop.checkout import (
     send_confirmation,
     shipping,
 )
-from saga_orchestrator.orchestrator.authoring import (
+from saga_orchestrator.authoring import (
     UNLIMITED_RETRY,
     Deferred,
     Expiry,

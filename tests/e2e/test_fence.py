@@ -32,11 +32,11 @@ from examples.shop.checkout import (
     reserve_stock,
     shipping,
 )
+from saga_orchestrator.authoring import Deferred, Saga, SagaApp, StepContext, participant
 from saga_orchestrator.cli.demo_cmd import DEMO_TIMEOUT_S
 from saga_orchestrator.client import SagaClient
 from saga_orchestrator.client.saga_client import SagaHandle
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator.authoring import Deferred, Saga, SagaApp, StepContext, participant
 from saga_orchestrator.participants.kit.effects import count_effects
 from saga_orchestrator.participants.runner import app_id
 from saga_orchestrator.participants.trip import TRIP

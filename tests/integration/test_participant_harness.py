@@ -21,7 +21,7 @@ from examples.shop.checkout import (
     send_confirmation,
     shipping,
 )
-from saga_orchestrator.orchestrator.authoring import Calling, EffectTable, StepContext, participant
+from saga_orchestrator.authoring import Calling, EffectTable, StepContext, participant
 from saga_orchestrator.testing import ParticipantHarness
 
 pytestmark = pytest.mark.integration

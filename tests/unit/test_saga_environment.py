@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from saga_orchestrator.orchestrator.authoring import RetryPolicy, Saga, SagaApp, StepContext, participant
+from saga_orchestrator.authoring import RetryPolicy, Saga, SagaApp, StepContext, participant
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import event_types as ev

@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from examples.shop.checkout import Order, app, checkout
-from saga_orchestrator.orchestrator.authoring import Saga
+from saga_orchestrator.authoring import Saga
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError
 from saga_orchestrator.orchestrator.ports import SearchKey
 from saga_orchestrator.testing import SagaEnvironment

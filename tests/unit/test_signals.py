@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from saga_orchestrator.orchestrator.authoring import Expiry, Saga, StepContext, participant
+from saga_orchestrator.authoring import Expiry, Saga, StepContext, participant
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.testing import SagaEnvironment, defer, succeed

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from saga_orchestrator.infra.app import LoadedApp, app_reference, refuse_problems, stale_records
-from saga_orchestrator.infra.misconfigured import Misconfigured
-from saga_orchestrator.orchestrator.authoring import (
+from saga_orchestrator.authoring import (
     UNLIMITED_RETRY,
     RetryPolicy,
     Saga,
@@ -23,6 +21,8 @@ from saga_orchestrator.orchestrator.authoring import (
     StepFailed,
     participant,
 )
+from saga_orchestrator.infra.app import LoadedApp, app_reference, refuse_problems, stale_records
+from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError
 from saga_orchestrator.participants.kit.outcome import Failed
 from saga_orchestrator.schemas.evolution import compatibility_problems
