@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NoReturn
 
 from .domain.definition import SagaDefinition
 from .domain.state import SagaState, SagaStatus, StepStatus
@@ -201,3 +202,18 @@ def why_not_terminal(state: SagaState, last_event: str, timers: list[PendingTime
     if running:
         parts.append("waiting on: " + ", ".join(f"{n} {state.steps[n].status.value}" for n in running))
     return "; ".join(parts)
+
+
+REPLACED_IN_02 = {
+    name: "declare where each participant's effects show instead: participant(..., effects=EffectTable(...)) and "
+          "effect= on its actions, or Participant(effects=...) written by hand; saga verify reads those "
+          "(docs/upgrading.md)"
+    for name in ("EffectRules", "register_rules", "EffectReader", "DuplicateReader")
+}
+"""Names a 0.1 saga package imported from here that 0.2 replaced: what to write now."""
+
+
+def __getattr__(name: str) -> NoReturn:
+    if name in REPLACED_IN_02:
+        raise ImportError(f"{__name__}.{name} was removed in 0.2: {REPLACED_IN_02[name]}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

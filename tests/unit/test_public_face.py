@@ -43,3 +43,16 @@ def test_a_name_the_old_path_never_had_is_an_error_naming_the_new_module() -> No
     module = importlib.import_module("saga_orchestrator.orchestrator.authoring")
     with warnings.catch_warnings(), pytest.raises(AttributeError, match=r"saga_orchestrator\.authoring"):
         module.NoSuchName  # noqa: B018
+
+
+def test_a_01_package_using_what_02_replaced_is_refused_at_start_in_one_line() -> None:
+    from saga_orchestrator.infra.misconfigured import Misconfigured
+    from saga_orchestrator.infra.settings import Settings
+    from saga_orchestrator.orchestrator.bootstrap import definitions
+
+    with pytest.raises(Misconfigured) as refused:
+        definitions(Settings(saga_definitions="tests.unit.packages.rules_01:DEFINITION"))
+    said = str(refused.value)
+    assert "\n" not in said
+    assert said.startswith("SAGA_DEFINITIONS='tests.unit.packages.rules_01:DEFINITION': cannot import")
+    assert "EffectRules was removed in 0.2: declare where each participant's effects show instead" in said

@@ -1,0 +1,1 @@
+"""Saga packages as teams wrote them for earlier releases: what an upgrade must run, or refuse in one line."""
