@@ -4,14 +4,15 @@ an on-site redirect, security headers, and malformed input answered 4xx with not
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 from collections.abc import AsyncIterator
-from pathlib import Path
 from urllib.parse import unquote
 
 import httpx
 import pytest
 import pytest_asyncio
+from fastapi import FastAPI
 
 from saga_orchestrator.console.app import console_app
 from saga_orchestrator.console.identity import add_user
@@ -24,14 +25,29 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 NAME, PASSWORD = "anna", "a long enough password"
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def console(settings: Settings, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    users = tmp_path / "users"
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def served(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FastAPI]:
+    """One console for the module (levers on, one login); each test comes from addresses of its own, so one
+    test's failed sign-ins do not throttle another's."""
+    users = tmp_path_factory.mktemp("users") / "users"
     add_user(users, NAME, PASSWORD)
     app = console_app(settings.model_copy(update={"saga_console_levers": True, "saga_console_users": str(users)}))
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app, client=("10.0.0.7", 50000)),
-            base_url="http://console") as client:
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+_addresses = itertools.count(1)
+
+
+def _client_of(app: FastAPI) -> httpx.AsyncClient:
+    address = f"10.0.{next(_addresses)}.7"
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 50000)),
+                             base_url="http://console")
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def console(served: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with _client_of(served) as client:
         yield client
 
 
@@ -93,7 +109,8 @@ async def test_a_change_from_another_origin_of_the_same_host_is_refused(console:
     assert (queued, audited) == (1, 1)  # the console's own page only
 
 
-async def test_guessing_is_throttled_even_for_the_right_password_then(console: httpx.AsyncClient) -> None:
+async def test_guessing_is_throttled_even_for_the_right_password_then(console: httpx.AsyncClient,
+                                                                      served: FastAPI) -> None:
     for _ in range(PAIR_FAILURES):
         wrong = await _sign_in(console, "guess")
         assert "not accepted" in unquote(wrong.headers["location"])
@@ -102,8 +119,7 @@ async def test_guessing_is_throttled_even_for_the_right_password_then(console: h
     basic = {"Authorization": "Basic " + base64.b64encode(f"{NAME}:{PASSWORD}".encode()).decode()}
     api = await console.get("/api/v1/sagas", headers=basic)
     assert api.status_code == 429 and int(api.headers["retry-after"]) > 0
-    other = httpx.ASGITransport(app=console._transport.app, client=("10.0.0.8", 50000))  # type: ignore[attr-defined]
-    async with httpx.AsyncClient(transport=other, base_url="http://console") as from_her_desk:
+    async with _client_of(served) as from_her_desk:
         assert (await from_her_desk.get("/api/v1/sagas", headers=basic)).status_code == 200
 
 
