@@ -28,7 +28,7 @@ import os
 import random
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 ENV_VAR = "SAGA_FAULTS"
@@ -80,10 +80,10 @@ def parse_faults(spec: str) -> dict[str, Trigger]:
     return triggers
 
 
-def _kill_self(name: str, hits: int) -> None:
+def _kill_self(name: str, hits: int, **detail: object) -> None:
     # The log line is the only trace the test (or operator) gets, so write it before the kill.
     log.critical("fault injection: kill -9 at crash point %s", name, extra={"crash_point": name, "hit": hits,
-                                                                             "pid": os.getpid()})
+                                                                             "pid": os.getpid(), **detail})
     for handler in logging.getLogger().handlers:
         handler.flush()
     sys.stderr.flush()
@@ -91,19 +91,20 @@ def _kill_self(name: str, hits: int) -> None:
 
 
 _triggers: dict[str, Trigger] = parse_faults(os.environ.get(ENV_VAR, ""))
-_kill: Callable[[str, int], None] = _kill_self
+_kill: Callable[..., None] = _kill_self
 
 
-def crash_point(name: str) -> None:
-    """Kill this process with SIGKILL here if ``SAGA_FAULTS`` arms ``name`` and this hit is the one."""
+def crash_point(name: str, detail: Callable[[], Mapping[str, object]] | None = None) -> None:
+    """Kill this process with SIGKILL here if ``SAGA_FAULTS`` arms ``name`` and this hit is the one; its log line
+    carries what ``detail()`` gives (called only then: the unarmed path costs nothing)."""
     if not _triggers:
         return
     trigger = _triggers.get(name)
     if trigger is not None and trigger.hit():
-        _kill(name, trigger.hits)
+        _kill(name, trigger.hits, **(detail() if detail is not None else {}))
 
 
-def arm(spec: str, kill: Callable[[str, int], None] | None = None) -> dict[str, Trigger]:
+def arm(spec: str, kill: Callable[..., None] | None = None) -> dict[str, Trigger]:
     """Replace the armed crash points (tests; ``""`` disarms all); ``kill`` replaces the SIGKILL."""
     global _triggers, _kill
     _triggers = parse_faults(spec)

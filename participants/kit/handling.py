@@ -337,7 +337,8 @@ async def _handle_run(pool: asyncpg.Pool, participant: Participant, topics: Topi
             async with conn.transaction():
                 done = await _handle(conn, participant, topics, clock, batch, parsed, redo)
     # Committed: the business changes and the reply rows exist, nothing is published or acknowledged yet.
-    crash_point("participant.after_commit")
+    crash_point("participant.after_commit", lambda: {"idempotency_keys": sorted(
+        {logged.idempotency_key for _, logged, _, _ in done if logged is not None})})
     for disposition, logged, answer, error_type in done:
         if logged is not None and answer is not None:
             _log_outcome(participant, logged, disposition, answer.status, error_type)

@@ -23,6 +23,7 @@ the read model equal to the fold. One stack serves the whole module, so tests ru
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
@@ -105,10 +106,19 @@ async def test_kill_at_a_crash_point_then_restart(live: Stack, label: str, point
     if point == "relay.after_publish":
         assert duplicates > 0, "the acknowledged batch must have been published again"
     if label == "notification":
-        # The replies committed before the kill are relayed as soon as the new worker starts, and may end
-        # the sagas before that worker reads the redelivered commands: give it the time to read them.
-        assert await logged_within(live, label, "command duplicate", within_s=30), \
-            "the unacknowledged command must come again"
+        # The commands of the batch committed but not acknowledged come again: each is handled once more (a
+        # duplicate answered from its record; one whose outcome was not recorded, a transient failure, runs
+        # again or, picked up past its attempt's time, is answered Expired). The replies committed before the
+        # kill are relayed as soon as the new worker starts and may end the sagas before that worker reads the
+        # redelivered commands: give it the time to read them.
+        log = live.log(label)
+        kill_line = next(line for line in log.splitlines() if f"kill -9 at crash point {point}" in line)
+        after = log.index(kill_line) + len(kill_line)
+        unacknowledged = json.loads(kill_line)["idempotency_keys"]
+        assert unacknowledged, kill_line
+        for key in unacknowledged:
+            assert await logged_within(live, label, f'"idempotency_key":"{key}"', within_s=30, since=after), \
+                f"the unacknowledged command {key} must come again"
 
 
 async def _timers(settings: Settings, saga_id: str) -> list[tuple[str, str, int]]:
