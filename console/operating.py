@@ -18,19 +18,17 @@ from ..orchestrator.domain.errors import DomainError, InvalidMessage
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..schemas.event_types import OperatorActionRefused, SagaCancelRefused
 from ..schemas.message_types import (
-    CANCEL,
+    ACTION_RULES,
+    NEEDS_REASON,
     RELEASE,
     SAGA_ACTIONS,
     STEP_LEVERS,
     ControlCommand,
-    Lever,
     control_command,
 )
 
 ACTIONS = SAGA_ACTIONS
 """Every action the console offers on one saga (a dead letter's replay is offered where the dead letters are)."""
-NEEDS_REASON = frozenset({Lever.SKIP.value, Lever.FORCE_COMPENSATE.value, Lever.TERMINATE.value, Lever.REDRIVE.value,
-                          CANCEL})
 
 
 class ControlPublisher(Protocol):
@@ -62,10 +60,8 @@ def message_for(saga_id: str, action: str, step: str | None, operator: str, reas
     """The control command for ``action``; ActionRefused when it is asked wrongly."""
     if action not in ACTIONS:
         raise ActionRefused(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
-    if action in STEP_LEVERS and not step:
-        raise ActionRefused(f"{action} needs the step it acts on")
-    if action in NEEDS_REASON and not (reason or "").strip():
-        raise ActionRefused(f"{action} needs a reason: it is recorded in the saga's history")
+    if (problem := ACTION_RULES[action].problem(step, reason)) is not None:
+        raise ActionRefused(problem)
     return control_command(action, saga_id, step, operator, reason)
 
 

@@ -112,10 +112,54 @@ class OperateSaga:
 
 CANCEL, RESUME, RELEASE = "Cancel", "Resume", "Release"
 """The operator's actions on one saga other than a lever: CancelSaga, ResumeCompensation and ReleaseSaga."""
-STEP_LEVERS = frozenset({Lever.RETRY_NOW.value, Lever.SKIP.value})
+
+
+@dataclass(frozen=True)
+class ActionRule:
+    """What one operator action needs, for every face that offers it (the command line, the client, the console
+    and its API, bulk jobs, the test kit) and for the core that decides it: whether it names a step, and the
+    reason it requires (what that reason must say; None: a reason is optional)."""
+
+    action: str
+    on_step: bool
+    reason: str | None
+    does: str
+
+    def problem(self, step: str | None, reason: str | None) -> str | None:
+        """Why the action cannot be asked this way (no step where it needs one, no reason where it needs one);
+        None when it can."""
+        if self.on_step and not step:
+            return f"{self.action} needs the step it acts on"
+        if self.reason is not None and not (reason or "").strip():
+            return f"{self.action} needs a reason ({self.reason}): it is recorded in the saga's history"
+        return None
+
+
+ACTION_RULES: dict[str, ActionRule] = {rule.action: rule for rule in (
+    ActionRule(Lever.RETRY_NOW.value, True, None,
+               "a step or compensation waiting on its retry backoff is sent at once"),
+    ActionRule(Lever.SKIP.value, True, "why the saga may go on without the step",
+               "a stuck skippable step is recorded as skipped; the saga goes on without its output"),
+    ActionRule(Lever.FORCE_COMPENSATE.value, False, "why what the saga did must be undone",
+               "what the saga did is undone, also past its pivot or after it ended FAILED"),
+    ActionRule(Lever.TERMINATE.value, False, "what settled the saga by hand",
+               "the saga ends TERMINATED as it stands, nothing compensated"),
+    ActionRule(Lever.PAUSE.value, False, None, "nothing more is sent and no timer acts until Unpause"),
+    ActionRule(Lever.UNPAUSE.value, False, None, "a paused saga goes on, what is open sent again"),
+    ActionRule(Lever.REDRIVE.value, False, "what was fixed so that its failed steps can succeed",
+               "a FAILED saga runs again, its failed steps with a fresh attempt budget"),
+    ActionRule(Lever.DLQ_REPLAY.value, False, "the letter it published again, and why",
+               "records that a dead letter of the saga was published again"),
+    ActionRule(CANCEL, False, "why the saga is cancelled", "the saga is cancelled: what it did is undone"),
+    ActionRule(RESUME, False, None, "a COMPENSATION_FAILED saga retries its failed compensation"),
+    ActionRule(RELEASE, False, None, "a QUARANTINED saga goes on where it stood"),
+)}
+"""Every operator action on one saga and what it needs: the one table the faces and the core read."""
+STEP_LEVERS = frozenset(rule.action for rule in ACTION_RULES.values() if rule.on_step)
 """The levers that act on one step, which must be named."""
-SAGA_ACTIONS: tuple[str, ...] = (*(lever.value for lever in Lever if lever is not Lever.DLQ_REPLAY), CANCEL, RESUME,
-                                 RELEASE)
+NEEDS_REASON = frozenset(rule.action for rule in ACTION_RULES.values() if rule.reason is not None)
+"""The actions that require a reason."""
+SAGA_ACTIONS: tuple[str, ...] = tuple(action for action in ACTION_RULES if action != Lever.DLQ_REPLAY)
 """What an operator may pull on a saga (from the command line, a bulk job or the console): every lever but the
 record of a dead letter's replay, and cancel, resume and release."""
 ControlCommand = CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga

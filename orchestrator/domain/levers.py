@@ -53,6 +53,7 @@ from collections.abc import Callable
 
 from ...schemas import event_types as ev
 from ...schemas.message_types import (
+    ACTION_RULES,
     Lever,
     OperateSaga,
 )
@@ -123,7 +124,7 @@ def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
 def _terminate(b: DecisionBuilder, message: OperateSaga) -> None:
     state = b.saga
     if not message.reason:
-        refuse(b, message, f"{Lever.TERMINATE} needs a reason (what settled the saga by hand)")
+        refuse(b, message, _reason_missing(message))
         return
     if state.is_terminal and state.status not in (SagaStatus.COMPENSATION_FAILED, SagaStatus.FAILED):
         refuse(b, message, f"saga already {state.status}: only a saga that has not ended, or one that waits for a "
@@ -163,7 +164,7 @@ def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
     if name is None:
         return
     if not message.reason:
-        refuse(b, message, f"{Lever.SKIP} needs a reason (why the saga may go on without step {name})")
+        refuse(b, message, _reason_missing(message))
         return
     if not b.defn.step(name).skippable:
         refuse(b, message, f"step {name} is not skippable: its definition must say so (skippable=True)")
@@ -189,7 +190,7 @@ def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
 def _force_compensate(b: DecisionBuilder, message: OperateSaga) -> None:
     state, definition = b.saga, b.defn
     if not message.reason:
-        refuse(b, message, f"{Lever.FORCE_COMPENSATE} needs a reason (why what the saga did must be undone)")
+        refuse(b, message, _reason_missing(message))
         return
     if state.status not in (SagaStatus.RUNNING, SagaStatus.FAILED) or state.paused:
         refuse(b, message, f"saga is {'paused' if state.paused else state.status}: only a RUNNING or FAILED saga "
@@ -207,7 +208,7 @@ def _force_compensate(b: DecisionBuilder, message: OperateSaga) -> None:
 def _redrive(b: DecisionBuilder, message: OperateSaga) -> None:
     state, definition = b.saga, b.defn
     if not message.reason:
-        refuse(b, message, f"{Lever.REDRIVE} needs a reason (what was fixed so that its failed steps can succeed)")
+        refuse(b, message, _reason_missing(message))
         return
     if message.step is not None:
         refuse(b, message, f"{Lever.REDRIVE} names no step: it sends every step that failed for good again")
@@ -233,7 +234,7 @@ def _redrive(b: DecisionBuilder, message: OperateSaga) -> None:
 
 def _dlq_replay(b: DecisionBuilder, message: OperateSaga) -> None:
     if not message.reason:
-        refuse(b, message, f"{Lever.DLQ_REPLAY} needs a reason (the letter it published again, and why)")
+        refuse(b, message, _reason_missing(message))
         return
     _applied(b, message)
 
@@ -243,3 +244,8 @@ _LEVERS: dict[str, Callable[[DecisionBuilder, OperateSaga], None]] = {
     Lever.TERMINATE: _terminate, Lever.PAUSE: _pause, Lever.UNPAUSE: _unpause, Lever.REDRIVE: _redrive,
     Lever.DLQ_REPLAY: _dlq_replay,
 }
+
+
+def _reason_missing(message: OperateSaga) -> str:
+    """The refusal of a lever that requires a reason and came without one (``ACTION_RULES``' words)."""
+    return f"{message.action} needs a reason ({ACTION_RULES[message.action].reason})"
