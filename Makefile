@@ -9,7 +9,7 @@ PARTS := orchestrator outbox participants schemas infra cli client testing conso
 # tree of links: build/typecheck/saga_orchestrator/<part> -> <part>.
 TYPECHECK := build/typecheck
 
-.PHONY: venv up test demo down status lint docs tree screenshots
+.PHONY: venv up test demo down status lint docs reference tree screenshots
 
 # Reinstall only when pyproject.toml or constraints.txt changed since the last install.
 venv: $(VENV)/.installed
@@ -43,10 +43,13 @@ lint: venv tree
 	MYPYPATH=$(TYPECHECK) $(BIN)/mypy --strict -p saga_orchestrator -p bench -p tests -p examples
 	PYTHONPATH=$(TYPECHECK) $(BIN)/lint-imports
 
-# The documentation site (docs/, its reference read from the code through the same tree of links) in build/site;
-# --strict: a broken link or reference fails.
-docs: venv tree
+# The documentation site (docs/) in build/site; --strict: a broken link fails. docs/reference.md is written from
+# the code (`make reference`); a test fails while it is out of date.
+docs: venv reference
 	$(BIN)/mkdocs build --strict --quiet
+
+reference: venv
+	$(BIN)/python -m tests.reference
 
 # The console's pictures in docs/console/ (the README and docs/console.md show them): its browser tests, keeping a
 # screenshot of each page they visit.
