@@ -189,8 +189,9 @@ async def test_a_lever_from_a_signed_in_operator_is_published_and_audited(
         client.headers.update(signed)
         audit = await _json(client, "/api/v1/audit")
         assert [(e["operator"], e["action"], e["outcome"]) for e in audit[:2]] == [
-            ("anna", "RetryNow", "queued on saga.control"), ("anna", "Terminate", "refused: Terminate needs a "
-                                                             "reason: it is recorded in the saga's history")]
+            ("anna", "RetryNow", "queued on saga.control"),
+            ("anna", "Terminate", "refused: Terminate needs a reason (what settled the saga by hand): it is recorded "
+                                  "in the saga's history")]
     # Queued in the orchestrator's outbox with its audit row: the orchestrator's relay publishes it.
     async with _pool(settings) as pool:
         rows = await pool.fetch("SELECT topic, value FROM saga.outbox WHERE message_key = 'api-waiting'")
