@@ -21,7 +21,7 @@ from ..orchestrator.ports import SagaSummaryRow
 from ..participants.kit.effects import read_effects
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.event_types import Event
-from . import dead_letters, operating
+from . import letter_replays, operating
 from .context import Console, console_of
 from .reads import AGE_BUCKETS, SagaView
 
@@ -402,12 +402,12 @@ class ReplayResult(BaseModel):
 @router.get("/dead-letters", tags=["dead letters"],
             summary="The newest dead letters on saga.dlq (newest first), with the replays their sagas record")
 async def list_dead_letters(console: ConsoleDep, _: Reader, limit: Annotated[
-        int, Query(ge=1, le=dead_letters.MOST_SHOWN)] = dead_letters.SHOWN) -> list[dict[str, Any]]:
-    return [view.to_json() for view in await dead_letters.letters(console, limit)]
+        int, Query(ge=1, le=letter_replays.MOST_SHOWN)] = letter_replays.SHOWN) -> list[dict[str, Any]]:
+    return [view.to_json() for view in await letter_replays.letters(console, limit)]
 
 
 @router.post("/dead-letters/replay", response_model=ReplayResult, tags=["dead letters"],
              summary="Replay dead letters (recorded in their sagas' histories with the operator, and audited)")
 async def replay_dead_letters(request: ReplayRequest, console: ConsoleDep, operator: Actor) -> ReplayResult:
-    done = await dead_letters.replay(console, operator, request.positions, request.reason or None, request.force)
+    done = await letter_replays.replay(console, operator, request.positions, request.reason or None, request.force)
     return ReplayResult(operator=done.operator, replayed=done.replayed, refused=done.refused)

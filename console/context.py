@@ -42,7 +42,7 @@ class Console:
     identity: Identity
     control: operating.ControlPublisher
     topics: Topics
-    kafka: KafkaClients  # reads saga.dlq and replays its letters (console.dead_letters)
+    kafka: KafkaClients  # reads saga.dlq and replays its letters (console.letter_replays)
     levers: bool = False
     control_partitions: tuple[int, ...] = (0,)  # saga.control's: a lever's outbox row goes in its saga's shard
     cookie: str = "saga_console"  # the session cookie's name (console.app.session_cookie)

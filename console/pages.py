@@ -24,7 +24,7 @@ from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
-from . import dead_letters, operating
+from . import letter_replays, operating
 from .api import actor, detail, effects
 from .context import Console, console_of
 from .guard import Caller, Refused
@@ -436,10 +436,10 @@ async def dead_letters_page(request: Request) -> Response:
     if denied is not None:
         return denied
     try:
-        found, unreadable = await dead_letters.letters(console), None
+        found, unreadable = await letter_replays.letters(console), None
     except HTTPException as error:  # Kafka out of reach: the page says so, the rest of the console works
         found, unreadable = [], str(error.detail)
-    return _page(request, "dead_letters.html", console, shown=dead_letters.SHOWN, letters=found,
+    return _page(request, "dead_letters.html", console, shown=letter_replays.SHOWN, letters=found,
                  unreadable=unreadable)
 
 
@@ -448,7 +448,7 @@ async def replay_fragment(request: Request) -> Response:
     """A letter's Replay form: published for the signed-in operator, audited; what happened, as a flash."""
     console, operator, form = await _lever_form(request)
     try:
-        done = await dead_letters.replay(console, operator, [str(p) for p in form.getlist("position")],
+        done = await letter_replays.replay(console, operator, [str(p) for p in form.getlist("position")],
                                          str(form.get("reason") or "").strip() or None, bool(form.get("force")))
     except HTTPException as error:
         return _refused(error)

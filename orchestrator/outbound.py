@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..outbox.dead_letters import dead_letter_message
+from ..outbox.dead_letter_row import dead_letter_message
 from ..outbox.table import OutboxMessage
 from ..schemas import wire
 from ..schemas.event_types import Event, OperatorActionRefused, SagaCancelRefused

@@ -37,7 +37,7 @@ from ...infra import tracing
 from ...infra.failures import Fault, classify
 from ...infra.faults import crash_point
 from ...infra.logging import saga_trace
-from ...outbox.dead_letters import dead_letter_message
+from ...outbox.dead_letter_row import dead_letter_message
 from ...outbox.table import OutboxMessage, write_outbox
 from ...schemas import wire
 from ...schemas.codec import WireError

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from saga_orchestrator.outbox.dead_letters import dead_letter_message
+from saga_orchestrator.outbox.dead_letter_row import dead_letter_message
 from saga_orchestrator.participants.kit.bulk import insert_rows
 from saga_orchestrator.participants.kit.handling import decode_command
 from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded

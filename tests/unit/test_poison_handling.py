@@ -15,7 +15,7 @@ from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
 from saga_orchestrator.orchestrator.inbound import REJECTED_IDS, Envelope, RecordParser
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
-from saga_orchestrator.outbox.dead_letters import dead_letter_message
+from saga_orchestrator.outbox.dead_letter_row import dead_letter_message
 from saga_orchestrator.participants.kit.handling import _key_problem, decode_command
 from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.participants.trip.definition import TRIP
