@@ -16,13 +16,11 @@ from ..client.saga_client import SagaInputError
 from ..infra.kafka_clients import KafkaClients
 from ..orchestrator import bulk_jobs
 from ..orchestrator.bulk_jobs import OUTBOX_TABLE
-from ..outbox.table import OutboxMessage, write_outbox
+from ..outbox.table import write_outbox
 from ..participants.kit.deferred import complete, why_not_awaiting
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas import wire
 from ..schemas.codec import WireError
-from ..schemas.headers import message_headers
-from ..schemas.partitioning import partition_for
 from ..schemas.topics import Topics
 from . import operating
 from .identity import Identity
@@ -60,12 +58,10 @@ class Console:
         except (operating.ActionRefused, WireError) as error:
             await self.reads.record(operator, action, target, detail, f"refused: {error}")
             raise HTTPException(400, str(error)) from None
-        message_id = str(uuid.uuid4())
-        row = OutboxMessage(topic=self.topics.control, key=saga_id, value=value, message_id=message_id,
-                            headers=message_headers(message_id, causation_id=f"console:{operator}", saga_id=saga_id))
+        rows = [bulk_jobs.control_row(self.topics, saga_id, value, str(uuid.uuid4()), f"console:{operator}")]
         async with self.pool.acquire() as conn, conn.transaction():
             await self.reads.record(operator, action, target, detail, "queued on saga.control", conn=conn)
-            await write_outbox(conn, OUTBOX_TABLE, [row], [partition_for(saga_id.encode(), self.control_partitions)])
+            await write_outbox(conn, OUTBOX_TABLE, rows, bulk_jobs.control_shards(rows, self.control_partitions))
 
     async def signal(self, operator: str, saga_id: str, signal: str, payload: dict[str, Any],
                      signal_id: str | None) -> str:

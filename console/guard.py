@@ -58,6 +58,12 @@ class Caller:
     csrf: str | None = None
 
 
+def caller_of(request: Any) -> Caller | None:
+    """Who makes ``request`` (a Starlette request the guard passed); None outside the guard."""
+    caller: Caller | None = getattr(request.state, "caller", None)
+    return caller
+
+
 class Refused(Exception):
     """A request the guard answers itself: ``status`` and a one-line ``detail``."""
 

@@ -29,7 +29,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from ..infra.misconfigured import Misconfigured
-from .guard import Caller, Refused
+from .guard import Caller, Refused, caller_of
 from .sessions import Sessions
 from .throttle import SignInThrottle
 
@@ -107,7 +107,7 @@ class Identity:
     @staticmethod
     def operator(request: Request) -> str | None:
         """The operator making ``request`` (``console.guard`` found who asks); None when nobody is known."""
-        caller: Caller | None = getattr(request.state, "caller", None)
+        caller = caller_of(request)
         return None if caller is None else caller.operator
 
     async def who(self, headers: Headers, session_token: str | None, address: str) -> Caller:

@@ -32,9 +32,8 @@ ACTIONS = SAGA_ACTIONS
 
 
 class ControlPublisher(Protocol):
-    """What the console needs of ``client.SagaClient``: publishing control commands and signals."""
-
-    async def control(self, message: ControlCommand) -> None: ...
+    """What the console needs of ``client.SagaClient``: publishing signals (a lever goes through the
+    orchestrator's outbox with its audit row: ``Console.act``)."""
 
     async def signal(self, saga_id: str, signal: str, payload: Mapping[str, Any], *, signal_id: str | None = None,
                      sender: str | None = None) -> str: ...

@@ -27,7 +27,7 @@ from ..schemas.registry import SchemaRegistry
 from . import letter_replays, operating
 from .api import actor, detail, effects
 from .context import Console, console_of
-from .guard import Caller, Refused
+from .guard import Refused, caller_of
 from .reads import AGE_BUCKETS
 from .sessions import SESSION_S
 
@@ -56,7 +56,7 @@ TEMPLATES.env.filters.update(when=_when, heat=_heat, percent=_percent)
 
 
 def _page(request: Request, name: str, console: Console, **context: Any) -> HTMLResponse:
-    caller: Caller | None = getattr(request.state, "caller", None)
+    caller = caller_of(request)
     return TEMPLATES.TemplateResponse(request, name, {
         "operator": console.identity.operator(request), "levers": console.levers,
         "csrf_token": caller.csrf if caller is not None else None,
@@ -336,7 +336,7 @@ async def login(request: Request, name: str = Form(...), password: str = Form(..
 async def logout(request: Request) -> Response:
     """Sign out: the session is deleted, so its cookie, kept or copied, signs nobody in again."""
     console = console_of(request)
-    caller: Caller | None = getattr(request.state, "caller", None)
+    caller = caller_of(request)
     if caller is not None and caller.session_token is not None and console.identity.sessions is not None:
         await console.identity.sessions.close(caller.session_token)
         await console.reads.record(caller.operator or "?", "SignOut", "console", {}, "signed out")

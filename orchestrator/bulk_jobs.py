@@ -215,13 +215,25 @@ def job_operator(operator: str, job_id: int) -> str:
     return f"{operator} (bulk job {job_id})"
 
 
-def command_row(topics: Topics, job_id: int, saga_id: str, saga_type: str, value: bytes) -> OutboxMessage:
-    """The outbox row that sends job ``job_id``'s command ``value`` to saga ``saga_id`` on saga.control."""
-    message_id = bulk_message_id(job_id, saga_id)
+def control_row(topics: Topics, saga_id: str, value: bytes, message_id: str, causation_id: str,
+                saga_type: str | None = None) -> OutboxMessage:
+    """The outbox row that sends the encoded control command ``value`` to saga ``saga_id`` on saga.control."""
     return OutboxMessage(topic=topics.control, key=saga_id, value=value,
-                         headers=message_headers(message_id, causation_id=f"bulk-job:{job_id}", saga_id=saga_id,
+                         headers=message_headers(message_id, causation_id=causation_id, saga_id=saga_id,
                                                  saga_type=saga_type),
                          message_id=message_id)
+
+
+def control_shards(messages: Sequence[OutboxMessage], partitions: tuple[int, ...] | None) -> list[int]:
+    """The outbox shard of each control row: its saga's partition of saga.control (None: all in shard 0)."""
+    if partitions is None:
+        return [0] * len(messages)
+    return [partition_for(message.key.encode(), partitions) for message in messages]
+
+
+def command_row(topics: Topics, job_id: int, saga_id: str, saga_type: str, value: bytes) -> OutboxMessage:
+    """The outbox row that sends job ``job_id``'s command ``value`` to saga ``saga_id`` on saga.control."""
+    return control_row(topics, saga_id, value, bulk_message_id(job_id, saga_id), f"bulk-job:{job_id}", saga_type)
 
 
 def batch_size(rate_per_s: float) -> int:
@@ -438,7 +450,7 @@ class BulkRunner:
             f"SELECT saga_id, saga_type FROM saga.saga_summary WHERE {condition.sql} AND saga_id > ${n}"
             f" ORDER BY saga_id LIMIT ${n + 1}", row["created_at"], *condition.params, row["last_saga_id"], size)
         messages = self._commands(row, sagas)
-        await write_outbox(conn, OUTBOX_TABLE, messages, self._shards(messages))
+        await write_outbox(conn, OUTBOX_TABLE, messages, control_shards(messages, self._partitions))
         finished = len(sagas) < size
         await conn.execute(
             f"UPDATE {JOBS_TABLE} SET last_saga_id = $2, done = done + $3, failed = failed + $4,"
@@ -466,8 +478,3 @@ class BulkRunner:
                 continue
             messages.append(command_row(self._topics, row["id"], saga["saga_id"], saga["saga_type"], value))
         return messages
-
-    def _shards(self, messages: Sequence[OutboxMessage]) -> list[int]:
-        if self._partitions is None:
-            return [0] * len(messages)
-        return [partition_for(message.key.encode(), self._partitions) for message in messages]
