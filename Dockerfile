@@ -25,6 +25,7 @@ COPY client client
 COPY testing testing
 COPY console console
 COPY authoring authoring
+COPY operations operations
 RUN pip install -c constraints.txt ".[orchestrator]" && rm -rf /src
 
 WORKDIR /app

@@ -4,7 +4,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-PARTS := orchestrator outbox participants schemas infra cli client testing console authoring
+PARTS := orchestrator outbox participants schemas infra cli client testing console authoring operations
 # mypy and import-linter do not follow the editable install's import hook, so they read the package through a
 # tree of links: build/typecheck/saga_orchestrator/<part> -> <part>.
 TYPECHECK := build/typecheck
