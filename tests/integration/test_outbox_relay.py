@@ -112,9 +112,10 @@ def active_lock_key(relay: OutboxRelay) -> int:
 
 
 async def advisory_locks_held(pool: asyncpg.Pool) -> set[int]:
-    """Every session-level advisory lock on a bigint key held now, by any backend."""
+    """Every session-level advisory lock on a bigint key held now in this database, by any backend."""
     rows = await pool.fetch("SELECT classid::bigint AS high, objid::bigint AS low FROM pg_locks"
-                            " WHERE locktype = 'advisory' AND objsubid = 1 AND granted")
+                            " WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
+                            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
     return {row["high"] << 32 | row["low"] for row in rows}
 
 
@@ -304,10 +305,12 @@ async def test_run_keeps_going_through_a_kafka_outage_and_a_lost_connection(
         await write(pool, table, messages(topic, ["k"], 3))
         await _wait_until_empty(pool, table)
         assert attempts == 3
-        # Postgres drops the relay's connection (as in a restart): the relay reconnects and carries on.
+        # Postgres drops the relay's connection (as in a restart): the relay reconnects and carries on. Only
+        # this test's database: other test modules running beside it hold advisory locks of their own.
         killed = await pool.fetchval(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_locks"
             " WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
         assert killed >= 1
         await write(pool, table, messages(topic, ["k"], 3, start=3))
