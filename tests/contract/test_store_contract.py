@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,7 +19,6 @@ import asyncpg
 import orjson
 import pytest
 
-from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.housekeeping import purge_ended
 from saga_orchestrator.orchestrator.inbound import Envelope
@@ -39,7 +38,7 @@ from saga_orchestrator.orchestrator.ports import (
 )
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
-from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
@@ -65,14 +64,6 @@ class Harness:
     store: Store
     outbox: Callable[[], Awaitable[list[OutboxMessage]]]  # committed outbox rows, id order
     reset: Callable[[], Awaitable[None]]
-
-
-@pytest.fixture(scope="module")
-async def pg_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(database_url, 4)
-    await migrate(pool)
-    yield pool
-    await pool.close()
 
 
 def _memory_harness() -> Harness:
