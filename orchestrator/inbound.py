@@ -6,16 +6,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.headers import MESSAGE_ID, TRACEPARENT, valid_traceparent
 from ..schemas.ids import compensation_key, forward_key, reply_message_id
 from ..schemas.limits import (
+    MAX_ERROR_MESSAGE_CHARS,
     MAX_MESSAGE_ID_BYTES,
     MAX_REJECTION_REASON_CHARS,
     MAX_START_SAGA_BYTES,
     MAX_TEXT_CHARS,
+    clip_text,
     id_problem,
     nul_field,
 )
@@ -35,6 +38,8 @@ from ..schemas.topics import Topics
 from .domain.definition import DefinitionRegistry
 from .domain.messages import IncomingMessage, RejectedRecord, Timer, TimerFired, TimerKind
 from .ports import InboxKey, TimerRow
+
+T = TypeVar("T")
 
 CLIENT_IDS = "orchestrator"
 """Inbox namespace of the ``message_id`` headers clients give their records (saga.start, saga.control)."""
@@ -152,6 +157,7 @@ class RecordParser:
         problem = _text_problem(message)
         if problem:
             return rejected(problem, message.saga_id)
+        message = _clipped(message)
         if isinstance(message, StepResult):
             # Its inbox id derives from its key, so a key that is not its own saga's (a forged or misrouted
             # reply) must not take the id of the reply it imitates: refused before any claim.
@@ -238,6 +244,17 @@ def _text_problem(message: wire.IncomingWire) -> str | None:
         if text is not None and len(text) > MAX_TEXT_CHARS:
             return f"{name} of {len(text)} characters is longer than the {MAX_TEXT_CHARS} allowed"
     return None
+
+
+def _clipped(message: T) -> T:
+    """``message`` with the free text it carries into events cut to ``MAX_ERROR_MESSAGE_CHARS`` (marked "..."): a
+    reply's error message, a signal's sender. The one place they are cut; the core records what it is given.
+    (A client's or an operator's reason, operator and detail are refused above ``MAX_TEXT_CHARS`` instead.)"""
+    if isinstance(message, StepResult) and len(message.error_message or "") > MAX_ERROR_MESSAGE_CHARS:
+        return dataclasses.replace(message, error_message=clip_text(message.error_message))
+    if isinstance(message, SignalSaga) and len(message.sender or "") > MAX_ERROR_MESSAGE_CHARS:
+        return dataclasses.replace(message, sender=clip_text(message.sender))
+    return message
 
 
 def _start_size_problem(size: int) -> str | None:
