@@ -11,7 +11,7 @@ from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.orchestrator.inbound import RecordParser
 from saga_orchestrator.orchestrator.state_cache import StateCache, state_bytes
-from saga_orchestrator.participants.kit.handling import within_limits
+from saga_orchestrator.participants.kit.handler_calls import within_limits
 from saga_orchestrator.participants.kit.outcome import Failed, Succeeded
 from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.participants.trip.definition import TRIP
