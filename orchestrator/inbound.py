@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.headers import MESSAGE_ID, TRACEPARENT, valid_traceparent
 from ..schemas.ids import compensation_key, forward_key, reply_message_id
 from ..schemas.limits import (
+    MAX_ERROR_MESSAGE_CHARS,
     MAX_MESSAGE_ID_BYTES,
     MAX_REJECTION_REASON_CHARS,
     MAX_START_SAGA_BYTES,
     MAX_TEXT_CHARS,
+    clip_text,
     id_problem,
     nul_field,
 )
@@ -35,6 +39,8 @@ from ..schemas.topics import Topics
 from .domain.definition import DefinitionRegistry
 from .domain.messages import IncomingMessage, RejectedRecord, Timer, TimerFired, TimerKind
 from .ports import InboxKey, TimerRow
+
+T = TypeVar("T")
 
 CLIENT_IDS = "orchestrator"
 """Inbox namespace of the ``message_id`` headers clients give their records (saga.start, saga.control)."""
@@ -57,6 +63,10 @@ class Envelope:
     message_id: str
     raw: ConsumedRecord | None = None
     inbox_key: InboxKey | None = None
+    start_input: Mapping[str, Any] | None = None
+    """The input record of the saga the message starts (a StartSaga's, a signal-with-start's), decoded once
+    where the parser checked it; the service indexes the saga's business keys from it. None for every other
+    message, and for an envelope built without the parser (the service then decodes the input itself)."""
 
 
 def timer_envelope(row: TimerRow) -> Envelope:
@@ -139,19 +149,23 @@ class RecordParser:
         field = nul_field({f.name: getattr(message, f.name) for f in dataclasses.fields(message)})
         if field:
             return rejected(f"{field} contains a NUL character", message.saga_id)
+        start_input: dict[str, Any] | None = None
         if isinstance(message, StartSaga):
             message = dataclasses.replace(message, traceparent=valid_traceparent(raw.header(TRACEPARENT)))
-            problem = _start_size_problem(len(raw.value)) or self._check_start(message)
+            problem = _start_size_problem(len(raw.value))
+            if problem is None:
+                problem, start_input = self._read_start(message)
             if problem:
                 saga_type = message.saga_type if id_problem(message.saga_type, "saga_type") is None else None
                 return rejected(problem, message.saga_id, saga_type)
         if isinstance(message, SignalSaga):
-            problem = self._check_signal(message, raw)
+            problem, start_input = self._check_signal(message, raw)
             if problem:
                 return rejected(problem, message.saga_id)
         problem = _text_problem(message)
         if problem:
             return rejected(problem, message.saga_id)
+        message = _clipped(message)
         if isinstance(message, StepResult):
             # Its inbox id derives from its key, so a key that is not its own saga's (a forged or misrouted
             # reply) must not take the id of the reply it imitates: refused before any claim.
@@ -163,9 +177,9 @@ class RecordParser:
             derived = reply_message_id(message.idempotency_key, message.attempt)
             return Envelope(message, message_id or derived, raw, (REPLY_IDS, derived))
         if message_id is not None:
-            return Envelope(message, message_id, raw, (CLIENT_IDS, message_id))
+            return Envelope(message, message_id, raw, (CLIENT_IDS, message_id), start_input)
         digest = content_digest(raw)
-        return Envelope(message, f"content:{digest}", raw, (CONTENT_IDS, digest))
+        return Envelope(message, f"content:{digest}", raw, (CONTENT_IDS, digest), start_input)
 
     def _decode(self, raw: ConsumedRecord
                 ) -> StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga | SignalSaga | StepResult:
@@ -187,47 +201,49 @@ class RecordParser:
             return wire.decode_result(raw.value)
         raise WireError(f"topic {raw.topic} is not consumed by the orchestrator")
 
-    def _check_signal(self, signal: SignalSaga, raw: ConsumedRecord) -> str | None:
-        """Why a SignalSaga cannot be taken at the door: a bad signal id, a payload that is no record some saga
-        type declares for the signal, or a signal-with-start whose start would be refused."""
+    def _check_signal(self, signal: SignalSaga, raw: ConsumedRecord) -> tuple[str | None, dict[str, Any] | None]:
+        """Why a SignalSaga cannot be taken at the door (a bad signal id, a payload that is no record some saga
+        type declares for the signal, or a signal-with-start whose start would be refused), or None; and the
+        input record of the saga it starts, if it starts one."""
         problem = id_problem(signal.signal_id, "signal_id") or ("signal_id is empty" if not signal.signal_id.strip()
                                                                  else None)
         if problem:
-            return problem
+            return problem, None
         try:
             name, record = self._registry.decode(signal.payload)
         except WireError as error:
-            return f"payload of signal {signal.signal} is not a single-object-encoded record: {error}"
+            return f"payload of signal {signal.signal} is not a single-object-encoded record: {error}", None
         declared = {definition.signal_record(signal.signal) for definition in self._definitions.definitions()
                     if signal.start_saga_type in (None, definition.saga_type)} - {None}
         if declared and name not in declared:
-            return f"signal {signal.signal} carries {' or '.join(sorted(str(d) for d in declared))}, not {name}"
+            return f"signal {signal.signal} carries {' or '.join(sorted(str(d) for d in declared))}, not {name}", None
         field = nul_field(record)
         if field:
-            return f"payload field {field} contains a NUL character"
+            return f"payload field {field} contains a NUL character", None
         start = signal.start()
-        if start is not None:
-            start = dataclasses.replace(start, traceparent=valid_traceparent(raw.header(TRACEPARENT)))
-            return self._check_start(start)
-        return None
+        if start is None:
+            return None, None
+        return self._read_start(start)
 
-    def _check_start(self, start: StartSaga) -> str | None:
+    def _read_start(self, start: StartSaga) -> tuple[str | None, dict[str, Any] | None]:
+        """Why ``start`` cannot be taken at the door (an unknown saga type, an empty id, an input that is no
+        record of its type's input schema or holds a NUL), or None; and its input record, decoded here once."""
         definition = self._definitions.latest(start.saga_type)
         if definition is None:
             known = ", ".join(sorted(self._definitions.types())) or "none"
-            return f"unknown saga_type {start.saga_type!r} (known: {known})"
+            return f"unknown saga_type {start.saga_type!r} (known: {known})", None
         if not start.saga_id.strip():
-            return "saga_id is empty"
+            return "saga_id is empty", None
         try:
             name, record = self._registry.decode(start.input)
         except WireError as error:
-            return f"input of saga {start.saga_id} is not a single-object-encoded record: {error}"
+            return f"input of saga {start.saga_id} is not a single-object-encoded record: {error}", None
         if name != definition.input_schema:
-            return f"input of saga type {start.saga_type!r} must be {definition.input_schema}, got {name}"
+            return f"input of saga type {start.saga_type!r} must be {definition.input_schema}, got {name}", None
         field = nul_field(record)
         if field:
-            return f"input field {field} contains a NUL character"
-        return None
+            return f"input field {field} contains a NUL character", None
+        return None, record
 
 
 def _text_problem(message: wire.IncomingWire) -> str | None:
@@ -238,6 +254,17 @@ def _text_problem(message: wire.IncomingWire) -> str | None:
         if text is not None and len(text) > MAX_TEXT_CHARS:
             return f"{name} of {len(text)} characters is longer than the {MAX_TEXT_CHARS} allowed"
     return None
+
+
+def _clipped(message: T) -> T:
+    """``message`` with the free text it carries into events cut to ``MAX_ERROR_MESSAGE_CHARS`` (marked "..."): a
+    reply's error message, a signal's sender. The one place they are cut; the core records what it is given.
+    (A client's or an operator's reason, operator and detail are refused above ``MAX_TEXT_CHARS`` instead.)"""
+    if isinstance(message, StepResult) and len(message.error_message or "") > MAX_ERROR_MESSAGE_CHARS:
+        return dataclasses.replace(message, error_message=clip_text(message.error_message))
+    if isinstance(message, SignalSaga) and len(message.sender or "") > MAX_ERROR_MESSAGE_CHARS:
+        return dataclasses.replace(message, sender=clip_text(message.sender))
+    return message
 
 
 def _start_size_problem(size: int) -> str | None:

@@ -85,7 +85,7 @@ class SagaService:
                  poison_attempts: int = POISON_ATTEMPTS, cache_bytes: int = STATE_CACHE_BYTES,
                  on_conflict: Callable[[], None] | None = None, schemas: SchemaRegistry | None = None) -> None:
         self._units = units
-        self._schemas = schemas or default_registry()  # decodes a starting saga's input for its search keys
+        self._schemas = schemas or default_registry()  # decodes the input of a start not from the parser
         self._definitions = definitions
         self._topics = topics
         self._clock_ms = clock_ms
@@ -263,7 +263,10 @@ class SagaService:
             states[after.saga_id] = after
             log_decision(decision.events)
             if definition is not None and definition.searchable and isinstance(decision.events[0], SagaStarted):
-                writes.index(after.saga_id, definition.searchable, self._schemas.decode(after.input)[1])
+                # Decoded once, by the parser that checked it; an envelope built without one is decoded here.
+                record = (envelope.start_input if envelope.start_input is not None
+                          else self._schemas.decode(after.input)[1])
+                writes.index(after.saga_id, definition.searchable, record)
         if decision.dead_letter is None or envelope.raw is None:  # no record handed over (a test): no bytes
             return Outcome.APPLIED if decision.events else Outcome.NOTHING_TO_DO
         saga_type = message.saga_type if isinstance(message, RejectedRecord) else None

@@ -2,7 +2,8 @@
 
 Delivery is at-least-once. The relay deletes rows only after Kafka acknowledged every record of the batch
 (acks=all); a crash or error between the acknowledgement and the DELETE leaves the rows in place, and they
-are published again later with the same ``message_id`` header. Every consumer dedupes on that header.
+are published again later with the same ``message_id`` header. Every consumer dedupes on that header. How a
+batch is handed to Kafka (one record batch per partition, every ack awaited, its spans): ``outbox.publishing``.
 
 Order: rows are read in id order and sent in that order through one idempotent producer, so records with
 the same key (same partition) reach Kafka in id order. Ids follow commit order for one key as long as one
@@ -45,26 +46,23 @@ from typing import Any
 import asyncpg
 import orjson
 from aiokafka.errors import KafkaError
-from opentelemetry.trace import SpanKind
 
 from ..infra import tracing
 from ..infra.db import check_table
-from ..infra.failures import Fault, PlatformUnavailable, classify, describe
+from ..infra.failures import PlatformUnavailable, describe
 from ..infra.faults import crash_point
 from ..infra.health import current as current_health
 from ..infra.isolation import IsolationLadder, OutageWait
 from ..infra.kafka_clients import KafkaClients
 from ..infra.logging import saga_trace
 from ..infra.startup import sleep_or_stop, sleep_or_woken
-from ..schemas.headers import SAGA_ID, TRACEPARENT
-from .batches import queue_batches
+from ..schemas.headers import TRACEPARENT
 from .lease import KEEPALIVE_SETTINGS, STATEMENT_TIMEOUT_S, ShardLeases, leases_table
+from .publishing import BatchFailed, ProducerFactory, default_producer_factory, publish, row_saga_id, trace_publish
 from .table import parked_table
 
 log = logging.getLogger(__name__)
 
-ProducerFactory = Callable[[], Any]  # an unstarted AIOKafkaProducer (or an object with its start, stop,
-# partitions_for, create_batch and send_batch)
 WOKEN_MAX_POLL_MS = 1000
 """Longest idle wait of a relay whose writers wake it after each commit (in their process): its polls only find
 rows of writers elsewhere (another replica) or held-back rows, whose due time it asks for."""
@@ -74,25 +72,6 @@ MAX_POLL_MS = 50  # default wait between polls once they stop finding rows
 
 ONE_SHARD: tuple[int, ...] = (0,)
 """The shards of a table whose writers do not shard it (a participant's outbox): every row is in shard 0."""
-
-
-def default_producer_factory(kafka: KafkaClients) -> ProducerFactory:
-    """Idempotent producer, acks from all in-sync replicas, no linger.
-
-    A pass queues its rows as whole record batches (``outbox.batches``) before the producer's sender runs, and
-    waits for their acks before the next pass, so a linger fills nothing: it only delays every batch. At 2 ms it
-    was 2 of the 3.3 ms a relay waited for an ack at 15 sagas/s, on each of a trip's seven relay hops."""
-
-    def factory() -> Any:
-        return kafka.producer(
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=0,
-            max_batch_size=512 * 1024,
-            client_id="outbox-relay",
-        )
-
-    return factory
 
 
 class OutboxRelay:
@@ -195,7 +174,7 @@ class OutboxRelay:
                 except Exception as exc:  # a platform fault (or the park failed): back off, the rows stay
                     await self._after_error(exc)
                     await self._outage.pause(exc, stop, table=self.table, shards=self._leases.shards,
-                                             **(exc.fields() if isinstance(exc, _BatchFailed) else {}))
+                                             **(exc.fields() if isinstance(exc, BatchFailed) else {}))
                     continue
                 self._outage.over()
                 if published >= self._batch_size:
@@ -302,42 +281,25 @@ class OutboxRelay:
 
     async def _publish_rows(self, rows: Sequence[asyncpg.Record]) -> list[_Fate]:
         """Publish ``rows`` (but those behind a row parked in this pass) and delete them once Kafka acknowledged
-        them all; ``_BatchFailed`` when Kafka did not."""
+        them all; ``BatchFailed`` when Kafka did not."""
         sending = [row for row in rows if row["message_key"] not in self._parked_keys]
         if sending:
             self._check_trust()
             producer = await self._ensure_producer()
             started_ns = time.time_ns() if tracing.enabled() else 0
             try:
-                await _publish(producer, sending)
-            except _BatchFailed as failed:
+                await publish(producer, sending)
+            except BatchFailed as failed:
                 if started_ns:
-                    self._traced(sending, started_ns, failed.cause)
+                    trace_publish(self.table, sending, started_ns, failed.cause)
                 # A refused batch may leave the idempotent producer's sequence of that partition broken.
                 await self._drop_producer()
                 raise
             if started_ns:
-                self._traced(sending, started_ns)
+                trace_publish(self.table, sending, started_ns)
             crash_point("relay.after_publish")  # acknowledged by Kafka, still in the outbox: published again
             await self._published(sending, ask_held_back=len(rows) == self._pass_rows < self._batch_size)
         return [_Fate.WAITING if row["message_key"] in self._parked_keys else _Fate.PUBLISHED for row in rows]
-
-    def _traced(self, rows: list[asyncpg.Record], started_ns: int, error: BaseException | None = None) -> None:
-        """The ``outbox.publish`` spans of a batch that took from ``started_ns`` until now: one per saga trace
-        among its rows (a row's ``traceparent`` header), each naming its saga, topics and row count."""
-        by_trace: dict[str, list[asyncpg.Record]] = {}
-        saga_of: dict[str, str] = {}
-        for row in rows:
-            headers = orjson.loads(row["headers"])
-            traceparent = headers.get(TRACEPARENT)
-            if traceparent is not None:  # rows of no saga's trace (a dead letter) make no span
-                by_trace.setdefault(traceparent, []).append(row)
-                saga_of.setdefault(traceparent, headers.get(SAGA_ID, row["message_key"]))
-        tracing.spans_over("outbox.publish", [
-            (traceparent, {"saga.id": saga_of[traceparent], "outbox.table": self.table, "messaging.system": "kafka",
-                           "messaging.destination.name": sorted({row["topic"] for row in group}),
-                           "messaging.batch.message_count": len(group)})
-            for traceparent, group in by_trace.items()], started_ns, time.time_ns(), error, kind=SpanKind.PRODUCER)
 
     async def _published(self, rows: list[asyncpg.Record], ask_held_back: bool = False) -> None:
         """Delete the published ``rows``; with ``ask_held_back``, keep when the next held-back row is due for
@@ -355,7 +317,7 @@ class OutboxRelay:
     async def _park(self, row: asyncpg.Record, cause: BaseException) -> _Fate:
         """Move ``row`` aside with the reason Kafka refused it; the later rows of its key wait behind it."""
         assert self._conn is not None
-        if isinstance(cause, _BatchFailed):
+        if isinstance(cause, BatchFailed):
             cause = cause.cause
         reason = f"refused every time: {describe(cause)}"[:2000]
         await self._conn.execute(self._park_sql, row["id"], reason, timeout=STATEMENT_TIMEOUT_S)
@@ -365,7 +327,7 @@ class OutboxRelay:
         with saga_trace(orjson.loads(row["headers"]).get(TRACEPARENT)):
             log.error("outbox row parked; the later rows of its key wait behind it", extra={
                 "table": self.table, "id": row["id"], "topic": row["topic"], "key": row["message_key"],
-                "saga_id": _saga_id(row), "message_id": row["message_id"], "bytes": len(row["value"]),
+                "saga_id": row_saga_id(row), "message_id": row["message_id"], "bytes": len(row["value"]),
                 "reason": reason})
         return _Fate.PARKED
 
@@ -373,7 +335,7 @@ class OutboxRelay:
         """Let go of what ``exc`` may have broken before the pass is tried again."""
         if isinstance(exc, _NotTrusted):
             return  # nothing broke: the next pass renews the leases first
-        cause = exc.cause if isinstance(exc, _BatchFailed) else exc
+        cause = exc.cause if isinstance(exc, BatchFailed) else exc
         if isinstance(cause, KafkaError):
             # A producer whose idempotent sequence broke must be recreated; the lock connection is fine.
             await self._drop_producer()
@@ -413,61 +375,9 @@ class OutboxRelay:
         log.info("outbox relay inactive", extra={"table": self.table})
 
 
-async def _publish(producer: Any, rows: list[asyncpg.Record]) -> None:
-    """Queue every row, one record batch per partition, then wait for all acks; _BatchFailed when any failed."""
-    futures: list[asyncio.Future[Any]] = []
-    try:
-        await queue_batches(producer, [(row["topic"], row["message_key"].encode(), row["value"], _headers(row))
-                                       for row in rows], futures)
-    except Exception as exc:  # e.g. unknown topic (metadata timeout), record too large
-        await asyncio.gather(*futures, return_exceptions=True)
-        if classify(exc) is Fault.PLATFORM:  # a broker away, or a topic the cluster lacks?
-            missing = await _missing_topics(producer, {row["topic"] for row in rows})
-            if missing:
-                raise _BatchFailed(rows, MissingTopic(missing)) from None
-        raise _BatchFailed(rows, exc) from exc
-    results = await asyncio.gather(*futures, return_exceptions=True)
-    failures = [r for r in results if isinstance(r, BaseException)]
-    if failures:
-        raise _BatchFailed(rows, failures[0]) from failures[0]
-
-
-async def _missing_topics(producer: Any, topics: set[str]) -> list[str]:
-    """Which of ``topics`` the cluster answers it does not have (none when it does not answer)."""
-    client = getattr(producer, "client", None)
-    if client is None:
-        return []
-    try:
-        async with asyncio.timeout(STATEMENT_TIMEOUT_S):
-            cluster = await client.fetch_all_metadata()
-    except Exception:  # the cluster does not answer: nothing is known to be missing
-        return []
-    return sorted(topics - set(cluster.topics()))
-
-
-def _saga_id(row: asyncpg.Record) -> str:
-    saga_id: str = orjson.loads(row["headers"]).get("saga_id", row["message_key"])
-    return saga_id
-
-
-def _headers(row: asyncpg.Record) -> list[tuple[str, bytes]]:
-    stored: dict[str, Any] = orjson.loads(row["headers"])
-    headers = [(name, str(value).encode()) for name, value in stored.items() if name != "message_id"]
-    headers.append(("message_id", row["message_id"].encode()))
-    return headers
-
-
 class _NotTrusted(PlatformUnavailable):
     """The relay's leases were not renewed within their trust: a standby may hold them soon. Publishing nothing
     until they are is waiting for the platform (the lease connection), never a fault of the rows."""
-
-
-class MissingTopic(Exception):
-    """Rows for topics the cluster answers it does not have: the rows' fault (``infra.failures``: RECORD), so
-    they are parked once they failed every time, while the rows of other topics go on."""
-
-    def __init__(self, topics: list[str]) -> None:
-        super().__init__(f"the Kafka cluster has no topic {', '.join(topics)}")
 
 
 class _Fate(StrEnum):
@@ -495,16 +405,3 @@ class _OutboxRows:
         return await self._relay._park(row, error)
 
 
-class _BatchFailed(Exception):
-    """A produce batch failed; carries the saga ids involved for the log line."""
-
-    def __init__(self, rows: list[asyncpg.Record], cause: BaseException) -> None:
-        super().__init__(repr(cause))
-        self.cause = cause
-        self.first_id: int = rows[0]["id"]
-        keys = dict.fromkeys(orjson.loads(row["headers"]).get("saga_id", row["message_key"]) for row in rows)
-        self.saga_ids = list(keys)[:20]
-
-    def fields(self) -> dict[str, object]:
-        """For the log line: the first row and the sagas involved."""
-        return {"first_id": self.first_id, "saga_ids": self.saga_ids}

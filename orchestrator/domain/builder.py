@@ -12,7 +12,7 @@ from typing import TypedDict
 
 from ...schemas import event_types as ev
 from ...schemas.ids import command_message_id, compensation_key, forward_key
-from ...schemas.limits import MAX_COMMAND_PAYLOAD_BYTES, MAX_STEP_OUTPUT_BYTES, MAX_STEP_OUTPUTS_BYTES, clip_text
+from ...schemas.limits import MAX_COMMAND_PAYLOAD_BYTES, MAX_STEP_OUTPUT_BYTES, MAX_STEP_OUTPUTS_BYTES
 from ...schemas.message_types import CommandKind, StepCommand, WithdrawStep
 from .definition import Expiry, SagaDefinition
 from .evolve import apply_event
@@ -365,7 +365,7 @@ def withdraw(b: DecisionBuilder, name: str, reason: str, *, wait: bool) -> None:
     b.record(ev.StepWithdrawn(**base, step=name, attempt=max(1, step.attempt),
                               idempotency_key=forward_key(b.saga_id, name),
                               message_id=command_message_id(b.saga_id, base["seq"]),
-                              reason=clip_text(reason) or "", timeout_at=timeout_at))
+                              reason=reason, timeout_at=timeout_at))
 
 
 def send_compensation(b: DecisionBuilder, name: str, attempt: int) -> None:

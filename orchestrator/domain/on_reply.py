@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ...schemas import event_types as ev
 from ...schemas.ids import compensation_key, forward_key
-from ...schemas.limits import OUTPUT_REFUSED, clip_text
+from ...schemas.limits import OUTPUT_REFUSED
 from ...schemas.message_types import CommandKind, ResultStatus, StepResult
 from .builder import (
     DecisionBuilder,
@@ -79,7 +79,7 @@ def _forward_result(b: DecisionBuilder, result: StepResult) -> None:
             step=step.name,
             attempt=result.attempt,
             error_type=error_type,
-            error_message=clip_text(result.error_message),
+            error_message=result.error_message,
             retryable=result.retryable,
         )
     )
@@ -131,7 +131,7 @@ def _compensation_result(b: DecisionBuilder, result: StepResult) -> None:
             step=step.name,
             attempt=result.attempt,
             error_type=error_type,
-            error_message=clip_text(result.error_message),
+            error_message=result.error_message,
             retryable=result.retryable,
         )
     )
@@ -143,8 +143,8 @@ def _answered_by(b: DecisionBuilder, result: StepResult) -> None:
     """A person gave this reply (a deferred command's answer, ``result.operator``), and it is taken: record who,
     and why, just before the outcome it gives."""
     if result.operator is not None:
-        detail = ": ".join(part for part in (result.step, clip_text(result.detail)) if part)
-        b.record(ev.OperatorAction(**b.base(), action=ANSWER, operator=clip_text(result.operator), detail=detail))
+        detail = ": ".join(part for part in (result.step, result.detail) if part)
+        b.record(ev.OperatorAction(**b.base(), action=ANSWER, operator=result.operator, detail=detail))
 
 
 def _after_compensation_failure(

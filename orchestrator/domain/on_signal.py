@@ -8,7 +8,6 @@ step waiting for it, at once or when that step comes to wait; one the saga canno
 from __future__ import annotations
 
 from ...schemas import event_types as ev
-from ...schemas.limits import clip_text
 from ...schemas.message_types import SignalSaga
 from .builder import DecisionBuilder, output_problem, take_signal
 from .progress import advance
@@ -22,10 +21,10 @@ def handle_signal(b: DecisionBuilder, signal: SignalSaga) -> None:
     refusal = signal_refusal(b, signal)
     if refusal is not None:
         b.record(ev.SignalRefused(**b.base(), signal_id=signal.signal_id, signal=signal.signal,
-                                  sender=clip_text(signal.sender), reason=refusal))
+                                  sender=signal.sender, reason=refusal))
         return
     b.record(ev.SignalReceived(**b.base(), signal_id=signal.signal_id, signal=signal.signal, payload=signal.payload,
-                               sender=clip_text(signal.sender)))
+                               sender=signal.sender))
     for name in b.defn.order:
         if b.defn.step(name).signal == signal.signal and b.saga.steps[name].status is StepStatus.AWAITING_SIGNAL:
             take_signal(b, name, signal.payload)
@@ -36,7 +35,7 @@ def refuse_signal(b: DecisionBuilder, signal: SignalSaga, reason: str) -> None:
     """Record ``signal`` refused for ``reason`` (a saga that runs nothing: rejected or purged)."""
     if signal.signal_id not in b.saga.signal_ids:
         b.record(ev.SignalRefused(**b.base(), signal_id=signal.signal_id, signal=signal.signal,
-                                  sender=clip_text(signal.sender), reason=reason))
+                                  sender=signal.sender, reason=reason))
 
 
 def signal_refusal(b: DecisionBuilder, signal: SignalSaga) -> str | None:

@@ -6,6 +6,10 @@
   BatchHandler signatures.
 - ``handling``: handle_commands (the deliveries that arrived together, one local transaction; a lone command
   is a batch of one) and Disposition.
+- ``deliveries``: a delivery read and checked before the transaction (parse_delivery), and the DeadLetter row of
+  one that cannot run.
+- ``handler_calls``: the handlers run inside the transaction, each call in a savepoint, and the kit's limits on
+  their outcomes (within_limits).
 - ``ledger``: every statement on the participant's record of handled and awaited commands, its DDL and its
   retention.
 - ``replies``: the StepResult outbox row a command is answered with.

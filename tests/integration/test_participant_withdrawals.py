@@ -22,7 +22,8 @@ import pytest
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.deferred import answer_overdue, complete, why_not_awaiting
-from saga_orchestrator.participants.kit.handling import EXPIRED, HANDLER_TIMED_OUT, Disposition, handle_commands
+from saga_orchestrator.participants.kit.handler_calls import HANDLER_TIMED_OUT
+from saga_orchestrator.participants.kit.handling import EXPIRED, Disposition, handle_commands
 from saga_orchestrator.participants.kit.ledger import ANSWER_TIMED_OUT, WITHDRAWN, awaiting
 from saga_orchestrator.participants.kit.outcome import Deferred, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Participant

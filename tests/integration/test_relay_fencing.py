@@ -18,7 +18,8 @@ from aiokafka import AIOKafkaConsumer
 
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.kafka_clients import KafkaClients
-from saga_orchestrator.outbox.relay import OutboxRelay, default_producer_factory
+from saga_orchestrator.outbox.publishing import default_producer_factory
+from saga_orchestrator.outbox.relay import OutboxRelay
 from saga_orchestrator.outbox.table import OutboxMessage, write_outbox
 from tests.integration.conftest import fresh_outbox, fresh_topic
 

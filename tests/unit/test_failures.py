@@ -24,7 +24,7 @@ from aiokafka import errors as kafka_errors
 from saga_orchestrator.infra.failures import Fault, PlatformUnavailable, WriteConflict, classify, describe
 from saga_orchestrator.orchestrator.domain.errors import DomainError
 from saga_orchestrator.orchestrator.ports import ConcurrencyConflict
-from saga_orchestrator.outbox.relay import MissingTopic
+from saga_orchestrator.outbox.publishing import MissingTopic
 from saga_orchestrator.schemas.codec import WireError
 
 PLATFORM, CONFLICT, RECORD = Fault.PLATFORM, Fault.CONFLICT, Fault.RECORD

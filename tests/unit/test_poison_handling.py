@@ -16,7 +16,7 @@ from saga_orchestrator.orchestrator.inbound import REJECTED_IDS, Envelope, Recor
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.outbox.dead_letter_row import dead_letter_message
-from saga_orchestrator.participants.kit.handling import _key_problem, decode_command
+from saga_orchestrator.participants.kit.deliveries import decode_command, key_problem
 from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
@@ -197,11 +197,11 @@ def test_a_command_key_must_be_its_saga_id() -> None:
     def delivery(key: bytes | None, offset: int = 5) -> ConsumedRecord:
         return ConsumedRecord(topic="flight.commands", partition=0, offset=offset, key=key)
 
-    assert _key_problem(delivery(b"s-1"), "s-1") is None
-    assert _key_problem(delivery(None, offset=-1), "s-1") is None  # a direct call: no Kafka record
-    assert _key_problem(delivery(None), "s-1") == "missing Kafka key: the key must be the saga id (UTF-8)"
-    assert "differs from saga_id" in (_key_problem(delivery(b"other"), "s-1") or "")
-    assert _key_problem(delivery(b"\xffs-1"), "s-1") is not None
+    assert key_problem(delivery(b"s-1"), "s-1") is None
+    assert key_problem(delivery(None, offset=-1), "s-1") is None  # a direct call: no Kafka record
+    assert key_problem(delivery(None), "s-1") == "missing Kafka key: the key must be the saga id (UTF-8)"
+    assert "differs from saga_id" in (key_problem(delivery(b"other"), "s-1") or "")
+    assert key_problem(delivery(b"\xffs-1"), "s-1") is not None
 
 
 async def test_rejections_are_handled_a_batch_at_a_time_in_order_and_deduplicated() -> None:

@@ -38,3 +38,19 @@ async def test_a_started_saga_is_indexed_by_its_searchable_fields_once() -> None
 def test_a_searchable_field_must_be_a_plain_field_of_the_input(fields: tuple[str, ...], error: str) -> None:
     with pytest.raises(DefinitionError, match="^" + re.escape(f"saga 'booking': {error}")):
         Saga("booking", input=Request, searchable=fields)
+
+
+async def test_a_starting_sagas_input_is_decoded_once_by_the_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = SagaEnvironment(app)
+    decoded: list[bytes] = []
+    decode = env.schemas.decode
+
+    def counting(data: bytes) -> tuple[str, dict[str, object]]:
+        decoded.append(data)
+        return decode(data)
+
+    monkeypatch.setattr(env.schemas, "decode", counting)
+    saga_id = await env.start(checkout, ORDER)
+    assert env.store.search_keys == {SearchKey(saga_id, "order_id", "o-77"), SearchKey(saga_id, "email", "a@shop.test")}
+    inputs = [data for data in decoded if decode(data)[0] == checkout.definition.input_schema]
+    assert len(inputs) == 1  # by the parser, which hands the record on to the service's index

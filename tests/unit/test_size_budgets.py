@@ -7,10 +7,13 @@ from __future__ import annotations
 import pytest
 
 from saga_orchestrator.orchestrator.domain.builder import output_problem
+from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
+from saga_orchestrator.orchestrator.inbound import RecordParser
 from saga_orchestrator.orchestrator.state_cache import StateCache, state_bytes
-from saga_orchestrator.participants.kit.handling import within_limits
+from saga_orchestrator.participants.kit.handler_calls import within_limits
 from saga_orchestrator.participants.kit.outcome import Failed, Succeeded
+from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas import wire
@@ -23,7 +26,10 @@ from saga_orchestrator.schemas.limits import (
     OUTPUT_REFUSED,
     OUTPUT_TOO_LARGE,
 )
-from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus
+from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StepResult
+from saga_orchestrator.schemas.records import ConsumedRecord
+from saga_orchestrator.schemas.registry import default_registry
+from saga_orchestrator.schemas.topics import Topics
 from saga_orchestrator.testing.history import SagaRun, describe_command, event_names
 
 
@@ -86,13 +92,26 @@ def test_outputs_at_their_limits_make_commands_that_can_be_sent() -> None:
         assert len(wire.encode_command(command)) <= MAX_VALUE_BYTES
 
 
-def test_a_long_error_message_is_cut_where_it_enters() -> None:
-    run = SagaRun(TRIP)
+def test_a_long_error_message_is_cut_once_where_it_enters() -> None:
+    # Cut by the parser at the door; the core records the text it is given as it is.
+    parser = RecordParser(Topics(), DefinitionRegistry([TRIP]), default_registry(), PARTICIPANTS)
+    long_text = "e" * (MAX_ERROR_MESSAGE_CHARS * 10)
+    reply = StepResult(saga_id="s-1", step="book_flight", kind=CommandKind.FORWARD, idempotency_key="s-1:book_flight",
+                       attempt=1, status=ResultStatus.FAILED, error_type="Boom", error_message=long_text)
+    record = ConsumedRecord(topic=Topics().results("flight"), partition=0, offset=0, key=b"s-1",
+                            value=wire.encode_result(reply))
+    parsed = parser.parse(record).message
+    assert isinstance(parsed, StepResult)
+    assert parsed.error_message == "e" * MAX_ERROR_MESSAGE_CHARS + "..."
+    run = SagaRun(TRIP, saga_id="s-1")
     run.start()
-    run.reply("book_flight", CommandKind.FORWARD, ResultStatus.FAILED, error_type="Boom",
-              error_message="e" * (MAX_ERROR_MESSAGE_CHARS * 10))
+    run.send(parsed)
     failed = next(e for e in run.events if isinstance(e, ev.StepFailed))
-    assert failed.error_message is not None and len(failed.error_message) == MAX_ERROR_MESSAGE_CHARS + 3
+    assert failed.error_message == parsed.error_message
+    unclipped = SagaRun(TRIP, saga_id="s-1")
+    unclipped.start()
+    unclipped.send(reply)
+    assert next(e for e in unclipped.events if isinstance(e, ev.StepFailed)).error_message == long_text
 
 
 @pytest.mark.parametrize(

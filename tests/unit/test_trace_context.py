@@ -9,7 +9,7 @@ from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.state import fold
 from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
 from saga_orchestrator.orchestrator.outbound import PendingWrites
-from saga_orchestrator.participants.kit.handling import parse_delivery
+from saga_orchestrator.participants.kit.deliveries import parse_delivery
 from saga_orchestrator.participants.kit.ledger import RecordedReply
 from saga_orchestrator.participants.kit.replies import step_result_message
 from saga_orchestrator.participants.registry import get_participant
