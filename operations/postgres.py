@@ -9,10 +9,15 @@ import asyncpg
 
 from ..orchestrator.domain.definition import DefinitionRegistry
 from ..orchestrator.store.operations.reads import PostgresReads
+from ..orchestrator.store.operations.sessions import PostgresSessionStore
+from ..orchestrator.store.postgres import migrate
 from ..participants.kit.participant import Participant
 from ..schemas.registry import SchemaRegistry
 from .ports import ReadsStore
 from .reads import Reads
+from .sessions import StoredSessions
+
+__all__ = ["migrate", "postgres_reads", "postgres_sessions", "reads_store"]
 
 
 def reads_store(pool: asyncpg.Pool, schema: str = "saga") -> ReadsStore:
@@ -24,3 +29,8 @@ def postgres_reads(pool: asyncpg.Pool, definitions: DefinitionRegistry, schemas:
                    participants: Sequence[Participant] = (), schema: str = "saga") -> Reads:
     """The operator's reads over the orchestrator's tables in ``schema``."""
     return Reads(reads_store(pool, schema), definitions, schemas, participants)
+
+
+def postgres_sessions(pool: asyncpg.Pool, schema: str = "saga") -> StoredSessions:
+    """The console's sign-ins in ``<schema>.console_sessions`` (every console replica sees every sign-in)."""
+    return StoredSessions(PostgresSessionStore(pool, schema))
