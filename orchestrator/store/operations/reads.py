@@ -78,20 +78,21 @@ def filter_sql(selection: SagaFilter, as_of: str = "now()", first: int = 1) -> t
 
 
 class PostgresReads:
-    """``ReadsStore`` over the orchestrator's tables in ``schema``."""
+    """``ReadsStore`` over the orchestrator's tables in ``schema``, each read given up after ``timeout_s``."""
 
-    def __init__(self, pool: asyncpg.Pool, schema: str = "saga") -> None:
+    def __init__(self, pool: asyncpg.Pool, schema: str = "saga", timeout_s: float = READ_TIMEOUT_S) -> None:
         self._pool = pool
         self._s = check_identifier(schema)
+        self._timeout_s = timeout_s
 
     async def unfinished(self, statuses: Sequence[str], oldest: int) -> tuple[list[HeatCell], list[SagaSummaryRow]]:
         async with self._pool.acquire() as conn:
             cells = await conn.fetch(
                 f"SELECT saga_type, status, {_BUCKET_SQL} AS bucket, count(*) AS n FROM {self._s}.saga_summary"
-                " WHERE status = ANY($1::text[]) GROUP BY 1, 2, 3", list(statuses), timeout=READ_TIMEOUT_S)
+                " WHERE status = ANY($1::text[]) GROUP BY 1, 2, 3", list(statuses), timeout=self._timeout_s)
             rows = await conn.fetch(
                 f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary WHERE status = ANY($1::text[])"
-                " ORDER BY started_at LIMIT $2", list(statuses), oldest, timeout=READ_TIMEOUT_S)
+                " ORDER BY started_at LIMIT $2", list(statuses), oldest, timeout=self._timeout_s)
         return [_cell(r) for r in cells], [summary_row(r) for r in rows]
 
     async def ended_last_day(self, statuses: Sequence[str], undone: Collection[str]
@@ -102,7 +103,7 @@ class PostgresReads:
             f"SELECT saga_type, status, {_BUCKET_SQL} AS bucket, count(*) AS n,"
             "        count(*) FILTER (WHERE updated_at > now() - interval '1 hour') AS in_hour"
             f" FROM {self._s}.saga_summary WHERE status = ANY($1::text[]) AND updated_at > now() - interval '1 day'"
-            " GROUP BY 1, 2, 3", list(statuses), timeout=READ_TIMEOUT_S)
+            " GROUP BY 1, 2, 3", list(statuses), timeout=self._timeout_s)
         done = [r for r in rows if r["status"] in undone]
         counts = EndedCounts(hour=sum(r["in_hour"] for r in rows), day=sum(r["n"] for r in rows),
                              undone_hour=sum(r["in_hour"] for r in done), undone_day=sum(r["n"] for r in done))
@@ -112,24 +113,24 @@ class PostgresReads:
         condition, params = filter_sql(selection or SagaFilter())
         rows = await self._pool.fetch(
             f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary WHERE {condition}"
-            f" ORDER BY started_at, saga_id LIMIT ${len(params) + 1}", *params, limit, timeout=READ_TIMEOUT_S)
+            f" ORDER BY started_at, saga_id LIMIT ${len(params) + 1}", *params, limit, timeout=self._timeout_s)
         return [summary_row(r) for r in rows]
 
     async def count_by_status(self) -> dict[str, int]:
         rows = await self._pool.fetch(f"SELECT status, count(*) AS n FROM {self._s}.saga_summary GROUP BY 1"
-                                      " ORDER BY 1", timeout=READ_TIMEOUT_S)
+                                      " ORDER BY 1", timeout=self._timeout_s)
         return {r["status"]: r["n"] for r in rows}
 
     async def search(self, saga_id: str, field: str, value: str, limit: int) -> list[SagaSummaryRow]:
         rows = await self._pool.fetch(
             f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary WHERE saga_id = $1 OR saga_id IN ("
             f"  SELECT saga_id FROM {self._s}.search_keys WHERE value = $2 AND ($3 = '' OR field = $3))"
-            " ORDER BY started_at DESC LIMIT $4", saga_id, value, field, limit, timeout=READ_TIMEOUT_S)
+            " ORDER BY started_at DESC LIMIT $4", saga_id, value, field, limit, timeout=self._timeout_s)
         return [summary_row(r) for r in rows]
 
     async def search_keys(self, saga_id: str) -> dict[str, str]:
         rows = await self._pool.fetch(f"SELECT field, value FROM {self._s}.search_keys WHERE saga_id = $1"
-                                      " ORDER BY field", saga_id, timeout=READ_TIMEOUT_S)
+                                      " ORDER BY field", saga_id, timeout=self._timeout_s)
         return {r["field"]: r["value"] for r in rows}
 
     async def wedged(self, min_failures: int, per_group: int, ended: Collection[str]) -> list[WedgedGroup]:
@@ -138,23 +139,23 @@ class PostgresReads:
             "       (array_agg(saga_id ORDER BY step_failures DESC, saga_id))[1:$3] AS ids"
             f" FROM {self._s}.saga_summary WHERE step_failures >= $1 AND status <> ALL($2::text[])"
             " GROUP BY 1, 2, 3 ORDER BY n DESC, worst DESC", min_failures, list(ended), per_group,
-            timeout=READ_TIMEOUT_S)
+            timeout=self._timeout_s)
         return [WedgedGroup(r["saga_type"], r["current_step"], r["last_error"], r["n"], r["worst"], list(r["ids"]))
                 for r in rows]
 
     async def stored_saga(self, saga_id: str) -> StoredSaga | None:
         async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
             stored = await conn.fetch(f"SELECT saga_id, seq, event_type, body, recorded_at FROM {self._s}.events"
-                                      " WHERE saga_id = $1 ORDER BY seq", saga_id, timeout=READ_TIMEOUT_S)
+                                      " WHERE saga_id = $1 ORDER BY seq", saga_id, timeout=self._timeout_s)
             if not stored:
                 return None
             timers = await conn.fetch(f"SELECT kind, step, attempt, due_at FROM {self._s}.timers WHERE saga_id = $1"
-                                      " ORDER BY due_at", saga_id, timeout=READ_TIMEOUT_S)
+                                      " ORDER BY due_at", saga_id, timeout=self._timeout_s)
             outbox = await conn.fetch(
                 f"SELECT '{self._s}.outbox' AS t, id, topic, created_at, NULL AS reason FROM {self._s}.outbox"
                 " WHERE message_key = $1 UNION ALL"
                 f" SELECT '{self._s}.outbox_parked', id, topic, created_at, reason FROM {self._s}.outbox_parked"
-                " WHERE message_key = $1 ORDER BY 2", saga_id, timeout=READ_TIMEOUT_S)
+                " WHERE message_key = $1 ORDER BY 2", saga_id, timeout=self._timeout_s)
         return StoredSaga(
             events=[_stored(r) for r in stored],
             timers=[TimerView(r["kind"], r["step"], r["attempt"], datetime_to_ms(r["due_at"])) for r in timers],
@@ -164,7 +165,7 @@ class PostgresReads:
     async def events_after(self, saga_id: str, after_seq: int) -> list[StoredEvent]:
         rows = await self._pool.fetch(
             f"SELECT saga_id, seq, event_type, body, recorded_at FROM {self._s}.events WHERE saga_id = $1"
-            " AND seq > $2 ORDER BY seq", saga_id, after_seq, timeout=READ_TIMEOUT_S)
+            " AND seq > $2 ORDER BY seq", saga_id, after_seq, timeout=self._timeout_s)
         return [_stored(r) for r in rows]
 
     async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
@@ -173,25 +174,25 @@ class PostgresReads:
         rows = await self._pool.fetch(
             f"SELECT saga_id, seq, event_type, body, recorded_at FROM {self._s}.events"
             " WHERE saga_id = ANY($1::text[]) AND event_type = ANY($2::text[]) ORDER BY saga_id, seq",
-            sorted(saga_ids), sorted(event_types), timeout=READ_TIMEOUT_S)
+            sorted(saga_ids), sorted(event_types), timeout=self._timeout_s)
         return [_stored(r) for r in rows]
 
     async def saga_statuses(self, saga_ids: Collection[str]) -> dict[str, str]:
         if not saga_ids:
             return {}
         rows = await self._pool.fetch(f"SELECT saga_id, status FROM {self._s}.saga_summary"
-                                      " WHERE saga_id = ANY($1::text[])", sorted(saga_ids), timeout=READ_TIMEOUT_S)
+                                      " WHERE saga_id = ANY($1::text[])", sorted(saga_ids), timeout=self._timeout_s)
         return {r["saga_id"]: r["status"] for r in rows}
 
     async def parked(self) -> list[OutboxView]:
         tables = await self._pool.fetch("SELECT table_schema FROM information_schema.tables"
-                                        " WHERE table_name = 'outbox_parked' ORDER BY 1", timeout=READ_TIMEOUT_S)
+                                        " WHERE table_name = 'outbox_parked' ORDER BY 1", timeout=self._timeout_s)
         found: list[OutboxView] = []
         for table in tables:
             schema = table["table_schema"]
             rows = await self._pool.fetch(
                 f'SELECT id, topic, created_at, reason, message_key FROM "{schema}".outbox_parked ORDER BY id',
-                timeout=READ_TIMEOUT_S)
+                timeout=self._timeout_s)
             found += [OutboxView(f"{schema}.outbox_parked", r["id"], r["topic"], datetime_to_ms(r["created_at"]),
                                  f"{r['message_key']}: {r['reason']}") for r in rows]
         return found
