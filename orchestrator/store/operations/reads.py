@@ -28,7 +28,7 @@ from ....participants.kit.ledger import AwaitingCommand, awaiting
 from ....participants.kit.participant import Participant
 from ...ports import SagaSummaryRow, StoredEvent
 from ..memory import MemoryStore
-from ..postgres import SUMMARY_COLUMNS, summary_row
+from ..postgres import SUMMARY_COLUMNS, PostgresStore, summary_row
 
 READ_TIMEOUT_S = 5.0
 DAY_MS = 86_400_000
@@ -117,9 +117,7 @@ class PostgresReads:
         return [summary_row(r) for r in rows]
 
     async def count_by_status(self) -> dict[str, int]:
-        rows = await self._pool.fetch(f"SELECT status, count(*) AS n FROM {self._s}.saga_summary GROUP BY 1"
-                                      " ORDER BY 1", timeout=self._timeout_s)
-        return {r["status"]: r["n"] for r in rows}
+        return await PostgresStore(self._pool, self._s).count_by_status(self._timeout_s)
 
     async def search(self, saga_id: str, field: str, value: str, limit: int) -> list[SagaSummaryRow]:
         rows = await self._pool.fetch(
