@@ -28,7 +28,7 @@ from saga_orchestrator.client.event_feed import EventFeed
 from saga_orchestrator.infra import launcher
 from saga_orchestrator.infra.isolation import BELOW_THE_BATCH
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator.verify import VerifyReport, verify_system
+from saga_orchestrator.operations.verify import VerifyReport, verify_system
 from saga_orchestrator.participants.registry import participant_workers
 from saga_orchestrator.participants.runner import hosted_participants
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS

@@ -18,6 +18,8 @@ from rich.table import Table
 
 from ..infra.db import create_pool
 from ..infra.settings import Settings
+from ..operations import reads
+from ..operations.postgres import reads_store
 from ..orchestrator import dead_letters
 from ..orchestrator.dead_letters import DeadLetterError, Parked, Replay, Replayed
 from .context import (
@@ -91,7 +93,7 @@ async def recorded_replays(current: Settings, saga_ids: set[str]) -> tuple[dict[
     except Exception as error:  # whatever keeps the store out of reach is only reported
         return {}, f"the event store at {current.dsn()} is out of reach ({type(error).__name__}: {error})"
     try:
-        return await dead_letters.recorded_replays(pool, saga_ids), None
+        return await reads.recorded_replays(reads_store(pool), saga_ids), None
     finally:
         await pool.close()
 
@@ -161,11 +163,12 @@ def replay(
 
 
 async def saga_statuses(current: Settings, saga_ids: set[str]) -> dict[str, str]:
-    """``dead_letters.saga_statuses`` through a pool of its own (none when there are no sagas to look up)."""
+    """The read model's state of each of ``saga_ids`` that has one, through a pool of its own (none when there are
+    no sagas to look up)."""
     if not saga_ids:
         return {}
     async with database(current) as pool:
-        return await dead_letters.saga_statuses(pool, saga_ids)
+        return await reads_store(pool).saga_statuses(saga_ids)
 
 
 async def _publish(records: Sequence[Replay], current: Settings) -> None:

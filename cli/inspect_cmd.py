@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -16,13 +15,14 @@ from rich.table import Table
 
 from ..client.api import ApiError, SagaApi, SagaNotFound
 from ..client.saga_client import api_of
+from ..operations.postgres import postgres_reads, reads_store
+from ..orchestrator import bulk_jobs
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
 from ..orchestrator.domain.waits import PersonWait, waits
 from ..orchestrator.ports import SagaSummaryRow
-from ..orchestrator.store.postgres import PostgresStore
 from ..participants.kit.ledger import awaiting
 from ..participants.registry import get_participant
 from ..schemas import wire
@@ -36,6 +36,7 @@ from ..schemas.event_types import (
     SagaRejected,
     SagaStarted,
 )
+from ..schemas.registry import default_registry
 from .context import console, database, fail, run, settings
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -74,7 +75,7 @@ async def load_events_of(saga_id: str) -> list[Event]:
         except ApiError as error:
             fail(str(error))
     async with database(settings()) as pool:
-        stored = await PostgresStore(pool).load_events(saga_id)
+        stored = await reads_store(pool).events_after(saga_id, 0)
     return [wire.decode_event(row.body) for row in stored]
 
 
@@ -218,10 +219,10 @@ _BYSTANDERS = (SagaRejected, OperatorActionRefused, SagaCancelRefused)
 async def follow(saga_id: str, as_json: bool = False, after_seq: int = 0, lever: str | None = None) -> Event:
     """Print the saga's events as they are recorded until it ends (``follow_events`` on the store)."""
     async with database(settings()) as pool:
-        store = PostgresStore(pool)
+        store = reads_store(pool)
 
         async def load_after(seq: int) -> list[Event]:
-            return [wire.decode_event(row.body) for row in await store.load_events(saga_id, after_seq=seq)]
+            return [wire.decode_event(row.body) for row in await store.events_after(saga_id, seq)]
 
         def show(event: Event) -> None:
             if as_json:
@@ -265,29 +266,38 @@ def list_sagas(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's sagas."),
     limit: int = typer.Option(100, "--limit", min=1, help="At most this many rows."),
 ) -> None:
-    """List sagas from the read model, least recently updated first."""
+    """List sagas from the read model, the oldest started first: through the console's API when only
+    SAGA_API_URL is set, else from the database (the same read either way)."""
     wanted = None
     if state is not None:
         wanted = state.strip().upper()
         allowed = {s.value for s in SagaStatus}
         if wanted not in allowed:
             fail(f"--state {state!r} is not a saga state; use one of {', '.join(sorted(allowed))}")
-    before = int(time.time() * 1000) - parse_duration(older_than) if older_than else None
+    older_than_s = parse_duration(older_than) / 1000 if older_than else None
+    try:
+        selection = (bulk_jobs.Selection(saga_type=saga_type, statuses=(wanted,) if wanted else (), tenant=tenant,
+                                         older_than_s=older_than_s)
+                     if wanted or saga_type or tenant or older_than_s else None)
+    except bulk_jobs.BulkJobError as error:
+        fail(str(error))
 
-    async def query() -> tuple[list[Any], dict[str, int]]:
+    async def query() -> tuple[list[SagaSummaryRow], dict[str, int]]:
         api = console_api()
         if api is not None:
             try:
                 found = await api.sagas(status=wanted, saga_type=saga_type, tenant=tenant, limit=limit,
-                                        older_than_s=parse_duration(older_than) / 1000 if older_than else None)
+                                        older_than_s=older_than_s)
                 return [SagaSummaryRow(**row) for row in found], (await api.fleet())["by_status"]
             except ApiError as error:
                 fail(str(error))
-        async with database(settings()) as pool:
-            store = PostgresStore(pool)
-            rows = await store.list_summaries(status=wanted, saga_type=saga_type, tenant_id=tenant,
-                                              updated_before_ms=before, limit=limit)
-            return rows, await store.count_by_status()
+        current = settings()
+        async with database(current) as pool:
+            reads = postgres_reads(pool, definitions(current), default_registry())
+            try:
+                return await reads.sagas(selection, limit), await reads.counts()
+            except bulk_jobs.BulkJobError as error:
+                fail(str(error))
 
     rows, counts = run(query())
     table = Table("saga", "type", "state", "started (UTC)", "updated (UTC)", "events", "step", "reason")

@@ -21,7 +21,7 @@ from ..infra.roles import (
     participant_role,
 )
 from ..infra.settings import Settings
-from ..orchestrator.store.postgres import migrate as migrate_orchestrator
+from ..operations.postgres import migrate as migrate_orchestrator
 from ..participants.kit.ddl import ensure_participant_schema
 from ..participants.kit.participant import Participant
 from ..participants.registry import configured_participants

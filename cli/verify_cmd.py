@@ -1,5 +1,5 @@
 """``saga verify``: check the system's invariants over every saga (or the given ones); exit 1 on any problem
-(the checks are ``orchestrator.verify``'s)."""
+(the checks are ``operations.verify``'s)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..orchestrator.verify import VerifyReport, verify_system
+from ..operations.verify import VerifyReport, verify_system
 from .context import console, refuse_postgres_failure, run, settings
 
 

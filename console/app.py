@@ -17,8 +17,8 @@ from ..client.saga_client import SagaClient
 from ..infra.db import create_pool
 from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
+from ..operations.postgres import migrate, postgres_sessions
 from ..orchestrator.bootstrap import definitions
-from ..orchestrator.store.postgres import migrate
 from ..participants.registry import deployment_participants
 from ..schemas.registry import default_registry
 from . import api, pages
@@ -26,7 +26,6 @@ from .context import Console
 from .guard import Guard, Scope, WhoAsks
 from .identity import Identity, read_users
 from .reads import ConsoleReads
-from .sessions import PostgresSessions
 
 STATIC = Path(__file__).parent / "static"
 POOL_SIZE = 4  # pages and API calls at once; the live timelines poll through it too
@@ -78,7 +77,7 @@ def console_app(settings: Settings) -> FastAPI:
         try:
             app.state.console = Console(pool=pool, reads=ConsoleReads(pool, registry, default_registry(),
                                                                       participants),
-                                        identity=dataclasses.replace(identity, sessions=PostgresSessions(pool)),
+                                        identity=dataclasses.replace(identity, sessions=postgres_sessions(pool)),
                                         control=client, topics=client.topics,
                                         kafka=settings.kafka(), levers=settings.saga_console_levers,
                                         control_partitions=tuple(range(settings.saga_topic_partitions)),

@@ -71,8 +71,8 @@ async def letters(console: Console, shown: int = SHOWN) -> list[LetterView]:
         raise _unreadable(error) from None
     newest = dlq.newest(parked, shown)[::-1]
     saga_ids = {p.letter.saga_id for p in newest if p.letter and p.letter.saga_id}
-    replays = await dlq.recorded_replays(console.pool, saga_ids)
-    statuses = await dlq.saga_statuses(console.pool, saga_ids)
+    replays = await console.reads.recorded_replays(saga_ids)
+    statuses = await console.reads.saga_statuses(saga_ids)
     return [LetterView(p, replays.get(p.position, []),
                        statuses.get(p.letter.saga_id) if p.letter and p.letter.saga_id else None) for p in newest]
 
@@ -93,7 +93,7 @@ async def replay(console: Console, operator: str, positions: Sequence[str], reas
         await console.reads.record(operator, REPLAY, f"dead letters {', '.join(positions)}", asked,
                                    f"refused: {error}")
         raise HTTPException(400, str(error)) from None
-    plan = await dlq.plan_replays(chosen, topic, operator, lambda ids: dlq.saga_statuses(console.pool, ids),
+    plan = await dlq.plan_replays(chosen, topic, operator, console.reads.saga_statuses,
                                   force=force, force_hint=FORCE_HINT, resume_hint=RESUME_HINT)
     if plan.replays:
         try:

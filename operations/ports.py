@@ -7,6 +7,244 @@ concern, each with its Postgres and its memory adapter); both pass the same cont
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from ..orchestrator.invariants import PendingTimer
+from ..orchestrator.ports import SagaSummaryRow, StoredEvent
+
+if TYPE_CHECKING:  # the participant kit speaks to Postgres; the port only names its types
+    from ..participants.kit.ledger import AwaitingCommand
+    from ..participants.kit.participant import Participant
+
 # -- reads of the console and the command line; the console's sessions; verify's snapshot; table signals --
+
+AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
+    ("< 1 min", 60), ("< 10 min", 600), ("< 1 h", 3600), ("< 1 day", 86400), (">= 1 day", None))
+"""The fleet's heat table columns: a saga's age (since it started) up to each bound, in seconds."""
+
+
+def age_bucket(age_s: float) -> str:
+    """The ``AGE_BUCKETS`` label of a saga ``age_s`` old."""
+    return next(label for label, bound in AGE_BUCKETS if bound is None or age_s < bound)
+
+
+@dataclass(frozen=True)
+class HeatCell:
+    """How many sagas of one type are in one state and one age bucket."""
+
+    saga_type: str
+    status: str
+    bucket: str
+    count: int
+
+
+@dataclass(frozen=True)
+class EndedCounts:
+    """How many sagas ended in the last hour and day, and how many of them by compensating."""
+
+    hour: int
+    day: int
+    undone_hour: int
+    undone_day: int
+
+
+@dataclass(frozen=True)
+class SagaFilter:
+    """Which sagas of the read model a listing takes; every criterion given must hold, none given takes all.
+
+    ``older_than_s``: not updated for this long; ``steps``: the (saga type, current step) pairs of which one
+    must hold (a participant's steps, resolved by the use-case from the definitions)."""
+
+    saga_type: str | None = None
+    statuses: tuple[str, ...] = ()
+    older_than_s: float | None = None
+    tenant: str | None = None
+    error: str | None = None
+    steps: tuple[tuple[str, str], ...] | None = None
+
+
+@dataclass(frozen=True)
+class WedgedGroup:
+    """Unfinished sagas stuck on one step of one type with one error, at least N failures each."""
+
+    saga_type: str
+    step: str
+    error: str | None
+    count: int
+    max_failures: int
+    saga_ids: list[str]
+
+
+TimerView = PendingTimer
+"""A durable timer of one saga, still waiting."""
+
+
+@dataclass(frozen=True)
+class OutboxView:
+    """A row the relay has not published yet (parked: the broker refused it for good, with why)."""
+
+    table: str
+    row_id: int
+    topic: str
+    created_at_ms: int
+    parked_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredSaga:
+    """One saga as stored, read in one snapshot: its events (with when each was stored), its live timers, its
+    unpublished and parked outbox rows."""
+
+    events: list[StoredEvent]
+    timers: list[TimerView]
+    outbox: list[OutboxView]
+
+
+class ReadsStore(Protocol):
+    """What the console's and the command line's reads ask of the orchestrator's tables (``operations.reads``).
+
+    Every read runs under a statement timeout and takes no lock a service waits for."""
+
+    async def unfinished(self, statuses: Sequence[str], oldest: int) -> tuple[list[HeatCell], list[SagaSummaryRow]]:
+        """The sagas in ``statuses`` by type, state and age bucket; the ``oldest`` of them by start."""
+        ...
+
+    async def ended_last_day(self, statuses: Sequence[str], undone: Collection[str]
+                             ) -> tuple[list[HeatCell], EndedCounts]:
+        """The sagas in ``statuses`` updated in the last day by type, state and age bucket; how many in the last
+        hour and day, and of them how many in ``undone``."""
+        ...
+
+    async def list_sagas(self, selection: SagaFilter | None, limit: int) -> list[SagaSummaryRow]:
+        """At most ``limit`` sagas that ``selection`` takes (all when None), the oldest started first."""
+        ...
+
+    async def count_by_status(self) -> dict[str, int]:
+        """How many sagas are in each state, by state name."""
+        ...
+
+    async def search(self, saga_id: str, field: str, value: str, limit: int) -> list[SagaSummaryRow]:
+        """Sagas whose id is ``saga_id`` or that have a search key ``value`` (in ``field``; any when empty),
+        the newest started first."""
+        ...
+
+    async def search_keys(self, saga_id: str) -> dict[str, str]:
+        """The saga's search keys, field → value."""
+        ...
+
+    async def wedged(self, min_failures: int, per_group: int, ended: Collection[str]) -> list[WedgedGroup]:
+        """Sagas not in ``ended`` whose current step failed at least ``min_failures`` times, grouped by type, step
+        and error, the largest group first, at most ``per_group`` ids each (the most failed first)."""
+        ...
+
+    async def stored_saga(self, saga_id: str) -> StoredSaga | None:
+        """The saga's events, timers and outbox rows in one snapshot; None when it has no event."""
+        ...
+
+    async def events_after(self, saga_id: str, after_seq: int) -> list[StoredEvent]:
+        """The saga's events after ``after_seq``, in seq order, each with when it was stored."""
+        ...
+
+    async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
+        """The events of ``event_types`` of ``saga_ids``, by saga id then seq."""
+        ...
+
+    async def saga_statuses(self, saga_ids: Collection[str]) -> dict[str, str]:
+        """The read model's state of each of ``saga_ids`` that has one."""
+        ...
+
+    async def parked(self) -> list[OutboxView]:
+        """Every row the broker refused for good, in the orchestrator's and each participant's outbox."""
+        ...
+
+    async def awaiting(self, participant: Participant, saga_id: str | None = None) -> list[AwaitingCommand]:
+        """The commands ``participant`` deferred to a person (of one saga, when given), oldest first; none when the
+        participant has not started here yet."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A console sign-in as stored: only the token's digest is kept."""
+
+    operator: str
+    csrf: str
+
+
+class SessionStore(Protocol):
+    """Where the console's sign-ins are kept (``operations.sessions``)."""
+
+    async def add(self, digest: bytes, operator: str, csrf: str, lifetime_s: float) -> None:
+        """Keep a sign-in for ``lifetime_s``; sign-ins past their time may be dropped now."""
+        ...
+
+    async def find(self, digest: bytes) -> StoredSession | None:
+        """The live sign-in of ``digest``; None when there is none or it expired."""
+        ...
+
+    async def remove(self, digest: bytes) -> None:
+        """End the sign-in of ``digest`` (nothing when there is none)."""
+        ...
+
+
+@dataclass
+class VerifySnapshot:
+    """What ``saga verify`` checks, read in one snapshot: each saga's events, summary, timers and its rows
+    waiting in any outbox (the orchestrator's and each participant's, parked ones too)."""
+
+    events: dict[str, list[StoredEvent]] = field(default_factory=dict)
+    summaries: dict[str, SagaSummaryRow] = field(default_factory=dict)
+    timers: dict[str, list[TimerView]] = field(default_factory=dict)
+    outbox_rows: dict[str, dict[str, int]] = field(default_factory=dict)  # saga id → outbox table → rows
+    now_ms: int = 0
+
+
+class VerifyStore(Protocol):
+    """What ``operations.verify`` reads."""
+
+    async def snapshot(self, saga_ids: Collection[str] | None) -> VerifySnapshot:
+        """Every saga (or ``saga_ids``) as stored, in one snapshot; empty when nothing ran here yet."""
+        ...
+
+    async def count_effects(self, participants: Sequence[Participant], saga_id: str) -> dict[str, dict[str, int]]:
+        """participant → count name → value for ``saga_id`` (``participants.kit.effects``)."""
+        ...
+
+    async def duplicate_effects(self, participants: Sequence[Participant]) -> dict[str, dict[str, int]]:
+        """Per declared table, the ``{saga_id}:{step}`` keys with more than one business row, and how many."""
+        ...
+
+
+@dataclass(frozen=True)
+class RetryTimer:
+    """A timer of a saga whose compensation of ``step`` is retrying."""
+
+    saga_id: str
+    saga_type: str
+    step: str
+
+
+class SignalStore(Protocol):
+    """What the orchestrator's table signals read (``orchestrator.signals``); tables that hold live work only."""
+
+    async def overdue_timers(self) -> tuple[int, float]:
+        """How many timers are past due, and how long past due the most overdue one is (s; 0 when none)."""
+        ...
+
+    async def oldest_running(self) -> dict[str, float]:
+        """Saga type → age (s, from its start) of its oldest RUNNING saga; types without one are absent."""
+        ...
+
+    async def retry_timers(self, kinds: Sequence[str], timeout_kind: str, limit: int) -> list[RetryTimer]:
+        """At most ``limit`` timers, the earliest due first, of ``kinds``, or of ``timeout_kind`` past the first
+        attempt."""
+        ...
+
+    async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
+        """The events of ``event_types`` of ``saga_ids``, by saga id then seq."""
+        ...
+
 
 # -- levers, the operator audit, bulk jobs, dead letters --

@@ -38,6 +38,7 @@ from .observe import SagaMetrics
 from .outbound import Settled
 from .service import SagaService
 from .signals import TableSignals
+from .store.operations.signals import PostgresSignals
 from .store.postgres import PostgresStore, migrate
 from .timers import TIMERS_COMPONENT, TimerScheduler
 
@@ -221,7 +222,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
         health.consumer_lags(consumer.group_id, await consumer.partition_lags())
 
     health.before_scrape.extend([count_sagas, report_lag])
-    signals = TableSignals(pool, health, settings.saga_compensation_alert_minutes * 60)
+    signals = TableSignals(PostgresSignals(pool), health, settings.saga_compensation_alert_minutes * 60)
     chores.append(outbox_gauges(pool, [OUTBOX_TABLE], health))
     chores.append(quiet_refresh("orchestrator gauges", signals.refresh))
     return Orchestrator(service, consumer, timers, relay, chores)

@@ -27,7 +27,6 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from ..client.saga_client import client_headers, topic_partitions
@@ -268,26 +267,6 @@ def select(parked: Sequence[Parked], wanted: Iterable[tuple[int, int]], saga_id:
 def is_step_topic(topic: str) -> bool:
     """True for a participant's commands or results topic (``<prefix><participant>.commands|results``)."""
     return topic.endswith((".commands", ".results"))
-
-
-async def saga_statuses(pool: asyncpg.Pool, saga_ids: set[str]) -> dict[str, str]:
-    """The status (the read model's) of each of ``saga_ids`` that has a history, by saga id: a replay is
-    recorded there, and one of a step's command or reply is held back once the saga ended."""
-    if not saga_ids:
-        return {}
-    rows = await pool.fetch("SELECT saga_id, status FROM saga.saga_summary WHERE saga_id = ANY($1::text[])",
-                            sorted(saga_ids))
-    return {row["saga_id"]: row["status"] for row in rows}
-
-
-async def recorded_replays(pool: asyncpg.Pool, saga_ids: set[str]) -> dict[str, list[Replayed]]:
-    """The replays the histories of ``saga_ids`` record, by letter position (one query, over the operators'
-    records only)."""
-    if not saga_ids:
-        return {}
-    rows = await pool.fetch("SELECT body FROM saga.events WHERE saga_id = ANY($1::text[])"
-                            " AND event_type = $2 ORDER BY saga_id, seq", sorted(saga_ids), OperatorAction.__name__)
-    return replays_by_letter(wire.decode_event(row["body"]) for row in rows)
 
 
 @dataclass

@@ -236,19 +236,6 @@ class EventReader(Protocol):
         """The summary of one saga, or None."""
         ...
 
-    async def list_summaries(
-        self,
-        *,
-        status: str | None = None,
-        saga_type: str | None = None,
-        tenant_id: str | None = None,
-        updated_before_ms: int | None = None,
-        limit: int = 100,
-    ) -> list[SagaSummaryRow]:
-        """Summaries matching every given filter, least recently updated first (so "RUNNING and not
-        updated for 5 minutes" lists the most stuck sagas first)."""
-        ...
-
     async def count_by_status(self, timeout_s: float | None = None) -> dict[str, int]:
         """Number of sagas per status (``timeout_s``: give up after that long)."""
         ...

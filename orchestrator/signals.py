@@ -2,8 +2,8 @@
 of each type, compensations that keep retrying.
 
 A chore refreshes them every few seconds (``outbox.depth.SIGNALS_EVERY_S``), never per scrape and never on the
-path of a message; each query reads a table that holds only live work (``saga.timers``, the RUNNING rows of
-``saga.saga_summary`` through its status index) under a statement timeout.
+path of a message; each read (``orchestrator.store.operations.signals``) reads a table that holds only live work
+(``saga.timers``, the RUNNING rows of ``saga.saga_summary`` through its status index) under a statement timeout.
 
 A compensation retries from its first ``CompensationRetryScheduled`` until it succeeds or fails for good (an
 operator's resume starts the count afresh); while it does, its saga holds a COMPENSATION_RETRY timer, or a
@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-import asyncpg
 from prometheus_client import Gauge
 
 from ..infra.health import ServiceHealth
-from ..outbox.depth import SIGNALS_TIMEOUT_S
+from ..operations.ports import SignalStore
 from ..schemas import event_types as ev
 from ..schemas import wire
 from ..schemas.codec import WireError
@@ -61,12 +60,12 @@ def retrying_since(saga_type: str, history: Iterable[tuple[ev.Event, float]],
 
 
 class TableSignals:
-    """The orchestrator's gauges over its tables; ``refresh`` sets them all (a chore calls it)."""
+    """The orchestrator's gauges over its tables (read through ``store``); ``refresh`` sets them all (a chore
+    calls it)."""
 
-    def __init__(self, pool: asyncpg.Pool, health: ServiceHealth, compensation_alert_s: float,
-                 schema: str = "saga", wall: Callable[[], float] = time.time) -> None:
-        self._pool = pool
-        self._s = schema
+    def __init__(self, store: SignalStore, health: ServiceHealth, compensation_alert_s: float,
+                 wall: Callable[[], float] = time.time) -> None:
+        self._store = store
         self._alert_s = compensation_alert_s
         self._wall = wall
         registry = health.registry
@@ -93,44 +92,30 @@ class TableSignals:
         await self._compensations()
 
     async def _timers(self) -> None:
-        row = await self._pool.fetchrow(
-            f"SELECT count(*) AS n, coalesce(extract(epoch FROM now() - min(due_at)), 0) AS age_s"
-            f" FROM {self._s}.timers WHERE due_at <= now()", timeout=SIGNALS_TIMEOUT_S)
-        assert row is not None
-        self.timers_overdue.set(int(row["n"]))
-        self.timers_overdue_age.set(max(0.0, float(row["age_s"])))
+        overdue, oldest_s = await self._store.overdue_timers()
+        self.timers_overdue.set(overdue)
+        self.timers_overdue_age.set(oldest_s)
 
     async def _running(self) -> None:
-        rows = await self._pool.fetch(
-            f"SELECT saga_type, extract(epoch FROM now() - min(started_at)) AS age_s"
-            f" FROM {self._s}.saga_summary WHERE status = 'RUNNING' GROUP BY saga_type", timeout=SIGNALS_TIMEOUT_S)
-        _set_per_type(self.oldest_running_age, {row["saga_type"]: max(0.0, float(row["age_s"])) for row in rows})
+        _set_per_type(self.oldest_running_age, await self._store.oldest_running())
 
     async def _compensations(self) -> None:
-        timers = await self._pool.fetch(
-            f"""SELECT t.saga_id, t.step, s.saga_type FROM {self._s}.timers t
-                JOIN {self._s}.saga_summary s ON s.saga_id = t.saga_id
-                WHERE t.kind = $1 OR (t.kind = $2 AND t.attempt > 1)
-                ORDER BY t.due_at LIMIT $3""",
-            TimerKind.COMPENSATION_RETRY.value, TimerKind.COMPENSATION_TIMEOUT.value, RETRYING_SAGAS_LOOKED_AT,
-            timeout=SIGNALS_TIMEOUT_S)
+        timers = await self._store.retry_timers([TimerKind.COMPENSATION_RETRY.value],
+                                                TimerKind.COMPENSATION_TIMEOUT.value, RETRYING_SAGAS_LOOKED_AT)
         steps: dict[str, set[str]] = {}
         types: dict[str, str] = {}
-        for row in timers:
-            steps.setdefault(row["saga_id"], set()).add(row["step"])
-            types[row["saga_id"]] = row["saga_type"]
-        events = await self._pool.fetch(
-            f"SELECT saga_id, body, extract(epoch FROM recorded_at) AS recorded_s FROM {self._s}.events"
-            " WHERE saga_id = ANY($1::text[]) AND event_type = ANY($2::text[]) ORDER BY saga_id, seq",
-            sorted(steps), [ev.CompensationRetryScheduled.__name__, ev.OperatorAction.__name__],
-            timeout=SIGNALS_TIMEOUT_S)
+        for timer in timers:
+            steps.setdefault(timer.saga_id, set()).add(timer.step)
+            types[timer.saga_id] = timer.saga_type
+        events = await self._store.events_of(steps, [ev.CompensationRetryScheduled.__name__,
+                                                     ev.OperatorAction.__name__])
         histories: dict[str, list[tuple[ev.Event, float]]] = {saga_id: [] for saga_id in steps}
         for row in events:
             try:
-                event = wire.decode_event(row["body"])
+                event = wire.decode_event(row.body)
             except WireError:  # an event this build cannot read is the quarantine's business, not a gauge's
                 continue
-            histories[row["saga_id"]].append((event, float(row["recorded_s"])))
+            histories[row.saga_id].append((event, (row.recorded_at_ms or 0) / 1000))
         retrying: dict[str, int] = dict.fromkeys(set(types.values()), 0)
         too_long: dict[str, int] = dict(retrying)
         now_s = self._wall()

@@ -29,11 +29,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..authoring import Saga, SagaApp, SignalRef, StepRef
+from ..operations.reads import Reads
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.state import SagaState, fold
 from ..orchestrator.inbound import RecordParser
 from ..orchestrator.service import SagaService
 from ..orchestrator.store.memory import MemoryStore
+from ..orchestrator.store.operations.reads import MemoryReads
 from ..participants.kit.typed import Action
 from ..schemas import event_types as ev
 from ..schemas import wire
@@ -160,6 +162,11 @@ class SagaEnvironment:
         self.sent: list[StepCommand] = []
         self.withdrawn: list[WithdrawStep] = []
         self.letters: list[DeadLetter] = []
+
+    @property
+    def reads(self) -> Reads:
+        """The operator's reads (what the console and ``saga list`` show) over this environment's store."""
+        return Reads(MemoryReads(self.store), self.definitions, self.schemas)
 
     # -- scripting ---------------------------------------------------------------------------------------------
 

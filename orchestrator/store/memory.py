@@ -232,26 +232,6 @@ class MemoryStore:
         """The summary of one saga, or None."""
         return self.summaries.get(saga_id)
 
-    async def list_summaries(
-        self,
-        *,
-        status: str | None = None,
-        saga_type: str | None = None,
-        tenant_id: str | None = None,
-        updated_before_ms: int | None = None,
-        limit: int = 100,
-    ) -> list[SagaSummaryRow]:
-        """Filtered summaries, least recently updated first."""
-        rows = [
-            s
-            for s in self.summaries.values()
-            if (status is None or s.status == status)
-            and (saga_type is None or s.saga_type == saga_type)
-            and (tenant_id is None or s.tenant_id == tenant_id)
-            and (updated_before_ms is None or s.updated_at_ms < updated_before_ms)
-        ]
-        return sorted(rows, key=lambda s: (s.updated_at_ms, s.saga_id))[:limit]
-
     async def count_by_status(self, timeout_s: float | None = None) -> dict[str, int]:
         """Number of sagas per status."""
         counts: dict[str, int] = {}

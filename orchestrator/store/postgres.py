@@ -288,36 +288,6 @@ class PostgresStore:
         )
         return None if row is None else summary_row(row)
 
-    async def list_summaries(
-        self,
-        *,
-        status: str | None = None,
-        saga_type: str | None = None,
-        tenant_id: str | None = None,
-        updated_before_ms: int | None = None,
-        limit: int = 100,
-    ) -> list[SagaSummaryRow]:
-        """Filtered summaries, least recently updated first."""
-        conditions: list[str] = []
-        params: list[Any] = []
-        for column, op, value in (
-            ("status", "=", status),
-            ("saga_type", "=", saga_type),
-            ("tenant_id", "=", tenant_id),
-            ("updated_at", "<", None if updated_before_ms is None else ms_to_datetime(updated_before_ms)),
-        ):
-            if value is not None:
-                params.append(value)
-                conditions.append(f"{column} {op} ${len(params)}")
-        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-        params.append(limit)
-        rows = await self._pool.fetch(
-            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary {where}"
-            f" ORDER BY updated_at, saga_id LIMIT ${len(params)}",
-            *params,
-        )
-        return [summary_row(row) for row in rows]
-
     async def count_by_status(self, timeout_s: float | None = None) -> dict[str, int]:
         """Number of sagas per status (``timeout_s``: give up after that long)."""
         rows = await self._pool.fetch(

@@ -16,7 +16,7 @@ from saga_orchestrator.cli.demo_cmd import publish_starts
 from saga_orchestrator.client.event_feed import EventFeed
 from saga_orchestrator.infra.faults import ENV_VAR
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator.verify import VerifyReport
+from saga_orchestrator.operations.verify import VerifyReport
 from saga_orchestrator.participants.trip.effects import collect_effects
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS, observed
 from saga_orchestrator.schemas.event_types import Event

@@ -31,8 +31,8 @@ from saga_orchestrator.client.event_feed import EventFeed
 from saga_orchestrator.client.saga_client import client_headers
 from saga_orchestrator.infra import kafka_records
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.verify import verify_system
 from saga_orchestrator.orchestrator.bootstrap import prepare
-from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.runner import app_id
 from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.participants.trip.scenarios import COMPLETED_EFFECTS, SCENARIOS, Scenario

@@ -36,8 +36,8 @@ import asyncpg
 import pytest
 
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.verify import verify_system
 from saga_orchestrator.orchestrator.audit import audit_all
-from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.trip.effects import collect_effects
 from saga_orchestrator.participants.trip.scenarios import COMPLETED_EFFECTS, mismatches, observed
 from saga_orchestrator.schemas.event_types import StepCommandSent, StepRetryScheduled

@@ -19,8 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from saga_orchestrator.cli.demo_cmd import drive
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.verify import verify_system
 from saga_orchestrator.orchestrator.bootstrap import prepare
-from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.runner import app_id
 from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.participants.trip.effects import effects_by_idempotency_key_counts

@@ -22,8 +22,8 @@ from saga_orchestrator.cli.demo_cmd import drive
 from saga_orchestrator.infra import kafka_records
 from saga_orchestrator.infra.kafka_admin import ensure_topics
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.verify import verify_system
 from saga_orchestrator.orchestrator.bootstrap import prepare
-from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.runner import app_id
 from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.participants.trip.effects import TRIP_PARTICIPANTS

@@ -416,7 +416,7 @@ async def test_deleting_timers_leaves_alone_one_another_unit_of_work_is_firing(h
 # --- summaries and reads --------------------------------------------------------------------------------
 
 
-async def test_summary_upsert_moves_forward_only_and_lists_by_status_and_age(h: Harness) -> None:
+async def test_summary_upsert_moves_forward_only_and_counts_by_status(h: Harness) -> None:
     a, b, c = "saga-a", "saga-b", "saga-c"
     async with h.store.begin() as uow:
         await uow.write(Writes(summaries=[
@@ -431,13 +431,8 @@ async def test_summary_upsert_moves_forward_only_and_lists_by_status_and_age(h: 
         await uow.write(Writes(summaries=[summary(a, "RUNNING", T0 + 40, 4)]))  # stale projection write: ignored
     assert await h.store.get_summary(a) == done
     assert await h.store.get_summary("saga-none") is None
-    assert [s.saga_id for s in await h.store.list_summaries()] == [b, c, a]
-    assert [s.saga_id for s in await h.store.list_summaries(status="RUNNING")] == [b]
-    assert [s.saga_id for s in await h.store.list_summaries(saga_type="trip")] == [c, a]
-    assert [s.saga_id for s in await h.store.list_summaries(updated_before_ms=T0 + 30)] == [b, c]
-    assert [s.saga_id for s in await h.store.list_summaries(limit=2)] == [b, c]
-    assert [s.saga_id for s in await h.store.list_summaries(tenant_id="tenant-2")] == [c]
-    assert [s.saga_id for s in await h.store.list_summaries(tenant_id="tenant-1", saga_type="trip")] == [a]
+    assert await h.store.get_summary(b) == summary(b, "RUNNING", T0 + 5, 1, saga_type="refund")
+    assert (await h.store.get_summary(c) or done).tenant_id == "tenant-2"
     assert await h.store.count_by_status() == {"COMPLETED": 1, "FAILED": 1, "RUNNING": 1}
 
 

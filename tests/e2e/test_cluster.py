@@ -24,8 +24,8 @@ from saga_orchestrator.infra.health_server import fetch_health
 from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.infra.launcher.private import private_settings
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.verify import verify_system
 from saga_orchestrator.orchestrator.bootstrap import definitions, participants_of
-from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.topics import Topics

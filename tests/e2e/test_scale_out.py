@@ -33,8 +33,8 @@ from saga_orchestrator.infra.isolation import OUTSIDE_ISOLATION
 from saga_orchestrator.infra.kafka_admin import settled_group
 from saga_orchestrator.infra.launcher.private import free_port_block
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.verify import verify_system
 from saga_orchestrator.orchestrator.bootstrap import prepare
-from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import StepCommandSent, StepTimedOut

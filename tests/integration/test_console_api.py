@@ -25,12 +25,12 @@ import uvicorn
 from examples.loans.loan import app as loans
 from examples.loans.loan import loan
 from saga_orchestrator.client import SagaApi, SagaClient, SagaNotFound
-from saga_orchestrator.console import reads
 from saga_orchestrator.console.app import console_app
 from saga_orchestrator.console.identity import add_user
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations import reads
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus

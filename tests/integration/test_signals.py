@@ -16,6 +16,7 @@ from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import run_orchestrator
 from saga_orchestrator.orchestrator.domain.model import RESUME_COMPENSATION
 from saga_orchestrator.orchestrator.signals import TableSignals
+from saga_orchestrator.orchestrator.store.operations.signals import PostgresSignals
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.outbox.depth import outbox_gauges, refresh_outbox_gauges
 from saga_orchestrator.schemas import event_types as ev
@@ -101,7 +102,7 @@ async def test_the_outbox_chore_refreshes_the_gauges_on_its_first_round(pool: as
 async def test_overdue_timers_the_oldest_running_saga_and_long_retrying_compensations_are_reported(
         pool: asyncpg.Pool) -> None:
     health = ServiceHealth("orchestrator")
-    signals = TableSignals(pool, health, compensation_alert_s=15 * MINUTE_S)
+    signals = TableSignals(PostgresSignals(pool), health, compensation_alert_s=15 * MINUTE_S)
     await signals.refresh()
     assert gauge(health, "saga_timers_overdue") == 0 and gauge(health, "saga_timers_overdue_oldest_age_seconds") == 0
     assert gauge(health, "saga_oldest_running_age_seconds", saga_type="trip") is None

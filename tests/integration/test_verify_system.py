@@ -15,11 +15,11 @@ import pytest_asyncio
 
 from saga_orchestrator.infra.db import create_pool, ms_to_datetime
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.verify import verify_system
 from saga_orchestrator.orchestrator.domain.state import SagaState
 from saga_orchestrator.orchestrator.outbound import summary_of
 from saga_orchestrator.orchestrator.ports import StoredEvent, Writes
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
-from saga_orchestrator.orchestrator.verify import verify_system
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
 from saga_orchestrator.participants.trip.definition import TRIP

@@ -15,9 +15,9 @@ from saga_orchestrator.console.app import identity_of
 from saga_orchestrator.console.identity import Identity, add_user, check_password, hash_password, read_users
 from saga_orchestrator.console.operating import ActionRefused, Offer, message_for, offers
 from saga_orchestrator.console.pages import dag_svg
-from saga_orchestrator.console.sessions import MemorySessions
 from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.sessions import memory_sessions
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.message_types import CancelSaga, OperateSaga, ReleaseSaga
 from saga_orchestrator.testing.history import SagaRun
@@ -112,7 +112,7 @@ async def test_the_operator_comes_from_the_proxy_header_or_a_login_never_from_an
     proxied = Identity(header="X-Forwarded-User")
     assert await who(proxied, {"X-Forwarded-User": "anna"}) == "anna"
     assert await who(proxied, {}) is None
-    sessions = MemorySessions()
+    sessions = memory_sessions()
     local = Identity(users={"anna": hash_password("a long password")}, sessions=sessions)
     anna, mallory = await sessions.open("anna"), await sessions.open("mallory")
     assert await who(local, {}, anna.token) == "anna"

@@ -1,0 +1,293 @@
+"""The operations wing's ``ReadsStore``: over the orchestrator's schema (``PostgresReads``), and over a
+``MemoryStore`` (``MemoryReads``, for the test kit).
+
+Every Postgres read runs under ``READ_TIMEOUT_S``, so a slow database slows a page and never piles up connections
+behind it; none takes a lock a service waits for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import asyncpg
+
+from ....infra.db import check_identifier, datetime_to_ms
+from ....operations.ports import (
+    AGE_BUCKETS,
+    EndedCounts,
+    HeatCell,
+    OutboxView,
+    SagaFilter,
+    StoredSaga,
+    TimerView,
+    WedgedGroup,
+    age_bucket,
+)
+from ....participants.kit.ledger import AwaitingCommand, awaiting
+from ....participants.kit.participant import Participant
+from ...ports import SagaSummaryRow, StoredEvent
+from ..memory import MemoryStore
+from ..postgres import SUMMARY_COLUMNS, PostgresStore, summary_row
+
+READ_TIMEOUT_S = 5.0
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+
+_AGE = "extract(epoch FROM now() - started_at)"
+_BUCKET_SQL = "CASE " + " ".join(
+    f"WHEN {_AGE} < {bound} THEN {index}" for index, (_, bound) in enumerate(AGE_BUCKETS) if bound is not None
+) + f" ELSE {len(AGE_BUCKETS) - 1} END"
+"""A saga's age bucket: its index in ``AGE_BUCKETS``."""
+
+
+def _cell(row: asyncpg.Record) -> HeatCell:
+    return HeatCell(row["saga_type"], row["status"], AGE_BUCKETS[row["bucket"]][0], row["n"])
+
+
+def _stored(row: asyncpg.Record) -> StoredEvent:
+    return StoredEvent(row["saga_id"], row["seq"], row["event_type"], bytes(row["body"]),
+                       datetime_to_ms(row["recorded_at"]))
+
+
+def filter_sql(selection: SagaFilter, as_of: str = "now()", first: int = 1) -> tuple[str, list[Any]]:
+    """The condition on a ``saga_summary`` row that ``selection`` puts as seen at ``as_of`` (a trusted SQL
+    expression), its parameters numbered from ``$first``."""
+    conditions = ["TRUE"]
+    params: list[Any] = []
+
+    def param(value: Any, cast: str = "") -> str:
+        params.append(value)
+        return f"${first + len(params) - 1}{cast}"
+
+    if selection.saga_type is not None:
+        conditions.append(f"saga_type = {param(selection.saga_type)}")
+    if selection.statuses:
+        conditions.append(f"status = ANY({param(list(selection.statuses), '::text[]')})")
+    if selection.older_than_s is not None:
+        conditions.append(f"updated_at < {as_of} - make_interval(secs => {param(selection.older_than_s)})")
+    if selection.tenant is not None:
+        conditions.append(f"tenant_id = {param(selection.tenant)}")
+    if selection.error is not None:
+        conditions.append(f"last_error = {param(selection.error)}")
+    if selection.steps is not None:
+        types, steps = param([t for t, _ in selection.steps], "::text[]"), param([s for _, s in selection.steps],
+                                                                                  "::text[]")
+        conditions.append(f"(saga_type, current_step) IN (SELECT * FROM unnest({types}, {steps}))")
+    return " AND ".join(conditions), params
+
+
+class PostgresReads:
+    """``ReadsStore`` over the orchestrator's tables in ``schema``, each read given up after ``timeout_s``."""
+
+    def __init__(self, pool: asyncpg.Pool, schema: str = "saga", timeout_s: float = READ_TIMEOUT_S) -> None:
+        self._pool = pool
+        self._s = check_identifier(schema)
+        self._timeout_s = timeout_s
+
+    async def unfinished(self, statuses: Sequence[str], oldest: int) -> tuple[list[HeatCell], list[SagaSummaryRow]]:
+        async with self._pool.acquire() as conn:
+            cells = await conn.fetch(
+                f"SELECT saga_type, status, {_BUCKET_SQL} AS bucket, count(*) AS n FROM {self._s}.saga_summary"
+                " WHERE status = ANY($1::text[]) GROUP BY 1, 2, 3", list(statuses), timeout=self._timeout_s)
+            rows = await conn.fetch(
+                f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary WHERE status = ANY($1::text[])"
+                " ORDER BY started_at LIMIT $2", list(statuses), oldest, timeout=self._timeout_s)
+        return [_cell(r) for r in cells], [summary_row(r) for r in rows]
+
+    async def ended_last_day(self, statuses: Sequence[str], undone: Collection[str]
+                             ) -> tuple[list[HeatCell], EndedCounts]:
+        # Through the (status, updated_at) index: the page costs the same after a month of ended sagas as on the
+        # first day. One scan gives both the cells and the counts of the last hour and day.
+        rows = await self._pool.fetch(
+            f"SELECT saga_type, status, {_BUCKET_SQL} AS bucket, count(*) AS n,"
+            "        count(*) FILTER (WHERE updated_at > now() - interval '1 hour') AS in_hour"
+            f" FROM {self._s}.saga_summary WHERE status = ANY($1::text[]) AND updated_at > now() - interval '1 day'"
+            " GROUP BY 1, 2, 3", list(statuses), timeout=self._timeout_s)
+        done = [r for r in rows if r["status"] in undone]
+        counts = EndedCounts(hour=sum(r["in_hour"] for r in rows), day=sum(r["n"] for r in rows),
+                             undone_hour=sum(r["in_hour"] for r in done), undone_day=sum(r["n"] for r in done))
+        return [_cell(r) for r in rows], counts
+
+    async def list_sagas(self, selection: SagaFilter | None, limit: int) -> list[SagaSummaryRow]:
+        condition, params = filter_sql(selection or SagaFilter())
+        rows = await self._pool.fetch(
+            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary WHERE {condition}"
+            f" ORDER BY started_at, saga_id LIMIT ${len(params) + 1}", *params, limit, timeout=self._timeout_s)
+        return [summary_row(r) for r in rows]
+
+    async def count_by_status(self) -> dict[str, int]:
+        return await PostgresStore(self._pool, self._s).count_by_status(self._timeout_s)
+
+    async def search(self, saga_id: str, field: str, value: str, limit: int) -> list[SagaSummaryRow]:
+        rows = await self._pool.fetch(
+            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary WHERE saga_id = $1 OR saga_id IN ("
+            f"  SELECT saga_id FROM {self._s}.search_keys WHERE value = $2 AND ($3 = '' OR field = $3))"
+            " ORDER BY started_at DESC LIMIT $4", saga_id, value, field, limit, timeout=self._timeout_s)
+        return [summary_row(r) for r in rows]
+
+    async def search_keys(self, saga_id: str) -> dict[str, str]:
+        rows = await self._pool.fetch(f"SELECT field, value FROM {self._s}.search_keys WHERE saga_id = $1"
+                                      " ORDER BY field", saga_id, timeout=self._timeout_s)
+        return {r["field"]: r["value"] for r in rows}
+
+    async def wedged(self, min_failures: int, per_group: int, ended: Collection[str]) -> list[WedgedGroup]:
+        rows = await self._pool.fetch(
+            "SELECT saga_type, current_step, last_error, count(*) AS n, max(step_failures) AS worst,"
+            "       (array_agg(saga_id ORDER BY step_failures DESC, saga_id))[1:$3] AS ids"
+            f" FROM {self._s}.saga_summary WHERE step_failures >= $1 AND status <> ALL($2::text[])"
+            " GROUP BY 1, 2, 3 ORDER BY n DESC, worst DESC", min_failures, list(ended), per_group,
+            timeout=self._timeout_s)
+        return [WedgedGroup(r["saga_type"], r["current_step"], r["last_error"], r["n"], r["worst"], list(r["ids"]))
+                for r in rows]
+
+    async def stored_saga(self, saga_id: str) -> StoredSaga | None:
+        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+            stored = await conn.fetch(f"SELECT saga_id, seq, event_type, body, recorded_at FROM {self._s}.events"
+                                      " WHERE saga_id = $1 ORDER BY seq", saga_id, timeout=self._timeout_s)
+            if not stored:
+                return None
+            timers = await conn.fetch(f"SELECT kind, step, attempt, due_at FROM {self._s}.timers WHERE saga_id = $1"
+                                      " ORDER BY due_at", saga_id, timeout=self._timeout_s)
+            outbox = await conn.fetch(
+                f"SELECT '{self._s}.outbox' AS t, id, topic, created_at, NULL AS reason FROM {self._s}.outbox"
+                " WHERE message_key = $1 UNION ALL"
+                f" SELECT '{self._s}.outbox_parked', id, topic, created_at, reason FROM {self._s}.outbox_parked"
+                " WHERE message_key = $1 ORDER BY 2", saga_id, timeout=self._timeout_s)
+        return StoredSaga(
+            events=[_stored(r) for r in stored],
+            timers=[TimerView(r["kind"], r["step"], r["attempt"], datetime_to_ms(r["due_at"])) for r in timers],
+            outbox=[OutboxView(r["t"], r["id"], r["topic"], datetime_to_ms(r["created_at"]), r["reason"])
+                    for r in outbox])
+
+    async def events_after(self, saga_id: str, after_seq: int) -> list[StoredEvent]:
+        rows = await self._pool.fetch(
+            f"SELECT saga_id, seq, event_type, body, recorded_at FROM {self._s}.events WHERE saga_id = $1"
+            " AND seq > $2 ORDER BY seq", saga_id, after_seq, timeout=self._timeout_s)
+        return [_stored(r) for r in rows]
+
+    async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
+        if not saga_ids:
+            return []
+        rows = await self._pool.fetch(
+            f"SELECT saga_id, seq, event_type, body, recorded_at FROM {self._s}.events"
+            " WHERE saga_id = ANY($1::text[]) AND event_type = ANY($2::text[]) ORDER BY saga_id, seq",
+            sorted(saga_ids), sorted(event_types), timeout=self._timeout_s)
+        return [_stored(r) for r in rows]
+
+    async def saga_statuses(self, saga_ids: Collection[str]) -> dict[str, str]:
+        if not saga_ids:
+            return {}
+        rows = await self._pool.fetch(f"SELECT saga_id, status FROM {self._s}.saga_summary"
+                                      " WHERE saga_id = ANY($1::text[])", sorted(saga_ids), timeout=self._timeout_s)
+        return {r["saga_id"]: r["status"] for r in rows}
+
+    async def parked(self) -> list[OutboxView]:
+        tables = await self._pool.fetch("SELECT table_schema FROM information_schema.tables"
+                                        " WHERE table_name = 'outbox_parked' ORDER BY 1", timeout=self._timeout_s)
+        found: list[OutboxView] = []
+        for table in tables:
+            schema = table["table_schema"]
+            rows = await self._pool.fetch(
+                f'SELECT id, topic, created_at, reason, message_key FROM "{schema}".outbox_parked ORDER BY id',
+                timeout=self._timeout_s)
+            found += [OutboxView(f"{schema}.outbox_parked", r["id"], r["topic"], datetime_to_ms(r["created_at"]),
+                                 f"{r['message_key']}: {r['reason']}") for r in rows]
+        return found
+
+    async def awaiting(self, participant: Participant, saga_id: str | None = None) -> list[AwaitingCommand]:
+        try:
+            return await awaiting(self._pool, participant, saga_id)
+        except asyncpg.UndefinedTableError:
+            return []  # the participant has not started here yet
+
+
+def matches(row: SagaSummaryRow, selection: SagaFilter, now_ms: int) -> bool:
+    """Whether ``selection`` takes ``row`` at ``now_ms`` (what ``filter_sql`` says in SQL)."""
+    return ((selection.saga_type is None or row.saga_type == selection.saga_type)
+            and (not selection.statuses or row.status in selection.statuses)
+            and (selection.older_than_s is None or row.updated_at_ms < now_ms - selection.older_than_s * 1000)
+            and (selection.tenant is None or row.tenant_id == selection.tenant)
+            and (selection.error is None or row.last_error == selection.error)
+            and (selection.steps is None or (row.saga_type, row.current_step) in selection.steps))
+
+
+class MemoryReads:
+    """``ReadsStore`` over a ``MemoryStore`` (its clock is the database's ``now()``); no participant tables, no
+    outbox parks a row here."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def _cells(self, rows: Sequence[SagaSummaryRow]) -> list[HeatCell]:
+        now_ms = self._store.clock_ms()
+        counts: dict[tuple[str, str, str], int] = {}
+        for row in rows:
+            key = (row.saga_type, row.status, age_bucket((now_ms - row.started_at_ms) / 1000))
+            counts[key] = counts.get(key, 0) + 1
+        return [HeatCell(*key, count) for key, count in sorted(counts.items())]
+
+    async def unfinished(self, statuses: Sequence[str], oldest: int) -> tuple[list[HeatCell], list[SagaSummaryRow]]:
+        rows = [s for s in self._store.summaries.values() if s.status in statuses]
+        return self._cells(rows), sorted(rows, key=lambda s: s.started_at_ms)[:oldest]
+
+    async def ended_last_day(self, statuses: Sequence[str], undone: Collection[str]
+                             ) -> tuple[list[HeatCell], EndedCounts]:
+        now_ms = self._store.clock_ms()
+        day = [s for s in self._store.summaries.values() if s.status in statuses and s.updated_at_ms > now_ms - DAY_MS]
+        hour = [s for s in day if s.updated_at_ms > now_ms - HOUR_MS]
+        return self._cells(day), EndedCounts(hour=len(hour), day=len(day),
+                                             undone_hour=sum(s.status in undone for s in hour),
+                                             undone_day=sum(s.status in undone for s in day))
+
+    async def list_sagas(self, selection: SagaFilter | None, limit: int) -> list[SagaSummaryRow]:
+        now_ms = self._store.clock_ms()
+        rows = [s for s in self._store.summaries.values() if matches(s, selection or SagaFilter(), now_ms)]
+        return sorted(rows, key=lambda s: (s.started_at_ms, s.saga_id))[:limit]
+
+    async def count_by_status(self) -> dict[str, int]:
+        return await self._store.count_by_status()
+
+    async def search(self, saga_id: str, field: str, value: str, limit: int) -> list[SagaSummaryRow]:
+        ids = {k.saga_id for k in self._store.search_keys if k.value == value and (not field or k.field == field)}
+        rows = [s for s in self._store.summaries.values() if s.saga_id == saga_id or s.saga_id in ids]
+        return sorted(rows, key=lambda s: s.started_at_ms, reverse=True)[:limit]
+
+    async def search_keys(self, saga_id: str) -> dict[str, str]:
+        return {k.field: k.value for k in sorted(self._store.search_keys, key=lambda k: k.field)
+                if k.saga_id == saga_id}
+
+    async def wedged(self, min_failures: int, per_group: int, ended: Collection[str]) -> list[WedgedGroup]:
+        groups: dict[tuple[str, str, str | None], list[SagaSummaryRow]] = {}
+        for row in self._store.summaries.values():
+            if row.step_failures >= min_failures and row.status not in ended:
+                groups.setdefault((row.saga_type, row.current_step or "", row.last_error), []).append(row)
+        found = [WedgedGroup(saga_type, step, error, len(rows), max(r.step_failures for r in rows),
+                             [r.saga_id for r in sorted(rows, key=lambda r: (-r.step_failures, r.saga_id))][:per_group])
+                 for (saga_type, step, error), rows in groups.items()]
+        return sorted(found, key=lambda g: (-g.count, -g.max_failures))
+
+    async def stored_saga(self, saga_id: str) -> StoredSaga | None:
+        events = await self.events_after(saga_id, 0)
+        if not events:
+            return None
+        timers = sorted((t for t in self._store.timers.values() if t.saga_id == saga_id), key=lambda t: t.due_at_ms)
+        outbox = [OutboxView("saga.outbox", row_id, message.topic, self._store.clock_ms())
+                  for row_id, message in self._store.outbox if message.key == saga_id]
+        return StoredSaga(events, [TimerView(t.kind, t.step, t.attempt, t.due_at_ms) for t in timers], outbox)
+
+    async def events_after(self, saga_id: str, after_seq: int) -> list[StoredEvent]:
+        return [e for e in self._store.events.get(saga_id, []) if e.seq > after_seq]
+
+    async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
+        return [e for saga_id in sorted(saga_ids) for e in self._store.events.get(saga_id, [])
+                if e.event_type in event_types]
+
+    async def saga_statuses(self, saga_ids: Collection[str]) -> dict[str, str]:
+        return {i: self._store.summaries[i].status for i in saga_ids if i in self._store.summaries}
+
+    async def parked(self) -> list[OutboxView]:
+        return []
+
+    async def awaiting(self, participant: Participant, saga_id: str | None = None) -> list[AwaitingCommand]:
+        return []
