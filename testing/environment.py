@@ -40,19 +40,24 @@ from ..schemas import wire
 from ..schemas.headers import MESSAGE_ID
 from ..schemas.ids import forward_key
 from ..schemas.message_types import (
-    CancelSaga,
+    ACTION_RULES,
+    CANCEL,
+    RELEASE,
+    RESUME,
+    SAGA_ACTIONS,
     CommandKind,
+    ControlCommand,
     DeadLetter,
     Lever,
     OperateSaga,
-    ReleaseSaga,
     ResultStatus,
-    ResumeCompensation,
     SignalSaga,
     StartSaga,
     StepCommand,
     StepResult,
     WithdrawStep,
+    action_name,
+    lever_command,
 )
 from ..schemas.records import ConsumedRecord
 from ..schemas.registry import SchemaRegistry, default_registry, load_tree
@@ -199,13 +204,6 @@ class SagaEnvironment:
         return StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
                          input=self.schemas.encode(definition.input_schema, record))
 
-    async def cancel(self, saga_id: str, reason: str = "cancelled in a test") -> None:
-        """Send a CancelSaga and let the saga run on."""
-        self._send(self.topics.control, saga_id,
-                   wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason, operator="test")),
-                   f"{saga_id}:cancel:{next(self._order)}")
-        await self._settle()
-
     async def signal(self, saga_id: str, signal: str | SignalRef, payload: BaseModel | Mapping[str, Any], *,
                      signal_id: str | None = None, sender: str | None = "test",
                      start: tuple[Saga | SagaDefinition | str, BaseModel | Mapping[str, Any]] | None = None) -> str:
@@ -232,55 +230,51 @@ class SagaEnvironment:
         await self._settle()
         return signal_id
 
+    async def pull(self, action: str, saga_id: str, step: str | None = None, reason: str | None = None) -> None:
+        """Send an operator's ``action`` (any of ``SAGA_ACTIONS``, as test's) and let the saga run on; LeverRefused
+        when it is asked wrongly (``lever_command``, as every face)."""
+        await self.control(lever_command(action, saga_id, step, "test", reason))
+
+    async def cancel(self, saga_id: str, reason: str = "cancelled in a test") -> None:
+        await self.pull(CANCEL, saga_id, None, reason)
+
     async def resume(self, saga_id: str) -> None:
-        """Send a ResumeCompensation (a COMPENSATION_FAILED saga tries its compensation again)."""
-        message = ResumeCompensation(saga_id=saga_id, operator="test", detail=None)
-        self._send(self.topics.control, saga_id, wire.encode_resume(message), f"{saga_id}:resume:{next(self._order)}")
-        await self._settle()
+        await self.pull(RESUME, saga_id)
 
     async def release(self, saga_id: str) -> None:
-        """Send a ReleaseSaga (a QUARANTINED saga goes on)."""
-        message = ReleaseSaga(saga_id=saga_id, operator="test", detail=None)
-        self._send(self.topics.control, saga_id, wire.encode_release(message), f"{saga_id}:release:{next(self._order)}")
-        await self._settle()
+        await self.pull(RELEASE, saga_id)
 
     async def retry_now(self, saga_id: str, step: str, reason: str | None = None) -> None:
-        """Send an operator's RetryNow for ``step`` (waiting on its retry backoff: sent at once)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.RETRY_NOW, step=step, operator="test",
-                                       reason=reason))
+        await self.pull(Lever.RETRY_NOW, saga_id, step, reason)
 
     async def skip(self, saga_id: str, step: str, reason: str) -> None:
-        """Send an operator's Skip for ``step`` (skippable and stuck: the saga goes on without it)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.SKIP, step=step, operator="test", reason=reason))
+        await self.pull(Lever.SKIP, saga_id, step, reason)
 
     async def force_compensate(self, saga_id: str, reason: str) -> None:
-        """Send an operator's ForceCompensate (undo what the saga did, also after its pivot)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.FORCE_COMPENSATE, step=None, operator="test",
-                                       reason=reason))
+        await self.pull(Lever.FORCE_COMPENSATE, saga_id, None, reason)
 
     async def terminate(self, saga_id: str, reason: str) -> None:
-        """Send an operator's Terminate (the saga ends TERMINATED as it stands)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.TERMINATE, step=None, operator="test",
-                                       reason=reason))
+        await self.pull(Lever.TERMINATE, saga_id, None, reason)
 
     async def pause(self, saga_id: str) -> None:
-        """Send an operator's Pause (nothing is sent for the saga, no timer acts, until ``unpause``)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.PAUSE, step=None, operator="test", reason=None))
+        await self.pull(Lever.PAUSE, saga_id)
 
     async def unpause(self, saga_id: str) -> None:
-        """Send an operator's Unpause (what is open is sent again)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.UNPAUSE, step=None, operator="test", reason=None))
+        await self.pull(Lever.UNPAUSE, saga_id)
 
     async def redrive(self, saga_id: str, reason: str) -> None:
-        """Send an operator's Redrive (a FAILED saga runs again, its failed steps sent with a fresh budget)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.REDRIVE, step=None, operator="test",
-                                       reason=reason))
+        await self.pull(Lever.REDRIVE, saga_id, None, reason)
+
+    async def control(self, message: ControlCommand) -> None:
+        """Send any saga.control command as it is (a lever the table would refuse too: the core's refusal is
+        what such a test is after)."""
+        self._send(self.topics.control, message.saga_id, wire.encode_control(message),
+                   f"{message.saga_id}:control:{next(self._order)}")
+        await self._settle()
 
     async def operate(self, message: OperateSaga) -> None:
-        """Send an operator's lever, as saga.control carries it."""
-        self._send(self.topics.control, message.saga_id, wire.encode_operate(message),
-                   f"{message.saga_id}:operate:{next(self._order)}")
-        await self._settle()
+        """Send an operator's lever as it is (``control``)."""
+        await self.control(message)
 
     # -- participants ------------------------------------------------------------------------------------------
 
@@ -607,3 +601,8 @@ def _schemas(records: Mapping[str, Record]) -> SchemaRegistry:
     return SchemaRegistry([*base.current_schemas(), *(s for s in typed if s.full_name not in known)],
                           base.released_schemas())
 
+
+
+for _action in SAGA_ACTIONS:  # the help of each lever of the kit is its row's
+    getattr(SagaEnvironment, action_name(_action)).__doc__ = (
+        f"Send {_action} (operator \"test\"): {ACTION_RULES[_action].does}; the saga runs on.")
