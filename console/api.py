@@ -249,7 +249,7 @@ async def deferred(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
 @router.get("/audit", summary="What operators did through the console, newest first")
 async def audit(console: ConsoleDep, _: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 200
                 ) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(entry) for entry in await console.reads.audit(limit)]
+    return [dataclasses.asdict(entry) for entry in await console.audit.entries(limit)]
 
 
 @router.post("/sagas/{saga_id}/actions", response_model=ActionResult, status_code=202,

@@ -197,7 +197,7 @@ async def quarantine_page(request: Request) -> Response:
 @router.get("/audit", response_class=HTMLResponse)
 async def audit_page(request: Request) -> Response:
     console = console_of(request)
-    return _viewer(request, console) or _page(request, "audit.html", console, entries=await console.reads.audit())
+    return _viewer(request, console) or _page(request, "audit.html", console, entries=await console.audit.entries())
 
 
 @router.get("/sagas/{saga_id}", response_class=HTMLResponse)
@@ -318,14 +318,14 @@ async def login(request: Request, name: str = Form(...), password: str = Form(..
     try:
         accepted = console.identity.mode == "login" and await console.identity.sign_in(name, password, client)
     except Refused as refused:
-        await console.reads.record(name or "?", "SignIn", "console", {"address": client}, f"refused: {refused.detail}")
+        await console.audit.record(name or "?", "SignIn", "console", {"address": client}, f"refused: {refused.detail}")
         return RedirectResponse(f"/login?flash={quote(refused.detail)}&next={quote(on_site(next))}", status_code=303)
     if not accepted or console.identity.sessions is None:
-        await console.reads.record(name or "?", "SignIn", "console", {"address": client}, "refused")
+        await console.audit.record(name or "?", "SignIn", "console", {"address": client}, "refused")
         return RedirectResponse(f"/login?flash=name or password not accepted&next={quote(on_site(next))}",
                                 status_code=303)
     session = await console.identity.sessions.open(name)
-    await console.reads.record(name, "SignIn", "console", {"address": client}, "signed in")
+    await console.audit.record(name, "SignIn", "console", {"address": client}, "signed in")
     response = RedirectResponse(on_site(next), status_code=303)
     response.set_cookie(console.cookie, session.token, max_age=SESSION_S, path="/", httponly=True,
                         samesite="strict", secure=console.cookie.startswith("__Host-"))
@@ -339,7 +339,7 @@ async def logout(request: Request) -> Response:
     caller = caller_of(request)
     if caller is not None and caller.session_token is not None and console.identity.sessions is not None:
         await console.identity.sessions.close(caller.session_token)
-        await console.reads.record(caller.operator or "?", "SignOut", "console", {}, "signed out")
+        await console.audit.record(caller.operator or "?", "SignOut", "console", {}, "signed out")
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(console.cookie, path="/", httponly=True, samesite="strict",
                            secure=console.cookie.startswith("__Host-"))

@@ -36,14 +36,13 @@ import orjson
 
 from ..infra.chores import Chore
 from ..infra.db import datetime_to_ms
+from ..operations.levers import control_row, control_shards
 from ..outbox.table import OutboxMessage, write_outbox
 from ..schemas import wire
 from ..schemas.codec import WireError
-from ..schemas.headers import message_headers
 from ..schemas.ids import bulk_message_id
 from ..schemas.limits import MAX_TEXT_CHARS
 from ..schemas.message_types import SAGA_ACTIONS, STEP_LEVERS, control_command
-from ..schemas.partitioning import partition_for
 from ..schemas.topics import Topics
 from .domain.definition import DefinitionRegistry
 from .domain.status import SagaStatus
@@ -213,22 +212,6 @@ def where(selection: Selection, registry: DefinitionRegistry, as_of: str = "now(
 def job_operator(operator: str, job_id: int) -> str:
     """Who a job's commands name as the operator: the job's operator, and the job."""
     return f"{operator} (bulk job {job_id})"
-
-
-def control_row(topics: Topics, saga_id: str, value: bytes, message_id: str, causation_id: str,
-                saga_type: str | None = None) -> OutboxMessage:
-    """The outbox row that sends the encoded control command ``value`` to saga ``saga_id`` on saga.control."""
-    return OutboxMessage(topic=topics.control, key=saga_id, value=value,
-                         headers=message_headers(message_id, causation_id=causation_id, saga_id=saga_id,
-                                                 saga_type=saga_type),
-                         message_id=message_id)
-
-
-def control_shards(messages: Sequence[OutboxMessage], partitions: tuple[int, ...] | None) -> list[int]:
-    """The outbox shard of each control row: its saga's partition of saga.control (None: all in shard 0)."""
-    if partitions is None:
-        return [0] * len(messages)
-    return [partition_for(message.key.encode(), partitions) for message in messages]
 
 
 def command_row(topics: Topics, job_id: int, saga_id: str, saga_type: str, value: bytes) -> OutboxMessage:
