@@ -14,10 +14,11 @@ from starlette.requests import Request
 
 from ..client.saga_client import SagaInputError
 from ..infra.kafka_clients import KafkaClients
+from ..operations import bulk_jobs
 from ..operations.audit import OperatorAudit
 from ..operations.levers import Levers
-from ..orchestrator import bulk_jobs
 from ..orchestrator.store.operations.audit import PostgresLevers
+from ..orchestrator.store.operations.bulk_jobs import PostgresBulkJobs
 from ..participants.kit.deferred import complete, why_not_awaiting
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.message_types import LeverRefused
@@ -67,6 +68,11 @@ class Console:
         return Levers(self._lever_store, self.topics, self.control_partitions, via="console")
 
     @cached_property
+    def bulk_store(self) -> PostgresBulkJobs:
+        """Bulk jobs, on the orchestrator's database."""
+        return PostgresBulkJobs(self.pool)
+
+    @cached_property
     def _lever_store(self) -> PostgresLevers:
         return PostgresLevers(self.pool)
 
@@ -90,7 +96,7 @@ class Console:
         cannot be (audited too)."""
         detail = {"selection": selection.describe(), "step": step, "reason": reason, "rate_per_s": rate_per_s}
         try:
-            job = await bulk_jobs.start(self.pool, selection, self.reads.definitions, action=action,
+            job = await bulk_jobs.start(self.bulk_store, selection, self.reads.definitions, action=action,
                                         operator=operator, reason=reason, step=step or None, rate_per_s=rate_per_s)
         except bulk_jobs.BulkJobError as error:
             await self.audit.record(operator, f"BulkJob {action}", "bulk", detail, f"refused: {error}")
@@ -102,7 +108,7 @@ class Console:
     async def cancel_job(self, operator: str, job_id: int) -> bulk_jobs.BulkJob:
         """Stop bulk job ``job_id`` for ``operator`` and audit it; HTTPException 400 when it cannot be."""
         try:
-            job = await bulk_jobs.cancel(self.pool, job_id, operator)
+            job = await bulk_jobs.cancel(self.bulk_store, job_id, operator)
         except bulk_jobs.BulkJobError as error:
             raise HTTPException(400, str(error)) from None
         await self.audit.record(operator, "CancelBulkJob", f"bulk job {job_id}", {}, f"cancelled after {job.done}")

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
-from ..orchestrator import bulk_jobs
+from ..operations import bulk_jobs
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..participants.kit.outcome import Failed, Succeeded
@@ -361,7 +361,7 @@ def _selection(form: Any) -> bulk_jobs.Selection:
 async def bulk_page(request: Request) -> Response:
     console = console_of(request)
     return _viewer(request, console) or _page(
-        request, "bulk.html", console, jobs=await bulk_jobs.jobs(console.pool),
+        request, "bulk.html", console, jobs=await bulk_jobs.jobs(console.bulk_store),
         saga_types=sorted(console.reads.definitions.types()), statuses=[s.value for s in SagaStatus],
         actions=bulk_jobs.actions(), rate=bulk_jobs.DEFAULT_RATE_PER_S)
 
@@ -370,7 +370,7 @@ async def bulk_page(request: Request) -> Response:
 async def bulk_jobs_table(request: Request) -> Response:
     console = console_of(request)
     return _viewer(request, console) or _page(request, "bulk_jobs.html", console,
-                                              jobs=await bulk_jobs.jobs(console.pool))
+                                              jobs=await bulk_jobs.jobs(console.bulk_store))
 
 
 @router.post("/bulk/count", response_class=HTMLResponse)
@@ -381,7 +381,7 @@ async def bulk_count_fragment(request: Request) -> Response:
         return denied
     try:
         selection = _selection(await request.form())
-        found = await bulk_jobs.count(console.pool, selection, console.reads.definitions)
+        found = await bulk_jobs.count(console.bulk_store, selection, console.reads.definitions)
     except HTTPException as error:
         return HTMLResponse(f'<b class="error">{escape(str(error.detail))}</b>')
     except bulk_jobs.BulkJobError as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from saga_orchestrator.orchestrator.bulk_jobs import (
+from saga_orchestrator.operations.bulk_jobs import (
     MAX_BATCH,
     BulkJobError,
     Selection,
@@ -14,11 +14,12 @@ from saga_orchestrator.orchestrator.bulk_jobs import (
     batch_size,
     check_job,
     command_row,
+    criteria,
     job_operator,
-    where,
 )
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.outbound import PendingWrites
+from saga_orchestrator.orchestrator.store.operations import bulk_jobs as store
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.ids import bulk_job_of, bulk_message_id
@@ -35,6 +36,10 @@ from saga_orchestrator.testing.history import SagaRun
 
 REGISTRY = DefinitionRegistry([TRIP])
 TOPICS = Topics()
+
+
+def where(selection: Selection, registry: DefinitionRegistry, as_of: str = "now()", first: int = 1) -> store.Where:
+    return store.where(criteria(selection, registry), as_of, first)
 
 
 @pytest.mark.parametrize(("selection", "sql", "params"), [
