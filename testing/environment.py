@@ -29,11 +29,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..authoring import Saga, SagaApp, SignalRef, StepRef
+from ..operations import bulk_jobs
+from ..operations.bulk_jobs import BulkJob, Count, Selection
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.state import SagaState, fold
 from ..orchestrator.inbound import RecordParser
 from ..orchestrator.service import SagaService
 from ..orchestrator.store.memory import MemoryStore
+from ..orchestrator.store.operations.bulk_jobs import MemoryBulkJobs
 from ..participants.kit.typed import Action
 from ..schemas import event_types as ev
 from ..schemas import wire
@@ -143,6 +146,7 @@ class SagaEnvironment:
         self.topics = Topics()
         self.schemas = _schemas(self._records)
         self.store = MemoryStore(clock_ms=lambda: self.now)
+        self.bulk_store = MemoryBulkJobs(self.store)  # bulk jobs over the same read model and outbox
         self.service = SagaService(self.store, self.definitions, self.topics, lambda: self.now, schemas=self.schemas)
         participants = sorted({step.participant for definition in self._sagas for step in definition.steps
                                if not step.waits})
@@ -276,6 +280,29 @@ class SagaEnvironment:
         """Send an operator's lever as it is (``control``)."""
         await self.control(message)
 
+    # -- bulk jobs ---------------------------------------------------------------------------------------------
+
+    async def bulk_count(self, selection: Selection) -> Count:
+        """The dry run of a bulk job: how many of the environment's sagas ``selection`` matches now."""
+        return await bulk_jobs.count(self.bulk_store, selection, self.definitions)
+
+    async def bulk_run(self, selection: Selection, action: str, reason: str, *, step: str | None = None,
+                       rate_per_s: float = bulk_jobs.DEFAULT_RATE_PER_S) -> BulkJob:
+        """Start a bulk job (operator "test") and run it to its end as the orchestrator's runner would, batch by
+        batch at ``rate_per_s`` on the virtual clock, each saga taking its command; the job as it ended.
+        BulkJobError when it cannot start (nothing matches, an action asked wrongly)."""
+        job = await bulk_jobs.start(self.bulk_store, selection, self.definitions, action=action, operator="test",
+                                    reason=reason, step=step, rate_per_s=rate_per_s)
+        runner = bulk_jobs.BulkRunner(self.bulk_store, self.definitions, self.topics)
+        while (ran := await self.bulk_store.job(job.id)) is not None and ran.status == "RUNNING":
+            if await runner.run_batch() is not None:
+                self._drain()
+                await self._settle()
+            else:
+                await self.advance(seconds=max(bulk_jobs.MIN_WAIT_S, await self.bulk_store.seconds_to_next() or 0))
+        assert ran is not None
+        return ran
+
     # -- participants ------------------------------------------------------------------------------------------
 
     def stop(self, participant: str) -> None:
@@ -380,6 +407,8 @@ class SagaEnvironment:
         for message in self.store.drain_outbox():
             if message.topic == self.topics.dlq:
                 self.letters.append(wire.decode_dead_letter(message.value))
+            elif message.topic == self.topics.control:  # a bulk job's command, as the relay would publish it
+                self._send(message.topic, message.key, message.value, message.message_id)
             elif message.topic in self._commands:
                 participant = self._commands[message.topic]
                 command = wire.decode_participant_command(message.value, participant=participant,
