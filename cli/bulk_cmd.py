@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import asyncpg
 import typer
 from rich.table import Table
 
-from ..orchestrator import bulk_jobs
+from ..operations import bulk_jobs
+from ..operations.bulk_jobs import DEFAULT_RATE_PER_S, BulkJob, BulkJobError, Selection
+from ..operations.ports import BulkJobStore
+from ..operations.postgres import bulk_job_store
 from ..orchestrator.bootstrap import definitions
-from ..orchestrator.bulk_jobs import DEFAULT_RATE_PER_S, BulkJob, BulkJobError, Selection
 from .context import console, database, fail, run, settings
 from .inspect_cmd import parse_duration, when
 
@@ -43,11 +44,11 @@ def _checked(make: Callable[[], T]) -> T:
         fail(str(error))
 
 
-def _with_pool(work: Callable[[asyncpg.Pool], Awaitable[T]]) -> T:
+def _with_store(work: Callable[[BulkJobStore], Awaitable[T]]) -> T:
     async def body() -> T:
         async with database(settings()) as pool:
             try:
-                return await work(pool)
+                return await work(bulk_job_store(pool))
             except BulkJobError as error:
                 fail(str(error))
 
@@ -60,7 +61,7 @@ def count(saga_type: str | None = TYPE, state: list[str] | None = STATE, older_t
     """The dry run: how many sagas the selection matches now, and the first few ids. Changes nothing."""
     selection = _selection(saga_type, state, older_than, tenant, error, participant)
     registry = definitions()
-    found = _with_pool(lambda pool: bulk_jobs.count(pool, selection, registry))
+    found = _with_store(lambda store: bulk_jobs.count(store, selection, registry))
     console.print(f"{found.total} sagas match ({selection.describe()})")
     if found.sample:
         more = f" and {found.total - len(found.sample)} more" if found.total > len(found.sample) else ""
@@ -86,15 +87,15 @@ def start(
     lever = _checked(lambda: bulk_jobs.action_named(action))
     _checked(lambda: bulk_jobs.check_job(lever, step, operator, reason, rate))
     registry = definitions()
-    found = _with_pool(lambda pool: bulk_jobs.count(pool, selection, registry))
+    found = _with_store(lambda store: bulk_jobs.count(store, selection, registry))
     if not found.total:
         fail(f"no saga matches ({selection.describe()}): there is nothing to do", code=1)
     console.print(f"{found.total} sagas match ({selection.describe()}); {lever}"
                   f"{' ' + step if step else ''} on each, at most {rate:g} a second, as {operator}")
     if not yes and not typer.confirm("start the bulk job?"):
         raise typer.Exit(1)
-    started = _with_pool(lambda pool: bulk_jobs.start(pool, selection, registry, action=lever, operator=operator,
-                                                      reason=reason, step=step, rate_per_s=rate))
+    started = _with_store(lambda store: bulk_jobs.start(store, selection, registry, action=lever, operator=operator,
+                                                        reason=reason, step=step, rate_per_s=rate))
     console.print(f"bulk job [bold]{started.id}[/] started: {started.total} sagas; `saga bulk show {started.id}` "
                   "shows its progress")
 
@@ -102,7 +103,7 @@ def start(
 @bulk_app.command("list")
 def list_jobs(limit: int = typer.Option(20, "--limit", min=1, help="At most this many jobs, newest first.")) -> None:
     """The latest bulk jobs: who started them, on what, and how far they got."""
-    found = _with_pool(lambda pool: bulk_jobs.jobs(pool, limit))
+    found = _with_store(lambda store: bulk_jobs.jobs(store, limit))
     table = Table("job", "status", "action", "selection", "done", "total", "refused", "operator", "started (UTC)")
     for job in found:
         table.add_row(str(job.id), job.status, _action(job), _selected(job), str(job.done), str(job.total),
@@ -113,7 +114,7 @@ def list_jobs(limit: int = typer.Option(20, "--limit", min=1, help="At most this
 @bulk_app.command("show")
 def show(job_id: int = typer.Argument(..., help="The job's id (`saga bulk list`).")) -> None:
     """One bulk job: what it does, to which selection, who started it, and its progress."""
-    found = _with_pool(lambda pool: bulk_jobs.job(pool, job_id))
+    found = _with_store(lambda store: bulk_jobs.job(store, job_id))
     if found is None:
         fail(f"no bulk job {job_id} (`saga bulk list` shows the jobs)")
     console.print(f"bulk job [bold]{found.id}[/]: [bold]{found.status}[/] — {_action(found)} on {_selected(found)}")
@@ -134,7 +135,7 @@ def show(job_id: int = typer.Argument(..., help="The job's id (`saga bulk list`)
 def cancel(job_id: int = typer.Argument(..., help="A RUNNING job."),
            operator: str = typer.Option(..., "--operator", help="Who is acting; recorded with the job.")) -> None:
     """Stop a running job: no further saga is sent its command (those sent stay sent)."""
-    cancelled = _with_pool(lambda pool: bulk_jobs.cancel(pool, job_id, operator))
+    cancelled = _with_store(lambda store: bulk_jobs.cancel(store, job_id, operator))
     console.print(f"bulk job [bold]{job_id}[/] cancelled after {cancelled.done} of {cancelled.total} sagas")
 
 

@@ -15,8 +15,8 @@ from rich.table import Table
 
 from ..client.api import ApiError, SagaApi, SagaNotFound
 from ..client.saga_client import api_of
+from ..operations import bulk_jobs
 from ..operations.postgres import postgres_reads, reads_store
-from ..orchestrator import bulk_jobs
 from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.errors import DomainError

@@ -10,6 +10,7 @@ from . import (
     deferred_cmd,
     definitions_cmd,
     inspect_cmd,
+    levers,
     migrate_cmd,
     purge_cmd,
     reproject_cmd,
@@ -33,17 +34,8 @@ app.add_typer(console_app, name="console")
 app.add_typer(outbox_app, name="outbox")
 app.add_typer(schemas_app, name="schemas")
 app.command("start")(commands.start)
-app.command("cancel")(commands.cancel)
 app.command("signal")(commands.signal)
-app.command("resume")(commands.resume)
-app.command("release")(commands.release)
-app.command("retry-now")(commands.retry_now)
-app.command("skip")(commands.skip)
-app.command("force-compensate")(commands.force_compensate)
-app.command("terminate")(commands.terminate)
-app.command("pause")(commands.pause)
-app.command("unpause")(commands.unpause)
-app.command("redrive")(commands.redrive)
+levers.register(app)
 app.command("status")(inspect_cmd.status)
 app.command("history")(inspect_cmd.history)
 app.command("list")(inspect_cmd.list_sagas)

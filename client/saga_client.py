@@ -32,12 +32,8 @@ from ..schemas.event_types import TERMINAL_EVENTS, Event, SagaRejected, SagaStar
 from ..schemas.headers import kafka_headers, message_headers, valid_traceparent
 from ..schemas.limits import id_problem
 from ..schemas.message_types import (
-    CancelSaga,
     ControlCommand,
-    Lever,
     OperateSaga,
-    ReleaseSaga,
-    ResumeCompensation,
     SignalSaga,
     StartSaga,
 )
@@ -47,6 +43,7 @@ from ..schemas.topics import Topics
 from ..schemas.typed import to_avro
 from ..schemas.validation import input_problems
 from .api import SagaApi, SagaStatus
+from .levers import LeverMethods
 
 CONNECT_TIMEOUT_S = 15.0
 
@@ -104,8 +101,9 @@ def input_records(definitions: Iterable[SagaType]) -> dict[str, str]:
     return {saga_type: definition.input_schema for saga_type, definition in latest.items()}
 
 
-class SagaClient:
-    """A connection to one deployment (bootstrap servers and topic prefix) that starts and follows sagas.
+class SagaClient(LeverMethods):
+    """A connection to one deployment (bootstrap servers and topic prefix) that starts and follows sagas, and
+    pulls the operator's levers (``LeverMethods``: cancel, resume, release, retry_now, skip, ...).
 
     ``input_records`` maps each saga type the client may start to the full name of its input record (see
     ``input_records``), which ``schemas`` must hold.
@@ -282,73 +280,13 @@ class SagaClient:
         except WireError as error:
             raise SagaInputError(field, f"{misfit}: {error}") from error
 
-    async def cancel(self, saga_id: str, reason: str, operator: str | None = None) -> None:
-        """Publish a CancelSaga (the orchestrator refuses, and records, a cancel after the pivot), recording
-        ``operator`` as who asked."""
-        message = CancelSaga(saga_id=saga_id, reason=reason, operator=operator)
-        await self.publish(self.topics.control, saga_id, wire.encode_cancel(message))
-
-    async def resume(self, saga_id: str, operator: str | None = None, detail: str | None = None) -> None:
-        """Publish a ResumeCompensation: a COMPENSATION_FAILED saga retries its failed compensation."""
-        message = ResumeCompensation(saga_id=saga_id, operator=operator, detail=detail)
-        await self.publish(self.topics.control, saga_id, wire.encode_resume(message))
-
-    async def release(self, saga_id: str, operator: str | None = None, detail: str | None = None) -> None:
-        """Publish a ReleaseSaga: a QUARANTINED saga (SagaQuarantined says why) goes on where it stood, its open
-        steps sent again. Fix the cause first (deploy the missing definition version, say): a saga whose
-        history still does not fold stays quarantined and the release is dead-lettered with the reason."""
-        message = ReleaseSaga(saga_id=saga_id, operator=operator, detail=detail)
-        await self.publish(self.topics.control, saga_id, wire.encode_release(message))
-
-    async def retry_now(self, saga_id: str, step: str, operator: str | None = None, reason: str | None = None
-                        ) -> None:
-        """Publish an OperateSaga RetryNow: ``step`` (or its compensation), waiting on its retry backoff, is sent
-        at once under its same key; the saga's history records it, or why it could not apply."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.RETRY_NOW, step=step, operator=operator,
-                                       reason=reason))
-
-    async def skip(self, saga_id: str, step: str, reason: str, operator: str | None = None) -> None:
-        """Publish an OperateSaga Skip: a skippable ``step`` that is stuck is recorded as skipped and the saga goes
-        on as if it had succeeded, without its output; the saga's history records it, or why it could not."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.SKIP, step=step, operator=operator, reason=reason))
-
-    async def force_compensate(self, saga_id: str, reason: str, operator: str | None = None) -> None:
-        """Publish an OperateSaga ForceCompensate: a RUNNING saga, or one that ended FAILED, undoes what it did,
-        also after its pivot; recorded as forced."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.FORCE_COMPENSATE, step=None, operator=operator,
-                                       reason=reason))
-
-    async def terminate(self, saga_id: str, reason: str, operator: str | None = None) -> None:
-        """Publish an OperateSaga Terminate: the saga ends TERMINATED as it stands, nothing compensated (it was
-        settled by hand); the saga's history records it, or why it could not apply."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.TERMINATE, step=None, operator=operator,
-                                       reason=reason))
-
-    async def pause(self, saga_id: str, reason: str | None = None, operator: str | None = None) -> None:
-        """Publish an OperateSaga Pause: nothing more is sent for the saga and none of its timers acts until
-        ``unpause`` (replies that come meanwhile are recorded)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.PAUSE, step=None, operator=operator,
-                                       reason=reason))
-
-    async def unpause(self, saga_id: str, reason: str | None = None, operator: str | None = None) -> None:
-        """Publish an OperateSaga Unpause: a paused saga goes on, what is open sent again under the same keys."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.UNPAUSE, step=None, operator=operator,
-                                       reason=reason))
-
-    async def redrive(self, saga_id: str, reason: str, operator: str | None = None) -> None:
-        """Publish an OperateSaga Redrive: a saga that ended FAILED runs again, each step that failed for good sent
-        again (its next attempt, under its same key, with a fresh attempt budget); ``reason``: what was fixed. The
-        saga's history records it, or why it could not apply."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.REDRIVE, step=None, operator=operator,
-                                       reason=reason))
-
     async def control(self, message: ControlCommand) -> None:
         """Publish any command for topic saga.control (a cancel, resume, release or lever)."""
         await self.publish(self.topics.control, message.saga_id, wire.encode_control(message))
 
     async def operate(self, message: OperateSaga) -> None:
-        """Publish an operator's lever (``message.action``: one of ``schemas.message_types.Lever``)."""
-        await self.publish(self.topics.control, message.saga_id, wire.encode_operate(message))
+        """Publish an operator's lever (``message.action``: one of ``schemas.message_types.Lever``) as it is."""
+        await self.control(message)
 
     async def status(self, saga_id: str) -> SagaStatus:
         """The saga's state as the console's HTTP API folds it from its whole history (a saga older than the

@@ -15,7 +15,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 
-from ..orchestrator import bulk_jobs
+from ..operations import bulk_jobs
+from ..operations.ports import AGE_BUCKETS
+from ..operations.reads import SagaView
 from ..orchestrator.domain.waits import waits
 from ..orchestrator.ports import SagaSummaryRow
 from ..participants.kit.effects import read_effects
@@ -23,7 +25,6 @@ from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.event_types import Event
 from . import letter_replays, operating
 from .context import Console, console_of
-from .reads import AGE_BUCKETS, SagaView
 
 router = APIRouter(prefix="/api/v1", tags=["sagas"])
 
@@ -249,7 +250,7 @@ async def deferred(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
 @router.get("/audit", summary="What operators did through the console, newest first")
 async def audit(console: ConsoleDep, _: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 200
                 ) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(entry) for entry in await console.reads.audit(limit)]
+    return [dataclasses.asdict(entry) for entry in await console.audit.entries(limit)]
 
 
 @router.post("/sagas/{saga_id}/actions", response_model=ActionResult, status_code=202,
@@ -285,7 +286,7 @@ async def send_signal(saga_id: str, request: SignalRequest, console: ConsoleDep,
 
 
 class SelectionRequest(BaseModel):
-    """Which sagas: every criterion given must hold, at least one given (``orchestrator.bulk_jobs.Selection``)."""
+    """Which sagas: every criterion given must hold, at least one given (``operations.bulk_jobs.Selection``)."""
 
     saga_type: str | None = None
     statuses: list[str] = Field(default_factory=list)
@@ -323,7 +324,7 @@ class CountResult(BaseModel):
 async def bulk_count(request: SelectionRequest, console: ConsoleDep, _: Reader) -> CountResult:
     selection = request.selection()
     try:
-        found = await bulk_jobs.count(console.pool, selection, console.reads.definitions)
+        found = await bulk_jobs.count(console.bulk_store, selection, console.reads.definitions)
     except bulk_jobs.BulkJobError as error:
         raise HTTPException(400, str(error)) from None
     return CountResult(total=found.total, sample=found.sample, selection=selection.describe())
@@ -339,12 +340,12 @@ async def bulk_start(request: JobRequest, console: ConsoleDep, operator: Actor) 
 
 @router.get("/bulk/jobs", tags=["bulk jobs"], summary="The latest bulk jobs, newest first, with their progress")
 async def bulk_list(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
-    return [job.to_json() for job in await bulk_jobs.jobs(console.pool)]
+    return [job.to_json() for job in await bulk_jobs.jobs(console.bulk_store)]
 
 
 @router.get("/bulk/jobs/{job_id}", tags=["bulk jobs"], summary="One bulk job and its progress")
 async def bulk_job(job_id: int, console: ConsoleDep, _: Reader) -> dict[str, Any]:
-    found = await bulk_jobs.job(console.pool, job_id)
+    found = await bulk_jobs.job(console.bulk_store, job_id)
     if found is None:
         raise HTTPException(404, f"no bulk job {job_id}")
     return found.to_json()

@@ -17,7 +17,7 @@ from ..client.saga_client import SagaClient
 from ..infra.db import create_pool
 from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
-from ..operations.postgres import migrate, postgres_sessions
+from ..operations.postgres import migrate, postgres_reads, postgres_sessions
 from ..orchestrator.bootstrap import definitions
 from ..participants.registry import deployment_participants
 from ..schemas.registry import default_registry
@@ -25,7 +25,6 @@ from . import api, pages
 from .context import Console
 from .guard import Guard, Scope, WhoAsks
 from .identity import Identity, read_users
-from .reads import ConsoleReads
 
 STATIC = Path(__file__).parent / "static"
 POOL_SIZE = 4  # pages and API calls at once; the live timelines poll through it too
@@ -75,8 +74,8 @@ def console_app(settings: Settings) -> FastAPI:
         client = SagaClient.from_settings(settings)
         await client.connect()
         try:
-            app.state.console = Console(pool=pool, reads=ConsoleReads(pool, registry, default_registry(),
-                                                                      participants),
+            app.state.console = Console(pool=pool,
+                                        reads=postgres_reads(pool, registry, default_registry(), participants),
                                         identity=dataclasses.replace(identity, sessions=postgres_sessions(pool)),
                                         control=client, topics=client.topics,
                                         kafka=settings.kafka(), levers=settings.saga_console_levers,

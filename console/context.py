@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import asyncpg
@@ -14,17 +14,18 @@ from starlette.requests import Request
 
 from ..client.saga_client import SagaInputError
 from ..infra.kafka_clients import KafkaClients
-from ..orchestrator import bulk_jobs
-from ..orchestrator.bulk_jobs import OUTBOX_TABLE
-from ..outbox.table import write_outbox
+from ..operations import bulk_jobs
+from ..operations.audit import OperatorAudit
+from ..operations.levers import Levers
+from ..operations.ports import BulkJobStore, LeverStore
+from ..operations.postgres import bulk_job_store, lever_store
+from ..operations.reads import Reads
 from ..participants.kit.deferred import complete, why_not_awaiting
 from ..participants.kit.outcome import Failed, Succeeded
-from ..schemas import wire
-from ..schemas.codec import WireError
+from ..schemas.message_types import LeverRefused
 from ..schemas.topics import Topics
 from . import operating
 from .identity import Identity
-from .reads import ConsoleReads
 
 
 def _wall_clock_ms() -> int:
@@ -36,7 +37,7 @@ class Console:
     """One console process's parts (made by ``console.app.console_app``)."""
 
     pool: asyncpg.Pool
-    reads: ConsoleReads
+    reads: Reads
     identity: Identity
     control: operating.ControlPublisher
     topics: Topics
@@ -49,19 +50,31 @@ class Console:
     async def act(self, operator: str, saga_id: str, action: str, step: str | None, reason: str | None) -> None:
         """Queue ``action`` for ``operator`` and audit it in one transaction: the control command goes into the
         orchestrator's outbox beside its audit row (its relay publishes it on saga.control), so no lever goes
-        out unaudited and none is audited unsent. HTTPException 400 when it is asked wrongly (audited too)."""
-        target = f"saga {saga_id}"
-        detail = {"step": step, "reason": reason}
+        out unaudited and none is audited unsent (``operations.levers``). HTTPException 400 when it is asked
+        wrongly (audited too)."""
         try:
-            message = operating.message_for(saga_id, action, step, operator, reason)
-            value = wire.encode_control(message)
-        except (operating.ActionRefused, WireError) as error:
-            await self.reads.record(operator, action, target, detail, f"refused: {error}")
+            await self.lever_queue.pull(operator, saga_id, action, step, reason)
+        except LeverRefused as error:
             raise HTTPException(400, str(error)) from None
-        rows = [bulk_jobs.control_row(self.topics, saga_id, value, str(uuid.uuid4()), f"console:{operator}")]
-        async with self.pool.acquire() as conn, conn.transaction():
-            await self.reads.record(operator, action, target, detail, "queued on saga.control", conn=conn)
-            await write_outbox(conn, OUTBOX_TABLE, rows, bulk_jobs.control_shards(rows, self.control_partitions))
+
+    @cached_property
+    def audit(self) -> OperatorAudit:
+        """The operator audit, on the orchestrator's database."""
+        return OperatorAudit(self._lever_store)
+
+    @cached_property
+    def lever_queue(self) -> Levers:
+        """Levers pulled for operators: queued in the orchestrator's outbox with their audit entries."""
+        return Levers(self._lever_store, self.topics, self.control_partitions, via="console")
+
+    @cached_property
+    def bulk_store(self) -> BulkJobStore:
+        """Bulk jobs, on the orchestrator's database."""
+        return bulk_job_store(self.pool)
+
+    @cached_property
+    def _lever_store(self) -> LeverStore:
+        return lever_store(self.pool)
 
     async def signal(self, operator: str, saga_id: str, signal: str, payload: dict[str, Any],
                      signal_id: str | None) -> str:
@@ -72,9 +85,9 @@ class Console:
         try:
             sent = await self.control.signal(saga_id, signal, payload, signal_id=signal_id, sender=operator)
         except SagaInputError as error:
-            await self.reads.record(operator, "Signal", target, detail, f"refused: {error}")
+            await self.audit.record(operator, "Signal", target, detail, f"refused: {error}")
             raise HTTPException(400, str(error)) from None
-        await self.reads.record(operator, "Signal", target, {**detail, "signal_id": sent}, "published on saga.control")
+        await self.audit.record(operator, "Signal", target, {**detail, "signal_id": sent}, "published on saga.control")
         return sent
 
     async def start_job(self, operator: str, selection: bulk_jobs.Selection, action: str, step: str | None,
@@ -83,22 +96,22 @@ class Console:
         cannot be (audited too)."""
         detail = {"selection": selection.describe(), "step": step, "reason": reason, "rate_per_s": rate_per_s}
         try:
-            job = await bulk_jobs.start(self.pool, selection, self.reads.definitions, action=action,
+            job = await bulk_jobs.start(self.bulk_store, selection, self.reads.definitions, action=action,
                                         operator=operator, reason=reason, step=step or None, rate_per_s=rate_per_s)
         except bulk_jobs.BulkJobError as error:
-            await self.reads.record(operator, f"BulkJob {action}", "bulk", detail, f"refused: {error}")
+            await self.audit.record(operator, f"BulkJob {action}", "bulk", detail, f"refused: {error}")
             raise HTTPException(400, str(error)) from None
-        await self.reads.record(operator, f"BulkJob {action}", f"bulk job {job.id}", detail,
+        await self.audit.record(operator, f"BulkJob {action}", f"bulk job {job.id}", detail,
                                 f"started: {job.total} sagas")
         return job
 
     async def cancel_job(self, operator: str, job_id: int) -> bulk_jobs.BulkJob:
         """Stop bulk job ``job_id`` for ``operator`` and audit it; HTTPException 400 when it cannot be."""
         try:
-            job = await bulk_jobs.cancel(self.pool, job_id, operator)
+            job = await bulk_jobs.cancel(self.bulk_store, job_id, operator)
         except bulk_jobs.BulkJobError as error:
             raise HTTPException(400, str(error)) from None
-        await self.reads.record(operator, "CancelBulkJob", f"bulk job {job_id}", {}, f"cancelled after {job.done}")
+        await self.audit.record(operator, "CancelBulkJob", f"bulk job {job_id}", {}, f"cancelled after {job.done}")
         return job
 
 
@@ -116,13 +129,13 @@ class Console:
             async with self.pool.acquire() as conn, conn.transaction():
                 answered = await complete(conn, found, self.topics, key, outcome, operator=operator, detail=detail)
         except ValueError as error:
-            await self.reads.record(operator, "Answer", target, verdict, f"refused: {error}")
+            await self.audit.record(operator, "Answer", target, verdict, f"refused: {error}")
             raise HTTPException(400, str(error)) from None
         if not answered:
             why = await why_not_awaiting(self.pool, found, key)
-            await self.reads.record(operator, "Answer", target, verdict, f"refused: {why}")
+            await self.audit.record(operator, "Answer", target, verdict, f"refused: {why}")
             raise HTTPException(404, f"answer refused: {why}")
-        await self.reads.record(operator, "Answer", target, verdict, "answered; the participant's relay replies")
+        await self.audit.record(operator, "Answer", target, verdict, "answered; the participant's relay replies")
 
 
 def console_of(request: Request) -> Console:

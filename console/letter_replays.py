@@ -90,7 +90,7 @@ async def replay(console: Console, operator: str, positions: Sequence[str], reas
         parked = await dlq.read_parked(console.kafka, topic, at=wanted)
         chosen = dlq.select(parked, wanted, None, topic)
     except DeadLetterError as error:
-        await console.reads.record(operator, REPLAY, f"dead letters {', '.join(positions)}", asked,
+        await console.audit.record(operator, REPLAY, f"dead letters {', '.join(positions)}", asked,
                                    f"refused: {error}")
         raise HTTPException(400, str(error)) from None
     plan = await dlq.plan_replays(chosen, topic, operator, console.reads.saga_statuses,
@@ -102,17 +102,17 @@ async def replay(console: Console, operator: str, positions: Sequence[str], reas
                 await dlq.publish(producer, [dlq.note_record(note, console.topics.control)
                                              for note in plan.notes(operator, reason)])
         except DeadLetterError as error:
-            await console.reads.record(operator, REPLAY, f"dead letters {', '.join(positions)}", asked,
+            await console.audit.record(operator, REPLAY, f"dead letters {', '.join(positions)}", asked,
                                        f"failed: {error}")
             raise HTTPException(503, str(error)) from None
     for item, why in plan.refused:
-        await console.reads.record(operator, REPLAY, f"dead letter {item.position}", _detail(item, reason, force),
+        await console.audit.record(operator, REPLAY, f"dead letter {item.position}", _detail(item, reason, force),
                                    f"refused: {why}")
     replayed: list[dict[str, object]] = []
     for item, record in plan.replays:
         saga_id = item.letter.saga_id if item.letter else None
         recorded = plan.recorded(item)
-        await console.reads.record(operator, REPLAY, f"dead letter {item.position}", _detail(item, reason, force),
+        await console.audit.record(operator, REPLAY, f"dead letter {item.position}", _detail(item, reason, force),
                                    f"published to {record.topic}; " + (f"recorded in saga {saga_id}'s history"
                                                                        if recorded else "no history to record it in"))
         replayed.append({"position": item.position, "topic": record.topic, "saga_id": saga_id, "recorded": recorded})

@@ -18,13 +18,13 @@ from ..orchestrator.domain.errors import DomainError, InvalidMessage
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..schemas.event_types import OperatorActionRefused, SagaCancelRefused
 from ..schemas.message_types import (
-    ACTION_RULES,
     NEEDS_REASON,
     RELEASE,
     SAGA_ACTIONS,
     STEP_LEVERS,
     ControlCommand,
-    control_command,
+    LeverRefused,
+    lever_command,
 )
 
 ACTIONS = SAGA_ACTIONS
@@ -39,8 +39,8 @@ class ControlPublisher(Protocol):
                      sender: str | None = None) -> str: ...
 
 
-class ActionRefused(ValueError):
-    """An action asked wrongly (unknown, no step where one is needed, no reason where one is needed)."""
+ActionRefused = LeverRefused
+"""An action asked wrongly (``schemas.message_types.LeverRefused``)."""
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,8 @@ class Offer:
 
 
 def message_for(saga_id: str, action: str, step: str | None, operator: str, reason: str | None) -> ControlCommand:
-    """The control command for ``action``; ActionRefused when it is asked wrongly."""
-    if action not in ACTIONS:
-        raise ActionRefused(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
-    if (problem := ACTION_RULES[action].problem(step, reason)) is not None:
-        raise ActionRefused(problem)
-    return control_command(action, saga_id, step, operator, reason)
+    """The control command for ``action``; LeverRefused when it is asked wrongly (``lever_command``)."""
+    return lever_command(action, saga_id, step, operator, reason, offered=ACTIONS)
 
 
 def offers(definition: SagaDefinition | None, state: SagaState | None, now_ms: int) -> list[Offer]:

@@ -17,7 +17,8 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
-from ..orchestrator import bulk_jobs
+from ..operations import bulk_jobs
+from ..operations.ports import AGE_BUCKETS
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..participants.kit.outcome import Failed, Succeeded
@@ -28,7 +29,6 @@ from . import letter_replays, operating
 from .api import actor, detail, effects
 from .context import Console, console_of
 from .guard import Refused, caller_of
-from .reads import AGE_BUCKETS
 from .sessions import SESSION_S
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -197,7 +197,7 @@ async def quarantine_page(request: Request) -> Response:
 @router.get("/audit", response_class=HTMLResponse)
 async def audit_page(request: Request) -> Response:
     console = console_of(request)
-    return _viewer(request, console) or _page(request, "audit.html", console, entries=await console.reads.audit())
+    return _viewer(request, console) or _page(request, "audit.html", console, entries=await console.audit.entries())
 
 
 @router.get("/sagas/{saga_id}", response_class=HTMLResponse)
@@ -318,14 +318,14 @@ async def login(request: Request, name: str = Form(...), password: str = Form(..
     try:
         accepted = console.identity.mode == "login" and await console.identity.sign_in(name, password, client)
     except Refused as refused:
-        await console.reads.record(name or "?", "SignIn", "console", {"address": client}, f"refused: {refused.detail}")
+        await console.audit.record(name or "?", "SignIn", "console", {"address": client}, f"refused: {refused.detail}")
         return RedirectResponse(f"/login?flash={quote(refused.detail)}&next={quote(on_site(next))}", status_code=303)
     if not accepted or console.identity.sessions is None:
-        await console.reads.record(name or "?", "SignIn", "console", {"address": client}, "refused")
+        await console.audit.record(name or "?", "SignIn", "console", {"address": client}, "refused")
         return RedirectResponse(f"/login?flash=name or password not accepted&next={quote(on_site(next))}",
                                 status_code=303)
     session = await console.identity.sessions.open(name)
-    await console.reads.record(name, "SignIn", "console", {"address": client}, "signed in")
+    await console.audit.record(name, "SignIn", "console", {"address": client}, "signed in")
     response = RedirectResponse(on_site(next), status_code=303)
     response.set_cookie(console.cookie, session.token, max_age=SESSION_S, path="/", httponly=True,
                         samesite="strict", secure=console.cookie.startswith("__Host-"))
@@ -339,7 +339,7 @@ async def logout(request: Request) -> Response:
     caller = caller_of(request)
     if caller is not None and caller.session_token is not None and console.identity.sessions is not None:
         await console.identity.sessions.close(caller.session_token)
-        await console.reads.record(caller.operator or "?", "SignOut", "console", {}, "signed out")
+        await console.audit.record(caller.operator or "?", "SignOut", "console", {}, "signed out")
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(console.cookie, path="/", httponly=True, samesite="strict",
                            secure=console.cookie.startswith("__Host-"))
@@ -361,7 +361,7 @@ def _selection(form: Any) -> bulk_jobs.Selection:
 async def bulk_page(request: Request) -> Response:
     console = console_of(request)
     return _viewer(request, console) or _page(
-        request, "bulk.html", console, jobs=await bulk_jobs.jobs(console.pool),
+        request, "bulk.html", console, jobs=await bulk_jobs.jobs(console.bulk_store),
         saga_types=sorted(console.reads.definitions.types()), statuses=[s.value for s in SagaStatus],
         actions=bulk_jobs.actions(), rate=bulk_jobs.DEFAULT_RATE_PER_S)
 
@@ -370,7 +370,7 @@ async def bulk_page(request: Request) -> Response:
 async def bulk_jobs_table(request: Request) -> Response:
     console = console_of(request)
     return _viewer(request, console) or _page(request, "bulk_jobs.html", console,
-                                              jobs=await bulk_jobs.jobs(console.pool))
+                                              jobs=await bulk_jobs.jobs(console.bulk_store))
 
 
 @router.post("/bulk/count", response_class=HTMLResponse)
@@ -381,7 +381,7 @@ async def bulk_count_fragment(request: Request) -> Response:
         return denied
     try:
         selection = _selection(await request.form())
-        found = await bulk_jobs.count(console.pool, selection, console.reads.definitions)
+        found = await bulk_jobs.count(console.bulk_store, selection, console.reads.definitions)
     except HTTPException as error:
         return HTMLResponse(f'<b class="error">{escape(str(error.detail))}</b>')
     except bulk_jobs.BulkJobError as error:

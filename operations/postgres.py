@@ -8,17 +8,20 @@ from collections.abc import Sequence
 import asyncpg
 
 from ..orchestrator.domain.definition import DefinitionRegistry
+from ..orchestrator.store.operations.audit import PostgresLevers
+from ..orchestrator.store.operations.bulk_jobs import PostgresBulkJobs
 from ..orchestrator.store.operations.reads import PostgresReads
 from ..orchestrator.store.operations.sessions import PostgresSessionStore
 from ..orchestrator.store.operations.verify import PostgresVerify
 from ..orchestrator.store.postgres import migrate
 from ..participants.kit.participant import Participant
 from ..schemas.registry import SchemaRegistry
-from .ports import ReadsStore, VerifyStore
+from .ports import BulkJobStore, LeverStore, ReadsStore, VerifyStore
 from .reads import Reads
 from .sessions import StoredSessions
 
-__all__ = ["migrate", "postgres_reads", "postgres_sessions", "reads_store", "verify_store"]
+__all__ = ["bulk_job_store", "lever_store", "migrate", "postgres_reads", "postgres_sessions", "reads_store",
+           "verify_store"]
 
 
 def reads_store(pool: asyncpg.Pool, schema: str = "saga") -> ReadsStore:
@@ -40,3 +43,13 @@ def postgres_sessions(pool: asyncpg.Pool, schema: str = "saga") -> StoredSession
 def verify_store(pool: asyncpg.Pool, schema: str = "saga") -> VerifyStore:
     """What ``saga verify`` reads: the orchestrator's tables in ``schema``, every outbox, the declared effects."""
     return PostgresVerify(pool, schema)
+
+
+def lever_store(pool: asyncpg.Pool, schema: str = "saga") -> LeverStore:
+    """The operator audit and the levers' outbox rows in ``schema``, written together."""
+    return PostgresLevers(pool, schema)
+
+
+def bulk_job_store(pool: asyncpg.Pool, schema: str = "saga") -> BulkJobStore:
+    """Bulk jobs and the sagas they select, in ``schema``."""
+    return PostgresBulkJobs(pool, schema)

@@ -24,11 +24,11 @@ from ..infra.misconfigured import Misconfigured
 from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..infra.startup import StartupStopped, retry_startup
+from ..operations.bulk_jobs import BulkRunner
 from ..outbox.depth import outbox_gauges, quiet_refresh
 from ..outbox.relay import MAX_POLL_MS, WOKEN_MAX_POLL_MS, OutboxRelay
 from ..schemas.registry import default_registry
 from ..schemas.topics import Topics
-from .bulk_jobs import BulkRunner
 from .consumer import OrchestratorConsumer
 from .domain.definition import DefinitionRegistry, SagaDefinition
 from .domain.errors import DomainError
@@ -38,6 +38,7 @@ from .observe import SagaMetrics
 from .outbound import Settled
 from .service import SagaService
 from .signals import TableSignals
+from .store.operations.bulk_jobs import PostgresBulkJobs
 from .store.operations.signals import PostgresSignals
 from .store.postgres import PostgresStore, migrate
 from .timers import TIMERS_COMPONENT, TimerScheduler
@@ -209,7 +210,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
         chores.append(inbox_pruner(store, settings.saga_inbox_retention_hours * 3600))
     if settings.saga_retention_days:
         chores.append(retention_policy(store, registry, topics, settings.saga_retention_days * 86_400))
-    chores.append(BulkRunner(pool, registry, topics, settings.saga_topic_partitions,
+    chores.append(BulkRunner(PostgresBulkJobs(pool), registry, topics, settings.saga_topic_partitions,
                              on_queued=relay.wake if relay is not None else None).chore())
 
     async def count_sagas() -> None:  # the sagas-by-status gauge, from the read model, before each scrape

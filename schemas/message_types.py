@@ -8,6 +8,8 @@ ReleaseSaga), ``<participant>.commands`` (StepCommand, WithdrawStep), ``<partici
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -179,6 +181,30 @@ def control_command(action: str, saga_id: str, step: str | None, operator: str |
         return ReleaseSaga(saga_id=saga_id, operator=operator, detail=reason)
     return OperateSaga(saga_id=saga_id, action=action, step=step if action in STEP_LEVERS else None,
                        operator=operator, reason=reason)
+
+
+def action_name(action: str, separator: str = "_") -> str:
+    """``action``'s name on the faces: its method in Python (``ForceCompensate`` → ``force_compensate``), its
+    command with ``separator`` "-" (``force-compensate``)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", separator, action).lower()
+
+
+class LeverRefused(ValueError):
+    """An operator action asked wrongly: unknown, no step where it needs one, no reason where it needs one (the
+    words of ``ActionRule.problem``). Nothing was sent."""
+
+
+def lever_command(action: str, saga_id: str, step: str | None, operator: str | None, reason: str | None, *,
+                  offered: Iterable[str] = SAGA_ACTIONS) -> ControlCommand:
+    """The saga.control command of an operator's ``action`` on one saga, checked against its row of
+    ``ACTION_RULES`` (the one place that says whether it needs a step or a reason); LeverRefused when it is asked
+    wrongly or is not among ``offered``. Every face builds its levers here."""
+    offered = tuple(offered)
+    if action not in offered:
+        raise LeverRefused(f"unknown action {action!r}; one of {', '.join(offered)}")
+    if (problem := ACTION_RULES[action].problem(step, reason)) is not None:
+        raise LeverRefused(problem)
+    return control_command(action, saga_id, step, operator, reason)
 
 
 @dataclass(frozen=True, kw_only=True)

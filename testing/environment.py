@@ -29,12 +29,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..authoring import Saga, SagaApp, SignalRef, StepRef
+from ..operations import bulk_jobs
+from ..operations.bulk_jobs import BulkJob, Count, Selection
 from ..operations.reads import Reads
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.state import SagaState, fold
 from ..orchestrator.inbound import RecordParser
 from ..orchestrator.service import SagaService
 from ..orchestrator.store.memory import MemoryStore
+from ..orchestrator.store.operations.bulk_jobs import MemoryBulkJobs
 from ..orchestrator.store.operations.reads import MemoryReads
 from ..participants.kit.typed import Action
 from ..schemas import event_types as ev
@@ -42,19 +45,24 @@ from ..schemas import wire
 from ..schemas.headers import MESSAGE_ID
 from ..schemas.ids import forward_key
 from ..schemas.message_types import (
-    CancelSaga,
+    ACTION_RULES,
+    CANCEL,
+    RELEASE,
+    RESUME,
+    SAGA_ACTIONS,
     CommandKind,
+    ControlCommand,
     DeadLetter,
     Lever,
     OperateSaga,
-    ReleaseSaga,
     ResultStatus,
-    ResumeCompensation,
     SignalSaga,
     StartSaga,
     StepCommand,
     StepResult,
     WithdrawStep,
+    action_name,
+    lever_command,
 )
 from ..schemas.records import ConsumedRecord
 from ..schemas.registry import SchemaRegistry, default_registry, load_tree
@@ -140,6 +148,7 @@ class SagaEnvironment:
         self.topics = Topics()
         self.schemas = _schemas(self._records)
         self.store = MemoryStore(clock_ms=lambda: self.now)
+        self.bulk_store = MemoryBulkJobs(self.store)  # bulk jobs over the same read model and outbox
         self.service = SagaService(self.store, self.definitions, self.topics, lambda: self.now, schemas=self.schemas)
         participants = sorted({step.participant for definition in self._sagas for step in definition.steps
                                if not step.waits})
@@ -206,13 +215,6 @@ class SagaEnvironment:
         return StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
                          input=self.schemas.encode(definition.input_schema, record))
 
-    async def cancel(self, saga_id: str, reason: str = "cancelled in a test") -> None:
-        """Send a CancelSaga and let the saga run on."""
-        self._send(self.topics.control, saga_id,
-                   wire.encode_cancel(CancelSaga(saga_id=saga_id, reason=reason, operator="test")),
-                   f"{saga_id}:cancel:{next(self._order)}")
-        await self._settle()
-
     async def signal(self, saga_id: str, signal: str | SignalRef, payload: BaseModel | Mapping[str, Any], *,
                      signal_id: str | None = None, sender: str | None = "test",
                      start: tuple[Saga | SagaDefinition | str, BaseModel | Mapping[str, Any]] | None = None) -> str:
@@ -239,55 +241,74 @@ class SagaEnvironment:
         await self._settle()
         return signal_id
 
+    async def pull(self, action: str, saga_id: str, step: str | None = None, reason: str | None = None) -> None:
+        """Send an operator's ``action`` (any of ``SAGA_ACTIONS``, as test's) and let the saga run on; LeverRefused
+        when it is asked wrongly (``lever_command``, as every face)."""
+        await self.control(lever_command(action, saga_id, step, "test", reason))
+
+    async def cancel(self, saga_id: str, reason: str = "cancelled in a test") -> None:
+        await self.pull(CANCEL, saga_id, None, reason)
+
     async def resume(self, saga_id: str) -> None:
-        """Send a ResumeCompensation (a COMPENSATION_FAILED saga tries its compensation again)."""
-        message = ResumeCompensation(saga_id=saga_id, operator="test", detail=None)
-        self._send(self.topics.control, saga_id, wire.encode_resume(message), f"{saga_id}:resume:{next(self._order)}")
-        await self._settle()
+        await self.pull(RESUME, saga_id)
 
     async def release(self, saga_id: str) -> None:
-        """Send a ReleaseSaga (a QUARANTINED saga goes on)."""
-        message = ReleaseSaga(saga_id=saga_id, operator="test", detail=None)
-        self._send(self.topics.control, saga_id, wire.encode_release(message), f"{saga_id}:release:{next(self._order)}")
-        await self._settle()
+        await self.pull(RELEASE, saga_id)
 
     async def retry_now(self, saga_id: str, step: str, reason: str | None = None) -> None:
-        """Send an operator's RetryNow for ``step`` (waiting on its retry backoff: sent at once)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.RETRY_NOW, step=step, operator="test",
-                                       reason=reason))
+        await self.pull(Lever.RETRY_NOW, saga_id, step, reason)
 
     async def skip(self, saga_id: str, step: str, reason: str) -> None:
-        """Send an operator's Skip for ``step`` (skippable and stuck: the saga goes on without it)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.SKIP, step=step, operator="test", reason=reason))
+        await self.pull(Lever.SKIP, saga_id, step, reason)
 
     async def force_compensate(self, saga_id: str, reason: str) -> None:
-        """Send an operator's ForceCompensate (undo what the saga did, also after its pivot)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.FORCE_COMPENSATE, step=None, operator="test",
-                                       reason=reason))
+        await self.pull(Lever.FORCE_COMPENSATE, saga_id, None, reason)
 
     async def terminate(self, saga_id: str, reason: str) -> None:
-        """Send an operator's Terminate (the saga ends TERMINATED as it stands)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.TERMINATE, step=None, operator="test",
-                                       reason=reason))
+        await self.pull(Lever.TERMINATE, saga_id, None, reason)
 
     async def pause(self, saga_id: str) -> None:
-        """Send an operator's Pause (nothing is sent for the saga, no timer acts, until ``unpause``)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.PAUSE, step=None, operator="test", reason=None))
+        await self.pull(Lever.PAUSE, saga_id)
 
     async def unpause(self, saga_id: str) -> None:
-        """Send an operator's Unpause (what is open is sent again)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.UNPAUSE, step=None, operator="test", reason=None))
+        await self.pull(Lever.UNPAUSE, saga_id)
 
     async def redrive(self, saga_id: str, reason: str) -> None:
-        """Send an operator's Redrive (a FAILED saga runs again, its failed steps sent with a fresh budget)."""
-        await self.operate(OperateSaga(saga_id=saga_id, action=Lever.REDRIVE, step=None, operator="test",
-                                       reason=reason))
+        await self.pull(Lever.REDRIVE, saga_id, None, reason)
+
+    async def control(self, message: ControlCommand) -> None:
+        """Send any saga.control command as it is (a lever the table would refuse too: the core's refusal is
+        what such a test is after)."""
+        self._send(self.topics.control, message.saga_id, wire.encode_control(message),
+                   f"{message.saga_id}:control:{next(self._order)}")
+        await self._settle()
 
     async def operate(self, message: OperateSaga) -> None:
-        """Send an operator's lever, as saga.control carries it."""
-        self._send(self.topics.control, message.saga_id, wire.encode_operate(message),
-                   f"{message.saga_id}:operate:{next(self._order)}")
-        await self._settle()
+        """Send an operator's lever as it is (``control``)."""
+        await self.control(message)
+
+    # -- bulk jobs ---------------------------------------------------------------------------------------------
+
+    async def bulk_count(self, selection: Selection) -> Count:
+        """The dry run of a bulk job: how many of the environment's sagas ``selection`` matches now."""
+        return await bulk_jobs.count(self.bulk_store, selection, self.definitions)
+
+    async def bulk_run(self, selection: Selection, action: str, reason: str, *, step: str | None = None,
+                       rate_per_s: float = bulk_jobs.DEFAULT_RATE_PER_S) -> BulkJob:
+        """Start a bulk job (operator "test") and run it to its end as the orchestrator's runner would, batch by
+        batch at ``rate_per_s`` on the virtual clock, each saga taking its command; the job as it ended.
+        BulkJobError when it cannot start (nothing matches, an action asked wrongly)."""
+        job = await bulk_jobs.start(self.bulk_store, selection, self.definitions, action=action, operator="test",
+                                    reason=reason, step=step, rate_per_s=rate_per_s)
+        runner = bulk_jobs.BulkRunner(self.bulk_store, self.definitions, self.topics)
+        while (ran := await self.bulk_store.job(job.id)) is not None and ran.status == "RUNNING":
+            if await runner.run_batch() is not None:
+                self._drain()
+                await self._settle()
+            else:
+                await self.advance(seconds=max(bulk_jobs.MIN_WAIT_S, await self.bulk_store.seconds_to_next() or 0))
+        assert ran is not None
+        return ran
 
     # -- participants ------------------------------------------------------------------------------------------
 
@@ -393,6 +414,8 @@ class SagaEnvironment:
         for message in self.store.drain_outbox():
             if message.topic == self.topics.dlq:
                 self.letters.append(wire.decode_dead_letter(message.value))
+            elif message.topic == self.topics.control:  # a bulk job's command, as the relay would publish it
+                self._send(message.topic, message.key, message.value, message.message_id)
             elif message.topic in self._commands:
                 participant = self._commands[message.topic]
                 command = wire.decode_participant_command(message.value, participant=participant,
@@ -614,3 +637,8 @@ def _schemas(records: Mapping[str, Record]) -> SchemaRegistry:
     return SchemaRegistry([*base.current_schemas(), *(s for s in typed if s.full_name not in known)],
                           base.released_schemas())
 
+
+
+for _action in SAGA_ACTIONS:  # the help of each lever of the kit is its row's
+    getattr(SagaEnvironment, action_name(_action)).__doc__ = (
+        f"Send {_action} (operator \"test\"): {ACTION_RULES[_action].does}; the saga runs on.")

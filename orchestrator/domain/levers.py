@@ -69,6 +69,8 @@ def operate(b: DecisionBuilder, message: OperateSaga) -> None:
     pull = _LEVERS.get(message.action)
     if pull is None:
         refuse(b, message, f"unknown lever {message.action!r} (known: {', '.join(Lever)})")
+    elif (problem := ACTION_RULES[message.action].problem(message.step, message.reason)) is not None:
+        refuse(b, message, problem)  # the table's rule, the one every face checks before sending
     else:
         pull(b, message)
 
@@ -123,9 +125,6 @@ def _retry_now(b: DecisionBuilder, message: OperateSaga) -> None:
 
 def _terminate(b: DecisionBuilder, message: OperateSaga) -> None:
     state = b.saga
-    if not message.reason:
-        refuse(b, message, _reason_missing(message))
-        return
     if state.is_terminal and state.status not in (SagaStatus.COMPENSATION_FAILED, SagaStatus.FAILED):
         refuse(b, message, f"saga already {state.status}: only a saga that has not ended, or one that waits for a "
                            "human (FAILED, COMPENSATION_FAILED), can be terminated")
@@ -135,7 +134,7 @@ def _terminate(b: DecisionBuilder, message: OperateSaga) -> None:
         for name in b.defn.order:
             if in_flight(state.steps[name]) or state.steps[name].status is StepStatus.WITHDRAWING:
                 withdraw(b, name, f"the saga was terminated: {message.reason}", wait=False)
-    b.record(ev.SagaTerminated(**b.base(), reason=message.reason))
+    b.record(ev.SagaTerminated(**b.base(), reason=message.reason or ""))  # the table required one (operate)
 
 
 def _pause(b: DecisionBuilder, message: OperateSaga) -> None:
@@ -163,9 +162,6 @@ def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
     name = _named_step(b, message)
     if name is None:
         return
-    if not message.reason:
-        refuse(b, message, _reason_missing(message))
-        return
     if not b.defn.step(name).skippable:
         refuse(b, message, f"step {name} is not skippable: its definition must say so (skippable=True)")
         return
@@ -189,9 +185,6 @@ def _skip(b: DecisionBuilder, message: OperateSaga) -> None:
 
 def _force_compensate(b: DecisionBuilder, message: OperateSaga) -> None:
     state, definition = b.saga, b.defn
-    if not message.reason:
-        refuse(b, message, _reason_missing(message))
-        return
     if state.status not in (SagaStatus.RUNNING, SagaStatus.FAILED) or state.paused:
         refuse(b, message, f"saga is {'paused' if state.paused else state.status}: only a RUNNING or FAILED saga "
                            "can be compensated by force")
@@ -207,9 +200,6 @@ def _force_compensate(b: DecisionBuilder, message: OperateSaga) -> None:
 
 def _redrive(b: DecisionBuilder, message: OperateSaga) -> None:
     state, definition = b.saga, b.defn
-    if not message.reason:
-        refuse(b, message, _reason_missing(message))
-        return
     if message.step is not None:
         refuse(b, message, f"{Lever.REDRIVE} names no step: it sends every step that failed for good again")
         return
@@ -233,9 +223,6 @@ def _redrive(b: DecisionBuilder, message: OperateSaga) -> None:
 
 
 def _dlq_replay(b: DecisionBuilder, message: OperateSaga) -> None:
-    if not message.reason:
-        refuse(b, message, _reason_missing(message))
-        return
     _applied(b, message)
 
 
@@ -245,7 +232,3 @@ _LEVERS: dict[str, Callable[[DecisionBuilder, OperateSaga], None]] = {
     Lever.DLQ_REPLAY: _dlq_replay,
 }
 
-
-def _reason_missing(message: OperateSaga) -> str:
-    """The refusal of a lever that requires a reason and came without one (``ACTION_RULES``' words)."""
-    return f"{message.action} needs a reason ({ACTION_RULES[message.action].reason})"

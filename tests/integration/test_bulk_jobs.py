@@ -15,9 +15,10 @@ import pytest
 
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator import bulk_jobs
-from saga_orchestrator.orchestrator.bulk_jobs import BulkJobError, BulkRunner, Selection
+from saga_orchestrator.operations import bulk_jobs
+from saga_orchestrator.operations.bulk_jobs import BulkJobError, BulkRunner, Selection
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
+from saga_orchestrator.orchestrator.store.operations.bulk_jobs import PostgresBulkJobs as Jobs
 from saga_orchestrator.orchestrator.store.postgres import migrate
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
@@ -76,9 +77,9 @@ async def test_the_dry_run_counts_each_criterion_and_shows_a_few_ids(pool: async
     await _sagas(pool, "done", 4, "COMPLETED", step=None)
 
     async def counted(**criteria: object) -> int:
-        return (await bulk_jobs.count(pool, Selection(**criteria), REGISTRY)).total  # type: ignore[arg-type]
+        return (await bulk_jobs.count(Jobs(pool), Selection(**criteria), REGISTRY)).total  # type: ignore[arg-type]
 
-    found = await bulk_jobs.count(pool, Selection(statuses=("RUNNING",), older_than_s=7200), REGISTRY, sample=5)
+    found = await bulk_jobs.count(Jobs(pool), Selection(statuses=("RUNNING",), older_than_s=7200), REGISTRY, sample=5)
     assert (found.total, found.sample) == (12, waiting[:5])
     assert await counted(saga_type="trip") == 21
     assert await counted(statuses=("RUNNING", "COMPLETED")) == 21
@@ -89,32 +90,33 @@ async def test_the_dry_run_counts_each_criterion_and_shows_a_few_ids(pool: async
     assert await counted(participant="hotel", statuses=("RUNNING",)) == 2
     assert await counted(participant="flight") == 0
     with pytest.raises(BulkJobError, match="no saga matches"):
-        await bulk_jobs.start(pool, Selection(participant="flight"), REGISTRY, action="Terminate", operator="ana",
-                              reason="r")
+        await bulk_jobs.start(Jobs(pool), Selection(participant="flight"), REGISTRY, action="Terminate",
+                              operator="ana", reason="r")
 
 
 async def test_a_job_goes_on_after_its_runner_dies_and_sends_each_saga_one_command_at_its_rate(
         pool: asyncpg.Pool, database_url: str) -> None:
     ids = await _sagas(pool, "r", 40)
     rate = 20.0  # batches of 5, a quarter second apart: about two seconds
-    job = await bulk_jobs.start(pool, Selection(statuses=("RUNNING",)), REGISTRY, action="Terminate",
+    job = await bulk_jobs.start(Jobs(pool), Selection(statuses=("RUNNING",)), REGISTRY, action="Terminate",
                                 operator="ana", reason="settled by phone", rate_per_s=rate)
     assert (job.status, job.total, job.done) == ("RUNNING", 40, 0)
 
     first = await create_pool(database_url, 2)
-    dying = asyncio.create_task(BulkRunner(first, REGISTRY, TOPICS, topic_partitions=3).chore().run(asyncio.Event()))
+    dying_runner = BulkRunner(Jobs(first), REGISTRY, TOPICS, topic_partitions=3)
+    dying = asyncio.create_task(dying_runner.chore().run(asyncio.Event()))
     await _until(pool, job.id, 15)
     dying.cancel()  # wherever it is, perhaps inside a batch's transaction
     with contextlib.suppress(asyncio.CancelledError):
         await dying
     first.terminate()
-    midway = await bulk_jobs.job(pool, job.id)
+    midway = await bulk_jobs.job(Jobs(pool), job.id)
     assert midway is not None and midway.status == "RUNNING" and 15 <= midway.done < 40
     assert midway.last_saga_id == ids[midway.done - 1]
 
     stop = asyncio.Event()
     pools = [await create_pool(database_url, 2) for _ in range(2)]  # two instances take over at once
-    runners = [asyncio.create_task(BulkRunner(p, REGISTRY, TOPICS, topic_partitions=3).chore().run(stop))
+    runners = [asyncio.create_task(BulkRunner(Jobs(p), REGISTRY, TOPICS, topic_partitions=3).chore().run(stop))
                for p in pools]
     await _until(pool, job.id, 40)
     await asyncio.sleep(0.5)
@@ -123,7 +125,7 @@ async def test_a_job_goes_on_after_its_runner_dies_and_sends_each_saga_one_comma
     for p in pools:
         await p.close()
 
-    ended = await bulk_jobs.job(pool, job.id)
+    ended = await bulk_jobs.job(Jobs(pool), job.id)
     assert ended is not None
     assert (ended.status, ended.done, ended.failed, ended.last_saga_id) == ("DONE", 40, 0, ids[-1])
     assert ended.finished_at_ms is not None
@@ -151,14 +153,14 @@ async def test_a_job_goes_on_after_its_runner_dies_and_sends_each_saga_one_comma
 
 async def test_a_saga_that_left_the_selection_or_came_after_the_job_is_passed_over(pool: asyncpg.Pool) -> None:
     ids = await _sagas(pool, "s", 6)
-    job = await bulk_jobs.start(pool, Selection(statuses=("RUNNING",)), REGISTRY, action="RetryNow",
+    job = await bulk_jobs.start(Jobs(pool), Selection(statuses=("RUNNING",)), REGISTRY, action="RetryNow",
                                 step="charge_card", operator="bo", reason="bank is back", rate_per_s=100)
     await pool.execute("UPDATE saga.saga_summary SET status = 'COMPLETED' WHERE saga_id = $1", ids[2])
     await _sagas(pool, "t", 2, later=timedelta(seconds=1))  # started after the job: not in it
-    runner = BulkRunner(pool, REGISTRY, TOPICS)
+    runner = BulkRunner(Jobs(pool), REGISTRY, TOPICS)
     assert await runner.run_batch() == 5  # one batch (25 at this rate) takes every saga left, and ends the job
     assert await runner.run_batch() is None
-    ended = await bulk_jobs.job(pool, job.id)
+    ended = await bulk_jobs.job(Jobs(pool), job.id)
     assert ended is not None and (ended.status, ended.total, ended.done) == ("DONE", 6, 5)
     rows = await _commands(pool)
     assert [row["message_key"] for row in rows] == [saga_id for saga_id in ids if saga_id != ids[2]]
@@ -167,31 +169,32 @@ async def test_a_saga_that_left_the_selection_or_came_after_the_job_is_passed_ov
 
 async def test_a_cancelled_job_sends_nothing_more(pool: asyncpg.Pool) -> None:
     await _sagas(pool, "c", 10)
-    job = await bulk_jobs.start(pool, Selection(saga_type="trip"), REGISTRY, action="Pause", operator="cy",
+    job = await bulk_jobs.start(Jobs(pool), Selection(saga_type="trip"), REGISTRY, action="Pause", operator="cy",
                                 reason="carrier strike", rate_per_s=4)  # one saga a quarter second
     stop = asyncio.Event()
-    running = asyncio.create_task(BulkRunner(pool, REGISTRY, TOPICS).chore().run(stop))
+    running = asyncio.create_task(BulkRunner(Jobs(pool), REGISTRY, TOPICS).chore().run(stop))
     await _until(pool, job.id, 2)
-    cancelled = await bulk_jobs.cancel(pool, job.id, "dee")
+    cancelled = await bulk_jobs.cancel(Jobs(pool), job.id, "dee")
     assert (cancelled.status, cancelled.cancelled_by) == ("CANCELLED", "dee")
     await asyncio.sleep(1.0)  # four more batches' time
     stop.set()
     await running
-    after = await bulk_jobs.job(pool, job.id)
+    after = await bulk_jobs.job(Jobs(pool), job.id)
     assert after is not None and (after.status, after.done) == ("CANCELLED", cancelled.done)
     assert len(await _commands(pool)) == cancelled.done < 10
     with pytest.raises(BulkJobError, match=f"bulk job {job.id} already ended CANCELLED"):
-        await bulk_jobs.cancel(pool, job.id, "dee")
+        await bulk_jobs.cancel(Jobs(pool), job.id, "dee")
     with pytest.raises(BulkJobError, match="no bulk job 999"):
-        await bulk_jobs.cancel(pool, 999, "dee")
+        await bulk_jobs.cancel(Jobs(pool), 999, "dee")
 
 
 async def test_a_job_its_runner_cannot_read_fails_with_the_reason(pool: asyncpg.Pool) -> None:
     await _sagas(pool, "f", 2)
-    job = await bulk_jobs.start(pool, Selection(participant="payment"), REGISTRY, action="Terminate",
+    job = await bulk_jobs.start(Jobs(pool), Selection(participant="payment"), REGISTRY, action="Terminate",
                                 operator="ed", reason="r")
-    assert await BulkRunner(pool, DefinitionRegistry(), TOPICS).run_batch() == 0  # a deployment without the trip
-    failed = await bulk_jobs.job(pool, job.id)
+    without_trip = BulkRunner(Jobs(pool), DefinitionRegistry(), TOPICS)
+    assert await without_trip.run_batch() == 0
+    failed = await bulk_jobs.job(Jobs(pool), job.id)
     assert failed is not None and failed.status == "FAILED" and failed.done == 0
     assert failed.error is not None and failed.error.startswith("no saga type has a step served by participant")
     assert await _commands(pool) == []

@@ -12,15 +12,24 @@ import typer
 
 from saga_orchestrator.cli.main import app as cli_app
 from saga_orchestrator.client import SagaClient
+from saga_orchestrator.client.levers import LeverMethods
 from saga_orchestrator.console.operating import ActionRefused, Offer, message_for
-from saga_orchestrator.schemas.message_types import ACTION_RULES, SAGA_ACTIONS, ActionRule, Lever
+from saga_orchestrator.schemas.message_types import (
+    ACTION_RULES,
+    SAGA_ACTIONS,
+    ActionRule,
+    Lever,
+    LeverRefused,
+    action_name,
+    lever_command,
+)
 from saga_orchestrator.testing import SagaEnvironment
 
 FACED = [ACTION_RULES[action] for action in SAGA_ACTIONS]
 
 
 def _snake(action: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", action).lower()
+    return action_name(action)
 
 
 def _required(function: object, name: str) -> bool | None:
@@ -70,3 +79,38 @@ def test_the_console_refuses_what_the_table_refuses_and_offers_a_reason_field_wh
 
 def test_every_lever_has_its_row() -> None:
     assert {lever.value for lever in Lever} <= set(ACTION_RULES)
+
+
+def _public_coroutines(cls: type, *, beside: type | None = None) -> set[str]:
+    return {name for name, member in vars(cls).items()
+            if not name.startswith("_") and inspect.iscoroutinefunction(member)} - set(vars(beside or object))
+
+
+LEVER_COMMANDS = {action_name(action, "-") for action in SAGA_ACTIONS}
+
+
+def test_every_face_offers_exactly_the_tables_actions() -> None:
+    """A new action is a row of the table (and the core's handling of it): no face lists actions of its own."""
+    named = {action_name(action) for action in SAGA_ACTIONS}
+    assert _public_coroutines(LeverMethods) - {"pull", "control"} == named
+    assert issubclass(SagaClient, LeverMethods)
+    kit = {name for name in named if inspect.iscoroutinefunction(getattr(SagaEnvironment, name, None))}
+    assert kit == named
+    commands = typer.main.get_command(cli_app).commands  # type: ignore[attr-defined]
+    from saga_orchestrator.cli import levers
+    assert {name for name, command in commands.items() if command.callback is not None
+            and command.callback.__module__ == levers.__name__} == LEVER_COMMANDS
+
+
+@pytest.mark.parametrize("rule", FACED, ids=lambda rule: rule.action)
+def test_the_one_builder_refuses_what_the_table_refuses(rule: ActionRule) -> None:
+    step = "book_flight" if rule.on_step else None
+    if rule.reason is not None:
+        with pytest.raises(LeverRefused, match=rf"^{rule.action} needs a reason"):
+            lever_command(rule.action, "t-1", step, "ana", "  ")
+    if rule.on_step:
+        with pytest.raises(LeverRefused, match="needs the step it acts on"):
+            lever_command(rule.action, "t-1", None, "ana", "because")
+    assert lever_command(rule.action, "t-1", step, "ana", "because").saga_id == "t-1"
+    with pytest.raises(LeverRefused, match="unknown action"):
+        lever_command("Nudge", "t-1", None, "ana", "because")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from saga_orchestrator.orchestrator.bulk_jobs import (
+from saga_orchestrator.operations.bulk_jobs import (
     MAX_BATCH,
     BulkJobError,
     Selection,
@@ -14,12 +14,15 @@ from saga_orchestrator.orchestrator.bulk_jobs import (
     batch_size,
     check_job,
     command_row,
+    criteria,
     job_operator,
-    where,
 )
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.outbound import PendingWrites
+from saga_orchestrator.orchestrator.store.operations import bulk_jobs as store
 from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.ids import bulk_job_of, bulk_message_id
 from saga_orchestrator.schemas.message_types import (
@@ -31,10 +34,15 @@ from saga_orchestrator.schemas.message_types import (
     control_command,
 )
 from saga_orchestrator.schemas.topics import Topics
+from saga_orchestrator.testing import SagaEnvironment, fail_transiently
 from saga_orchestrator.testing.history import SagaRun
 
 REGISTRY = DefinitionRegistry([TRIP])
 TOPICS = Topics()
+
+
+def where(selection: Selection, registry: DefinitionRegistry, as_of: str = "now()", first: int = 1) -> store.Where:
+    return store.where(criteria(selection, registry), as_of, first)
 
 
 @pytest.mark.parametrize(("selection", "sql", "params"), [
@@ -180,3 +188,25 @@ def test_a_jobs_command_that_its_saga_refuses_counts_against_the_job() -> None:
 def test_a_bulk_jobs_message_id_names_its_job() -> None:
     assert bulk_job_of(bulk_message_id(12, "a:b")) == 12
     assert bulk_job_of("cli:1") is None and bulk_job_of("bulk:x:s") is None and bulk_job_of("bulk:3:") is None
+
+
+async def test_the_test_kit_runs_a_bulk_job_on_the_memory_adapter_at_its_rate() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("payment", "charge_card"), fail_transiently(1))
+    paused = [await env.start("trip", SCENARIOS["happy"].trip(f"bulk-{i}"), saga_id=f"bulk-{i}") for i in range(3)]
+    for saga_id in paused:
+        await env.pause(saga_id)  # RUNNING, and nothing moves until a lever
+    running = Selection(statuses=("RUNNING",))
+    assert (await env.bulk_count(running)).sample == paused
+    began = env.now
+    job = await env.bulk_run(running, "Terminate", "settled at the desk", rate_per_s=2)
+    assert (job.status, job.total, job.done, job.failed, job.last_saga_id) == ("DONE", 3, 3, 0, "bulk-2")
+    assert env.now - began >= 1000  # one saga a batch at 2/s: each batch held the next back half a second
+    for saga_id in paused:
+        state = env.state(saga_id)
+        assert state is not None and state.status.value == "TERMINATED"
+        assert any(isinstance(event, ev.OperatorAction) and event.operator == f"test (bulk job {job.id})"
+                   for event in env.history(saga_id))
+    assert (await env.bulk_count(running)).total == 0
+    with pytest.raises(BulkJobError, match="no saga matches"):
+        await env.bulk_run(running, "Terminate", "again")

@@ -31,7 +31,7 @@ def _run(*args: str) -> tuple[int, str]:
     (["start", "trip", "--id", "x", "--input", json.dumps({k: v for k, v in TRIP.items() if k != "email"})],
      "missing field(s) email"),
     (["start", "trip", "--id", "x", "--input", json.dumps({**TRIP, "seat": "12A"})], "unknown field(s) seat"),
-    (["cancel", "x", "--reason", "  "], "--reason must not be empty"),
+    (["cancel", "x", "--reason", "  "], "Cancel needs a reason (why the saga is cancelled)"),
     (["definitions", "cruise"], "unknown saga type 'cruise'; known types: trip"),
     (["answer", "flight", "k"], "give exactly one of --output (the step succeeded) or --fail ERROR_TYPE"),
     (["answer", "flight", "k", "--fail", " "], "--fail needs an error type"),

@@ -358,7 +358,7 @@ REFUSALS: list[tuple[str, Callable[[SagaRun], object], str, str | None, str]] = 
      "step book_flight is SUCCEEDED, not waiting on a retry backoff"),
     ("a step the saga does not have", lambda run: (run.start(),), Lever.RETRY_NOW, "book_car",
      "RetryNow needs one of the saga's steps"),
-    ("no step", lambda run: (run.start(),), Lever.RETRY_NOW, None, "RetryNow needs one of the saga's steps"),
+    ("no step", lambda run: (run.start(),), Lever.RETRY_NOW, None, "RetryNow needs the step it acts on"),
     ("an ended saga", lambda run: (run.start(), run.ok("book_hotel"), run.fail("book_flight", "InvalidRoute"),
                                    run.comp_ok("book_hotel")),
      Lever.RETRY_NOW, "book_flight", "saga is COMPENSATED: nothing waits to be retried"),

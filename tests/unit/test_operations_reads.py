@@ -3,7 +3,7 @@ sagas run in a ``SagaEnvironment``."""
 
 from __future__ import annotations
 
-from saga_orchestrator.orchestrator import bulk_jobs
+from saga_orchestrator.operations import bulk_jobs
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.testing import SagaEnvironment, fail, fail_transiently

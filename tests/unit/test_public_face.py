@@ -14,8 +14,8 @@ PUBLIC = {
         "RetryPolicy", "Saga", "SagaApp", "SignalRef", "StepContext", "StepFailed", "StepRef", "Succeeded",
         "UNLIMITED_RETRY", "participant"],
     "saga_orchestrator.client": [
-        "ApiError", "SagaApi", "SagaClient", "SagaHandle", "SagaInputError", "SagaNotFound", "SagaStatus",
-        "StartRefused"],
+        "ApiError", "LeverRefused", "SagaApi", "SagaClient", "SagaHandle", "SagaInputError", "SagaNotFound",
+        "SagaStatus", "StartRefused"],
     "saga_orchestrator.testing": [
         "Behaviour", "FaultCase", "ParticipantHarness", "Reply", "SagaEnvironment", "SagaResult", "SagaWaits",
         "answer_late", "defer", "fail", "fail_transiently", "fault_matrix", "succeed", "time_out"],

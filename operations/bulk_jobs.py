@@ -1,11 +1,11 @@
 """Bulk operations: one lever pulled on every saga of a selection, as a recorded job the orchestrator runs.
 
 An operator counts first what a ``Selection`` matches in the read model (``count``: the dry run, with a few of
-the saga ids), then starts a job (``start``): a row of ``saga.bulk_jobs`` recording who, why, the action, the
+the saga ids), then starts a job (``start``): a row of ``<schema>.bulk_jobs`` recording who, why, the action, the
 selection, the rate and how many sagas matched then. The orchestrator runs the jobs, not the operator's
 laptop: every instance runs the chore ``BulkRunner.chore``, which takes a RUNNING job that is due (a row lock,
 SKIP LOCKED: one instance works one job at a time), the next sagas matching its selection after its cursor in
-saga id order, and in ONE transaction queues one control command per saga in ``saga.outbox`` (the relay
+saga id order, and in ONE transaction queues one control command per saga in the orchestrator's outbox (the relay
 publishes it on saga.control like any operator's) and moves the job's cursor, its done count and the time its
 next batch may go. A restart goes on after the last saga handled, and no saga is sent a job's command twice
 (each also carries a message id of its own, ``bulk_message_id``, which the orchestrator's inbox dedupes).
@@ -19,8 +19,9 @@ Rate limit: a job sends at most ``rate`` sagas per second, in batches of a quart
 saga); a batch of ``n`` holds the job's next one back ``n / rate`` seconds, measured by the database's clock
 (the outbox rows' ``created_at``), and kept across restarts (``not_before``).
 
-The public functions take an asyncpg pool and raise ``BulkJobError`` with a line an operator can act on; the
-command line and the HTTP API call them.
+The public functions take the store port (``operations.ports.BulkJobStore``: ``PostgresBulkJobs`` on the
+orchestrator's database, ``MemoryBulkJobs`` for the test kit) and raise ``BulkJobError`` with a line an operator
+can act on; the command line and the HTTP API call them.
 """
 
 from __future__ import annotations
@@ -28,31 +29,25 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-import orjson
-
 from ..infra.chores import Chore
-from ..infra.db import datetime_to_ms
-from ..outbox.table import OutboxMessage, write_outbox
+from ..orchestrator.domain.definition import DefinitionRegistry
+from ..orchestrator.domain.status import SagaStatus
+from ..outbox.table import OutboxMessage
 from ..schemas import wire
 from ..schemas.codec import WireError
-from ..schemas.headers import message_headers
 from ..schemas.ids import bulk_message_id
 from ..schemas.limits import MAX_TEXT_CHARS
-from ..schemas.message_types import SAGA_ACTIONS, STEP_LEVERS, control_command
-from ..schemas.partitioning import partition_for
+from ..schemas.message_types import SAGA_ACTIONS, STEP_LEVERS, action_name, control_command
 from ..schemas.topics import Topics
-from .domain.definition import DefinitionRegistry
-from .domain.status import SagaStatus
+from .levers import control_row, control_shards
+from .ports import BulkJobStore
 
 log = logging.getLogger("saga.orchestrator.bulk")
 
-JOBS_TABLE = "saga.bulk_jobs"
 MAX_AGE_S = 100 * 365 * 86_400.0  # an age past this is a typo (and past what an interval holds: inf, 1e300)
-OUTBOX_TABLE = "saga.outbox"
 
 DEFAULT_RATE_PER_S = 10.0
 MAX_RATE_PER_S = 1_000.0
@@ -86,7 +81,7 @@ def action_named(name: str) -> str:
 
 def kebab_name(action: str) -> str:
     """How the command line spells ``action``: ``RetryNow`` -> ``retry-now``."""
-    return "".join(f"-{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(action))
+    return action_name(action, "-")
 
 
 # --- the selection ---------------------------------------------------------------------------------------
@@ -154,12 +149,21 @@ class Selection:
 
 
 @dataclass(frozen=True)
-class Where:
-    """A parameterised SQL condition over ``saga.saga_summary``: ``sql`` names its parameters from ``$first``
-    on, ``params`` are their values in order."""
+class Criteria:
+    """A selection resolved against the deployment's definitions, what a store evaluates: ``steps``, the (saga
+    type, step) pairs its participant serves (None: no participant given)."""
 
-    sql: str
-    params: list[Any] = field(default_factory=list)
+    selection: Selection
+    steps: tuple[tuple[str, str], ...] | None = None
+
+
+def criteria(selection: Selection, registry: DefinitionRegistry) -> Criteria:
+    """``selection`` resolved; BulkJobError for a saga type or a participant ``registry`` does not know."""
+    if selection.saga_type is not None and selection.saga_type not in registry.types():
+        raise BulkJobError(f"unknown saga type {selection.saga_type!r}; known types: "
+                           f"{', '.join(registry.types()) or 'none'}")
+    steps = None if selection.participant is None else tuple(participant_steps(registry, selection.participant))
+    return Criteria(selection, steps)
 
 
 def participant_steps(registry: DefinitionRegistry, participant: str) -> list[tuple[str, str]]:
@@ -175,60 +179,12 @@ def participant_steps(registry: DefinitionRegistry, participant: str) -> list[tu
     return pairs
 
 
-def where(selection: Selection, registry: DefinitionRegistry, as_of: str = "now()", first: int = 1) -> Where:
-    """The condition on a ``saga_summary`` row that ``selection`` puts, as seen at ``as_of`` (a trusted SQL
-    expression: ``now()`` for a dry run, the job's start for its batches): the saga started by then and, when an
-    age is given, was last updated that long before then. BulkJobError for a saga type or a participant
-    ``registry`` does not know."""
-    conditions = [f"started_at <= {as_of}"]
-    params: list[Any] = []
-
-    def param(value: Any, cast: str = "") -> str:
-        params.append(value)
-        return f"${first + len(params) - 1}{cast}"
-
-    if selection.saga_type is not None:
-        if selection.saga_type not in registry.types():
-            raise BulkJobError(f"unknown saga type {selection.saga_type!r}; known types: "
-                               f"{', '.join(registry.types()) or 'none'}")
-        conditions.append(f"saga_type = {param(selection.saga_type)}")
-    if selection.statuses:
-        conditions.append(f"status = ANY({param(list(selection.statuses), '::text[]')})")
-    if selection.older_than_s is not None:
-        conditions.append(f"updated_at < {as_of} - make_interval(secs => {param(selection.older_than_s)})")
-    if selection.tenant is not None:
-        conditions.append(f"tenant_id = {param(selection.tenant)}")
-    if selection.error is not None:
-        conditions.append(f"last_error = {param(selection.error)}")
-    if selection.participant is not None:
-        pairs = participant_steps(registry, selection.participant)
-        types, steps = param([t for t, _ in pairs], "::text[]"), param([s for _, s in pairs], "::text[]")
-        conditions.append(f"(saga_type, current_step) IN (SELECT * FROM unnest({types}, {steps}))")
-    return Where(" AND ".join(conditions), params)
-
-
 # --- the commands ----------------------------------------------------------------------------------------
 
 
 def job_operator(operator: str, job_id: int) -> str:
     """Who a job's commands name as the operator: the job's operator, and the job."""
     return f"{operator} (bulk job {job_id})"
-
-
-def control_row(topics: Topics, saga_id: str, value: bytes, message_id: str, causation_id: str,
-                saga_type: str | None = None) -> OutboxMessage:
-    """The outbox row that sends the encoded control command ``value`` to saga ``saga_id`` on saga.control."""
-    return OutboxMessage(topic=topics.control, key=saga_id, value=value,
-                         headers=message_headers(message_id, causation_id=causation_id, saga_id=saga_id,
-                                                 saga_type=saga_type),
-                         message_id=message_id)
-
-
-def control_shards(messages: Sequence[OutboxMessage], partitions: tuple[int, ...] | None) -> list[int]:
-    """The outbox shard of each control row: its saga's partition of saga.control (None: all in shard 0)."""
-    if partitions is None:
-        return [0] * len(messages)
-    return [partition_for(message.key.encode(), partitions) for message in messages]
 
 
 def command_row(topics: Topics, job_id: int, saga_id: str, saga_type: str, value: bytes) -> OutboxMessage:
@@ -303,87 +259,61 @@ class BulkJob:
         return values
 
 
-async def count(pool: asyncpg.Pool, selection: Selection, registry: DefinitionRegistry,
+@dataclass(frozen=True)
+class NewJob:
+    """A job as an operator asks for it (checked by ``check_job``)."""
+
+    action: str
+    step: str | None
+    operator: str
+    reason: str
+    rate_per_s: float
+
+
+async def count(store: BulkJobStore, selection: Selection, registry: DefinitionRegistry,
                 sample: int = SAMPLE) -> Count:
     """The dry run: how many sagas ``selection`` matches now, and the first ``sample`` of their ids."""
-    condition = where(selection, registry)
-    async with pool.acquire() as conn:
-        return await _count(conn, condition, sample)
+    return await store.count(criteria(selection, registry), sample)
 
 
-async def _count(conn: asyncpg.Connection, condition: Where, sample: int) -> Count:
-    total = await conn.fetchval(f"SELECT count(*) FROM saga.saga_summary WHERE {condition.sql}", *condition.params)
-    ids = await conn.fetch(f"SELECT saga_id FROM saga.saga_summary WHERE {condition.sql} ORDER BY saga_id"
-                           f" LIMIT ${len(condition.params) + 1}", *condition.params, sample)
-    return Count(int(total), [row["saga_id"] for row in ids])
-
-
-async def start(pool: asyncpg.Pool, selection: Selection, registry: DefinitionRegistry, *, action: str,
+async def start(store: BulkJobStore, selection: Selection, registry: DefinitionRegistry, *, action: str,
                 operator: str, reason: str, step: str | None = None,
                 rate_per_s: float = DEFAULT_RATE_PER_S) -> BulkJob:
     """Record a RUNNING job that pulls ``action`` (``actions()``) on every saga ``selection`` matches, at most
     ``rate_per_s`` a second; ``total`` is the count at this moment (in the same transaction). The orchestrator's
     runner takes it within ``IDLE_POLL_S``. BulkJobError when the job cannot be, or nothing matches."""
     check_job(action, step, operator, reason, rate_per_s)
-    condition = where(selection, registry)
-    async with pool.acquire() as conn, conn.transaction():
-        matched = await _count(conn, condition, 0)
-        if not matched.total:
-            raise BulkJobError(f"no saga matches ({selection.describe()}): there is nothing to do")
-        row = await conn.fetchrow(
-            f"INSERT INTO {JOBS_TABLE} (operator, reason, action, step, selection, rate_per_s, total)"
-            " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7) RETURNING *",
-            operator, reason, action, step, orjson.dumps(selection.to_json()).decode(), rate_per_s, matched.total)
-    started = _job(row)
+    started = await store.create(NewJob(action, step, operator, reason, rate_per_s), criteria(selection, registry))
+    if started is None:
+        raise BulkJobError(f"no saga matches ({selection.describe()}): there is nothing to do")
     log.info("bulk job started", extra={"job": started.id, "operator": operator, "action": action,
                                         "selection": selection.describe(), "total": started.total})
     return started
 
 
-async def jobs(pool: asyncpg.Pool, limit: int = 50) -> list[BulkJob]:
+async def jobs(store: BulkJobStore, limit: int = 50) -> list[BulkJob]:
     """The latest ``limit`` jobs, newest first."""
-    rows = await pool.fetch(f"SELECT * FROM {JOBS_TABLE} ORDER BY id DESC LIMIT $1", limit)
-    return [_job(row) for row in rows]
+    return await store.jobs(limit)
 
 
-async def job(pool: asyncpg.Pool, job_id: int) -> BulkJob | None:
+async def job(store: BulkJobStore, job_id: int) -> BulkJob | None:
     """Job ``job_id`` as it stands, or None when there is no such job."""
-    row = await pool.fetchrow(f"SELECT * FROM {JOBS_TABLE} WHERE id = $1", job_id)
-    return None if row is None else _job(row)
+    return await store.job(job_id)
 
 
-async def cancel(pool: asyncpg.Pool, job_id: int, operator: str) -> BulkJob:
+async def cancel(store: BulkJobStore, job_id: int, operator: str) -> BulkJob:
     """Stop a RUNNING job, recording ``operator`` as who did: no batch after this one is sent (a batch being
-    sent right now is finished first: its row lock is waited for). BulkJobError for an unknown job or one that
-    already ended."""
+    sent right now is finished first). BulkJobError for an unknown job or one that already ended."""
     if not operator.strip():
         raise BulkJobError("cancelling a bulk job needs an operator: who is acting, recorded with the job")
-    row = await pool.fetchrow(
-        f"UPDATE {JOBS_TABLE} SET status = 'CANCELLED', cancelled_by = $2, finished_at = now(), updated_at = now()"
-        " WHERE id = $1 AND status = 'RUNNING' RETURNING *", job_id, operator)
-    if row is None:
-        found = await job(pool, job_id)
+    cancelled = await store.cancel(job_id, operator)
+    if cancelled is None:
+        found = await store.job(job_id)
         if found is None:
             raise BulkJobError(f"no bulk job {job_id} (`saga bulk list` shows the jobs)")
         raise BulkJobError(f"bulk job {job_id} already ended {found.status}: there is nothing to cancel")
-    log.info("bulk job cancelled", extra={"job": job_id, "operator": operator, "done": row["done"]})
-    return _job(row)
-
-
-def _job(row: asyncpg.Record) -> BulkJob:
-    try:
-        selection: Selection | None = Selection.from_json(orjson.loads(row["selection"]))
-    except (BulkJobError, orjson.JSONDecodeError):
-        selection = None
-    finished = row["finished_at"]
-    return BulkJob(id=row["id"], operator=row["operator"], reason=row["reason"], action=row["action"],
-                   step=row["step"], selection=selection, rate_per_s=row["rate_per_s"], status=row["status"],
-                   total=row["total"], done=row["done"], failed=row["failed"], refused=row["refused"],
-                   last_saga_id=row["last_saga_id"],
-                   error=row["error"], created_at_ms=datetime_to_ms(row["created_at"]),
-                   updated_at_ms=datetime_to_ms(row["updated_at"]),
-                   finished_at_ms=None if finished is None else datetime_to_ms(finished),
-                   cancelled_by=row["cancelled_by"])
+    log.info("bulk job cancelled", extra={"job": job_id, "operator": operator, "done": cancelled.done})
+    return cancelled
 
 
 # --- the runner ------------------------------------------------------------------------------------------
@@ -393,11 +323,11 @@ class BulkRunner:
     """Works the RUNNING jobs, a batch per transaction (see the module's docstring); any number of instances
     may run one each. ``topic_partitions``: the partition count of saga.control, which puts each command in its
     saga's outbox shard (None: shard 0); ``on_queued``: told after a batch queued commands (an in-process
-    relay's ``wake``)."""
+    relay's ``wake``). It is the ``BatchWork`` its store calls inside the batch's transaction."""
 
-    def __init__(self, pool: asyncpg.Pool, registry: DefinitionRegistry, topics: Topics,
+    def __init__(self, store: BulkJobStore, registry: DefinitionRegistry, topics: Topics,
                  topic_partitions: int | None = None, on_queued: Callable[[], None] | None = None) -> None:
-        self._pool = pool
+        self._store = store
         self._registry = registry
         self._topics = topics
         self._partitions = tuple(range(topic_partitions)) if topic_partitions else None
@@ -414,67 +344,51 @@ class BulkRunner:
         sent = 0
         while (batch := await self.run_batch()) is not None:
             sent += batch
-        wait_s = await self._pool.fetchval(
-            f"SELECT extract(epoch FROM min(not_before) - clock_timestamp()) FROM {JOBS_TABLE}"
-            " WHERE status = 'RUNNING'")
-        self._next_round_s = IDLE_POLL_S if wait_s is None else min(IDLE_POLL_S, max(MIN_WAIT_S, float(wait_s)))
+        wait_s = await self._store.seconds_to_next()
+        self._next_round_s = IDLE_POLL_S if wait_s is None else min(IDLE_POLL_S, max(MIN_WAIT_S, wait_s))
         return sent
 
     async def run_batch(self) -> int | None:
         """Send the next batch of one job that is due, in one transaction; how many sagas were sent its command
         (None: no job was due)."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(
-                f"SELECT * FROM {JOBS_TABLE} WHERE status = 'RUNNING' AND not_before <= now()"
-                " ORDER BY not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED")
-            if row is None:
-                return None
-            sent = await self._batch(conn, row)
+        sent = await self._store.run_batch(self)
         if sent and self._on_queued is not None:
             self._on_queued()
         return sent
 
-    async def _batch(self, conn: asyncpg.Connection, row: asyncpg.Record) -> int:
-        job_id, rate = row["id"], row["rate_per_s"]
-        try:
-            selection = Selection.from_json(orjson.loads(row["selection"]))
-            condition = where(selection, self._registry, as_of="$1", first=2)
-        except (BulkJobError, orjson.JSONDecodeError) as error:
-            await conn.execute(f"UPDATE {JOBS_TABLE} SET status = 'FAILED', error = $2, finished_at = now(),"
-                               " updated_at = now() WHERE id = $1", job_id, str(error))
-            log.warning("bulk job failed", extra={"job": job_id, "error": str(error)})
-            return 0
-        n = len(condition.params) + 2
-        size = batch_size(rate)
-        sagas = await conn.fetch(
-            f"SELECT saga_id, saga_type FROM saga.saga_summary WHERE {condition.sql} AND saga_id > ${n}"
-            f" ORDER BY saga_id LIMIT ${n + 1}", row["created_at"], *condition.params, row["last_saga_id"], size)
-        messages = self._commands(row, sagas)
-        await write_outbox(conn, OUTBOX_TABLE, messages, control_shards(messages, self._partitions))
-        finished = len(sagas) < size
-        await conn.execute(
-            f"UPDATE {JOBS_TABLE} SET last_saga_id = $2, done = done + $3, failed = failed + $4,"
-            " not_before = now() + make_interval(secs => $5), updated_at = now(),"
-            " status = CASE WHEN $6 THEN 'DONE' ELSE status END, finished_at = CASE WHEN $6 THEN now() END"
-            " WHERE id = $1",
-            job_id, sagas[-1]["saga_id"] if sagas else row["last_saga_id"], len(messages),
-            len(sagas) - len(messages), len(sagas) / rate, finished)
-        if finished:
-            log.info("bulk job done", extra={"job": job_id, "done": row["done"] + len(messages),
-                                             "failed": row["failed"] + len(sagas) - len(messages),
-                                             "total": row["total"]})
-        return len(messages)
+    def criteria(self, job: BulkJob) -> Criteria:
+        """What ``job`` selects, resolved; BulkJobError fails the job (the store records it)."""
+        if job.selection is None:
+            raise BulkJobError(f"bulk job {job.id} holds a selection this version cannot read")
+        return criteria(job.selection, self._registry)
 
-    def _commands(self, row: asyncpg.Record, sagas: Sequence[asyncpg.Record]) -> list[OutboxMessage]:
-        operator = job_operator(row["operator"], row["id"])
+    def size(self, job: BulkJob) -> int:
+        """How many sagas ``job``'s next batch takes."""
+        return batch_size(job.rate_per_s)
+
+    def commands(self, job: BulkJob, sagas: Sequence[tuple[str, str]]) -> list[OutboxMessage]:
+        """The outbox rows of ``job``'s command to each of ``sagas`` ((saga id, saga type)); a saga whose command
+        cannot be written is passed over (and counted failed)."""
+        operator = job_operator(job.operator, job.id)
         messages = []
-        for saga in sagas:
+        for saga_id, saga_type in sagas:
             try:
-                value = wire.encode_control(control_command(row["action"], saga["saga_id"], row["step"], operator,
-                                                            row["reason"]))
-            except WireError as error:  # this saga's command cannot be written: it is passed over, and counted
+                value = wire.encode_control(control_command(job.action, saga_id, job.step, operator, job.reason))
+            except WireError as error:
                 log.warning("bulk job passed a saga over: its command cannot be written",
-                            extra={"job": row["id"], "saga_id": saga["saga_id"], "error": str(error)})
+                            extra={"job": job.id, "saga_id": saga_id, "error": str(error)})
                 continue
-            messages.append(command_row(self._topics, row["id"], saga["saga_id"], saga["saga_type"], value))
+            messages.append(command_row(self._topics, job.id, saga_id, saga_type, value))
         return messages
+
+    def shards(self, messages: Sequence[OutboxMessage]) -> list[int]:
+        """The outbox shard of each command (its saga's partition of saga.control)."""
+        return control_shards(messages, self._partitions)
+
+    def ended(self, job: BulkJob, error: str | None) -> None:
+        """Told when a batch ended ``job`` (DONE, or FAILED with ``error``), for the log."""
+        if error is not None:
+            log.warning("bulk job failed", extra={"job": job.id, "error": error})
+        else:
+            log.info("bulk job done", extra={"job": job.id, "done": job.done, "failed": job.failed,
+                                             "total": job.total})
