@@ -1,6 +1,6 @@
 """``saga dlq list`` and ``saga dlq replay``: what the services dead-lettered, and sending it again.
 
-What a replay publishes and records, and when it is held back, is ``orchestrator.dead_letters``' (the console's
+What a replay publishes and records, and when it is held back, is ``operations.dead_letters``' (the console's
 dead-letter page works through it too); this module reads the command line and prints. ``list`` shows, beside
 each letter, the replays its saga's history records.
 """
@@ -18,10 +18,9 @@ from rich.table import Table
 
 from ..infra.db import create_pool
 from ..infra.settings import Settings
-from ..operations import reads
+from ..operations import dead_letters, reads
+from ..operations.dead_letters import DeadLetterError, Parked, Replay, Replayed
 from ..operations.postgres import reads_store
-from ..orchestrator import dead_letters
-from ..orchestrator.dead_letters import DeadLetterError, Parked, Replay, Replayed
 from .context import (
     OPERATOR_HELP,
     console,

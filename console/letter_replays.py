@@ -1,7 +1,7 @@
 """The console's dead letters: the newest on saga.dlq with the replays their sagas' histories record, and a replay
 for the signed-in operator, audited letter by letter.
 
-What a replay publishes, records and holds back is ``orchestrator.dead_letters``' (``saga dlq`` works through it
+What a replay publishes, records and holds back is ``operations.dead_letters``' (``saga dlq`` works through it
 too). A page reads saga.dlq from Kafka on every view, bounded to the newest letters.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaProducer
 from fastapi import HTTPException
 
-from ..orchestrator import dead_letters as dlq
-from ..orchestrator.dead_letters import DeadLetterError, Parked, Replayed
+from ..operations import dead_letters as dlq
+from ..operations.dead_letters import DeadLetterError, Parked, Replayed
 from ..orchestrator.domain.status import SagaStatus
 from .context import Console
 

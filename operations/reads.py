@@ -9,7 +9,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..orchestrator.dead_letters import Replayed, replays_by_letter
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
@@ -21,6 +20,7 @@ from ..schemas.codec import WireError
 from ..schemas.event_types import Event, OperatorAction
 from ..schemas.registry import SchemaRegistry
 from . import bulk_jobs
+from .dead_letters import Replayed, replays_by_letter
 from .ports import AGE_BUCKETS, EndedCounts, HeatCell, OutboxView, ReadsStore, SagaFilter, TimerView, WedgedGroup
 
 __all__ = ["AGE_BUCKETS", "Deferred", "Fleet", "OutboxView", "Reads", "SagaView", "TimerView", "WedgedGroup"]

@@ -18,8 +18,8 @@ from saga_orchestrator.console.app import console_app
 from saga_orchestrator.console.identity import add_user
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.dead_letters import Parked, read_parked
 from saga_orchestrator.orchestrator.bootstrap import prepare
-from saga_orchestrator.orchestrator.dead_letters import Parked, read_parked
 from saga_orchestrator.orchestrator.outbound import summary_of
 from saga_orchestrator.orchestrator.ports import StoredEvent, Writes
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate

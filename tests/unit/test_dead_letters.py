@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from saga_orchestrator.orchestrator.dead_letters import (
+from saga_orchestrator.operations.dead_letters import (
     REPLAYED_BY,
     REPLAYED_FROM,
     DeadLetterError,

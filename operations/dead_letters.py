@@ -31,11 +31,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from ..client.saga_client import client_headers, topic_partitions
 from ..infra.kafka_clients import KafkaClients
+from ..orchestrator.domain.status import SagaStatus
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event, OperatorAction
 from ..schemas.message_types import DeadLetter, Lever, OperateSaga
-from .domain.status import SagaStatus
 
 REPLAYED_FROM = "replayed_from"  # header naming the dead letter a replayed record came from
 REPLAYED_BY = "replayed_by"  # header naming the operator who replayed it
