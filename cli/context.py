@@ -16,8 +16,10 @@ from aiokafka import AIOKafkaProducer
 from rich.console import Console
 
 from ..infra.db import create_pool
+from ..infra.deployment import Deployment, load_deployment
 from ..infra.failures import Fault, classify, describe
 from ..infra.kafka_clients import KafkaClients, KafkaSetupError
+from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
 from ..schemas.topics import Topics
 
@@ -47,6 +49,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def settings() -> Settings:
     """Settings from the environment."""
     return Settings()
+
+
+def deployment(saga_types: bool = True) -> Deployment:
+    """The deployment the environment names (``infra.deployment``); the command stops with what to fix when it
+    cannot be loaded (or, ``saga_types`` True, names no saga type)."""
+    try:
+        return load_deployment(settings(), saga_types=saga_types)
+    except Misconfigured as refused:
+        fail(str(refused))
 
 
 OPERATOR_HELP = "Who is acting; recorded in the saga's history (default: your login name, $USER)."

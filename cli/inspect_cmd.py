@@ -36,7 +36,7 @@ from ..schemas.event_types import (
     SagaRejected,
     SagaStarted,
 )
-from .context import console, database, fail, run, settings
+from .context import console, database, deployment, fail, run, settings
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -135,10 +135,11 @@ async def _persons(saga_id: str, definition: SagaDefinition) -> dict[str, Person
     """The saga's commands whose participants deferred them to a person, by step (none where a participant's
     tables are not here, or it cannot be loaded)."""
     found: dict[str, PersonWait] = {}
+    loaded = deployment(saga_types=False)
     async with database(settings()) as pool:
         for name in sorted({step.participant for step in definition.steps if not step.waits}):
             try:
-                participant = get_participant(name)
+                participant = get_participant(name, loaded)
                 rows = await awaiting(pool, participant, saga_id)
             except (ValueError, asyncpg.UndefinedTableError):
                 continue

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..infra.deployment import load_deployment
 from ..infra.heap import settle_service_heap
 from ..infra.logging import configure_logging
 from ..infra.misconfigured import Misconfigured
@@ -80,8 +81,8 @@ def participant(names: Annotated[list[str], typer.Argument(
     from ..participants.runner import hosted_participants, run_participant
 
     try:
-        hosted_participants(names)
-    except (ValueError, ImportError) as error:
+        hosted_participants(names, load_deployment(settings(), saga_types=False))
+    except (ValueError, ImportError, Misconfigured) as error:
         fail(str(error))
     settle_service_heap()
     try:

@@ -264,10 +264,30 @@ def schema_folders(path: str) -> list[Path]:
 _PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+_deployment_folders: list[str] = []
+"""Schema folders of this process's deployment (``use_schema_folder``), read before SAGA_SCHEMA_PATH's."""
+
+
+def use_schema_folder(folder: Path) -> None:
+    """Put ``folder`` (a deployment's schema folder) first on the path ``default_registry`` reads, for the rest
+    of this process; the environment is left alone."""
+    resolved = str(folder.resolve())
+    if resolved not in _deployment_folders:
+        _deployment_folders.insert(0, resolved)
+
+
+def default_schema_path() -> str:
+    """The schema path ``default_registry`` reads: the deployment's folders, then SAGA_SCHEMA_PATH's."""
+    rest = [entry for entry in os.environ.get(SCHEMA_PATH_ENV, DEFAULT_SCHEMA_PATH).split(os.pathsep)
+            if entry and entry not in _deployment_folders]
+    return os.pathsep.join((*_deployment_folders, *rest))
+
+
 def default_registry() -> SchemaRegistry:
-    """The registry of the installed schemas folder plus the folders SAGA_SCHEMA_PATH names (a saga type's
-    input records go in their ``inputs/`` subfolder), loaded once and shared."""
-    return registry_for(os.environ.get(SCHEMA_PATH_ENV, DEFAULT_SCHEMA_PATH))
+    """The registry of the installed schemas folder plus the deployment's schema folders and those
+    SAGA_SCHEMA_PATH names (a saga type's input records go in their ``inputs/`` subfolder), loaded once and
+    shared."""
+    return registry_for(default_schema_path())
 
 
 @functools.cache
