@@ -12,7 +12,6 @@ from typing import Any
 import typer
 
 from ..client.saga_client import SagaClient, SagaInputError, client_headers
-from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.model import RESUME_COMPENSATION
 from ..orchestrator.domain.state import SagaStatus, fold
@@ -25,7 +24,17 @@ from ..schemas.message_types import (
     ReleaseSaga,
     ResumeCompensation,
 )
-from .context import OPERATOR_HELP, console, fail, operator_or_login, producer, run, settings, topics
+from .context import (
+    OPERATOR_HELP,
+    console,
+    deployed_definitions,
+    fail,
+    operator_or_login,
+    producer,
+    run,
+    settings,
+    topics,
+)
 from .inspect_cmd import folded, follow, load_events_of
 
 
@@ -271,7 +280,7 @@ def _check_quarantined(saga_id: str) -> None:
     if not marks or not isinstance(marks[-1], SagaQuarantined):
         fail(f"saga {saga_id!r} is not quarantined: there is nothing to release")
     try:
-        fold(definitions().for_history(events), events)
+        fold(deployed_definitions().for_history(events), events)
     except DomainError as error:  # releasing now would only quarantine it again
         fail(f"saga {saga_id!r} still cannot go on ({type(error).__name__}: {error}); fix that first (for a "
              "missing definition version, deploy it in SAGA_DEFINITIONS), or --force to publish anyway")

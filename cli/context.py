@@ -21,6 +21,7 @@ from ..infra.failures import Fault, classify, describe
 from ..infra.kafka_clients import KafkaClients, KafkaSetupError
 from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
+from ..orchestrator.domain.definition import DefinitionRegistry
 from ..schemas.topics import Topics
 
 T = TypeVar("T")
@@ -49,6 +50,17 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def settings() -> Settings:
     """Settings from the environment."""
     return Settings()
+
+
+def deployed_definitions() -> DefinitionRegistry:
+    """The definition registry of the deployment the environment names; the command stops with what to fix when
+    it names none or one cannot be loaded."""
+    from ..orchestrator.bootstrap import definitions
+
+    try:
+        return definitions(settings())
+    except Misconfigured as refused:
+        fail(str(refused))
 
 
 def deployment(saga_types: bool = True) -> Deployment:

@@ -16,7 +16,6 @@ from rich.table import Table
 
 from ..client.api import ApiError, SagaApi, SagaNotFound
 from ..client.saga_client import api_of
-from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
@@ -36,7 +35,7 @@ from ..schemas.event_types import (
     SagaRejected,
     SagaStarted,
 )
-from .context import console, database, deployment, fail, run, settings
+from .context import console, database, deployed_definitions, deployment, fail, run, settings
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -90,7 +89,7 @@ def folded(saga_id: str, events: list[Event]) -> SagaState:
     """The saga's state from ``events``; exits with what to do when they do not fold (a quarantined saga whose
     definition version is not deployed, say)."""
     try:
-        return fold(definitions().for_history(events), events)
+        return fold(deployed_definitions().for_history(events), events)
     except DomainError as error:
         quarantined = any(isinstance(event, SagaQuarantined) for event in events)
         fail(f"saga {saga_id!r} cannot be folded here: {type(error).__name__}: {error}"
@@ -125,7 +124,7 @@ def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
         error = f"{step.last_error_type}: {step.last_error_message or ''}" if step.last_error_type else ""
         table.add_row(step.name, step.status.value, str(step.attempt), str(step.compensation_attempt), error)
     console.print(table)
-    definition = definitions().for_history(events)
+    definition = deployed_definitions().for_history(events)
     if definition is not None and not state.is_terminal:
         for wait in waits(definition, state, events, run(_persons(saga_id, definition))):
             console.print(f"{wait.step}: {wait.describe()}", highlight=False)

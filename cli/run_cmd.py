@@ -176,6 +176,10 @@ def stop_services(processes: dict[str, subprocess.Popen[bytes]], timeout_s: floa
 def run_all(log_dir: str | None = typer.Option(None, "--log-dir", help="Write each service's log here.")) -> None:
     """Run the orchestrator (relaying its own outbox) and every participant as child processes until Ctrl-C."""
     current = settings()
+    try:
+        load_deployment(current)  # refused here, in one line, rather than by each child
+    except Misconfigured as refused:
+        fail(str(refused))
     processes = start_services(current, log_dir)
     console.print(f"started: {', '.join(f'{k} (pid {p.pid})' for k, p in processes.items())}")
     if current.saga_health_port:

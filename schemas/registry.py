@@ -237,8 +237,8 @@ class SchemaRegistry:
 
 SCHEMA_PATH_ENV = "SAGA_SCHEMA_PATH"
 DEFAULT_SCHEMA_PATH = "saga_orchestrator.participants.trip"
-"""SAGA_SCHEMA_PATH when it is not set: the trip example's package, whose definition SAGA_DEFINITIONS runs by
-default (infra.settings has the same default)."""
+"""SAGA_SCHEMA_PATH when it is not set: the trip example's package (infra.settings has the same default). Its
+records are only read; the trip runs only where SAGA_APP or SAGA_DEFINITIONS names it."""
 
 
 def schema_folders(path: str) -> list[Path]:

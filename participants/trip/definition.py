@@ -46,8 +46,9 @@ trip.step(send_itinerary, after=[charged],
           timeout=timedelta(seconds=3))
 
 app = SagaApp(sagas=[trip], participants=[flight, hotel, payment, notification], schema_folder=Path(__file__).parent)
-"""The trip's deployment: ``SAGA_APP=saga_orchestrator.participants.trip:app``. Without it the trip also runs
-as a 0.1 deployment does, on SAGA_DEFINITIONS, SAGA_SCHEMA_PATH and SAGA_PARTICIPANTS, whose defaults name it."""
+"""The trip's deployment: ``SAGA_APP=saga_orchestrator.participants.trip:app`` (what ``make demo`` names). It
+also runs as a 0.1 deployment does, on ``SAGA_DEFINITIONS=saga_orchestrator.participants.trip:TRIP`` and
+``SAGA_PARTICIPANTS=flight,hotel,payment,notification``; no setting names it by default."""
 
 TRIP = trip.definition
 """The engine's form of the trip saga (what SAGA_DEFINITIONS names)."""

@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from saga_orchestrator.cli.main import app
 from saga_orchestrator.infra.deployment import NOTHING_NAMED, load_deployment
 from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.infra.settings import Settings
@@ -62,3 +64,28 @@ def test_a_participant_worker_needs_no_saga_types_named() -> None:
 def test_a_definition_that_cannot_be_loaded_names_the_setting() -> None:
     with pytest.raises(Misconfigured, match=r"^SAGA_DEFINITIONS='no_such_module:X': cannot import"):
         load_deployment(Settings(saga_app=None, saga_definitions="no_such_module:X"))
+
+
+@pytest.fixture
+def nothing_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment of a process whose deployment forgot to name its saga types (the tests' own name the
+    trip: tests/conftest.py)."""
+    for name in ("SAGA_APP", "SAGA_DEFINITIONS", "SAGA_PARTICIPANTS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("nothing_named")
+def test_settings_name_no_saga_type_and_no_participant_by_default() -> None:
+    defaults = Settings()
+    assert (defaults.saga_app, defaults.saga_definitions, defaults.saga_participants) == (None, "", "")
+    with pytest.raises(Misconfigured) as refused:
+        load_deployment(defaults)
+    assert str(refused.value) == NOTHING_NAMED
+
+
+@pytest.mark.usefixtures("nothing_named")
+@pytest.mark.parametrize("args", [["run", "all"], ["definitions"]])
+def test_a_command_that_runs_saga_types_refuses_in_one_line_when_none_is_named(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert " ".join(result.output.split()) == f"error: {NOTHING_NAMED}"
