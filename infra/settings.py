@@ -228,6 +228,22 @@ class Settings(BaseSettings):
         """The Postgres DSN to use: the environment's, else the local launcher's."""
         return self.database_url or f"postgresql://saga@127.0.0.1:{self.saga_postgres_port}/saga"
 
+    def environment(self) -> dict[str, str | None]:
+        """Every setting as the environment variable that reads it back into equal settings: its upper-case name
+        to its text, None for one left unset. Secrets are in clear: this is for a child process's environment.
+        KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL are the resolved ones (``kafka_servers``, ``dsn``), so a child
+        reaches the same local launcher."""
+        values: dict[str, str | None] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            values[name.upper()] = (None if value is None else ("true" if value else "false")
+                                    if isinstance(value, bool) else str(value))
+        values["KAFKA_BOOTSTRAP_SERVERS"] = self.kafka_servers()
+        values["DATABASE_URL"] = self.dsn()
+        return values
+
 
 def _secret(value: SecretStr | None) -> str | None:
     return None if value is None else value.get_secret_value()
