@@ -1,4 +1,4 @@
-"""``saga definitions``: the saga types the orchestrator runs (SAGA_DEFINITIONS), step by step."""
+"""``saga definitions``: the saga types the deployment runs (SAGA_APP or SAGA_DEFINITIONS), step by step."""
 
 from __future__ import annotations
 
