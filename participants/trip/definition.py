@@ -57,9 +57,9 @@ TRIP_REQUEST = trip.input_record.full_name
 """Its input record, ``saga.v1.trip.TripRequest`` (``inputs/TripRequest.avsc`` beside this module)."""
 
 
-def default_registry() -> DefinitionRegistry:
-    """A registry holding every saga definition shipped with the orchestrator."""
+def trip_definitions() -> DefinitionRegistry:
+    """A definition registry holding the trip (not ``schemas.registry.default_registry``, the schema registry)."""
     return DefinitionRegistry([TRIP])
 
 
-__all__ = ["TRIP", "TRIP_REQUEST", "UNLIMITED_RETRY", "app", "default_registry", "trip"]
+__all__ = ["TRIP", "TRIP_REQUEST", "UNLIMITED_RETRY", "app", "trip", "trip_definitions"]
