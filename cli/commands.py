@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from ..client.saga_client import SagaClient, SagaInputError, client_headers
+from ..client.saga_client import SagaInputError, client_headers
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.model import RESUME_COMPENSATION
 from ..orchestrator.domain.state import SagaStatus, fold
@@ -27,6 +27,7 @@ from ..schemas.message_types import (
 from .context import (
     OPERATOR_HELP,
     console,
+    deployed_client,
     deployed_definitions,
     fail,
     operator_or_login,
@@ -65,7 +66,7 @@ def start(
 ) -> None:
     """Validate, encode and publish a StartSaga on saga.start; an id already started is refused here first."""
     current = settings()
-    client = SagaClient.from_settings(current)
+    client = deployed_client(current)
     try:
         value = client.encode_start(saga_type, saga_id, _parse_json_object(input_json), tenant)
     except SagaInputError as error:
@@ -99,7 +100,7 @@ def signal(
     """Validate, encode and publish a SignalSaga on saga.control: a step waiting for the signal goes on with its
     record as its output; the saga records it once per id, or why it could not take it (`saga history`)."""
     current = settings()
-    client = SagaClient.from_settings(current)
+    client = deployed_client(current)
     payload = _parse_json_object(payload_json, "--payload")
     starting = None if start_input is None else _parse_json_object(start_input, "--start-input")
     try:

@@ -15,6 +15,7 @@ import typer
 from aiokafka import AIOKafkaProducer
 from rich.console import Console
 
+from ..client.saga_client import SagaClient
 from ..infra.db import create_pool
 from ..infra.deployment import Deployment, load_deployment
 from ..infra.failures import Fault, classify, describe
@@ -59,6 +60,15 @@ def deployed_definitions() -> DefinitionRegistry:
 
     try:
         return definitions(settings())
+    except Misconfigured as refused:
+        fail(str(refused))
+
+
+def deployed_client(current: Settings) -> SagaClient:
+    """``SagaClient.from_settings(current)``; the command stops with what to fix when the deployment names no
+    saga type or one cannot be loaded."""
+    try:
+        return SagaClient.from_settings(current)
     except Misconfigured as refused:
         fail(str(refused))
 

@@ -84,7 +84,7 @@ def test_settings_name_no_saga_type_and_no_participant_by_default() -> None:
 
 
 @pytest.mark.usefixtures("nothing_named")
-@pytest.mark.parametrize("args", [["run", "all"], ["definitions"]])
+@pytest.mark.parametrize("args", [["run", "all"], ["definitions"], ["start", "trip", "--id", "x", "--input", "{}"]])
 def test_a_command_that_runs_saga_types_refuses_in_one_line_when_none_is_named(args: list[str]) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
