@@ -31,10 +31,10 @@ from .bulk_jobs import BulkRunner
 from .consumer import OrchestratorConsumer
 from .domain.definition import DefinitionRegistry, SagaDefinition
 from .domain.errors import DomainError
-from .housekeeping import inbox_pruner, retention_policy
 from .inbound import RecordParser
 from .observe import SagaMetrics
 from .outbound import Settled
+from .retention import inbox_pruner, retention_policy
 from .service import SagaService
 from .signals import TableSignals
 from .store.postgres import PostgresStore, migrate

@@ -12,8 +12,8 @@ import pytest
 from saga_orchestrator.cli.reproject_cmd import reproject
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.domain.retention import purged_digest
-from saga_orchestrator.orchestrator.housekeeping import purge_batch
 from saga_orchestrator.orchestrator.inbound import Envelope
+from saga_orchestrator.orchestrator.retention import purge_batch
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.participants.trip.definition import trip_definitions

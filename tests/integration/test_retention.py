@@ -14,7 +14,7 @@ import pytest
 from saga_orchestrator.infra.chores import Chore
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator.housekeeping import RETENTION_OPERATOR, retention_policy
+from saga_orchestrator.orchestrator.retention import RETENTION_OPERATOR, retention_policy
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.ledger import prune_processed_commands
