@@ -8,6 +8,8 @@ PARTS := orchestrator outbox participants schemas infra cli client testing conso
 # mypy and import-linter do not follow the editable install's import hook, so they read the package through a
 # tree of links: build/typecheck/saga_orchestrator/<part> -> <part>.
 TYPECHECK := build/typecheck
+# What `make demo` runs: the example trip, named as a deployment names its app (no setting defaults to it).
+DEMO_APP := saga_orchestrator.participants.trip:app
 
 .PHONY: venv up test demo down status lint docs reference tree screenshots
 
@@ -26,7 +28,7 @@ test: up
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30
 
 demo: up
-	$(BIN)/saga demo
+	SAGA_APP=$(DEMO_APP) $(BIN)/saga demo
 
 down: venv
 	$(BIN)/saga infra down

@@ -32,6 +32,7 @@ from rich.table import Table
 
 from bench.chaos_run import ChaosPlan, ChaosResult, ChaosRun
 from bench.chaos_support import started_and_ready
+from bench.trip import trip_settings
 from saga_orchestrator.cli.run_cmd import service_commands
 from saga_orchestrator.infra.launcher.private import free_port_block, private_infrastructure
 from saga_orchestrator.infra.settings import Settings
@@ -44,7 +45,8 @@ async def chaos_on_private_stack(plan: ChaosPlan, home: Path, partitions: int = 
     """Start a private Kafka + Postgres in ``home`` and every service, run ``plan``, stop everything."""
     out = console_out or console
     async with private_infrastructure(Settings(), home) as private:
-        settings = private.model_copy(update={"saga_topic_prefix": "chaos.", "saga_topic_partitions": partitions})
+        settings = trip_settings(private).model_copy(update={"saga_topic_prefix": "chaos.",
+                                                            "saga_topic_partitions": partitions})
         settings = settings.model_copy(update={"saga_health_port": free_port_block(len(service_commands(settings)))})
         log_dir = home / "service-logs"
         log_dir.mkdir(exist_ok=True)

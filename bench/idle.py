@@ -25,10 +25,10 @@ from rich.table import Table
 from bench.probes import MACHINE, cpu_delta, sample_cpu
 from bench.report import console
 from bench.throughput import remove_run, run_topics, watched_processes, with_database, worker_ids
+from bench.trip import trip_settings
 from bench.watch import Watcher, publish, wait_for
 from saga_orchestrator.cli.run_cmd import start_services, stop_services
 from saga_orchestrator.infra.logging import configure_logging
-from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.schemas.topics import Topics
 
@@ -38,7 +38,7 @@ WARMUP_SAGAS = 8
 async def measure(seconds: float, settle_s: float, participants: str | None) -> dict[str, float]:
     """CPU seconds per watched process over ``seconds`` of a quiet, warmed-up stack."""
     run_id = uuid.uuid4().hex[:8]
-    base = Settings()
+    base = trip_settings()
     database = f"bench_{run_id}"
     settings = base.model_copy(update={"database_url": with_database(base.dsn(), database),
                                        "saga_topic_prefix": f"idle-{run_id}.",

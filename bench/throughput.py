@@ -42,6 +42,7 @@ from bench.probes import (
 )
 from bench.report import console, report, with_backend_split
 from bench.runs import RunSummary, runs_table
+from bench.trip import trip_settings
 from bench.watch import Watcher, publish, wait_for
 from saga_orchestrator.cli.run_cmd import (
     Services,
@@ -136,7 +137,7 @@ async def run(args: argparse.Namespace, alongside: Alongside | None = None) -> R
     """Create, measure, tear down; the run's headline numbers (None when no saga ended). ``alongside`` runs
     during the measured sagas; its own processes are not in the numbers."""
     run_id = uuid.uuid4().hex[:8]
-    base = Settings()
+    base = trip_settings()
     admin_dsn = args.admin_dsn or base.dsn()
     database = f"bench_{run_id}"
     prefix = args.prefix or f"bench-{run_id}."

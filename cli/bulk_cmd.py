@@ -12,8 +12,7 @@ from ..operations import bulk_jobs
 from ..operations.bulk_jobs import DEFAULT_RATE_PER_S, BulkJob, BulkJobError, Selection
 from ..operations.ports import BulkJobStore
 from ..operations.postgres import bulk_job_store
-from ..orchestrator.bootstrap import definitions
-from .context import console, database, fail, run, settings
+from .context import console, database, deployed_definitions, fail, run, settings
 from .inspect_cmd import parse_duration, when
 
 T = TypeVar("T")
@@ -60,7 +59,7 @@ def count(saga_type: str | None = TYPE, state: list[str] | None = STATE, older_t
           tenant: str | None = TENANT, error: str | None = ERROR, participant: str | None = PARTICIPANT) -> None:
     """The dry run: how many sagas the selection matches now, and the first few ids. Changes nothing."""
     selection = _selection(saga_type, state, older_than, tenant, error, participant)
-    registry = definitions()
+    registry = deployed_definitions()
     found = _with_store(lambda store: bulk_jobs.count(store, selection, registry))
     console.print(f"{found.total} sagas match ({selection.describe()})")
     if found.sample:
@@ -86,7 +85,7 @@ def start(
     selection = _selection(saga_type, state, older_than, tenant, error, participant)
     lever = _checked(lambda: bulk_jobs.action_named(action))
     _checked(lambda: bulk_jobs.check_job(lever, step, operator, reason, rate))
-    registry = definitions()
+    registry = deployed_definitions()
     found = _with_store(lambda store: bulk_jobs.count(store, selection, registry))
     if not found.total:
         fail(f"no saga matches ({selection.describe()}): there is nothing to do", code=1)

@@ -8,13 +8,22 @@ from typing import Any
 
 import typer
 
-from ..client.saga_client import SagaClient, SagaInputError, client_headers
-from ..orchestrator.bootstrap import definitions
+from ..client.saga_client import SagaInputError, client_headers
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaStatus, fold
 from ..schemas import wire
 from ..schemas.event_types import SagaCompleted, SagaQuarantined, SagaReleased, SagaStarted
-from .context import console, fail, operator_or_login, producer, run, settings, topics
+from .context import (
+    console,
+    deployed_client,
+    deployed_definitions,
+    fail,
+    operator_or_login,
+    producer,
+    run,
+    settings,
+    topics,
+)
 from .inspect_cmd import folded, follow, load_events_of
 
 
@@ -45,7 +54,7 @@ def start(
 ) -> None:
     """Validate, encode and publish a StartSaga on saga.start; an id already started is refused here first."""
     current = settings()
-    client = SagaClient.from_settings(current)
+    client = deployed_client(current)
     try:
         value = client.encode_start(saga_type, saga_id, _parse_json_object(input_json), tenant)
     except SagaInputError as error:
@@ -79,7 +88,7 @@ def signal(
     """Validate, encode and publish a SignalSaga on saga.control: a step waiting for the signal goes on with its
     record as its output; the saga records it once per id, or why it could not take it (`saga history`)."""
     current = settings()
-    client = SagaClient.from_settings(current)
+    client = deployed_client(current)
     payload = _parse_json_object(payload_json, "--payload")
     starting = None if start_input is None else _parse_json_object(start_input, "--start-input")
     try:
@@ -112,7 +121,7 @@ def check_quarantined(saga_id: str) -> None:
     if not marks or not isinstance(marks[-1], SagaQuarantined):
         fail(f"saga {saga_id!r} is not quarantined: there is nothing to release")
     try:
-        fold(definitions().for_history(events), events)
+        fold(deployed_definitions().for_history(events), events)
     except DomainError as error:  # releasing now would only quarantine it again
         fail(f"saga {saga_id!r} still cannot go on ({type(error).__name__}: {error}); fix that first (for a "
              "missing definition version, deploy it in SAGA_DEFINITIONS), or --force to publish anyway")

@@ -15,10 +15,14 @@ import typer
 from aiokafka import AIOKafkaProducer
 from rich.console import Console
 
+from ..client.saga_client import SagaClient
 from ..infra.db import create_pool
+from ..infra.deployment import Deployment, load_deployment
 from ..infra.failures import Fault, classify, describe
 from ..infra.kafka_clients import KafkaClients, KafkaSetupError
+from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
+from ..orchestrator.domain.definition import DefinitionRegistry
 from ..schemas.topics import Topics
 
 T = TypeVar("T")
@@ -47,6 +51,35 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def settings() -> Settings:
     """Settings from the environment."""
     return Settings()
+
+
+def deployed_definitions() -> DefinitionRegistry:
+    """The definition registry of the deployment the environment names; the command stops with what to fix when
+    it names none or one cannot be loaded."""
+    from ..orchestrator.bootstrap import definitions
+
+    try:
+        return definitions(settings())
+    except Misconfigured as refused:
+        fail(str(refused))
+
+
+def deployed_client(current: Settings) -> SagaClient:
+    """``SagaClient.from_settings(current)``; the command stops with what to fix when the deployment names no
+    saga type or one cannot be loaded."""
+    try:
+        return SagaClient.from_settings(current)
+    except Misconfigured as refused:
+        fail(str(refused))
+
+
+def deployment(saga_types: bool = True) -> Deployment:
+    """The deployment the environment names (``infra.deployment``); the command stops with what to fix when it
+    cannot be loaded (or, ``saga_types`` True, names no saga type)."""
+    try:
+        return load_deployment(settings(), saga_types=saga_types)
+    except Misconfigured as refused:
+        fail(str(refused))
 
 
 OPERATOR_HELP = "Who is acting; recorded in the saga's history (default: your login name, $USER)."

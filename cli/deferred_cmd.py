@@ -15,14 +15,14 @@ from ..participants.kit.ledger import awaiting
 from ..participants.kit.outcome import Failed, Succeeded
 from ..participants.kit.participant import Participant
 from ..participants.registry import get_participant
-from .context import OPERATOR_HELP, console, database, fail, operator_or_login, run, settings, topics
+from .context import OPERATOR_HELP, console, database, deployment, fail, operator_or_login, run, settings, topics
 
 PARTICIPANT_HELP = "A participant: flight, hotel, payment, notification, or module:attribute."
 
 
 def _participant(name: str) -> Participant:
     try:
-        return get_participant(name)
+        return get_participant(name, deployment(saga_types=False))
     except ValueError as error:
         fail(str(error))
 

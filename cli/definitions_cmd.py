@@ -1,4 +1,4 @@
-"""``saga definitions``: the saga types the orchestrator runs (SAGA_DEFINITIONS), step by step."""
+"""``saga definitions``: the saga types the deployment runs (SAGA_APP or SAGA_DEFINITIONS), step by step."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import RetryPolicy, SagaDefinition, Step
-from .context import console, fail
+from .context import console, deployed_definitions, fail
 
 
 def definitions_command(
@@ -18,7 +17,7 @@ def definitions_command(
     as_json: bool = typer.Option(False, "--json", help="As JSON, one object per definition version."),
 ) -> None:
     """Show each saga type's versions: input record, deadline, and its steps in the order they can run."""
-    registry = definitions()
+    registry = deployed_definitions()
     types = registry.types()
     if saga_type is not None and saga_type not in types:
         fail(f"unknown saga type {saga_type!r}; known types: {', '.join(sorted(types))}")

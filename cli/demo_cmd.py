@@ -23,6 +23,8 @@ from ..schemas.message_types import CancelSaga
 from .context import console, database, producer, settings, topics
 from .run_cmd import Services, exited_services, start_services, stop_services
 
+DEMO_APP = "saga_orchestrator.participants.trip:app"
+"""What ``saga demo`` runs, whatever the environment names: its scenarios are the example trip's."""
 DEMO_TIMEOUT_S = 120.0
 
 class ServicesExited(Exception):
@@ -135,7 +137,7 @@ async def demo_body(current: Settings, services: Services | None = None) -> int:
 
 def run_demo(keep_running: bool) -> int:
     """Start every service, run the demo sagas, stop the services (unless asked to keep them)."""
-    current = settings()
+    current = settings().model_copy(update={"saga_app": DEMO_APP})  # the demo's scenarios are the trip's
     asyncio.run(prepare(current))
     log_dir = os.path.join(current.saga_home, "logs")
     os.makedirs(log_dir, exist_ok=True)

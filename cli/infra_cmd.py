@@ -10,10 +10,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..infra import launcher
+from ..infra.deployment import load_deployment
 from ..infra.failures import describe
 from ..infra.launcher.security import SCRAM_USER
+from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
-from ..participants.registry import configured_participants
 from ..participants.runner import hosted_participants
 from .context import terminal_console
 from .migrate_cmd import create_missing_roles, service_roles
@@ -61,8 +62,9 @@ def up(brokers: int = typer.Option(
 def _local_roles(current: Settings, dsn: str) -> str:
     """Create the roles of the orchestrator, the console and SAGA_PARTICIPANTS in the local Postgres; say which."""
     try:
-        hosted = hosted_participants(configured_participants(current))
-    except (ValueError, ImportError) as error:
+        loaded = load_deployment(current, saga_types=False)
+        hosted = hosted_participants(loaded.participant_names(), loaded)
+    except (ValueError, ImportError, Misconfigured) as error:
         return f"roles not created: SAGA_PARTICIPANTS: {error}"
     roles = service_roles(True, hosted)
     try:

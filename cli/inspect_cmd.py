@@ -17,7 +17,6 @@ from ..client.api import ApiError, SagaApi, SagaNotFound
 from ..client.saga_client import api_of
 from ..operations import bulk_jobs
 from ..operations.postgres import postgres_reads, reads_store
-from ..orchestrator.bootstrap import definitions
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
@@ -37,7 +36,7 @@ from ..schemas.event_types import (
     SagaStarted,
 )
 from ..schemas.registry import default_registry
-from .context import console, database, fail, run, settings
+from .context import console, database, deployed_definitions, deployment, fail, run, settings
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -91,7 +90,7 @@ def folded(saga_id: str, events: list[Event]) -> SagaState:
     """The saga's state from ``events``; exits with what to do when they do not fold (a quarantined saga whose
     definition version is not deployed, say)."""
     try:
-        return fold(definitions().for_history(events), events)
+        return fold(deployed_definitions().for_history(events), events)
     except DomainError as error:
         quarantined = any(isinstance(event, SagaQuarantined) for event in events)
         fail(f"saga {saga_id!r} cannot be folded here: {type(error).__name__}: {error}"
@@ -126,7 +125,7 @@ def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
         error = f"{step.last_error_type}: {step.last_error_message or ''}" if step.last_error_type else ""
         table.add_row(step.name, step.status.value, str(step.attempt), str(step.compensation_attempt), error)
     console.print(table)
-    definition = definitions().for_history(events)
+    definition = deployed_definitions().for_history(events)
     if definition is not None and not state.is_terminal:
         for wait in waits(definition, state, events, run(_persons(saga_id, definition))):
             console.print(f"{wait.step}: {wait.describe()}", highlight=False)
@@ -136,10 +135,11 @@ async def _persons(saga_id: str, definition: SagaDefinition) -> dict[str, Person
     """The saga's commands whose participants deferred them to a person, by step (none where a participant's
     tables are not here, or it cannot be loaded)."""
     found: dict[str, PersonWait] = {}
+    loaded = deployment(saga_types=False)
     async with database(settings()) as pool:
         for name in sorted({step.participant for step in definition.steps if not step.waits}):
             try:
-                participant = get_participant(name)
+                participant = get_participant(name, loaded)
                 rows = await awaiting(pool, participant, saga_id)
             except (ValueError, asyncpg.UndefinedTableError):
                 continue
@@ -293,7 +293,7 @@ def list_sagas(
                 fail(str(error))
         current = settings()
         async with database(current) as pool:
-            reads = postgres_reads(pool, definitions(current), default_registry())
+            reads = postgres_reads(pool, deployed_definitions(), default_registry())
             try:
                 return await reads.sagas(selection, limit), await reads.counts()
             except bulk_jobs.BulkJobError as error:

@@ -24,9 +24,8 @@ from ..infra.settings import Settings
 from ..operations.postgres import migrate as migrate_orchestrator
 from ..participants.kit.ddl import ensure_participant_schema
 from ..participants.kit.participant import Participant
-from ..participants.registry import configured_participants
 from ..participants.runner import hosted_participants
-from .context import console, fail, refuse_postgres_failure, run, settings
+from .context import console, deployment, fail, refuse_postgres_failure, run, settings
 
 
 def migrate_command(
@@ -43,9 +42,10 @@ def migrate_command(
     saga_<schema> on each participant's; and saga_console reading all of them, writing only its levers' rows.
     Safe to run again."""
     current = settings()
-    names = participants or configured_participants(current)
+    loaded = deployment(saga_types=False)
+    names = participants or loaded.participant_names()
     try:
-        hosted = hosted_participants(names)
+        hosted = hosted_participants(names, loaded)
     except (ValueError, ImportError) as error:
         fail(str(error))
     try:

@@ -8,7 +8,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..orchestrator.bootstrap import definitions
-from ..orchestrator.housekeeping import PURGE_BATCH, count_purgeable, purge_ended
+from ..orchestrator.retention import PURGE_BATCH, count_purgeable, purge_ended
 from ..orchestrator.store.postgres import PostgresStore
 from .context import console, database, fail, run, settings, topics
 from .inspect_cmd import parse_duration

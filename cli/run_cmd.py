@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..infra.deployment import load_deployment
 from ..infra.heap import settle_service_heap
 from ..infra.logging import configure_logging
 from ..infra.misconfigured import Misconfigured
@@ -80,8 +81,8 @@ def participant(names: Annotated[list[str], typer.Argument(
     from ..participants.runner import hosted_participants, run_participant
 
     try:
-        hosted_participants(names)
-    except (ValueError, ImportError) as error:
+        hosted_participants(names, load_deployment(settings(), saga_types=False))
+    except (ValueError, ImportError, Misconfigured) as error:
         fail(str(error))
     settle_service_heap()
     try:
@@ -108,20 +109,15 @@ def service_commands(current: Settings) -> dict[str, list[str]]:
 
 
 def service_environment(current: Settings) -> dict[str, str]:
-    """The environment that gives a child service exactly ``current``'s settings.
+    """The environment that gives a child service exactly ``current``'s settings: every one of them
+    (``Settings.environment``), whether it came from this process's environment or was set in code; one left
+    unset is taken out, whatever case the parent's environment spelled it in.
 
     Everything else is inherited, ``SAGA_FAULTS`` (infra/faults.py) included when it is set.
     """
-    env = dict(os.environ)
-    env.update({
-        "KAFKA_BOOTSTRAP_SERVERS": current.kafka_servers(), "DATABASE_URL": current.dsn(),
-        "SAGA_TOPIC_PREFIX": current.saga_topic_prefix, "SAGA_TOPIC_PARTITIONS": str(current.saga_topic_partitions),
-        "SAGA_DEFINITIONS": current.saga_definitions, "SAGA_PARTICIPANTS": current.saga_participants,
-        "SAGA_SCHEMA_PATH": current.saga_schema_path,
-        **({"SAGA_APP": current.saga_app} if current.saga_app else {}),
-        "SAGA_HOME": str(current.saga_home), "SAGA_LOG_LEVEL": current.saga_log_level,
-        "SAGA_HEALTH_HOST": current.saga_health_host,
-    })
+    values = current.environment()
+    env = {name: value for name, value in os.environ.items() if name.upper() not in values}
+    env.update({name: value for name, value in values.items() if value is not None})
     return env
 
 
@@ -175,6 +171,10 @@ def stop_services(processes: dict[str, subprocess.Popen[bytes]], timeout_s: floa
 def run_all(log_dir: str | None = typer.Option(None, "--log-dir", help="Write each service's log here.")) -> None:
     """Run the orchestrator (relaying its own outbox) and every participant as child processes until Ctrl-C."""
     current = settings()
+    try:
+        load_deployment(current)  # refused here, in one line, rather than by each child
+    except Misconfigured as refused:
+        fail(str(refused))
     processes = start_services(current, log_dir)
     console.print(f"started: {', '.join(f'{k} (pid {p.pid})' for k, p in processes.items())}")
     if current.saga_health_port:

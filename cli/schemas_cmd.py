@@ -15,7 +15,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from ..infra.app import LoadedApp, load_app, stale_records
+from ..infra.app import LoadedApp, stale_records
+from ..infra.deployment import load_deployment
 from ..schemas.evolution import evolution_problems, releases
 from ..schemas.registry import RELEASED_DIR_NAME
 from ..schemas.typed import schema_files
@@ -25,7 +26,7 @@ schemas_app = typer.Typer(no_args_is_help=True, help="Write and check the Avro r
 
 
 def _loaded() -> tuple[LoadedApp, Path]:
-    loaded = load_app(settings().saga_app)
+    loaded = load_deployment(settings(), saga_types=False).app
     if loaded is None:
         fail("saga schemas needs the deployment's app: set SAGA_APP=module:attribute, or `app` in the "
              "[tool.saga] table of pyproject.toml")

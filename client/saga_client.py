@@ -20,11 +20,10 @@ from typing import Any, Protocol, cast
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import BaseModel
 
-from ..infra.app import load_app, schema_path
+from ..infra.deployment import load_deployment
 from ..infra.inputs import refuse_unknown_records
 from ..infra.kafka_clients import KafkaClients, KafkaSecurity, KafkaSetupError
 from ..infra.misconfigured import Misconfigured
-from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..schemas import wire
 from ..schemas.codec import WireError
@@ -125,25 +124,19 @@ class SagaClient(LeverMethods):
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, schemas: SchemaRegistry | None = None) -> SagaClient:
         """A client for the deployment the environment describes (KAFKA_BOOTSTRAP_SERVERS, the SAGA_KAFKA_*
-        security settings, SAGA_TOPIC_PREFIX, and the saga types and their input records: the app SAGA_APP
-        names (``infra.app``), else SAGA_DEFINITIONS)."""
+        security settings, SAGA_TOPIC_PREFIX, and the saga types and their input records of the deployment:
+        ``infra.deployment``)."""
         current = settings or Settings()
-        loaded = load_app(current.saga_app)
-        if loaded is not None:
-            found: dict[str, object] = {definition.saga_type: definition for definition in loaded.app.definitions()}
-        else:
-            try:
-                found = load_references(current.saga_definitions)
-            except ValueError as error:
-                raise Misconfigured(f"SAGA_DEFINITIONS={current.saga_definitions!r}: {error}") from None
+        deployment = load_deployment(current)
+        found = deployment.saga_types
         for reference, definition in found.items():
             if not all(hasattr(definition, name) for name in ("saga_type", "version", "input_schema")):
-                raise Misconfigured(f"SAGA_DEFINITIONS: {reference} is not a saga definition (it has no saga_type, "
-                                    "version and input_schema)")
+                raise Misconfigured(f"{deployment.named_by}: {reference} is not a saga definition (it has no "
+                                    "saga_type, version and input_schema)")
         if schemas is None:
             refuse_unknown_records(((f"saga type {definition.saga_type}", definition.input_schema)
                                     for definition in cast(list[SagaType], list(found.values()))),
-                                   schema_path(current.saga_schema_path, loaded))
+                                   deployment.schema_path)
         definitions = cast(list[SagaType], list(found.values()))
         return cls(current.kafka_servers(), input_records(definitions), topic_prefix=current.saga_topic_prefix,
                    schemas=schemas, security=current.kafka().security, api=api_of(current),

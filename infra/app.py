@@ -2,11 +2,9 @@
 
 SAGA_APP names it (``module:attribute`` of a ``SagaApp``), or the ``app`` key of the ``[tool.saga]`` table in the
 ``pyproject.toml`` of the working directory. The orchestrator, every participant worker, the command line and
-the client take their definitions, participants and Avro records from it, so they cannot disagree; the app's
-schema folder goes first on this process's SAGA_SCHEMA_PATH (and its children's).
-
-Without an app, a deployment written for 0.1 keeps running unchanged on SAGA_DEFINITIONS, SAGA_SCHEMA_PATH and
-SAGA_PARTICIPANTS.
+the client take their definitions, participants and Avro records from it (through ``infra.deployment``, which
+also adapts a 0.1 deployment's SAGA_DEFINITIONS, SAGA_SCHEMA_PATH and SAGA_PARTICIPANTS), so they cannot
+disagree.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..schemas.registry import DEFAULT_SCHEMA_PATH, SCHEMA_PATH_ENV
 from ..schemas.typed import Record, schema_files
 from .misconfigured import Misconfigured
 from .references import load_reference
@@ -83,7 +80,7 @@ def app_reference(saga_app: str | None, directory: Path | None = None) -> tuple[
 
 def load_app(saga_app: str | None) -> LoadedApp | None:
     """The deployment's app (loaded once per process), or None in a 0.1 deployment; Misconfigured says what is
-    wrong with the reference. Its schema folder is put first on SAGA_SCHEMA_PATH."""
+    wrong with the reference. Processes take it through ``infra.deployment.load_deployment``."""
     found = app_reference(saga_app)
     if found is None:
         return None
@@ -97,17 +94,7 @@ def load_app(saga_app: str | None) -> LoadedApp | None:
     if not isinstance(app, App):
         raise Misconfigured(f"{named_by}={reference!r} names {type(app).__name__}, not a SagaApp")
     loaded = _loaded[reference] = LoadedApp(app, reference, named_by)
-    if app.schema_folder is not None:
-        folder = str(app.schema_folder.resolve())
-        path = os.environ.get(SCHEMA_PATH_ENV, DEFAULT_SCHEMA_PATH)
-        if folder not in path.split(os.pathsep):
-            os.environ[SCHEMA_PATH_ENV] = os.pathsep.join((folder, path))
     return loaded
-
-
-def current_app() -> LoadedApp | None:
-    """The app this process's environment names (SAGA_APP, else pyproject.toml), or None."""
-    return load_app(os.environ.get(APP_SETTING))
 
 
 def schema_path(saga_schema_path: str, loaded: LoadedApp | None) -> str:

@@ -135,11 +135,13 @@ class Settings(BaseSettings):
         default=None,
         description="The deployment's app object (module:attribute of a SagaApp): its saga types, records and "
                     "participants, for every process (else `[tool.saga] app` in the working directory's "
-                    "pyproject.toml). Unset: SAGA_DEFINITIONS, SAGA_SCHEMA_PATH and SAGA_PARTICIPANTS, as in 0.1.",
+                    "pyproject.toml). Unset: SAGA_DEFINITIONS, SAGA_SCHEMA_PATH and SAGA_PARTICIPANTS, as in 0.1. A "
+                    "process that runs saga types refuses to start when neither this nor SAGA_DEFINITIONS names any.",
     )
     saga_definitions: str = Field(
-        default="saga_orchestrator.participants.trip:TRIP",
-        description="Saga definitions the orchestrator runs: comma-separated module:attribute paths.",
+        default="",
+        description="Without SAGA_APP (as in 0.1): the saga definitions the deployment runs, comma-separated "
+                    "module:attribute paths (the example trip: saga_orchestrator.participants.trip:TRIP).",
     )
     saga_schema_path: str = Field(
         default=DEFAULT_SCHEMA_PATH,
@@ -153,10 +155,11 @@ class Settings(BaseSettings):
     )
     saga_health_host: str = Field(default="127.0.0.1", description="Address the health endpoint listens on.")
     saga_participants: str = Field(
-        default="flight,hotel,payment,notification",
+        default="",
         description="Participant workers `saga run all` starts, comma-separated; each a name or module:attribute "
                     "path, or several joined by `+` for one worker hosting them all "
-                    "(`flight+hotel+payment+notification`: one process).",
+                    "(`flight+hotel+payment+notification`: one process). Unset: the app's participants, a "
+                    "worker each (none without SAGA_APP).",
     )
     saga_console_levers: bool = Field(
         default=False,
@@ -224,6 +227,22 @@ class Settings(BaseSettings):
     def dsn(self) -> str:
         """The Postgres DSN to use: the environment's, else the local launcher's."""
         return self.database_url or f"postgresql://saga@127.0.0.1:{self.saga_postgres_port}/saga"
+
+    def environment(self) -> dict[str, str | None]:
+        """Every setting as the environment variable that reads it back into equal settings: its upper-case name
+        to its text, None for one left unset. Secrets are in clear: this is for a child process's environment.
+        KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL are the resolved ones (``kafka_servers``, ``dsn``), so a child
+        reaches the same local launcher."""
+        values: dict[str, str | None] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            values[name.upper()] = (None if value is None else ("true" if value else "false")
+                                    if isinstance(value, bool) else str(value))
+        values["KAFKA_BOOTSTRAP_SERVERS"] = self.kafka_servers()
+        values["DATABASE_URL"] = self.dsn()
+        return values
 
 
 def _secret(value: SecretStr | None) -> str | None:

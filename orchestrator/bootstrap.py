@@ -13,15 +13,14 @@ from dataclasses import dataclass
 import asyncpg
 
 from ..infra import kafka_records
-from ..infra.app import load_app, refuse_problems, schema_path
 from ..infra.chores import Chore
 from ..infra.db import create_pool
+from ..infra.deployment import Deployment, load_deployment
 from ..infra.health import ServiceHealth
 from ..infra.health_server import health_running
 from ..infra.inputs import refuse_unknown_records
 from ..infra.kafka_admin import check_retention, ensure_topics
 from ..infra.misconfigured import Misconfigured
-from ..infra.references import load_references
 from ..infra.settings import Settings
 from ..infra.startup import StartupStopped, retry_startup
 from ..operations.bulk_jobs import BulkRunner
@@ -32,10 +31,10 @@ from ..schemas.topics import Topics
 from .consumer import OrchestratorConsumer
 from .domain.definition import DefinitionRegistry, SagaDefinition
 from .domain.errors import DomainError
-from .housekeeping import inbox_pruner, retention_policy
 from .inbound import RecordParser
 from .observe import SagaMetrics
 from .outbound import Settled
+from .retention import inbox_pruner, retention_policy
 from .service import SagaService
 from .signals import TableSignals
 from .store.operations.bulk_jobs import PostgresBulkJobs
@@ -86,40 +85,36 @@ def clock_ms() -> int:
 
 
 def definitions(settings: Settings | None = None) -> DefinitionRegistry:
-    """The saga definitions named by SAGA_DEFINITIONS; Misconfigured names what is wrong with it."""
-    current = settings or Settings()
+    """The saga definitions of the deployment (``infra.deployment``); Misconfigured names the setting to fix."""
+    deployment = load_deployment(settings or Settings())
+    return registry_of(deployment)
+
+
+def registry_of(deployment: Deployment) -> DefinitionRegistry:
+    """The definition registry of ``deployment``'s saga types; Misconfigured names the setting that named one
+    that is no SagaDefinition or that clashes with another."""
     registry = DefinitionRegistry()
-    loaded = load_app(current.saga_app)
-    if loaded is not None:
-        try:
-            for definition in loaded.app.definitions():
-                registry.register(definition)
-        except DomainError as error:
-            raise Misconfigured(f"{loaded.describe()}: {error}") from None
-        return registry
     try:
-        for reference, definition in load_references(current.saga_definitions).items():
+        for reference, definition in deployment.saga_types.items():
             if not isinstance(definition, SagaDefinition):
                 raise ValueError(f"{reference} is not a SagaDefinition")
             registry.register(definition)
-    except Misconfigured:
-        raise
     except (ValueError, DomainError) as error:
-        raise Misconfigured(f"SAGA_DEFINITIONS={current.saga_definitions!r}: {error}") from None
+        raise Misconfigured(f"{deployment.named_by}: {error}") from None
     return registry
 
 
 def checked_definitions(settings: Settings) -> DefinitionRegistry:
-    """``definitions``, each of whose input records is in SAGA_SCHEMA_PATH (else Misconfigured): the orchestrator
-    would refuse every start of a type it cannot read. With an app, also what ``infra.app.refuse_problems``
-    checks: every participant a saga names is served, has the actions it names, and every record is written."""
-    registry = definitions(settings)
-    loaded = load_app(settings.saga_app)
-    if loaded is not None:
-        refuse_problems(loaded)
+    """``definitions``, each of whose input records is in the deployment's schema path (else Misconfigured): the
+    orchestrator would refuse every start of a type it cannot read. With an app, also what
+    ``infra.app.refuse_problems`` checks: every participant a saga names is served, has the actions it names,
+    and every record is written."""
+    deployment = load_deployment(settings)
+    registry = registry_of(deployment)
+    deployment.refuse_problems()
     needs = [(f"saga type {saga_type} (version {version})", registry.get(saga_type, version).input_schema)
              for saga_type in registry.types() for version in registry.versions(saga_type)]
-    refuse_unknown_records(needs, schema_path(settings.saga_schema_path, loaded))
+    refuse_unknown_records(needs, deployment.schema_path)
     return registry
 
 

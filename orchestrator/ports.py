@@ -199,7 +199,7 @@ class UnitOfWorkFactory(Protocol):
 
 
 class PurgeUnitOfWork(UnitOfWork, Protocol):
-    """A unit of work of retention (``orchestrator.housekeeping``): ended sagas give up their events."""
+    """A unit of work of retention (``orchestrator.retention``): ended sagas give up their events."""
 
     async def claim_ended(self, statuses: Sequence[str], ended_before_ms: int, limit: int,
                           skip: Sequence[str] = ()) -> list[str]:

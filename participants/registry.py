@@ -3,7 +3,8 @@ or the short name of one of the trip example's (``flight`` is the trip app's par
 
 from __future__ import annotations
 
-from ..infra.app import App, current_app, load_app
+from ..infra.app import App
+from ..infra.deployment import Deployment, load_deployment
 from ..infra.misconfigured import Misconfigured
 from ..infra.references import load_reference
 from ..infra.settings import Settings
@@ -15,10 +16,10 @@ REFERENCE_PARTICIPANTS = ("flight", "hotel", "payment", "notification")
 """The trip example's participants by short name (those of the app TRIP_APP names)."""
 
 
-def get_participant(name: str) -> Participant:
-    """A participant by the name the deployment's app gives it (``infra.app``), by reference
+def get_participant(name: str, deployment: Deployment | None = None) -> Participant:
+    """A participant by the name ``deployment``'s app gives it (``infra.deployment``), by reference
     (``module:attribute``) or by the short name of a trip participant; ValueError says what is wrong."""
-    loaded = current_app()
+    loaded = deployment.app if deployment is not None else None
     if loaded is not None and name in loaded.app.participant_names():
         found_in_app: Participant = loaded.app.participant(name)
         return found_in_app
@@ -42,28 +43,21 @@ def get_participant(name: str) -> Participant:
 
 
 def participant_workers(current: Settings) -> list[list[str]]:
-    """The participant workers of ``SAGA_PARTICIPANTS``: each one's participant names or paths; with an app
-    (``infra.app``) and no SAGA_PARTICIPANTS of its own, a worker for each of the app's participants."""
-    loaded = load_app(current.saga_app)
-    if loaded is not None and "saga_participants" not in current.model_fields_set:
-        return [[name] for name in loaded.app.participant_names()]
-    workers = [[path.strip() for path in entry.split("+") if path.strip()]
-               for entry in current.saga_participants.split(",")]
-    return [worker for worker in workers if worker]
+    """The participant workers of the deployment (``infra.deployment``): each one's participant names or paths
+    (SAGA_PARTICIPANTS; with an app and no SAGA_PARTICIPANTS, a worker for each of the app's participants)."""
+    return load_deployment(current, saga_types=False).workers
 
 
 def configured_participants(current: Settings) -> list[str]:
-    """Every participant of ``SAGA_PARTICIPANTS`` (names or paths), whichever worker hosts it."""
-    return [name for worker in participant_workers(current) for name in worker]
+    """Every participant of the deployment's workers (names or paths), whichever worker hosts it."""
+    return load_deployment(current, saga_types=False).participant_names()
 
 
 def deployment_participants(settings: Settings) -> list[Participant]:
-    """Every participant of the deployment: its app's, else those SAGA_PARTICIPANTS names (what ``saga effects``
-    and ``saga verify`` read the effects of); Misconfigured names the setting when one cannot be loaded."""
-    loaded = load_app(settings.saga_app)
-    if loaded is not None:
-        return [loaded.app.participant(name) for name in loaded.app.participant_names()]
+    """Every participant of the deployment (what ``saga effects`` and ``saga verify`` read the effects of);
+    Misconfigured names the setting when one cannot be loaded."""
+    deployment = load_deployment(settings, saga_types=False)
     try:
-        return [get_participant(name) for name in dict.fromkeys(configured_participants(settings))]
+        return [get_participant(name, deployment) for name in dict.fromkeys(deployment.participant_names())]
     except ValueError as error:
         raise Misconfigured(f"SAGA_PARTICIPANTS={settings.saga_participants!r}: {error}") from None

@@ -22,9 +22,9 @@ import faust
 import mode.loop
 
 from ..infra import kafka_records
-from ..infra.app import load_app, refuse_problems, schema_path
 from ..infra.consumer_lag import partition_lags
 from ..infra.db import create_pool
+from ..infra.deployment import Deployment, load_deployment
 from ..infra.health import configure as configure_health
 from ..infra.health_server import run_health
 from ..infra.inputs import refuse_unknown_records
@@ -61,24 +61,23 @@ def worker_id(names: Sequence[str], settings: Settings) -> str:
     return app_id("_".join(names), settings)
 
 
-def hosted_participants(names: Sequence[str]) -> list[Participant]:
-    """The participants one worker hosts, by reference name or ``module:attribute``; ValueError says what is
-    wrong (an unknown one, or one named twice)."""
-    participants = [get_participant(name) for name in names]
+def hosted_participants(names: Sequence[str], deployment: Deployment | None = None) -> list[Participant]:
+    """The participants one worker hosts, by the name ``deployment``'s app gives them, reference name or
+    ``module:attribute``; ValueError says what is wrong (an unknown one, or one named twice)."""
+    participants = [get_participant(name, deployment) for name in names]
     if len({participant.name for participant in participants}) != len(participants):
         raise ValueError(f"name each participant once: {' '.join(names)}")
     return participants
 
 
-def check_inputs(participants: Sequence[Participant], settings: Settings) -> None:
+def check_inputs(participants: Sequence[Participant], deployment: Deployment) -> None:
     """Misconfigured when an input record a participant reads (``Participant.input_types``) is in no schema
-    folder of SAGA_SCHEMA_PATH: the worker would have to answer every such command ``Unprocessable``."""
-    loaded = load_app(settings.saga_app)
-    if loaded is not None:
-        refuse_problems(loaded)
+    folder of the deployment's schema path: the worker would have to answer every such command
+    ``Unprocessable``."""
+    deployment.refuse_problems()
     needs = [(f"participant {participant.name}", record)
              for participant in participants for record in sorted(participant.input_types)]
-    refuse_unknown_records(needs, schema_path(settings.saga_schema_path, loaded))
+    refuse_unknown_records(needs, deployment.schema_path)
 
 
 def participant_topics(name: str, settings: Settings) -> list[str]:
@@ -113,7 +112,7 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     all partitions: that costs less CPU per command than many small per-partition batches.
     """
     kafka_records.install()  # a record batch no consumer could read past becomes a record to dead-letter
-    participants = hosted_participants(names)
+    participants = hosted_participants(names, load_deployment(settings, saga_types=False))
     hosted = [participant.name for participant in participants]
     ident = worker_id(hosted, settings)
     datadir = settings.saga_home / "faust" / ident
@@ -232,7 +231,7 @@ def _add_agent(app: faust.App, runtime: ParticipantRuntime, agent_name: str, *, 
 
 async def prepare(name: str, settings: Settings) -> None:
     """Create the participant's topics (before faust subscribes) and its tables; idempotent."""
-    participant = get_participant(name)
+    participant = get_participant(name, load_deployment(settings, saga_types=False))
     kafka = settings.kafka()
     await kafka.check()
     await ensure_topics(kafka, participant_topics(participant.name, settings), settings.topic_layout())
@@ -250,8 +249,9 @@ def run_participant(names: Sequence[str], settings: Settings | None = None) -> N
     SIGINT/SIGTERM (blocking)."""
     settings = settings or Settings()
     configure_logging(settings.saga_log_level)
-    hosted = hosted_participants(names)
-    check_inputs(hosted, settings)
+    deployment = load_deployment(settings, saga_types=False)
+    hosted = hosted_participants(names, deployment)
+    check_inputs(hosted, deployment)
     configure_tracing("saga-" + "+".join(participant.name for participant in hosted))
     # uvloop for the worker (and faust's consumer thread): asyncio's own bookkeeping is otherwise the
     # largest single cost of a participant.

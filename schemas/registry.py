@@ -237,8 +237,8 @@ class SchemaRegistry:
 
 SCHEMA_PATH_ENV = "SAGA_SCHEMA_PATH"
 DEFAULT_SCHEMA_PATH = "saga_orchestrator.participants.trip"
-"""SAGA_SCHEMA_PATH when it is not set: the trip example's package, whose definition SAGA_DEFINITIONS runs by
-default (infra.settings has the same default)."""
+"""SAGA_SCHEMA_PATH when it is not set: the trip example's package (infra.settings has the same default). Its
+records are only read; the trip runs only where SAGA_APP or SAGA_DEFINITIONS names it."""
 
 
 def schema_folders(path: str) -> list[Path]:
@@ -264,10 +264,30 @@ def schema_folders(path: str) -> list[Path]:
 _PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+_deployment_folders: list[str] = []
+"""Schema folders of this process's deployment (``use_schema_folder``), read before SAGA_SCHEMA_PATH's."""
+
+
+def use_schema_folder(folder: Path) -> None:
+    """Put ``folder`` (a deployment's schema folder) first on the path ``default_registry`` reads, for the rest
+    of this process; the environment is left alone."""
+    resolved = str(folder.resolve())
+    if resolved not in _deployment_folders:
+        _deployment_folders.insert(0, resolved)
+
+
+def default_schema_path() -> str:
+    """The schema path ``default_registry`` reads: the deployment's folders, then SAGA_SCHEMA_PATH's."""
+    rest = [entry for entry in os.environ.get(SCHEMA_PATH_ENV, DEFAULT_SCHEMA_PATH).split(os.pathsep)
+            if entry and entry not in _deployment_folders]
+    return os.pathsep.join((*_deployment_folders, *rest))
+
+
 def default_registry() -> SchemaRegistry:
-    """The registry of the installed schemas folder plus the folders SAGA_SCHEMA_PATH names (a saga type's
-    input records go in their ``inputs/`` subfolder), loaded once and shared."""
-    return registry_for(os.environ.get(SCHEMA_PATH_ENV, DEFAULT_SCHEMA_PATH))
+    """The registry of the installed schemas folder plus the deployment's schema folders and those
+    SAGA_SCHEMA_PATH names (a saga type's input records go in their ``inputs/`` subfolder), loaded once and
+    shared."""
+    return registry_for(default_schema_path())
 
 
 @functools.cache

@@ -41,6 +41,13 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+TRIP_DEFINITIONS = "saga_orchestrator.participants.trip:TRIP"
+TRIP_PARTICIPANTS = "flight,hotel,payment,notification"
+# Settings name no saga types by default (a production process missing one must not run the example trip): the
+# tests run the trip, as a 0.1 deployment names it, unless the environment or a test names something else.
+os.environ.setdefault("SAGA_DEFINITIONS", TRIP_DEFINITIONS)
+os.environ.setdefault("SAGA_PARTICIPANTS", TRIP_PARTICIPANTS)
+
 KAFKA_IMAGE = "apache/kafka:4.1.1"  # the release infra/pom.xml pins
 POSTGRES_IMAGE = "postgres:15"
 
@@ -278,4 +285,6 @@ def settings(kafka_bootstrap: str, database_url: str, topic_prefix: str) -> Sett
         kafka_bootstrap_servers=kafka_bootstrap,
         database_url=database_url,
         saga_topic_prefix=topic_prefix,
+        saga_definitions=TRIP_DEFINITIONS,
+        saga_participants=TRIP_PARTICIPANTS,
     )

@@ -9,9 +9,9 @@ charge the card, the pivot → send the itinerary, built from those actions, and
 declares where its effects show, which is all ``saga effects`` and ``saga verify`` need).
 
 It is loaded the way a user's saga is, by ``SAGA_APP=saga_orchestrator.participants.trip:app``; or, as a 0.1
-deployment is, by the defaults of ``SAGA_DEFINITIONS`` (``saga_orchestrator.participants.trip:TRIP``),
-``SAGA_SCHEMA_PATH`` (this package, for its records) and ``SAGA_PARTICIPANTS`` (the short names ``flight``,
-``hotel``, ``payment`` and ``notification`` are the app's participants).
+deployment is, by ``SAGA_DEFINITIONS=saga_orchestrator.participants.trip:TRIP``, ``SAGA_SCHEMA_PATH`` (this
+package, for its records: the default) and ``SAGA_PARTICIPANTS=flight,hotel,payment,notification`` (the short
+names are the app's participants). No setting names it by default: ``make demo`` and the tests name it.
 """
 
 from __future__ import annotations

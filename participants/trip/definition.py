@@ -46,8 +46,9 @@ trip.step(send_itinerary, after=[charged],
           timeout=timedelta(seconds=3))
 
 app = SagaApp(sagas=[trip], participants=[flight, hotel, payment, notification], schema_folder=Path(__file__).parent)
-"""The trip's deployment: ``SAGA_APP=saga_orchestrator.participants.trip:app``. Without it the trip also runs
-as a 0.1 deployment does, on SAGA_DEFINITIONS, SAGA_SCHEMA_PATH and SAGA_PARTICIPANTS, whose defaults name it."""
+"""The trip's deployment: ``SAGA_APP=saga_orchestrator.participants.trip:app`` (what ``make demo`` names). It
+also runs as a 0.1 deployment does, on ``SAGA_DEFINITIONS=saga_orchestrator.participants.trip:TRIP`` and
+``SAGA_PARTICIPANTS=flight,hotel,payment,notification``; no setting names it by default."""
 
 TRIP = trip.definition
 """The engine's form of the trip saga (what SAGA_DEFINITIONS names)."""
@@ -56,9 +57,9 @@ TRIP_REQUEST = trip.input_record.full_name
 """Its input record, ``saga.v1.trip.TripRequest`` (``inputs/TripRequest.avsc`` beside this module)."""
 
 
-def default_registry() -> DefinitionRegistry:
-    """A registry holding every saga definition shipped with the orchestrator."""
+def trip_definitions() -> DefinitionRegistry:
+    """A definition registry holding the trip (not ``schemas.registry.default_registry``, the schema registry)."""
     return DefinitionRegistry([TRIP])
 
 
-__all__ = ["TRIP", "TRIP_REQUEST", "UNLIMITED_RETRY", "app", "default_registry", "trip"]
+__all__ = ["TRIP", "TRIP_REQUEST", "UNLIMITED_RETRY", "app", "trip", "trip_definitions"]

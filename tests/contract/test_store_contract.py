@@ -20,7 +20,6 @@ import orjson
 import pytest
 
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
-from saga_orchestrator.orchestrator.housekeeping import purge_ended
 from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.orchestrator.outbound import summary_of
 from saga_orchestrator.orchestrator.ports import (
@@ -36,6 +35,7 @@ from saga_orchestrator.orchestrator.ports import (
     UnitOfWorkFactory,
     Writes,
 )
+from saga_orchestrator.orchestrator.retention import purge_ended
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore

@@ -27,7 +27,7 @@ SELECTION = ("--type", "patient_checkout", "--state", "RUNNING", "--participant"
 @pytest.fixture(scope="module")
 def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    patient = settings.model_copy(update={"saga_app": "tests.e2e.apps:PATIENT"})
+    patient = settings.model_copy(update={"saga_app": "tests.e2e.apps:PATIENT", "saga_participants": ""})
     yield from module_stack(started_and_ready(patient, log_dir), log_dir)
 
 

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    levers = settings.model_copy(update={"saga_app": "tests.e2e.apps:LEVERS"})
+    levers = settings.model_copy(update={"saga_app": "tests.e2e.apps:LEVERS", "saga_participants": ""})
     yield from module_stack(started_and_ready(levers, log_dir), log_dir)
 
 

@@ -29,7 +29,7 @@ SHOP = "examples.shop.checkout:app"
 
 @pytest.fixture(scope="module")
 def shop_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"saga_app": SHOP})
+    return settings.model_copy(update={"saga_app": SHOP, "saga_participants": ""})
 
 
 @pytest.fixture(scope="module")

@@ -339,7 +339,7 @@ async def test_a_signal_from_a_signed_in_operator_is_checked_published_and_audit
     users = tmp_path / "users"
     add_user(users, "ivo", "a long password")
     lending = settings.model_copy(update={"saga_console_levers": True, "saga_console_users": str(users),
-                                          "saga_app": "examples.loans.loan:app"})
+                                          "saga_app": "examples.loans.loan:app", "saga_participants": ""})
     waiting = SagaRun(loan.definition, saga_id=f"api-loan-{new_saga_id()}", now=time.time_ns() // 1_000_000)
     waiting.start()
     waiting.ok("hold_funds")

@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from saga_orchestrator.infra.db import create_pool
-from saga_orchestrator.orchestrator.housekeeping import inbox_pruner
+from saga_orchestrator.orchestrator.retention import inbox_pruner
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
 
 pytestmark = pytest.mark.integration

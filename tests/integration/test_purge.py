@@ -12,11 +12,11 @@ import pytest
 from saga_orchestrator.cli.reproject_cmd import reproject
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.domain.retention import purged_digest
-from saga_orchestrator.orchestrator.housekeeping import purge_batch
 from saga_orchestrator.orchestrator.inbound import Envelope
+from saga_orchestrator.orchestrator.retention import purge_batch
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
-from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.participants.trip.definition import trip_definitions
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import Event, SagaPurged, SagaRejected
 from saga_orchestrator.schemas.message_types import StartSaga
@@ -59,7 +59,7 @@ async def test_ended_sagas_are_purged_in_batches_and_nothing_else(store: Postgre
     purged: list[str] = []
     skip: set[str] = set()
     while True:  # two per transaction
-        done, looked_at = await purge_batch(store, default_registry(), TOPICS, ended_before_ms=NOW - 30 * 86_400_000,
+        done, looked_at = await purge_batch(store, trip_definitions(), TOPICS, ended_before_ms=NOW - 30 * 86_400_000,
                                             now_ms=NOW, operator="ops", limit=2, skip=skip)
         purged += done
         if looked_at < 2:
@@ -78,15 +78,15 @@ async def test_ended_sagas_are_purged_in_batches_and_nothing_else(store: Postgre
     assert sorted(row["message_key"] for row in published) == sorted(purged)
     for kind in ("running", "recent"):
         assert [wire.encode_event(e) for e in await _stream(pool, runs[kind].saga_id)] == bodies[kind]
-    assert (await reproject(store, default_registry(), dry_run=True)).repaired == 0  # read model = fold
+    assert (await reproject(store, trip_definitions(), dry_run=True)).repaired == 0  # read model = fold
 
     # A purged saga id is not free again: a second start is refused and recorded after the SagaPurged.
-    service = SagaService(store, default_registry(), TOPICS, lambda: NOW)
+    service = SagaService(store, trip_definitions(), TOPICS, lambda: NOW)
     completed = runs["completed"].saga_id
     await service.handle(Envelope(StartSaga(saga_id=completed, saga_type="trip", tenant_id=None, input=b"x"),
                                   "restart-1"))
     assert [type(e).__name__ for e in await _stream(pool, completed)] == ["SagaPurged", "SagaRejected"]
     assert isinstance((await _stream(pool, completed))[-1], SagaRejected)
-    again, looked_at = await purge_batch(store, default_registry(), TOPICS, ended_before_ms=NOW - 30 * 86_400_000,
+    again, looked_at = await purge_batch(store, trip_definitions(), TOPICS, ended_before_ms=NOW - 30 * 86_400_000,
                                          now_ms=NOW)
     assert again == [] and looked_at == 0  # a purged saga is not purged twice

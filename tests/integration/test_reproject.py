@@ -10,7 +10,7 @@ import pytest
 from saga_orchestrator.cli.reproject_cmd import reproject
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
-from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.participants.trip.definition import trip_definitions
 from saga_orchestrator.schemas import wire
 from tests.e2e.harness import saga_cli
 from tests.integration.recorded import record
@@ -41,7 +41,7 @@ async def test_reproject_repairs_missing_and_wrong_rows_removes_orphans_and_keep
     before = await _rows(pool)
     settings = Settings(database_url=database_url)
 
-    dry = await reproject(store, default_registry(), dry_run=True)
+    dry = await reproject(store, trip_definitions(), dry_run=True)
     assert (dry.sagas, dry.repaired, dry.removed, dry.unfoldable) == (4, 2, 1, [])
     assert await _rows(pool) == before
 
@@ -51,7 +51,7 @@ async def test_reproject_repairs_missing_and_wrong_rows_removes_orphans_and_keep
     completed = ("COMPLETED", runs["fine"].saga.last_seq)
     assert await _rows(pool) == {ids["lost"]: completed, ids["wrong"]: completed, ids["newer"]: ("COMPLETED", 99),
                                  ids["fine"]: completed}
-    assert (await reproject(store, default_registry())).repaired == 0
+    assert (await reproject(store, trip_definitions())).repaired == 0
     assert await _rows(pool) == {ids["lost"]: completed, ids["wrong"]: completed, ids["newer"]: ("COMPLETED", 99),
                                  ids["fine"]: completed}
 

@@ -14,13 +14,13 @@ import pytest
 from saga_orchestrator.infra.chores import Chore
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator.housekeeping import RETENTION_OPERATOR, retention_policy
+from saga_orchestrator.orchestrator.retention import RETENTION_OPERATOR, retention_policy
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.ledger import prune_processed_commands
 from saga_orchestrator.participants.registry import get_participant
 from saga_orchestrator.participants.runtime import ParticipantRuntime
-from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.participants.trip.definition import trip_definitions
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaPurged
 from saga_orchestrator.schemas.topics import Topics
@@ -54,7 +54,7 @@ async def test_the_retention_policy_purges_the_sagas_ended_before_its_window(sto
     for run in runs.values():
         await record(store, run)
 
-    policy = retention_policy(store, default_registry(), Topics("retention-test."), 30 * 86_400, every_s=3600)
+    policy = retention_policy(store, trip_definitions(), Topics("retention-test."), 30 * 86_400, every_s=3600)
     await _run_once(policy)
 
     assert policy.done == 2

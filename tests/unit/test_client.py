@@ -8,7 +8,7 @@ import pytest
 
 from saga_orchestrator.client import SagaClient, SagaInputError
 from saga_orchestrator.client.saga_client import _event_of, client_headers, input_records
-from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.participants.trip.definition import trip_definitions
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaStarted
 from tests.trip_runs import trip_run
@@ -18,7 +18,7 @@ TRIP: dict[str, Any] = {
     "return_date": "2027-03-09", "currency": "EUR", "card_token": "tok_ok", "email": "ana@example.test",
     "amount_cents": 84_900,
 }
-CLIENT = SagaClient("127.0.0.1:1", input_records(default_registry().definitions()))  # never connected
+CLIENT = SagaClient("127.0.0.1:1", input_records(trip_definitions().definitions()))  # never connected
 
 
 def test_a_valid_start_encodes_the_input_record_of_its_type() -> None:

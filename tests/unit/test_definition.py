@@ -15,7 +15,7 @@ from saga_orchestrator.orchestrator.domain.definition import (
     Step,
 )
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError, UnknownDefinition
-from saga_orchestrator.participants.trip.definition import TRIP, default_registry
+from saga_orchestrator.participants.trip.definition import TRIP, trip_definitions
 from saga_orchestrator.schemas.event_types import SagaRejected, SagaStarted
 
 UNLIMITED = RetryPolicy(max_attempts=None)
@@ -173,7 +173,7 @@ def test_registry_versions_latest_and_lookup() -> None:
 
 
 def test_registry_finds_the_definition_of_a_history() -> None:
-    registry = default_registry()
+    registry = trip_definitions()
     started = SagaStarted(
         saga_id="s", seq=1, definition_version=1, occurred_at=0, saga_type="trip", tenant_id=None, input=b""
     )

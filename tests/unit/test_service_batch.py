@@ -15,7 +15,7 @@ from saga_orchestrator.orchestrator.ports import ConcurrencyConflict
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore, MemoryUnitOfWork
 from saga_orchestrator.participants.trip import PARTICIPANTS
-from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.participants.trip.definition import trip_definitions
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.message_types import ResultStatus, StepResult
@@ -53,7 +53,7 @@ class Recorder:
 
     def __init__(self, store: MemoryStore | None = None) -> None:
         self.store = store or MemoryStore(clock_ms=lambda: T0)
-        self.service = SagaService(self.store, default_registry(), TOPICS, lambda: T0)
+        self.service = SagaService(self.store, trip_definitions(), TOPICS, lambda: T0)
         self.outbox: list[tuple[str, str, str]] = []
         self.outcomes: list[Outcome] = []
 
@@ -125,7 +125,7 @@ async def test_after_a_conflict_a_batch_is_retried_saga_by_saga() -> None:
 async def test_every_conflict_is_counted() -> None:
     conflicts: list[int] = []
     retried = Recorder(ConflictOnce())
-    retried.service = SagaService(retried.store, default_registry(), TOPICS, lambda: T0,
+    retried.service = SagaService(retried.store, trip_definitions(), TOPICS, lambda: T0,
                                   on_conflict=lambda: conflicts.append(1))
     await drive(retried, batched=True)
     assert len(conflicts) == 1  # saga_concurrency_conflicts_total: the one lost race, no more
@@ -134,7 +134,7 @@ async def test_every_conflict_is_counted() -> None:
 async def test_due_timers_fire_in_one_unit_of_work() -> None:
     now = [T0]
     store = MemoryStore(clock_ms=lambda: now[0])
-    service = SagaService(store, default_registry(), TOPICS, lambda: now[0])
+    service = SagaService(store, trip_definitions(), TOPICS, lambda: now[0])
     await service.handle_many([start(s) for s in SAGAS])
     store.drain_outbox()
     now[0] += 60_000  # every step timeout is due
@@ -147,7 +147,7 @@ async def test_due_timers_fire_in_one_unit_of_work() -> None:
 async def test_timers_due_after_the_read_horizon_wait() -> None:
     now = [T0]
     store = MemoryStore(clock_ms=lambda: now[0])
-    service = SagaService(store, default_registry(), TOPICS, lambda: now[0])
+    service = SagaService(store, trip_definitions(), TOPICS, lambda: now[0])
     await service.handle_many([start(s) for s in SAGAS])
     store.drain_outbox()
     now[0] += 60_000  # every step timeout is due by the clock...
@@ -160,7 +160,7 @@ async def test_timers_due_after_the_read_horizon_wait() -> None:
 async def test_every_commit_is_announced_to_on_commit() -> None:
     commits: list[int] = []
     store = MemoryStore(clock_ms=lambda: T0)
-    service = SagaService(store, default_registry(), TOPICS, lambda: T0, on_commit=lambda: commits.append(1))
+    service = SagaService(store, trip_definitions(), TOPICS, lambda: T0, on_commit=lambda: commits.append(1))
     await service.handle_many([start(s) for s in SAGAS])
     assert commits == [1]  # one unit of work for the batch
     await service.handle(start(SAGAS[0]))  # a duplicate still commits its inbox claim

@@ -10,7 +10,7 @@ from saga_orchestrator.orchestrator.ports import TimerRow
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.orchestrator.timers import MAX_SLEEP_S, TimerScheduler
-from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.participants.trip.definition import trip_definitions
 from saga_orchestrator.schemas.partitioning import partition_for
 from saga_orchestrator.schemas.topics import Topics
 
@@ -29,7 +29,7 @@ async def _running(scheduler: TimerScheduler, seconds: float) -> None:
 
 async def test_a_quiet_scheduler_looks_about_once_a_second_and_never_scans() -> None:
     store = MemoryStore(clock_ms=_clock)
-    scheduler = TimerScheduler(SagaService(store, default_registry(), Topics(), _clock), clock_ms=_clock)
+    scheduler = TimerScheduler(SagaService(store, trip_definitions(), Topics(), _clock), clock_ms=_clock)
     await _running(scheduler, 0.6)
     assert MAX_SLEEP_S >= 1.0
     assert scheduler.looks == 1  # polling every 50 ms would have looked 12 times
@@ -38,7 +38,7 @@ async def test_a_quiet_scheduler_looks_about_once_a_second_and_never_scans() -> 
 
 async def test_a_timer_armed_earlier_wakes_it() -> None:
     store = MemoryStore(clock_ms=_clock)
-    scheduler = TimerScheduler(SagaService(store, default_registry(), Topics(), _clock), clock_ms=_clock)
+    scheduler = TimerScheduler(SagaService(store, trip_definitions(), Topics(), _clock), clock_ms=_clock)
     stop = asyncio.Event()
     task = asyncio.create_task(scheduler.run(stop))
     await asyncio.sleep(0.1)
@@ -62,7 +62,7 @@ async def test_an_instance_fires_only_the_timers_of_its_partitions() -> None:
     for saga in (mine, theirs):  # due already; an unknown saga's timer is quarantined, which is a firing too
         store.timers[(saga, "STEP_TIMEOUT:s:1")] = TimerRow(saga, "STEP_TIMEOUT:s:1", "STEP_TIMEOUT", "s", 1,
                                                             _clock() - 1000)
-    scheduler = TimerScheduler(SagaService(store, default_registry(), Topics(), _clock), clock_ms=_clock,
+    scheduler = TimerScheduler(SagaService(store, trip_definitions(), Topics(), _clock), clock_ms=_clock,
                                partitions=lambda: frozenset({0, 1}))
     await _running(scheduler, 0.3)
     assert scheduler.fired == 1

@@ -18,7 +18,7 @@ from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.orchestrator.inbound import CLIENT_IDS, Envelope
 from saga_orchestrator.orchestrator.service import SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
-from saga_orchestrator.participants.trip.definition import default_registry
+from saga_orchestrator.participants.trip.definition import trip_definitions
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaStarted
@@ -97,7 +97,7 @@ def test_an_invalid_traceparent_counts_as_none() -> None:
 async def test_a_saga_started_without_a_trace_records_the_trace_of_its_first_decision(
         exported: InMemorySpanExporter) -> None:
     store = MemoryStore(clock_ms=lambda: 0)
-    service = SagaService(store, default_registry(), Topics("t."), lambda: 0)
+    service = SagaService(store, trip_definitions(), Topics("t."), lambda: 0)
     await service.handle(Envelope(SCENARIOS["happy"].start("s-1"), "m-1", inbox_key=(CLIENT_IDS, "m-1")))
     [decided] = exported.get_finished_spans()
     assert decided.name == "saga.decide" and decided.parent is None
