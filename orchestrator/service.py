@@ -40,7 +40,7 @@ from .domain.messages import IncomingMessage, RejectedRecord, TimerFired
 from .domain.state import SagaState, SagaStatus, apply_event
 from .inbound import Envelope, timer_envelope
 from .observe import decision_span, describe_decision, log_decision
-from .outbound import PendingWrites, Settled
+from .outbound import Outgoing, PendingWrites, Settled
 from .ports import InboxKey, StoredEvent, TimerRow, UnitOfWork, UnitOfWorkFactory
 from .state_cache import STATE_CACHE_BYTES, StateCache
 
@@ -86,9 +86,9 @@ class SagaService:
                  poison_attempts: int = POISON_ATTEMPTS, cache_bytes: int = STATE_CACHE_BYTES,
                  on_conflict: Callable[[], None] | None = None, schemas: SchemaRegistry | None = None) -> None:
         self._units = units
-        self._schemas = schemas or default_registry()  # decodes the input of a start not from the parser
+        self._schemas = schemas or default_registry()  # the events, the commands, a start input
         self._definitions = definitions
-        self._topics = topics
+        self._outgoing = Outgoing(topics, self._schemas)  # topic names and registry, looked up once
         self._clock_ms = clock_ms
         self._consumer = consumer_name
         self._cache = StateCache(cache_bytes)
@@ -157,7 +157,7 @@ class SagaService:
             return Outcome.DUPLICATE
         if saga_id is not None:
             settled.sagas.add(saga_id)
-        writes = PendingWrites(self._topics, self._consumer)
+        writes = PendingWrites(self._outgoing, self._consumer)
         rows = stored.get(saga_id, []) if saga_id is not None else []
         now = self._clock_ms()
         if saga_id is not None and rows:
@@ -204,7 +204,7 @@ class SagaService:
                 states[saga_id] = self._fold_onto(state, rows)
             except (DomainError, WireError) as error:  # the history does not fold: the saga cannot go on
                 unfolded[saga_id] = _unfolded(saga_id, error, rows, state)
-        writes = PendingWrites(self._topics, self._consumer)
+        writes = PendingWrites(self._outgoing, self._consumer)
         now = self._clock_ms()
         outcomes = []
         for envelope, new in zip(envelopes, fresh, strict=True):
@@ -343,7 +343,7 @@ class SagaService:
     def _fold_onto(self, state: SagaState | None, stored: Sequence[StoredEvent]) -> SagaState | None:
         if not stored:
             return state
-        events = [wire.decode_event(row.body) for row in stored]
+        events = [wire.decode_event(row.body, self._schemas) for row in stored]
         definition = self._definitions.for_history(events) if state is None else self._definition_of(state)
         for event in events:
             state = apply_event(definition, state, event)
