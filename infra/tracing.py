@@ -54,7 +54,9 @@ SAMPLERS = frozenset({"always_on", "always_off", "traceidratio", "parentbased_al
                       "parentbased_traceidratio"})
 """The values of ``OTEL_TRACES_SAMPLER`` the SDK knows without a plugin."""
 
-_tracer: Tracer | None = None  # None: spans are off, and every helper here is a no-op
+tracer: Tracer | None = None
+"""The tracer spans are made with; None: spans are off, and every helper here is a no-op. A hot path reads it
+before it calls anything here, so that with spans off it does no work of theirs at all."""
 
 
 def configure_tracing(service_name: str, environ: Mapping[str, str] = os.environ) -> TracerProvider | None:
@@ -103,23 +105,23 @@ def _check(environ: Mapping[str, str]) -> None:
 def install(provider: trace.TracerProvider | None) -> None:
     """Make spans from now on with ``provider`` (None: make none). ``configure_tracing`` calls it; a test gives
     a provider of its own (an in-memory exporter) and None afterwards."""
-    global _tracer
-    _tracer = None if provider is None else provider.get_tracer(INSTRUMENTATION)
+    global tracer
+    tracer = None if provider is None else provider.get_tracer(INSTRUMENTATION)
 
 
 def enabled() -> bool:
     """Whether spans are made: a hot path asks before it gathers what only a span needs."""
-    return _tracer is not None
+    return tracer is not None
 
 
 def span(name: str, traceparent: str | None, kind: SpanKind = SpanKind.INTERNAL) -> AbstractContextManager[Span]:
     """A span ``name``, current inside the block, child of ``traceparent`` (a root span without one), ended when
     the block ends; an exception leaving the block is recorded on it. Log records made inside carry its trace
     id. Spans off: the shared non-recording span, and the log records carry ``traceparent``'s trace id."""
-    tracer = _tracer
-    if tracer is None:
+    made_by = tracer
+    if made_by is None:
         return _Untraced(traceparent)
-    return _traced(tracer, name, traceparent, kind)
+    return _traced(made_by, name, traceparent, kind)
 
 
 class _Untraced(AbstractContextManager[Span]):
@@ -150,11 +152,11 @@ def spans_over(name: str, parents: Iterable[tuple[str | None, Attributes]], star
     """One finished span ``name`` per (traceparent, attributes) of ``parents``, each from ``start_ns`` to
     ``end_ns`` (epoch ns): one piece of work done for many sagas at once (a relay's batch, a batch handler),
     shown in each saga's own trace; ``error``: the work failed with it. Nothing when spans are off."""
-    tracer = _tracer
-    if tracer is None:
+    made_by = tracer
+    if made_by is None:
         return
     for traceparent, attributes in parents:
-        made = tracer.start_span(name, context=parent_context(traceparent), kind=kind, attributes=attributes,
+        made = made_by.start_span(name, context=parent_context(traceparent), kind=kind, attributes=attributes,
                                  start_time=start_ns)
         if error is not None:
             made.record_exception(error)

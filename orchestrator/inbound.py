@@ -92,6 +92,7 @@ class RecordParser:
     def __init__(self, topics: Topics, definitions: DefinitionRegistry, registry: SchemaRegistry,
                  participants: tuple[str, ...]) -> None:
         self._topics = topics
+        self._start_topic, self._control_topic = topics.start, topics.control  # named once, read per record
         self._definitions = definitions
         self._registry = registry
         self._results_topics = {topics.results(p) for p in participants}
@@ -184,9 +185,9 @@ class RecordParser:
     def _decode(self, raw: ConsumedRecord
                 ) -> StartSaga | CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga | SignalSaga | StepResult:
         assert raw.value is not None
-        if raw.topic == self._topics.start:
-            return wire.decode_start(raw.value)
-        if raw.topic == self._topics.control:
+        if raw.topic == self._start_topic:
+            return wire.decode_start(raw.value, self._registry)
+        if raw.topic == self._control_topic:
             name, _ = self._registry.decode(raw.value)
             if name == wire.RESUME_COMPENSATION:
                 return wire.decode_resume(raw.value)

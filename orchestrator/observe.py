@@ -22,7 +22,7 @@ from ..infra.logging import saga_trace
 from ..schemas import event_types as ev
 from .domain.decide import Decision
 from .domain.messages import IncomingMessage, TimerFired
-from .domain.state import SagaState, SagaStatus
+from .domain.state import SagaStatus
 from .outbound import Settled
 
 log = logging.getLogger("saga.orchestrator")
@@ -158,11 +158,10 @@ def log_decision(events: Sequence[ev.Event]) -> None:
 _ROUTINE = frozenset({ev.StepCommandSent, ev.StepSucceeded})
 
 
-def decision_span(message: IncomingMessage, state: SagaState | None) -> AbstractContextManager[Span]:
-    """The ``saga.decide`` span of deciding ``message``: a child of the saga's recorded ``traceparent`` (a
-    StartSaga's own before its saga has one)."""
-    recorded = state.traceparent if state is not None else None
-    return tracing.span("saga.decide", recorded or getattr(message, "traceparent", None))
+def decision_span(traceparent: str | None) -> AbstractContextManager[Span]:
+    """The ``saga.decide`` span of deciding a message: a child of ``traceparent``, the saga's recorded one (a
+    StartSaga's own before its saga has one). The service opens it only while spans are on."""
+    return tracing.span("saga.decide", traceparent)
 
 
 def describe_decision(span: Span, message: IncomingMessage, decision: Decision) -> None:

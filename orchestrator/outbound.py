@@ -15,6 +15,7 @@ from ..schemas.headers import message_headers
 from ..schemas.ids import bulk_job_of, event_message_id
 from ..schemas.message_types import StepCommand, WithdrawStep
 from ..schemas.records import ConsumedRecord
+from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
 from .domain.decide import Decision
 from .domain.messages import Timer
@@ -43,16 +44,37 @@ class Settled:
         self.dead_lettered += writes.dead_lettered
 
 
+class Outgoing:
+    """What the rows of a service's units of work are made with, made once per service rather than per
+    message: the topic names (a participant's commands topic named the first time a command goes to it) and the
+    schema registry their events and commands are encoded with (``default_registry()`` when none is given)."""
+
+    def __init__(self, topics: Topics, schemas: SchemaRegistry | None = None) -> None:
+        self.topics = topics
+        self.schemas = schemas or default_registry()
+        self.events = topics.events
+        self.dlq = topics.dlq
+        self._commands: dict[str, str] = {}
+
+    def commands(self, participant: str) -> str:
+        """``participant``'s commands topic."""
+        topic = self._commands.get(participant)
+        if topic is None:
+            topic = self._commands[participant] = self.topics.commands(participant)
+        return topic
+
+
 class PendingWrites:
     """Everything a unit of work will write for the decisions taken in it, in decision order.
 
     Timers are kept by (saga_id, timer_id) with the last operation winning (None = delete), which is what
     applying the decisions one by one would have left; summaries likewise keep the latest per saga.
-    ``consumer`` is how a dead letter names the service that refused the record.
+    ``consumer`` is how a dead letter names the service that refused the record; ``outgoing`` (or the
+    ``Topics`` to make one of) what the rows are made with.
     """
 
-    def __init__(self, topics: Topics, consumer: str = "orchestrator") -> None:
-        self._topics = topics
+    def __init__(self, outgoing: Outgoing | Topics, consumer: str = "orchestrator") -> None:
+        self._out = outgoing if isinstance(outgoing, Outgoing) else Outgoing(outgoing)
         self._consumer = consumer
         self.events: list[StoredEvent] = []
         self.outbox: list[OutboxMessage] = []
@@ -77,7 +99,7 @@ class PendingWrites:
         assert state is not None
         events, outbox = self._event_rows(decision, causation_id, state.saga_type or None, state.traceparent)
         sent: list[StepCommand | WithdrawStep] = [*decision.commands, *decision.withdrawals]
-        outbox += [command_message(self._topics, command, causation_id, sent_under or state.traceparent)
+        outbox += [command_message(self._out, command, causation_id, sent_under or state.traceparent)
                    for command in sent]
         job = bulk_job_of(causation_id)
         if job is not None and any(isinstance(event, REFUSALS) for event in decision.events):
@@ -112,16 +134,16 @@ class PendingWrites:
                     traceparent: str | None) -> tuple[list[StoredEvent], list[OutboxMessage]]:
         events, outbox = [], []
         for event in decision.events:
-            body = wire.encode_event(event)
+            body = wire.encode_event(event, self._out.schemas)
             events.append(StoredEvent(saga_id=event.saga_id, seq=event.seq, event_type=type(event).__name__,
                                       body=body, recorded_at_ms=event.occurred_at))
-            outbox.append(event_message(self._topics, event, body, saga_type, causation_id, traceparent))
+            outbox.append(event_message(self._out, event, body, saga_type, causation_id, traceparent))
         return events, outbox
 
     def park(self, raw: ConsumedRecord, reason: str, now_ms: int, saga_id: str | None = None,
              saga_type: str | None = None) -> None:
         """Park ``raw`` on the dead-letter topic with ``reason`` and its original bytes."""
-        self.outbox.append(dead_letter_message(self._topics.dlq, raw, reason=reason, consumer=self._consumer,
+        self.outbox.append(dead_letter_message(self._out.dlq, raw, reason=reason, consumer=self._consumer,
                                                now_ms=now_ms, saga_id=saga_id, saga_type=saga_type))
         self.dead_lettered += 1
 
@@ -146,21 +168,22 @@ class PendingWrites:
         ))
 
 
-def event_message(topics: Topics, event: Event, body: bytes, saga_type: str | None,
+def event_message(outgoing: Outgoing, event: Event, body: bytes, saga_type: str | None,
                   causation_id: str, traceparent: str | None = None) -> OutboxMessage:
     """The outbox row that publishes ``event`` on saga.events."""
     message_id = event_message_id(event.saga_id, event.seq)
-    return OutboxMessage(topic=topics.events, key=event.saga_id, value=body,
+    return OutboxMessage(topic=outgoing.events, key=event.saga_id, value=body,
                          headers=message_headers(message_id, causation_id=causation_id, saga_id=event.saga_id,
                                                  saga_type=saga_type, traceparent=traceparent),
                          message_id=message_id)
 
 
-def command_message(topics: Topics, command: StepCommand | WithdrawStep, causation_id: str,
+def command_message(outgoing: Outgoing, command: StepCommand | WithdrawStep, causation_id: str,
                     traceparent: str | None = None) -> OutboxMessage:
     """The outbox row that sends ``command`` (or a withdrawal) to its participant's commands topic."""
-    value = wire.encode_withdraw(command) if isinstance(command, WithdrawStep) else wire.encode_command(command)
-    return OutboxMessage(topic=topics.commands(command.participant), key=command.saga_id, value=value,
+    value = (wire.encode_withdraw(command, outgoing.schemas) if isinstance(command, WithdrawStep)
+             else wire.encode_command(command, outgoing.schemas))
+    return OutboxMessage(topic=outgoing.commands(command.participant), key=command.saga_id, value=value,
                          headers=message_headers(command.message_id, causation_id=causation_id,
                                                  saga_id=command.saga_id, saga_type=command.saga_type,
                                                  traceparent=traceparent),

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from ..infra import tracing
 from ..infra.isolation import IsolationLadder
+from ..infra.logging import saga_trace_var
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import SagaQuarantined, SagaReleased, SagaStarted
@@ -35,11 +36,11 @@ from ..schemas.topics import Topics
 from .domain.decide import Decision, decide, quarantine, quarantine_unfolded
 from .domain.definition import DefinitionRegistry, SagaDefinition
 from .domain.errors import DomainError, InvalidMessage
-from .domain.messages import RejectedRecord, TimerFired
+from .domain.messages import IncomingMessage, RejectedRecord, TimerFired
 from .domain.state import SagaState, SagaStatus, apply_event
 from .inbound import Envelope, timer_envelope
 from .observe import decision_span, describe_decision, log_decision
-from .outbound import PendingWrites, Settled
+from .outbound import Outgoing, PendingWrites, Settled
 from .ports import InboxKey, StoredEvent, TimerRow, UnitOfWork, UnitOfWorkFactory
 from .state_cache import STATE_CACHE_BYTES, StateCache
 
@@ -85,9 +86,9 @@ class SagaService:
                  poison_attempts: int = POISON_ATTEMPTS, cache_bytes: int = STATE_CACHE_BYTES,
                  on_conflict: Callable[[], None] | None = None, schemas: SchemaRegistry | None = None) -> None:
         self._units = units
-        self._schemas = schemas or default_registry()  # decodes the input of a start not from the parser
+        self._schemas = schemas or default_registry()  # the events, the commands, a start input
         self._definitions = definitions
-        self._topics = topics
+        self._outgoing = Outgoing(topics, self._schemas)  # topic names and registry, looked up once
         self._clock_ms = clock_ms
         self._consumer = consumer_name
         self._cache = StateCache(cache_bytes)
@@ -156,7 +157,7 @@ class SagaService:
             return Outcome.DUPLICATE
         if saga_id is not None:
             settled.sagas.add(saga_id)
-        writes = PendingWrites(self._topics, self._consumer)
+        writes = PendingWrites(self._outgoing, self._consumer)
         rows = stored.get(saga_id, []) if saga_id is not None else []
         now = self._clock_ms()
         if saga_id is not None and rows:
@@ -203,7 +204,7 @@ class SagaService:
                 states[saga_id] = self._fold_onto(state, rows)
             except (DomainError, WireError) as error:  # the history does not fold: the saga cannot go on
                 unfolded[saga_id] = _unfolded(saga_id, error, rows, state)
-        writes = PendingWrites(self._topics, self._consumer)
+        writes = PendingWrites(self._outgoing, self._consumer)
         now = self._clock_ms()
         outcomes = []
         for envelope, new in zip(envelopes, fresh, strict=True):
@@ -222,30 +223,52 @@ class SagaService:
                 now: int) -> Outcome:
         message = envelope.message
         state = states[message.saga_id] if message.saga_id is not None else None
-        with decision_span(message, state) as span:
+        # The saga's recorded trace (a StartSaga's own before its saga has one): the decision's log lines carry
+        # it, and its span (spans on) is its child.
+        traceparent = (state.traceparent if state is not None else None) or getattr(message, "traceparent", None)
+        if tracing.tracer is not None:
+            return self._decide_traced(envelope, traceparent, state, states, writes, now)
+        token = saga_trace_var.set(traceparent)  # spans off: no span, only the log lines' trace id
+        try:
+            definition, decision = self._decided(envelope, message, state, now)
+            return self._record(envelope, decision, states, writes, now, definition, state)
+        finally:
+            saga_trace_var.reset(token)
+
+    def _decide_traced(self, envelope: Envelope, traceparent: str | None, state: SagaState | None,
+                       states: dict[str, SagaState | None], writes: PendingWrites, now: int) -> Outcome:
+        """``_decide`` while spans are on: inside the ``saga.decide`` span, whose traceparent the commands carry."""
+        message = envelope.message
+        with decision_span(traceparent) as span:
             if span.is_recording() and isinstance(message, StartSaga) and message.traceparent is None:
                 # A saga started without a trace context: its trace is the one this span begins.
                 message = dataclasses.replace(message, traceparent=tracing.traceparent_of(span))
-            definition: SagaDefinition | None = None
-            try:
-                definition = self._definition_of(state)
-                starts = message.start() if isinstance(message, SignalSaga) else message
-                if isinstance(starts, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
-                    definition = self._definitions.latest(starts.saga_type)
-                decision = decide(definition, state, message, now)
-            except InvalidMessage as error:  # the message contradicts its saga: refused like a bad record
-                decision = decide(definition, state, RejectedRecord(saga_id=message.saga_id, saga_type=None,
-                                                                    reason=_clip(str(error))), now)
-            except DomainError as error:  # its definition is not deployed, or does not fit its history
-                if state is None:
-                    raise
-                decision = quarantine(definition, state, _clip(f"{type(error).__name__}: {error}"),
-                                      envelope.message_id, now)
+            definition, decision = self._decided(envelope, message, state, now)
             sent_under = None
             if span.is_recording():
                 describe_decision(span, message, decision)
                 sent_under = tracing.traceparent_of(span)  # its commands' spans nest under this decision
             return self._record(envelope, decision, states, writes, now, definition, state, sent_under)
+
+    def _decided(self, envelope: Envelope, message: IncomingMessage, state: SagaState | None,
+                 now: int) -> tuple[SagaDefinition | None, Decision]:
+        """The definition ``message`` is decided by, and the decision: a message that contradicts its saga is
+        refused like a bad record, a saga whose definition is missing or does not fit its history quarantined."""
+        definition: SagaDefinition | None = None
+        try:
+            definition = self._definition_of(state)
+            starts = message.start() if isinstance(message, SignalSaga) else message
+            if isinstance(starts, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
+                definition = self._definitions.latest(starts.saga_type)
+            return definition, decide(definition, state, message, now)
+        except InvalidMessage as error:  # the message contradicts its saga: refused like a bad record
+            return definition, decide(definition, state, RejectedRecord(saga_id=message.saga_id, saga_type=None,
+                                                                        reason=_clip(str(error))), now)
+        except DomainError as error:  # its definition is not deployed, or does not fit its history
+            if state is None:
+                raise
+            return definition, quarantine(definition, state, _clip(f"{type(error).__name__}: {error}"),
+                                          envelope.message_id, now)
 
     def _record(self, envelope: Envelope, decision: Decision, states: dict[str, SagaState | None],
                 writes: PendingWrites, now: int, definition: SagaDefinition | None,
@@ -261,7 +284,8 @@ class SagaService:
             after = self._write(decision, envelope, writes, sent_under)
         if after is not None:
             states[after.saga_id] = after
-            log_decision(decision.events)
+            if log.isEnabledFor(logging.INFO):  # its line is at INFO or DEBUG: none is written below INFO
+                log_decision(decision.events)
             if definition is not None and definition.searchable and isinstance(decision.events[0], SagaStarted):
                 # Decoded once, by the parser that checked it; an envelope built without one is decoded here.
                 record = (envelope.start_input if envelope.start_input is not None
@@ -319,7 +343,7 @@ class SagaService:
     def _fold_onto(self, state: SagaState | None, stored: Sequence[StoredEvent]) -> SagaState | None:
         if not stored:
             return state
-        events = [wire.decode_event(row.body) for row in stored]
+        events = [wire.decode_event(row.body, self._schemas) for row in stored]
         definition = self._definitions.for_history(events) if state is None else self._definition_of(state)
         for event in events:
             state = apply_event(definition, state, event)

@@ -98,18 +98,20 @@ def event_schema_name(event: Event) -> str:
     return f"{EVENTS_NAMESPACE}.{type(event).__name__}"
 
 
-def encode_event(event: Event) -> bytes:
-    """Single-object encode a saga event with its schema from ``schemas/events``."""
+def encode_event(event: Event, schemas: SchemaRegistry | None = None) -> bytes:
+    """Single-object encode a saga event with its schema from ``schemas/events`` (of ``schemas``, a caller's
+    registry looked up once; else ``default_registry()``)."""
     record = _record(event)
     for key, value in record.items():
         if isinstance(value, tuple):
             record[key] = list(value)  # Avro arrays; fastavro could read a tuple as a union tag
-    return default_registry().encode(event_schema_name(event), record)
+    return (schemas or default_registry()).encode(event_schema_name(event), record)
 
 
-def decode_event(data: bytes) -> Event:
-    """Decode any saga event; raises WrongSchema for a value that is not an event."""
-    name, record = default_registry().decode_as(data, EVENT_SCHEMAS)
+def decode_event(data: bytes, schemas: SchemaRegistry | None = None) -> Event:
+    """Decode any saga event (with ``schemas``, else ``default_registry()``); raises WrongSchema for a value
+    that is not an event."""
+    name, record = (schemas or default_registry()).decode_as(data, EVENT_SCHEMAS)
     cls = EVENT_TYPES[name.rpartition(".")[2]]
     known = _field_names(cls)
     values = {key: tuple(v) if isinstance(v, list) else v for key, v in record.items() if key in known}
@@ -128,9 +130,9 @@ def _start_from(record: dict[str, Any]) -> StartSaga:
     return _build(StartSaga, START_SAGA, record)
 
 
-def decode_start(data: bytes) -> StartSaga:
+def decode_start(data: bytes, schemas: SchemaRegistry | None = None) -> StartSaga:
     """Decode a StartSaga command."""
-    return _start_from(default_registry().decode_as(data, START_SAGA)[1])
+    return _start_from((schemas or default_registry()).decode_as(data, START_SAGA)[1])
 
 
 def encode_cancel(message: CancelSaga) -> bytes:
@@ -236,7 +238,7 @@ def decode_result(data: bytes) -> StepResult:
     return _result_from(default_registry().decode_as(data, STEP_RESULT)[1])
 
 
-def encode_command(command: StepCommand) -> bytes:
+def encode_command(command: StepCommand, schemas: SchemaRegistry | None = None) -> bytes:
     """Encode a StepCommand for topic <participant>.commands.
 
     ``participant`` (the topic) and ``message_id`` (a header) are not part of the Avro record.
@@ -244,7 +246,7 @@ def encode_command(command: StepCommand) -> bytes:
     record = _record(command, exclude=("participant", "message_id"))
     record["kind"] = command.kind.value
     record["step_outputs"] = dict(command.step_outputs)
-    return default_registry().encode(STEP_COMMAND, record)
+    return (schemas or default_registry()).encode(STEP_COMMAND, record)
 
 
 def decode_command(data: bytes, *, participant: str, message_id: str) -> StepCommand:
@@ -259,10 +261,11 @@ def _command_from(record: dict[str, Any], participant: str, message_id: str) -> 
     return _build(StepCommand, STEP_COMMAND, {**record, "participant": participant, "message_id": message_id})
 
 
-def encode_withdraw(withdrawal: WithdrawStep) -> bytes:
+def encode_withdraw(withdrawal: WithdrawStep, schemas: SchemaRegistry | None = None) -> bytes:
     """Encode a WithdrawStep for topic <participant>.commands (``participant`` and ``message_id`` travel outside
     the body)."""
-    return default_registry().encode(WITHDRAW_STEP, _record(withdrawal, exclude=("participant", "message_id")))
+    record = _record(withdrawal, exclude=("participant", "message_id"))
+    return (schemas or default_registry()).encode(WITHDRAW_STEP, record)
 
 
 def decode_participant_command(data: bytes, *, participant: str, message_id: str) -> StepCommand | WithdrawStep:
