@@ -95,6 +95,7 @@ def environment(settings: Settings) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SAGA_", "PYTHON"))}
     env.update({"KAFKA_BOOTSTRAP_SERVERS": settings.kafka_servers(), "DATABASE_URL": settings.dsn(),
                 "SAGA_TOPIC_PREFIX": settings.saga_topic_prefix, "SAGA_HOME": str(settings.saga_home),
+                "SAGA_APP": "saga_orchestrator.participants.trip:app",
                 "SAGA_PARTICIPANTS": "flight+hotel+payment+notification"})
     return env
 
