@@ -7,10 +7,9 @@ import time
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..orchestrator.bootstrap import definitions
+from ..operations.postgres import event_store
 from ..orchestrator.retention import PURGE_BATCH, count_purgeable, purge_ended
-from ..orchestrator.store.postgres import PostgresStore
-from .context import console, database, fail, run, settings, topics
+from .context import console, database, deployed_definitions, fail, run, settings, topics
 from .inspect_cmd import parse_duration
 
 
@@ -28,14 +27,14 @@ def purge(
 
     async def body() -> tuple[int, int]:
         async with database(current) as pool:
-            store = PostgresStore(pool)
+            store = event_store(pool)
             eligible = await count_purgeable(store, cutoff_ms)
             if dry_run:
                 return eligible, 0
             with Progress(SpinnerColumn(), TextColumn("purging: {task.completed} of about {task.total} sagas"),
                           TimeElapsedColumn(), console=console, transient=True) as progress:
                 task = progress.add_task("purge", total=eligible)
-                purged = await purge_ended(store, definitions(current), topics(current), ended_before_ms=cutoff_ms,
+                purged = await purge_ended(store, deployed_definitions(), topics(current), ended_before_ms=cutoff_ms,
                                            now_ms=now_ms, operator=operator, batch=batch,
                                            progress=lambda done: progress.update(task, completed=done))
                 return eligible, purged

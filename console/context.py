@@ -106,9 +106,12 @@ class Console:
         return job
 
     async def cancel_job(self, operator: str, job_id: int) -> bulk_jobs.BulkJob:
-        """Stop bulk job ``job_id`` for ``operator`` and audit it; HTTPException 400 when it cannot be."""
+        """Stop bulk job ``job_id`` for ``operator`` and audit it; HTTPException 404 when there is no such job,
+        400 when it cannot be stopped."""
         try:
             job = await bulk_jobs.cancel(self.bulk_store, job_id, operator)
+        except bulk_jobs.NoSuchJob as error:
+            raise HTTPException(404, str(error)) from None
         except bulk_jobs.BulkJobError as error:
             raise HTTPException(400, str(error)) from None
         await self.audit.record(operator, "CancelBulkJob", f"bulk job {job_id}", {}, f"cancelled after {job.done}")

@@ -65,6 +65,10 @@ class BulkJobError(ValueError):
     """A selection, a job or an action that cannot be: the message says what to change."""
 
 
+class NoSuchJob(BulkJobError):
+    """The job asked for does not exist (a face answers it as not found)."""
+
+
 def actions() -> tuple[str, ...]:
     """Every action a job may take: what an operator may pull on a saga (``message_types.SAGA_ACTIONS``)."""
     return SAGA_ACTIONS
@@ -303,14 +307,14 @@ async def job(store: BulkJobStore, job_id: int) -> BulkJob | None:
 
 async def cancel(store: BulkJobStore, job_id: int, operator: str) -> BulkJob:
     """Stop a RUNNING job, recording ``operator`` as who did: no batch after this one is sent (a batch being
-    sent right now is finished first). BulkJobError for an unknown job or one that already ended."""
+    sent right now is finished first). NoSuchJob for an unknown job, BulkJobError for one that already ended."""
     if not operator.strip():
         raise BulkJobError("cancelling a bulk job needs an operator: who is acting, recorded with the job")
     cancelled = await store.cancel(job_id, operator)
     if cancelled is None:
         found = await store.job(job_id)
         if found is None:
-            raise BulkJobError(f"no bulk job {job_id} (`saga bulk list` shows the jobs)")
+            raise NoSuchJob(f"no bulk job {job_id} (`saga bulk list` shows the jobs)")
         raise BulkJobError(f"bulk job {job_id} already ended {found.status}: there is nothing to cancel")
     log.info("bulk job cancelled", extra={"job": job_id, "operator": operator, "done": cancelled.done})
     return cancelled

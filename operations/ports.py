@@ -7,12 +7,13 @@ concern, each with its Postgres and its memory adapter); both pass the same cont
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..orchestrator.invariants import PendingTimer
-from ..orchestrator.ports import SagaSummaryRow, StoredEvent
+from ..orchestrator.ports import SagaSummaryRow, StoredEvent, UnitOfWork
 from ..outbox.table import OutboxMessage
 
 if TYPE_CHECKING:  # the kit speaks to Postgres and the use-cases import this module: names only
@@ -332,3 +333,26 @@ class BulkJobStore(Protocol):
 
     async def seconds_to_next(self) -> float | None:
         """How long until the earliest RUNNING job is due (negative: overdue); None when none runs."""
+
+
+# -- the read model rebuilt from the events (``saga reproject``) --
+
+
+class ReprojectionStore(Protocol):
+    """What ``operations.reprojection`` reads and repairs: every saga's events, their read-model rows."""
+
+    def iter_events(self, batch_size: int = 1000) -> AsyncIterator[StoredEvent]:
+        """Every stored event by (saga_id, seq)."""
+        ...
+
+    async def summaries_of(self, saga_ids: Sequence[str]) -> dict[str, SagaSummaryRow]:
+        """The read model's rows of these sagas (those that have one)."""
+        ...
+
+    async def remove_orphan_summaries(self, dry_run: bool = False) -> int:
+        """Delete (or with ``dry_run`` count) read-model rows of sagas without events; how many."""
+        ...
+
+    def begin(self) -> AbstractAsyncContextManager[UnitOfWork]:
+        """One transaction: its writes become visible together at commit (``orchestrator.ports.UnitOfWork``)."""
+        ...

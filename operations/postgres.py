@@ -13,15 +13,15 @@ from ..orchestrator.store.operations.bulk_jobs import PostgresBulkJobs
 from ..orchestrator.store.operations.reads import PostgresReads
 from ..orchestrator.store.operations.sessions import PostgresSessionStore
 from ..orchestrator.store.operations.verify import PostgresVerify
-from ..orchestrator.store.postgres import migrate
+from ..orchestrator.store.postgres import PostgresStore, migrate
 from ..participants.kit.participant import Participant
 from ..schemas.registry import SchemaRegistry
 from .ports import BulkJobStore, LeverStore, ReadsStore, VerifyStore
 from .reads import Reads
 from .sessions import StoredSessions
 
-__all__ = ["bulk_job_store", "lever_store", "migrate", "postgres_reads", "postgres_sessions", "reads_store",
-           "verify_store"]
+__all__ = ["bulk_job_store", "event_store", "lever_store", "migrate", "postgres_reads", "postgres_sessions",
+           "reads_store", "verify_store"]
 
 
 def reads_store(pool: asyncpg.Pool, schema: str = "saga") -> ReadsStore:
@@ -53,3 +53,9 @@ def lever_store(pool: asyncpg.Pool, schema: str = "saga") -> LeverStore:
 def bulk_job_store(pool: asyncpg.Pool, schema: str = "saga") -> BulkJobStore:
     """Bulk jobs and the sagas they select, in ``schema``."""
     return PostgresBulkJobs(pool, schema)
+
+
+def event_store(pool: asyncpg.Pool, schema: str = "saga") -> PostgresStore:
+    """The orchestrator's event store in ``schema``: what ``saga purge`` (its retention) and ``saga reproject``
+    (the read model rebuilt from the events) work on."""
+    return PostgresStore(pool, schema)

@@ -38,10 +38,10 @@ from ..schemas.headers import header_pairs
 from ..schemas.records import ConsumedRecord
 from ..schemas.topics import Topics
 from .batching import natural_batches
+from .host import DeliveryAbandoned, ParticipantHost
 from .kit.ddl import ensure_participant_schema
 from .kit.participant import Participant
 from .registry import get_participant
-from .runtime import DeliveryAbandoned, ParticipantRuntime
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
     """The faust app of a worker hosting participants ``names`` (not started).
 
     Each participant gets its own agent on its ``<name>.commands`` topic, its own pool and its own outbox
-    relay (``ParticipantRuntime``); the participants of one worker share its Kafka consumer, event loop and
+    relay (``ParticipantHost``); the participants of one worker share its Kafka consumer, event loop and
     health endpoint, which costs less CPU than a process each (``saga run all`` and SAGA_PARTICIPANTS).
 
     An actor takes up to ``batch_size`` commands, those that arrived while it handled the previous batch
@@ -132,22 +132,22 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
         # A killed worker's partitions move to the others after this (faust's default is 60 s).
         broker_session_timeout=10.0,
     )
-    runtimes = [ParticipantRuntime(participant, settings, should_stop=lambda: bool(app.should_stop))
+    hosts = [ParticipantHost(participant, settings, should_stop=lambda: bool(app.should_stop))
                 for participant in participants]
-    for runtime in runtimes:
+    for host in hosts:
         # A lone participant's agent keeps its name (faust names the agent's internal state after it).
-        agent_name = f"{ident}-commands" if len(runtimes) == 1 else f"{ident}-{runtime.participant.name}-commands"
-        _add_agent(app, runtime, agent_name, per_partition=per_partition, batch_size=batch_size,
+        agent_name = f"{ident}-commands" if len(hosts) == 1 else f"{ident}-{host.participant.name}-commands"
+        _add_agent(app, host, agent_name, per_partition=per_partition, batch_size=batch_size,
                    batch_within_s=batch_within_s)
     label = "+".join(hosted)
     health = configure_health(label)
     health_stop = asyncio.Event()
 
-    async def start_runtimes() -> None:
+    async def start_hosts() -> None:
         # The relays run even when no command arrives (they flush replies left behind); Postgres being away
         # at start is waited out, never a crash of the worker.
-        for runtime in runtimes:
-            await retry_startup(runtime.start, f"start participant {runtime.participant.name}")
+        for host in hosts:
+            await retry_startup(host.start, f"start participant {host.participant.name}")
 
     async def watch_health() -> None:
         await run_health(health, settings.kafka(), settings.dsn(), settings.saga_health_host,
@@ -160,45 +160,45 @@ def build_app(names: Sequence[str], settings: Settings, *, per_partition: bool =
         health.consumer_lags(ident, lags)
 
     health.before_scrape.append(report_lag)
-    app.task(start_runtimes)
+    app.task(start_hosts)
     app.task(watch_health)
 
-    commands_of = [(runtime, runtime.topics.commands(runtime.participant.name)) for runtime in runtimes]
+    commands_of = [(host, host.topics.commands(host.participant.name)) for host in hosts]
 
     async def on_partitions_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         health.consuming = True  # the worker's consumer is in its group: GET /ready may say so
-        for runtime, commands in commands_of:
-            runtime.owned_partitions = frozenset(tp.partition for tp in assigned if tp.topic == commands)
+        for host, commands in commands_of:
+            host.owned_partitions = frozenset(tp.partition for tp in assigned if tp.topic == commands)
 
     async def on_partitions_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
-        for runtime, commands in commands_of:  # their replies are the next owner's to relay
+        for host, commands in commands_of:  # their replies are the next owner's to relay
             gone = {tp.partition for tp in revoked if tp.topic == commands}
-            runtime.owned_partitions = frozenset(runtime.owned_partitions or ()) - gone
+            host.owned_partitions = frozenset(host.owned_partitions or ()) - gone
 
     app.on_partitions_assigned.connect(on_partitions_assigned, weak=False)  # type: ignore[arg-type]
     app.on_partitions_revoked.connect(on_partitions_revoked, weak=False)  # type: ignore[arg-type]
 
     async def on_before_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         health_stop.set()
-        await asyncio.gather(*(runtime.stop() for runtime in runtimes))
+        await asyncio.gather(*(host.stop() for host in hosts))
 
     # weak=False: the signal holds receivers weakly by default and this closure has no other owner.
     # mode's NamedArg("BaseSignalT") alias does not resolve for mypy, hence the ignore.
     app.on_before_shutdown.connect(on_before_shutdown, weak=False)  # type: ignore[arg-type]
     # handy for in-process tests
-    app.participant_runtimes = {r.participant.name: r for r in runtimes}  # type: ignore[attr-defined]
+    app.participant_hosts = {r.participant.name: r for r in hosts}  # type: ignore[attr-defined]
     return app
 
 
-def _add_agent(app: faust.App, runtime: ParticipantRuntime, agent_name: str, *, per_partition: bool,
+def _add_agent(app: faust.App, host: ParticipantHost, agent_name: str, *, per_partition: bool,
                batch_size: int, batch_within_s: float) -> None:
-    """The agent that hands ``runtime``'s participant the batches of commands from its topic."""
-    name = runtime.participant.name
+    """The agent that hands ``host``'s participant the batches of commands from its topic."""
+    name = host.participant.name
     commands = app.topic(
-        runtime.topics.commands(name),
+        host.topics.commands(name),
         key_type=bytes,
         value_type=bytes,
-        partitions=runtime.settings.saga_topic_partitions,
+        partitions=host.settings.saga_topic_partitions,
     )
 
     def abandoned(message: Any, record: ConsumedRecord, error: DeliveryAbandoned) -> None:
@@ -218,7 +218,7 @@ def _add_agent(app: faust.App, runtime: ParticipantRuntime, agent_name: str, *, 
         async for events in natural_batches(stream, batch_size, batch_within_s):
             batch = [consumed(event.message, event.value) for event in events]
             try:
-                await runtime.process_batch(batch)
+                await host.process_batch(batch)
             except DeliveryAbandoned as error:
                 for event, item in zip(events, batch, strict=True):
                     abandoned(event.message, item, error)

@@ -239,6 +239,18 @@ class MemoryStore:
             counts[summary.status] = counts.get(summary.status, 0) + 1
         return dict(sorted(counts.items()))
 
+    async def summaries_of(self, saga_ids: Sequence[str]) -> dict[str, SagaSummaryRow]:
+        """The read model's rows of these sagas (those that have one)."""
+        return {saga_id: self.summaries[saga_id] for saga_id in saga_ids if saga_id in self.summaries}
+
+    async def remove_orphan_summaries(self, dry_run: bool = False) -> int:
+        """Delete (or with ``dry_run`` count) read-model rows of sagas without events; how many."""
+        orphans = [saga_id for saga_id in self.summaries if not self.events.get(saga_id)]
+        if not dry_run:
+            for saga_id in orphans:
+                del self.summaries[saga_id]
+        return len(orphans)
+
     async def load_events(self, saga_id: str) -> list[StoredEvent]:
         """All committed events of one saga in seq order."""
         return list(self.events.get(saga_id, []))

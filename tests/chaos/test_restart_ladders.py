@@ -39,9 +39,9 @@ from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.orchestrator.service import Outcome
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
+from saga_orchestrator.participants.host import ParticipantHost
 from saga_orchestrator.participants.kit.handling import Disposition
 from saga_orchestrator.participants.registry import get_participant
-from saga_orchestrator.participants.runtime import ParticipantRuntime
 from saga_orchestrator.participants.trip import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
@@ -173,8 +173,8 @@ async def test_a_participant_workers_commands_ride_out_restarts(
     settings = private_stack_settings(private_servers, "ladders_participant", saga_participant_retention_hours=0)
     await prepare(settings)  # the results topic its relay publishes to
     flight = get_participant("flight")
-    runtime = ParticipantRuntime(flight, settings)
-    pool = await runtime.start()
+    host = ParticipantHost(flight, settings)
+    pool = await host.start()
     restarts.pools.append(pool)
     try:
         for turns in TURNS:
@@ -182,9 +182,9 @@ async def test_a_participant_workers_commands_ride_out_restarts(
                                                 "book_flight")) for n in range(3)]
             await restarts.restart(turns)
             # The worker's own caller: it waits out a platform fault and hands the batch over again.
-            assert await runtime.process_batch(batch) == [Disposition.RECORDED] * 3, turns
+            assert await host.process_batch(batch) == [Disposition.RECORDED] * 3, turns
     finally:
-        await runtime.stop()
+        await host.stop()
     faults = [record for record in caplog.records if record.getMessage() == "waiting out a platform fault"]
     assert faults, "no restart met the work: the test did not test anything"
     print(f"platform faults met: {sorted({getattr(record, 'error', '') for record in faults})}")

@@ -19,6 +19,8 @@ import asyncpg
 import orjson
 import pytest
 
+from saga_orchestrator.operations.ports import ReprojectionStore
+from saga_orchestrator.operations.reprojection import reproject
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.orchestrator.outbound import summary_of
@@ -50,7 +52,7 @@ from tests.trip_runs import trip_run
 T0 = 1_700_000_000_000  # a fixed epoch-ms origin: timer and summary times are data, not the clock
 
 
-class Store(UnitOfWorkFactory, PurgeStore, EventReader, Protocol):
+class Store(UnitOfWorkFactory, PurgeStore, EventReader, ReprojectionStore, Protocol):
     """Every port, as one type for the tests (every adapter implements them all)."""
 
     def begin(self) -> AbstractAsyncContextManager[PurgeUnitOfWork]: ...
@@ -507,6 +509,24 @@ async def test_a_purge_works_through_the_port_on_every_store(h: Harness) -> None
     statuses = {sid: (await h.store.get_summary(sid) or summary(sid, "NONE", 0, 0)).status for sid in (ended, running)}
     assert statuses == {ended: "PURGED", running: "RUNNING"}
     assert len(await h.store.load_events(running)) == len(runs["running"].events)
+
+
+async def test_a_reprojection_repairs_and_removes_read_model_rows_on_every_store(h: Harness) -> None:
+    runs = [trip_run(kind, f"{kind}-{uuid.uuid4().hex[:6]}", T0) for kind in ("completed", "compensated")]
+    damaged, intact = runs
+    orphan = f"orphan-{uuid.uuid4().hex[:6]}"
+    async with h.store.begin() as uow:  # a lost row, a right one, and a row of a saga without events
+        await uow.write(Writes(events=[StoredEvent(e.saga_id, e.seq, type(e).__name__, wire.encode_event(e))
+                                       for run in runs for e in run.events],
+                               summaries=[summary_of(intact.saga), summary(orphan, "RUNNING", T0, 1)]))
+    registry = DefinitionRegistry([TRIP])
+    counted = await reproject(h.store, registry, dry_run=True)
+    assert (counted.sagas, counted.repaired, counted.removed) == (2, 1, 1)
+    assert await h.store.summaries_of([damaged.saga_id, orphan]) == {orphan: summary(orphan, "RUNNING", T0, 1)}
+    done = await reproject(h.store, registry)
+    assert (done.repaired, done.removed, done.unfoldable) == (1, 1, [])
+    found = await h.store.summaries_of([damaged.saga_id, intact.saga_id, orphan])
+    assert found == {damaged.saga_id: summary_of(damaged.saga), intact.saga_id: summary_of(intact.saga)}
 
 
 # --- a saga's deadline, through the service ---------------------------------------------------------------

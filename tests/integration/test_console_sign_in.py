@@ -162,3 +162,19 @@ async def test_malformed_input_is_4xx_and_nothing_is_audited_or_queued(
     finally:
         await pool.close()
     assert (queued, audited) == (0, 0)
+
+
+async def test_a_bulk_job_that_does_not_exist_is_not_found_and_one_that_ended_is_refused(
+        console: httpx.AsyncClient, settings: Settings) -> None:
+    basic = {"Authorization": "Basic " + base64.b64encode(f"{NAME}:{PASSWORD}".encode()).decode()}
+    missing = await console.post("/api/v1/bulk/jobs/424242/cancel", headers=basic)
+    assert missing.status_code == 404 and "no bulk job 424242" in missing.text
+    pool = await create_pool(settings.dsn(), 1)
+    try:
+        ended = await pool.fetchval(
+            "INSERT INTO saga.bulk_jobs (operator, reason, action, selection, rate_per_s, status, total)"
+            " VALUES ('anna', 'ended', 'Pause', '{}', 1, 'DONE', 0) RETURNING id")
+    finally:
+        await pool.close()
+    refused = await console.post(f"/api/v1/bulk/jobs/{ended}/cancel", headers=basic)
+    assert refused.status_code == 400 and "already ended DONE" in refused.text

@@ -13,11 +13,11 @@ import pytest
 
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.participants.host import ParticipantHost
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.handling import UNPROCESSABLE, Disposition
 from saga_orchestrator.participants.kit.outcome import Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Participant
-from saga_orchestrator.participants.runtime import ParticipantRuntime
 from tests.integration.test_participants import command, delivered, new_saga_id, replies
 
 pytestmark = pytest.mark.integration
@@ -42,29 +42,29 @@ POISONOUS = Participant(name="poisonous", schema="poisonous", handlers={"book": 
 
 
 @pytest.fixture(scope="module")
-async def runtime(database_url: str) -> AsyncIterator[ParticipantRuntime]:
+async def host(database_url: str) -> AsyncIterator[ParticipantHost]:
     pool = await create_pool(database_url, 4)
     await ensure_participant_schema(pool, POISONOUS)
     await pool.execute("INSERT INTO poisonous.parents VALUES ('p-1') ON CONFLICT DO NOTHING")
     await pool.close()
     settings = Settings(database_url=database_url, kafka_bootstrap_servers="127.0.0.1:1", saga_poison_attempts=2,
                         saga_participant_retention_hours=0)
-    runtime = ParticipantRuntime(POISONOUS, settings)
-    yield runtime
-    await runtime.stop()
+    host = ParticipantHost(POISONOUS, settings)
+    yield host
+    await host.stop()
 
 
 async def test_a_command_that_fails_every_time_is_dead_lettered_and_the_batch_goes_on(
-        runtime: ParticipantRuntime) -> None:
+        host: ParticipantHost) -> None:
     healthy = [new_saga_id() for _ in range(3)]
     poisoned = new_saga_id()
     batch = [delivered(POISONOUS, *command(saga_id, "step", "book", customer_id="poison" if saga_id == poisoned
                                            else "c-1"))
              for saga_id in (healthy[0], poisoned, *healthy[1:])]
-    dispositions = await asyncio.wait_for(runtime.process_batch(batch), 60)
+    dispositions = await asyncio.wait_for(host.process_batch(batch), 60)
     assert dispositions == [Disposition.RECORDED, Disposition.DEAD_LETTERED, Disposition.RECORDED,
                             Disposition.RECORDED]
-    pool = await runtime.start()
+    pool = await host.start()
     kept = {row["saga_id"] for row in await pool.fetch("SELECT saga_id FROM poisonous.children")}
     assert set(healthy) <= kept and poisoned not in kept
     rows = await replies(pool, "poisonous", poisoned)
@@ -73,4 +73,4 @@ async def test_a_command_that_fails_every_time_is_dead_lettered_and_the_batch_go
     assert (result["status"], result["error_type"]) == ("FAILED", UNPROCESSABLE)
     assert "ForeignKeyViolationError" in letter["reason"] and letter["original_value"] == batch[1].value
     # A redelivery gets the recorded failure, not another try.
-    assert await asyncio.wait_for(runtime.process_batch([batch[1]]), 60) == [Disposition.DUPLICATE]
+    assert await asyncio.wait_for(host.process_batch([batch[1]]), 60) == [Disposition.DUPLICATE]

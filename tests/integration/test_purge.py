@@ -9,8 +9,8 @@ import uuid
 import asyncpg
 import pytest
 
-from saga_orchestrator.cli.reproject_cmd import reproject
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.reprojection import reproject
 from saga_orchestrator.orchestrator.domain.retention import purged_digest
 from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.orchestrator.retention import purge_batch

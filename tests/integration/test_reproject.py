@@ -7,8 +7,8 @@ import uuid
 import asyncpg
 import pytest
 
-from saga_orchestrator.cli.reproject_cmd import reproject
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.reprojection import reproject
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
 from saga_orchestrator.participants.trip.definition import trip_definitions
 from saga_orchestrator.schemas import wire

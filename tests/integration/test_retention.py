@@ -16,10 +16,10 @@ from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.retention import RETENTION_OPERATOR, retention_policy
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore
+from saga_orchestrator.participants.host import ParticipantHost
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.ledger import prune_processed_commands
 from saga_orchestrator.participants.registry import get_participant
-from saga_orchestrator.participants.runtime import ParticipantRuntime
 from saga_orchestrator.participants.trip.definition import trip_definitions
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaPurged
@@ -105,8 +105,8 @@ async def test_a_participant_worker_prunes_its_records_once_started(participant_
     await _processed(participant_pool, {"old": 200, "fresh": 0})
     settings = Settings(database_url=database_url, kafka_bootstrap_servers=kafka_bootstrap,
                         saga_participant_retention_hours=168)
-    runtime = ParticipantRuntime(FLIGHT, settings)
-    await runtime.start()
+    host = ParticipantHost(FLIGHT, settings)
+    await host.start()
     try:
         for _ in range(100):
             if await _keys(participant_pool) == ["fresh"]:
@@ -114,4 +114,4 @@ async def test_a_participant_worker_prunes_its_records_once_started(participant_
             await asyncio.sleep(0.05)
         assert await _keys(participant_pool) == ["fresh"]
     finally:
-        await asyncio.wait_for(runtime.stop(), 10)  # the pruner, asleep for 10 minutes, stops at once
+        await asyncio.wait_for(host.stop(), 10)  # the pruner, asleep for 10 minutes, stops at once

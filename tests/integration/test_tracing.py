@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare as prepare_orchestrator
 from saga_orchestrator.orchestrator.bootstrap import run_orchestrator
+from saga_orchestrator.participants.host import ParticipantHost
 from saga_orchestrator.participants.registry import REFERENCE_PARTICIPANTS, get_participant
 from saga_orchestrator.participants.runner import prepare as prepare_participant
-from saga_orchestrator.participants.runtime import ParticipantRuntime
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import SagaCompleted
@@ -39,30 +39,30 @@ STEPS = {"flight": "book_flight", "hotel": "book_hotel", "payment": "charge_card
 
 
 async def serve_participants(settings: Settings, stop: asyncio.Event) -> None:
-    """The four trip participants, each on its ``ParticipantRuntime`` (its pool, handling and outbox relay), fed
-    their commands by one consumer until ``stop``: the runtime a faust worker drives, without faust."""
+    """The four trip participants, each on its ``ParticipantHost`` (its pool, handling and outbox relay), fed
+    their commands by one consumer until ``stop``: the host a faust worker drives, without faust."""
     topics = Topics(settings.saga_topic_prefix)
-    runtimes = {topics.commands(name): ParticipantRuntime(get_participant(name), settings)
+    hosts = {topics.commands(name): ParticipantHost(get_participant(name), settings)
                 for name in REFERENCE_PARTICIPANTS}
     for name in REFERENCE_PARTICIPANTS:
         await prepare_participant(name, settings)
-    for runtime in runtimes.values():
-        runtime.owned_partitions = frozenset(range(settings.saga_topic_partitions))
-        await runtime.start()
-    consumer = AIOKafkaConsumer(*runtimes, bootstrap_servers=settings.kafka_servers(), enable_auto_commit=False,
+    for host in hosts.values():
+        host.owned_partitions = frozenset(range(settings.saga_topic_partitions))
+        await host.start()
+    consumer = AIOKafkaConsumer(*hosts, bootstrap_servers=settings.kafka_servers(), enable_auto_commit=False,
                                 group_id=f"{settings.saga_topic_prefix}traced-participants",
                                 auto_offset_reset="earliest")
     await consumer.start()
     try:
         while not stop.is_set():
             for partition, records in (await consumer.getmany(timeout_ms=100)).items():
-                await runtimes[partition.topic].process_batch([
+                await hosts[partition.topic].process_batch([
                     ConsumedRecord(topic=r.topic, partition=r.partition, offset=r.offset, key=r.key, value=r.value,
                                    headers=header_pairs(r.headers)) for r in records])
     finally:
         await consumer.stop()
-        for runtime in runtimes.values():
-            await runtime.stop()
+        for host in hosts.values():
+            await host.stop()
 
 
 @pytest.fixture

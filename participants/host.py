@@ -1,6 +1,6 @@
-"""The Postgres side of a participant worker: its pool, tables and outbox relay, and the handling of each batch
-of commands (down the isolation ladder, a platform fault waited out). Framework-free: the faust worker
-(``participants.runner``) drives it."""
+"""What hosts one participant in a worker: its pool, tables and outbox relay, and the handling of each batch of
+its commands (down the isolation ladder, a platform fault waited out). Framework-free: the faust worker
+(``participants.runner``) drives one host per participant it runs."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class DeliveryAbandoned(Exception):
     """The worker is stopping and Postgres is unavailable: the delivery stays unacknowledged."""
 
 
-class ParticipantRuntime:
+class ParticipantHost:
     """The Postgres pool, schema and outbox relay of one worker, living on the worker's event loop.
 
     Faust starts agents before app tasks, so the agent itself waits for :meth:`start` (idempotent).
@@ -149,16 +149,16 @@ class _Commands:
     """A worker's commands on the isolation ladder: grouped by saga (their Kafka key), dead-lettered and answered
     ``Unprocessable`` at its end."""
 
-    def __init__(self, runtime: ParticipantRuntime) -> None:
-        self._runtime = runtime
+    def __init__(self, host: ParticipantHost) -> None:
+        self._host = host
 
     def group_of(self, record: ConsumedRecord) -> Hashable:
         return record.key
 
     async def handle(self, records: Sequence[ConsumedRecord]) -> list[Disposition]:
-        runtime = self._runtime
-        return await handle_commands(await runtime.start(), runtime.participant, runtime.topics, records)
+        host = self._host
+        return await handle_commands(await host.start(), host.participant, host.topics, records)
 
     async def isolate(self, record: ConsumedRecord, error: Exception) -> Disposition:
-        runtime = self._runtime
-        return await dead_letter_poisoned(await runtime.start(), runtime.participant, runtime.topics, record, error)
+        host = self._host
+        return await dead_letter_poisoned(await host.start(), host.participant, host.topics, record, error)
