@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from ..kit.bulk import record_calls
+from ..kit.batch_rows import record_calls
 from ..kit.effects import EffectTable
 from ..kit.outcome import Failed, Proceed, Verdict
 from ..kit.typed import Calling, StepContext, participant

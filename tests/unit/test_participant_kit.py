@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from saga_orchestrator.outbox.dead_letter_row import dead_letter_message
-from saga_orchestrator.participants.kit.bulk import insert_rows
+from saga_orchestrator.participants.kit.batch_rows import insert_rows
 from saga_orchestrator.participants.kit.deliveries import decode_command
 from saga_orchestrator.participants.kit.outcome import Failed, Outcome, ReceivedCommand, Succeeded
 from saga_orchestrator.participants.kit.participant import Call, Participant
