@@ -43,7 +43,7 @@ from ..schemas.limits import MAX_TEXT_CHARS
 from ..schemas.message_types import SAGA_ACTIONS, STEP_LEVERS, action_name, control_command
 from ..schemas.topics import Topics
 from .levers import control_row, control_shards
-from .ports import BulkJobStore
+from .ports import BulkJobStore, SagaFilter
 
 log = logging.getLogger("saga.orchestrator.bulk")
 
@@ -159,6 +159,13 @@ class Criteria:
 
     selection: Selection
     steps: tuple[tuple[str, str], ...] | None = None
+
+    @property
+    def filter(self) -> SagaFilter:
+        """The read model's filter these criteria put (what a listing of the same selection takes)."""
+        s = self.selection
+        return SagaFilter(saga_type=s.saga_type, statuses=s.statuses, older_than_s=s.older_than_s, tenant=s.tenant,
+                          error=s.error, steps=self.steps)
 
 
 def criteria(selection: Selection, registry: DefinitionRegistry) -> Criteria:

@@ -105,13 +105,7 @@ class Deferred:
 def saga_filter(selection: bulk_jobs.Selection, definitions: DefinitionRegistry) -> SagaFilter:
     """The store's filter for ``selection``: its participant resolved to the steps it serves. BulkJobError for a
     saga type or participant ``definitions`` do not know."""
-    if selection.saga_type is not None and selection.saga_type not in definitions.types():
-        raise bulk_jobs.BulkJobError(f"unknown saga type {selection.saga_type!r}; known types: "
-                                     f"{', '.join(definitions.types()) or 'none'}")
-    steps = (None if selection.participant is None
-             else tuple(bulk_jobs.participant_steps(definitions, selection.participant)))
-    return SagaFilter(saga_type=selection.saga_type, statuses=selection.statuses, older_than_s=selection.older_than_s,
-                      tenant=selection.tenant, error=selection.error, steps=steps)
+    return bulk_jobs.criteria(selection, definitions).filter
 
 
 class Reads:

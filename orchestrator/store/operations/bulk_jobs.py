@@ -17,6 +17,7 @@ from ....operations.ports import BatchWork
 from ....outbox.table import write_outbox
 from ...ports import SagaSummaryRow
 from ..memory import MemoryStore
+from .reads import filter_sql, matches
 
 
 @dataclass(frozen=True)
@@ -31,30 +32,9 @@ class Where:
 def where(criteria: Criteria, as_of: str = "now()", first: int = 1) -> Where:
     """The condition on a ``saga_summary`` row that ``criteria`` puts, as seen at ``as_of`` (a trusted SQL
     expression: ``now()`` for a dry run, the job's start for its batches): the saga started by then and, when an
-    age is given, was last updated that long before then. No value enters the SQL text."""
-    selection = criteria.selection
-    conditions = [f"started_at <= {as_of}"]
-    params: list[Any] = []
-
-    def param(value: Any, cast: str = "") -> str:
-        params.append(value)
-        return f"${first + len(params) - 1}{cast}"
-
-    if selection.saga_type is not None:
-        conditions.append(f"saga_type = {param(selection.saga_type)}")
-    if selection.statuses:
-        conditions.append(f"status = ANY({param(list(selection.statuses), '::text[]')})")
-    if selection.older_than_s is not None:
-        conditions.append(f"updated_at < {as_of} - make_interval(secs => {param(selection.older_than_s)})")
-    if selection.tenant is not None:
-        conditions.append(f"tenant_id = {param(selection.tenant)}")
-    if selection.error is not None:
-        conditions.append(f"last_error = {param(selection.error)}")
-    if criteria.steps is not None:
-        types, steps = param([t for t, _ in criteria.steps], "::text[]"), param([s for _, s in criteria.steps],
-                                                                              "::text[]")
-        conditions.append(f"(saga_type, current_step) IN (SELECT * FROM unnest({types}, {steps}))")
-    return Where(" AND ".join(conditions), params)
+    age is given, was last updated that long before then (``reads.filter_sql``). No value enters the SQL text."""
+    sql, params = filter_sql(criteria.filter, as_of, first, started_by=True)
+    return Where(sql, params)
 
 
 class PostgresBulkJobs:
@@ -243,15 +223,6 @@ class MemoryBulkJobs:
         return job
 
     def _matching(self, criteria: Criteria, as_of_ms: int) -> list[SagaSummaryRow]:
-        selection = criteria.selection
-        steps = None if criteria.steps is None else set(criteria.steps)
-        older_ms = None if selection.older_than_s is None else selection.older_than_s * 1000
-        rows = [row for row in self._store.summaries.values()
-                if row.started_at_ms <= as_of_ms
-                and (selection.saga_type is None or row.saga_type == selection.saga_type)
-                and (not selection.statuses or row.status in selection.statuses)
-                and (older_ms is None or row.updated_at_ms < as_of_ms - older_ms)
-                and (selection.tenant is None or row.tenant_id == selection.tenant)
-                and (selection.error is None or row.last_error == selection.error)
-                and (steps is None or (row.saga_type, row.current_step) in steps)]
+        selection = criteria.filter
+        rows = [row for row in self._store.summaries.values() if matches(row, selection, as_of_ms, started_by=True)]
         return sorted(rows, key=lambda row: row.saga_id)

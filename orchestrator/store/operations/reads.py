@@ -50,10 +50,12 @@ def _stored(row: asyncpg.Record) -> StoredEvent:
                        datetime_to_ms(row["recorded_at"]))
 
 
-def filter_sql(selection: SagaFilter, as_of: str = "now()", first: int = 1) -> tuple[str, list[Any]]:
+def filter_sql(selection: SagaFilter, as_of: str = "now()", first: int = 1, started_by: bool = False
+               ) -> tuple[str, list[Any]]:
     """The condition on a ``saga_summary`` row that ``selection`` puts as seen at ``as_of`` (a trusted SQL
-    expression), its parameters numbered from ``$first``."""
-    conditions = ["TRUE"]
+    expression), its parameters numbered from ``$first``; with ``started_by``, only sagas started by then. No
+    value enters the SQL text."""
+    conditions = [f"started_at <= {as_of}"] if started_by else []
     params: list[Any] = []
 
     def param(value: Any, cast: str = "") -> str:
@@ -74,7 +76,7 @@ def filter_sql(selection: SagaFilter, as_of: str = "now()", first: int = 1) -> t
         types, steps = param([t for t, _ in selection.steps], "::text[]"), param([s for _, s in selection.steps],
                                                                                   "::text[]")
         conditions.append(f"(saga_type, current_step) IN (SELECT * FROM unnest({types}, {steps}))")
-    return " AND ".join(conditions), params
+    return " AND ".join(conditions) or "TRUE", params
 
 
 class PostgresReads:
@@ -202,9 +204,10 @@ class PostgresReads:
             return []  # the participant has not started here yet
 
 
-def matches(row: SagaSummaryRow, selection: SagaFilter, now_ms: int) -> bool:
+def matches(row: SagaSummaryRow, selection: SagaFilter, now_ms: int, started_by: bool = False) -> bool:
     """Whether ``selection`` takes ``row`` at ``now_ms`` (what ``filter_sql`` says in SQL)."""
-    return ((selection.saga_type is None or row.saga_type == selection.saga_type)
+    return ((not started_by or row.started_at_ms <= now_ms)
+            and (selection.saga_type is None or row.saga_type == selection.saga_type)
             and (not selection.statuses or row.status in selection.statuses)
             and (selection.older_than_s is None or row.updated_at_ms < now_ms - selection.older_than_s * 1000)
             and (selection.tenant is None or row.tenant_id == selection.tenant)
