@@ -5,7 +5,7 @@ In this order, each refusal a plain 4xx that changed nothing:
 1. The request is well formed: no NUL in its path or query (400), a body of at most ``MAX_BODY`` bytes (413),
    and no NUL in a form's or a JSON body's values (400). Postgres refuses NUL in text, so a NUL reaching a
    query would answer 500, or fail an audit write after its lever went out.
-2. Who asks is known (``Caller``): the session named by the cookie (``console.sessions``), the trusted proxy's
+2. Who asks is known (``Caller``): the session named by the cookie (``operations.sessions``), the trusted proxy's
    header, or HTTP Basic, whose password check is throttled (``console.throttle``) and runs off the event loop.
 3. A request that changes something comes from the console's own pages: a browser's ``Sec-Fetch-Site`` is
    ``same-origin`` (or ``none``: typed by the user), its ``Origin`` is the console's; and a request of a

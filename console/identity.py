@@ -6,7 +6,7 @@ Never a form field: the operator recorded with every lever comes from here. Thre
   them in this header; a request without it is refused. Only sound when nothing but the proxy can reach the
   console (it binds 127.0.0.1 by default).
 - ``SAGA_CONSOLE_USERS``: a file of ``name:scrypt-hash`` lines (``saga console add-user``); people sign in on
-  ``/login`` (a session held in Postgres, ``console.sessions``), API callers with HTTP Basic; failed checks of
+  ``/login`` (a session held in Postgres, ``operations.sessions``), API callers with HTTP Basic; failed checks of
   either are throttled (``console.throttle``).
 - neither: anyone who reaches it may read, nobody may act (levers need an operator).
 """
@@ -29,8 +29,8 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from ..infra.misconfigured import Misconfigured
+from ..operations.sessions import Sessions
 from .guard import Caller, Refused, caller_of
-from .sessions import Sessions
 from .throttle import SignInThrottle
 
 HASHING_AT_ONCE = 2  # password checks at once: further guesses wait their turn, off the event loop

@@ -19,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 
 from ..operations import bulk_jobs
 from ..operations.ports import AGE_BUCKETS
+from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..participants.kit.outcome import Failed, Succeeded
@@ -29,7 +30,6 @@ from . import letter_replays, operating
 from .api import actor, detail, effects
 from .context import Console, console_of
 from .guard import Refused, caller_of
-from .sessions import SESSION_S
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 STREAM_POLL_S = 0.5  # how often a saga page's stream looks for new events
