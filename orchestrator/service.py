@@ -284,8 +284,7 @@ class SagaService:
             after = self._write(decision, envelope, writes, sent_under)
         if after is not None:
             states[after.saga_id] = after
-            if log.isEnabledFor(logging.INFO):  # its line is at INFO or DEBUG: none is written below INFO
-                log_decision(decision.events)
+            log_decision(decision.events)
             if definition is not None and definition.searchable and isinstance(decision.events[0], SagaStarted):
                 # Decoded once, by the parser that checked it; an envelope built without one is decoded here.
                 record = (envelope.start_input if envelope.start_input is not None
