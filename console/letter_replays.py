@@ -17,7 +17,7 @@ from fastapi import HTTPException
 
 from ..operations import dead_letters as dlq
 from ..operations.dead_letters import DeadLetterError, Parked, Replayed
-from ..orchestrator.domain.status import SagaStatus
+from ..orchestrator.domain.model import SagaStatus
 from .context import Console
 
 SHOWN = 100  # the newest letters a page shows: saga.dlq is read from Kafka on every view

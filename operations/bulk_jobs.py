@@ -34,7 +34,7 @@ from typing import Any
 
 from ..infra.chores import Chore
 from ..orchestrator.domain.definition import DefinitionRegistry
-from ..orchestrator.domain.status import SagaStatus
+from ..orchestrator.domain.model import SagaStatus
 from ..outbox.table import OutboxMessage
 from ..schemas import wire
 from ..schemas.codec import WireError

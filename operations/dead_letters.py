@@ -31,7 +31,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from ..client.saga_client import client_headers, topic_partitions
 from ..infra.kafka_clients import KafkaClients
-from ..orchestrator.domain.status import SagaStatus
+from ..orchestrator.domain.model import SagaStatus
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event, OperatorAction

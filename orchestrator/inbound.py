@@ -36,8 +36,9 @@ from ..schemas.message_types import (
 from ..schemas.records import ConsumedRecord
 from ..schemas.registry import SchemaRegistry
 from ..schemas.topics import Topics
+from .domain.builder import Timer, TimerKind
 from .domain.definition import DefinitionRegistry
-from .domain.messages import IncomingMessage, RejectedRecord, Timer, TimerFired, TimerKind
+from .domain.messages import IncomingMessage, RejectedRecord, TimerFired
 from .ports import InboxKey, TimerRow
 
 T = TypeVar("T")

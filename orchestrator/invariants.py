@@ -15,8 +15,8 @@ from enum import StrEnum
 from typing import NoReturn
 
 from .domain.definition import SagaDefinition
+from .domain.model import trouble
 from .domain.state import SagaState, SagaStatus, StepStatus
-from .domain.trouble import trouble
 from .ports import SagaSummaryRow
 
 EffectCounts = Mapping[str, Mapping[str, int]]

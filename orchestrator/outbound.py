@@ -17,10 +17,10 @@ from ..schemas.message_types import StepCommand, WithdrawStep
 from ..schemas.records import ConsumedRecord
 from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
+from .domain.builder import Timer
 from .domain.decide import Decision
-from .domain.messages import Timer
+from .domain.model import trouble
 from .domain.state import SagaState, SagaStatus
-from .domain.trouble import trouble
 from .ports import SagaSummaryRow, SearchKey, StatusMark, StoredEvent, TimerRow, UnitOfWork, Writes
 
 REFUSALS = (OperatorActionRefused, SagaCancelRefused)

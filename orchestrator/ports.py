@@ -85,7 +85,7 @@ class SagaSummaryRow:
     last_seq: int
     failed_step: str | None = None
     reason: str | None = None
-    current_step: str | None = None  # orchestrator.domain.trouble: the step it waits on, the most failed first
+    current_step: str | None = None  # orchestrator.domain.model.trouble: the step it waits on, the most failed first
     step_failures: int = 0  # that step's failed or timed-out attempts
     last_error: str | None = None  # the latest of them: its error type, or "timeout"
 

@@ -30,9 +30,9 @@ from ..schemas.ids import purge_causation_id
 from ..schemas.topics import Topics
 from .domain.decide import Decision
 from .domain.definition import DefinitionRegistry
+from .domain.model import PURGEABLE_STATUSES
 from .domain.retention import may_purge, purged_event
 from .domain.state import apply_event, fold
-from .domain.status import PURGEABLE_STATUSES
 from .outbound import PendingWrites
 from .ports import ConcurrencyConflict, PurgeStore
 from .store.postgres import PostgresStore

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
+from cachetools import LRUCache
+
 from ..infra import tracing
 from ..infra.isolation import IsolationLadder
 from ..infra.logging import saga_trace_var
@@ -37,17 +39,22 @@ from .domain.decide import Decision, decide, quarantine, quarantine_unfolded
 from .domain.definition import DefinitionRegistry, SagaDefinition
 from .domain.errors import DomainError, InvalidMessage
 from .domain.messages import IncomingMessage, RejectedRecord, TimerFired
+from .domain.model import state_bytes
 from .domain.state import SagaState, SagaStatus, apply_event
 from .inbound import Envelope, timer_envelope
 from .observe import decision_span, describe_decision, log_decision
 from .outbound import Outgoing, PendingWrites, Settled
 from .ports import InboxKey, StoredEvent, TimerRow, UnitOfWork, UnitOfWorkFactory
-from .state_cache import STATE_CACHE_BYTES, StateCache
 
 log = logging.getLogger("saga.orchestrator")
 
 CONSUMER_NAME = "orchestrator"
 POISON_ATTEMPTS = 3
+STATE_CACHE_BYTES = 256 * 1024 * 1024
+"""How much memory the folded states kept between transactions may take (estimated per state by
+``state_bytes``). A cached state is always a prefix of the stored history (only states whose transaction
+committed go in), and each transaction still reads the events recorded after it, so a stale entry costs a read,
+never a wrong decision."""
 """How often a message that fails for no known reason is tried alone before its saga is quarantined."""
 
 T = TypeVar("T")
@@ -91,7 +98,7 @@ class SagaService:
         self._outgoing = Outgoing(topics, self._schemas)  # topic names and registry, looked up once
         self._clock_ms = clock_ms
         self._consumer = consumer_name
-        self._cache = StateCache(cache_bytes)
+        self._cache: LRUCache[str, SagaState] = LRUCache(cache_bytes, getsizeof=state_bytes)
         self._on_commit = on_commit  # e.g. an in-process outbox relay's wake()
         self._on_settled = on_settled  # e.g. metrics of what the committed decisions did
         # on_conflict: e.g. saga_concurrency_conflicts_total, told each time another writer won a saga.
@@ -180,7 +187,7 @@ class SagaService:
                 result = await work(uow, settled)
         except BaseException:
             for saga_id in settled.sagas:  # the cache may be ahead of what is stored now
-                self._cache.drop(saga_id)
+                self._cache.pop(saga_id, None)
             raise
         self._committed(settled)
         return result
@@ -355,7 +362,11 @@ class SagaService:
         ``on_settled`` (what it decided)."""
         # Only states whose transaction committed: a cached state must be a prefix of the stored history.
         for state in settled.states.values():
-            self._cache.put(state)
+            self._cache.pop(state.saga_id, None)
+            try:
+                self._cache[state.saga_id] = state
+            except ValueError:  # larger than the whole cache: read again each time rather than push all out
+                pass
         if self._on_commit is not None:
             self._on_commit()
         if self._on_settled is not None:

@@ -24,7 +24,7 @@ from ..operations.ports import SignalStore
 from ..schemas import event_types as ev
 from ..schemas import wire
 from ..schemas.codec import WireError
-from .domain.messages import TimerKind
+from .domain.builder import TimerKind
 from .domain.model import RESUME_COMPENSATION
 
 RETRYING_SAGAS_LOOKED_AT = 1000

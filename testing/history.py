@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..orchestrator.domain.builder import Timer, TimerKind
 from ..orchestrator.domain.decide import Decision, decide
 from ..orchestrator.domain.definition import SagaDefinition
-from ..orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
+from ..orchestrator.domain.messages import IncomingMessage, TimerFired
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
 from ..schemas import event_types as ev
 from ..schemas.ids import compensation_key, forward_key

@@ -8,6 +8,7 @@ decision see the effect of earlier ones, and it derives the commands and timers 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TypedDict
 
 from ...schemas import event_types as ev
@@ -16,9 +17,37 @@ from ...schemas.limits import MAX_COMMAND_PAYLOAD_BYTES, MAX_STEP_OUTPUT_BYTES, 
 from ...schemas.message_types import CommandKind, StepCommand, WithdrawStep
 from .definition import Expiry, SagaDefinition
 from .evolve import apply_event
-from .messages import Timer, TimerKind
-from .model import SagaState, StepState
-from .status import IN_FLIGHT, SagaStatus, StepStatus
+from .model import IN_FLIGHT, SagaState, SagaStatus, StepState, StepStatus
+
+
+class TimerKind(StrEnum):
+    STEP_TIMEOUT = "STEP_TIMEOUT"
+    STEP_RETRY = "STEP_RETRY"
+    COMPENSATION_TIMEOUT = "COMPENSATION_TIMEOUT"
+    COMPENSATION_RETRY = "COMPENSATION_RETRY"
+    SAGA_DEADLINE = "SAGA_DEADLINE"
+    WITHDRAWAL_TIMEOUT = "WITHDRAWAL_TIMEOUT"  # attempt: the how-manieth withdrawal of the step's latest attempt
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timer:
+    """A durable timer the orchestrator's scheduler fires at ``due_at`` (epoch ms)."""
+
+    saga_id: str
+    kind: TimerKind
+    step: str
+    attempt: int
+    due_at: int
+
+    @property
+    def timer_id(self) -> str:
+        return timer_id(self.kind, self.step, self.attempt)
+
+
+def timer_id(kind: TimerKind, step: str, attempt: int) -> str:
+    """The id of a saga's timer of ``kind`` for ``step``'s ``attempt``: unique within the saga, so arming it again
+    replaces it, and what ``live_timer_ids`` names."""
+    return f"{kind}:{step}:{attempt}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,19 +293,19 @@ def live_timer_ids(definition: SagaDefinition | None, state: SagaState | None) -
     for step in state.steps.values():
         forward_open = not unwinding or needs_resolution(definition, step)
         if step.status in (StepStatus.RUNNING, StepStatus.AWAITING_SIGNAL) and forward_open:
-            live.add(f"{TimerKind.STEP_TIMEOUT}:{step.name}:{step.attempt}")
+            live.add(timer_id(TimerKind.STEP_TIMEOUT, step.name, step.attempt))
         elif step.status is StepStatus.RETRY_SCHEDULED and forward_open:
-            live.add(f"{TimerKind.STEP_RETRY}:{step.name}:{step.attempt}")
+            live.add(timer_id(TimerKind.STEP_RETRY, step.name, step.attempt))
         elif step.status is StepStatus.WITHDRAWING:
-            live.add(f"{TimerKind.WITHDRAWAL_TIMEOUT}:{step.name}:{step.withdrawals}")
+            live.add(timer_id(TimerKind.WITHDRAWAL_TIMEOUT, step.name, step.withdrawals))
         elif step.status is StepStatus.COMPENSATING:
-            live.add(f"{TimerKind.COMPENSATION_TIMEOUT}:{step.name}:{step.compensation_attempt}")
+            live.add(timer_id(TimerKind.COMPENSATION_TIMEOUT, step.name, step.compensation_attempt))
         elif step.status is StepStatus.COMPENSATION_RETRY_SCHEDULED:
-            live.add(f"{TimerKind.COMPENSATION_RETRY}:{step.name}:{step.compensation_attempt}")
+            live.add(timer_id(TimerKind.COMPENSATION_RETRY, step.name, step.compensation_attempt))
     return frozenset(live)
 
 
-DEADLINE_TIMER_ID = f"{TimerKind.SAGA_DEADLINE}::0"
+DEADLINE_TIMER_ID = timer_id(TimerKind.SAGA_DEADLINE, "", 0)
 """The id of a saga's deadline timer (``Timer.timer_id`` of kind SAGA_DEADLINE, no step, attempt 0): armed
 whenever it becomes live (``live_timer_ids``), due ``deadline_ms`` after the start."""
 

@@ -21,6 +21,7 @@ from .builder import (
     DEADLINE_TIMER_ID,
     Decision,
     DecisionBuilder,
+    TimerKind,
     live_timer_ids,
     pivot_blocks_cancel,
     withdraw,
@@ -28,12 +29,11 @@ from .builder import (
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, InvalidMessage, UnknownDefinition
 from .levers import operate, refuse
-from .messages import IncomingMessage, RejectedRecord, TimerFired, TimerKind
-from .model import RECORDED_ONLY, RELEASE, RESUME_COMPENSATION, SagaState
+from .messages import IncomingMessage, RejectedRecord, TimerFired
+from .model import RECORDED_ONLY, RELEASE, RESUME_COMPENSATION, TIMED_OUT_ERROR, SagaState, SagaStatus
 from .on_reply import handle_step_result, handle_timer_fired
 from .on_signal import handle_signal, refuse_signal
 from .progress import advance, cancel, deadline_reason, resend_open
-from .status import TIMED_OUT_ERROR, SagaStatus
 
 __all__ = ["DUPLICATE_START_REASON", "TIMED_OUT_ERROR", "Decision", "decide"]
 

@@ -15,12 +15,16 @@ from ...schemas.limits import OUTPUT_REFUSED
 from ...schemas.message_types import Lever
 from .definition import SagaDefinition
 from .errors import HistoryMismatch, IllegalTransition
-from .model import RECORDED_ONLY, RESUME_COMPENSATION, SagaState, StepState, evolved
-from .status import (
+from .model import (
     EXPIRED_ERROR,
+    RECORDED_ONLY,
+    RESUME_COMPENSATION,
     TIMED_OUT_ERROR,
+    SagaState,
     SagaStatus,
+    StepState,
     StepStatus,
+    evolved,
     is_step_transition_valid,
     is_transition_valid,
 )

@@ -59,8 +59,8 @@ from ...schemas.message_types import (
 )
 from .builder import DecisionBuilder, in_flight, needs_resolution, send_step, to_undo, withdraw
 from .definition import FailureMode
+from .model import SagaStatus, StepStatus
 from .progress import advance, resend_open, retry_compensation, unwind
-from .status import SagaStatus, StepStatus
 
 
 def operate(b: DecisionBuilder, message: OperateSaga) -> None:

@@ -3,14 +3,13 @@ it arms itself.
 
 The messages that travel on Kafka (StartSaga, CancelSaga, ResumeCompensation, ReleaseSaga, OperateSaga,
 StepResult) and the
-commands the core emits (StepCommand) are the contract's, in ``schemas.message_types``; timers never leave the
-orchestrator.
+commands the core emits (StepCommand) are the contract's, in ``schemas.message_types``; timers (``builder.Timer``,
+armed by a decision) never leave the orchestrator.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from ...schemas.message_types import (
     CancelSaga,
@@ -21,30 +20,7 @@ from ...schemas.message_types import (
     StartSaga,
     StepResult,
 )
-
-
-class TimerKind(StrEnum):
-    STEP_TIMEOUT = "STEP_TIMEOUT"
-    STEP_RETRY = "STEP_RETRY"
-    COMPENSATION_TIMEOUT = "COMPENSATION_TIMEOUT"
-    COMPENSATION_RETRY = "COMPENSATION_RETRY"
-    SAGA_DEADLINE = "SAGA_DEADLINE"
-    WITHDRAWAL_TIMEOUT = "WITHDRAWAL_TIMEOUT"  # attempt: the how-manieth withdrawal of the step's latest attempt
-
-
-@dataclass(frozen=True, kw_only=True)
-class Timer:
-    """A durable timer the orchestrator's scheduler fires at ``due_at`` (epoch ms)."""
-
-    saga_id: str
-    kind: TimerKind
-    step: str
-    attempt: int
-    due_at: int
-
-    @property
-    def timer_id(self) -> str:
-        return f"{self.kind}:{self.step}:{self.attempt}"
+from .builder import Timer
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,7 @@ from ...schemas.limits import OUTPUT_REFUSED
 from ...schemas.message_types import CommandKind, ResultStatus, StepResult
 from .builder import (
     DecisionBuilder,
+    TimerKind,
     expire_wait,
     live_timer_ids,
     output_problem,
@@ -20,10 +21,9 @@ from .builder import (
     withdraw,
 )
 from .errors import InvalidMessage
-from .messages import TimerFired, TimerKind
-from .model import ANSWER
+from .messages import TimerFired
+from .model import ANSWER, EXPIRED_ERROR, TIMED_OUT_ERROR, SagaStatus, StepStatus
 from .progress import advance, cancel, deadline_reason, retry_compensation
-from .status import EXPIRED_ERROR, TIMED_OUT_ERROR, SagaStatus, StepStatus
 
 
 def handle_step_result(b: DecisionBuilder, result: StepResult) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from ...schemas import event_types as ev
 from ...schemas.message_types import SignalSaga
 from .builder import DecisionBuilder, output_problem, take_signal
+from .model import SagaStatus, StepStatus
 from .progress import advance
-from .status import SagaStatus, StepStatus
 
 
 def handle_signal(b: DecisionBuilder, signal: SignalSaga) -> None:

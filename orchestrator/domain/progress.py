@@ -19,8 +19,7 @@ from .builder import (
     withdraw,
 )
 from .definition import Condition, FailureMode, SagaDefinition
-from .model import SagaState
-from .status import COMPENSATION_IN_PROGRESS, FORWARD_SETTLED, SagaStatus, StepStatus
+from .model import COMPENSATION_IN_PROGRESS, FORWARD_SETTLED, SagaState, SagaStatus, StepStatus
 
 
 def advance(b: DecisionBuilder) -> None:

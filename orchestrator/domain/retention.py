@@ -6,8 +6,7 @@ import hashlib
 from collections.abc import Iterable
 
 from ...schemas import event_types as ev
-from .model import SagaState
-from .status import PURGEABLE_STATUSES
+from .model import PURGEABLE_STATUSES, SagaState
 
 
 def purged_digest(bodies: Iterable[bytes]) -> str:

@@ -1,8 +1,8 @@
 """Saga state as a fold of its events.
 
-``fold`` is pure and deterministic: the same definition and events give an equal state. The status enums
-and their legal-transition tables live in ``status.py``, the state dataclasses in ``model.py`` and the
-per-event functions in ``evolve.py``; this module is the public face of all of them.
+``fold`` is pure and deterministic: the same definition and events give an equal state. The statuses, their
+legal-transition tables and the state dataclasses live in ``model.py``, the per-event functions in
+``evolve.py``; this module is the public face of both.
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from ...schemas.event_types import Event
 from .definition import SagaDefinition
 from .errors import HistoryMismatch
 from .evolve import apply_event
-from .model import RESUME_COMPENSATION, SagaState, StepState
-from .status import (
+from .model import (
+    RESUME_COMPENSATION,
     SAGA_TRANSITIONS,
     STEP_TRANSITIONS,
     TERMINAL_STATUSES,
+    SagaState,
     SagaStatus,
+    StepState,
     StepStatus,
     is_step_transition_valid,
     is_transition_valid,

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from ...schemas import event_types as ev
 from .definition import SagaDefinition
-from .model import SagaState
-from .status import StepStatus
+from .model import SagaState, StepStatus
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from bench.chaos_support import publish_paced
 from saga_orchestrator.infra.kafka_admin import settled_group
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.operations.verify import verify_system
+from saga_orchestrator.orchestrator.domain.model import EXPIRED_ERROR
 from saga_orchestrator.orchestrator.domain.state import fold
-from saga_orchestrator.orchestrator.domain.status import EXPIRED_ERROR
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire

@@ -24,7 +24,7 @@ from saga_orchestrator.cli.demo_cmd import drive
 from saga_orchestrator.infra.kafka_admin import settled_group
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.operations.verify import verify_system
-from saga_orchestrator.orchestrator.domain.status import EXPIRED_ERROR
+from saga_orchestrator.orchestrator.domain.model import EXPIRED_ERROR
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import StepFailed, StepTimedOut
 from tests.conftest import module_stack

@@ -32,7 +32,7 @@ from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.operations import reads
 from saga_orchestrator.orchestrator.bootstrap import prepare
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus
 from saga_orchestrator.orchestrator.outbound import summary_of
 from saga_orchestrator.orchestrator.ports import SearchKey, StoredEvent, Writes

@@ -14,6 +14,7 @@ from saga_orchestrator.infra.health import ServiceHealth
 from saga_orchestrator.infra.health import current as current_health
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import run_orchestrator
+from saga_orchestrator.orchestrator.domain.builder import TimerKind, timer_id
 from saga_orchestrator.orchestrator.domain.model import RESUME_COMPENSATION
 from saga_orchestrator.orchestrator.signals import TableSignals
 from saga_orchestrator.orchestrator.store.operations.signals import PostgresSignals
@@ -57,7 +58,7 @@ async def _timer(pool: asyncpg.Pool, saga_id: str, kind: str, step: str, attempt
     await pool.execute(
         "INSERT INTO saga.timers (saga_id, timer_id, kind, step, attempt, due_at)"
         " VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))",
-        saga_id, f"{kind}:{step}:{attempt}", kind, step, attempt, due_in_s)
+        saga_id, timer_id(TimerKind(kind), step, attempt), kind, step, attempt, due_in_s)
 
 
 async def _event(pool: asyncpg.Pool, event: ev.Event, recorded_ago_s: float) -> None:

@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.definition import Condition, FailureMode, RetryPolicy, SagaDefinition, Step
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.schemas.event_types import SagaCompletedWithFailures, StepRetryScheduled, StepSkipped
 from saga_orchestrator.testing.history import Action, SagaRun, command_names, event_names

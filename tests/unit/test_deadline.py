@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from saga_orchestrator.orchestrator.domain.builder import DEADLINE_TIMER_ID
+from saga_orchestrator.orchestrator.domain.builder import DEADLINE_TIMER_ID, Timer, TimerKind
 from saga_orchestrator.orchestrator.domain.definition import RetryPolicy, SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError
-from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, TimerKind
-from saga_orchestrator.orchestrator.domain.status import SagaStatus
+from saga_orchestrator.orchestrator.domain.messages import TimerFired
+from saga_orchestrator.orchestrator.domain.model import SagaStatus
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.testing.history import T0, SagaRun

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from saga_orchestrator.orchestrator.domain.builder import EventBase
+from saga_orchestrator.orchestrator.domain.builder import EventBase, Timer, TimerKind
 from saga_orchestrator.orchestrator.domain.decide import DUPLICATE_START_REASON, decide
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition, Step
 from saga_orchestrator.orchestrator.domain.errors import (
@@ -16,7 +16,8 @@ from saga_orchestrator.orchestrator.domain.errors import (
     InvalidMessage,
     UnknownDefinition,
 )
-from saga_orchestrator.orchestrator.domain.messages import RejectedRecord, Timer, TimerFired, TimerKind
+from saga_orchestrator.orchestrator.domain.messages import RejectedRecord, TimerFired
+from saga_orchestrator.orchestrator.domain.model import PURGEABLE_STATUSES
 from saga_orchestrator.orchestrator.domain.state import (
     SAGA_TRANSITIONS,
     STEP_TRANSITIONS,
@@ -27,7 +28,6 @@ from saga_orchestrator.orchestrator.domain.state import (
     fold,
     is_transition_valid,
 )
-from saga_orchestrator.orchestrator.domain.status import PURGEABLE_STATUSES
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import event_types as ev

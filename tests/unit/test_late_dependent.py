@@ -4,9 +4,9 @@ resume)."""
 
 from __future__ import annotations
 
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.definition import RetryPolicy, SagaDefinition, Step
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
-from saga_orchestrator.orchestrator.domain.status import SagaStatus, StepStatus
+from saga_orchestrator.orchestrator.domain.model import SagaStatus, StepStatus
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.testing.history import SagaRun
 

@@ -15,12 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saga_orchestrator.orchestrator.domain.builder import Decision
+from saga_orchestrator.orchestrator.domain.builder import Decision, TimerKind
 from saga_orchestrator.orchestrator.domain.decide import quarantine
 from saga_orchestrator.orchestrator.domain.definition import SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import DefinitionError, IllegalTransition
 from saga_orchestrator.orchestrator.domain.evolve import apply_event
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.model import ANSWER
 from saga_orchestrator.orchestrator.domain.retention import purged_event
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepState, StepStatus, fold

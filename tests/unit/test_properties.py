@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note
 from hypothesis import strategies as st
 
-from saga_orchestrator.orchestrator.domain.builder import DecisionBuilder, live_timer_ids
+from saga_orchestrator.orchestrator.domain.builder import DecisionBuilder, Timer, TimerKind, live_timer_ids
 from saga_orchestrator.orchestrator.domain.decide import TIMED_OUT_ERROR, decide
 from saga_orchestrator.orchestrator.domain.definition import (
     Condition,
@@ -29,7 +29,7 @@ from saga_orchestrator.orchestrator.domain.definition import (
     SagaDefinition,
     Step,
 )
-from saga_orchestrator.orchestrator.domain.messages import Timer, TimerFired, TimerKind
+from saga_orchestrator.orchestrator.domain.messages import TimerFired
 from saga_orchestrator.orchestrator.domain.progress import advance
 from saga_orchestrator.orchestrator.domain.state import (
     SagaState,

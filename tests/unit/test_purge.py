@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from saga_orchestrator.orchestrator.domain.builder import Timer, TimerKind
 from saga_orchestrator.orchestrator.domain.decide import DUPLICATE_START_REASON, decide
 from saga_orchestrator.orchestrator.domain.errors import HistoryMismatch, IllegalTransition
-from saga_orchestrator.orchestrator.domain.messages import IncomingMessage, Timer, TimerFired, TimerKind
+from saga_orchestrator.orchestrator.domain.messages import IncomingMessage, TimerFired
 from saga_orchestrator.orchestrator.domain.retention import may_purge, purged_digest, purged_event
 from saga_orchestrator.orchestrator.domain.state import SagaState, SagaStatus, apply_event, fold
 from saga_orchestrator.participants.trip.definition import TRIP

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.decide import decide, quarantine, quarantine_unfolded
 from saga_orchestrator.orchestrator.domain.errors import HistoryMismatch
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, fold
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from saga_orchestrator.infra.health import ServiceHealth
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.decide import Decision
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.observe import SagaMetrics, alert_due
 from saga_orchestrator.orchestrator.outbound import Settled
 from saga_orchestrator.participants.trip.definition import TRIP

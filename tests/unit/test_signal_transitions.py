@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.definition import Expiry, RetryPolicy, SagaDefinition, Step
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas.message_types import Lever, SignalSaga

@@ -4,13 +4,17 @@ and the participant kit turns an oversize output into OutputTooLarge before anyt
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from saga_orchestrator.orchestrator.domain.builder import output_problem
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
+from saga_orchestrator.orchestrator.domain.model import state_bytes
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
-from saga_orchestrator.orchestrator.inbound import RecordParser
-from saga_orchestrator.orchestrator.state_cache import StateCache, state_bytes
+from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
+from saga_orchestrator.orchestrator.service import Outcome, SagaService
+from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.participants.kit.handler_calls import within_limits
 from saga_orchestrator.participants.kit.outcome import Failed, Succeeded
 from saga_orchestrator.participants.trip import PARTICIPANTS
@@ -26,7 +30,7 @@ from saga_orchestrator.schemas.limits import (
     OUTPUT_REFUSED,
     OUTPUT_TOO_LARGE,
 )
-from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StepResult
+from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus, StartSaga, StepResult
 from saga_orchestrator.schemas.records import ConsumedRecord
 from saga_orchestrator.schemas.registry import default_registry
 from saga_orchestrator.schemas.topics import Topics
@@ -134,22 +138,30 @@ def test_the_kit_turns_an_oversize_output_into_a_definitive_failure() -> None:
     assert isinstance(cut, Failed) and cut.retryable and len(cut.message) == MAX_ERROR_MESSAGE_CHARS + 3
 
 
-def test_the_state_cache_is_held_within_its_bytes() -> None:
+def _start(service: SagaService, saga_id: str, payload: bytes) -> None:
+    envelope = Envelope(message=StartSaga(saga_id=saga_id, saga_type=TRIP.saga_type, input=payload, tenant_id=None),
+                        message_id=f"start-{saga_id}", start_input={})  # decoded at the door: no keys
+    assert asyncio.run(service.handle(envelope)) is Outcome.APPLIED
+
+
+def test_the_orchestrators_cache_of_folded_states_is_held_within_its_bytes() -> None:
     runs = [SagaRun(TRIP, saga_id=f"s{n}") for n in range(4)]
     for n, run in enumerate(runs):
         run.start(payload=b"i" * (100_000 if n == 2 else 10))
     small, large = state_bytes(runs[0].saga), state_bytes(runs[2].saga)
-    cache = StateCache(max_bytes=3 * small)
+
+    def service(cache_bytes: int) -> SagaService:
+        return SagaService(MemoryStore(), DefinitionRegistry([TRIP]), Topics(), lambda: 1_700_000_000_000,
+                           cache_bytes=cache_bytes)
+
+    kept = service(3 * small)
     for run in runs[:3]:
-        cache.put(run.saga)
+        _start(kept, run.saga_id, run.saga.input)
     # A state larger than the whole cache is not kept, and pushes nothing out.
-    assert [cache.get(run.saga_id) is not None for run in runs[:3]] == [True, True, False]
-    assert cache.bytes == 2 * small
-    cache = StateCache(max_bytes=large + small)
+    assert sorted(kept._cache) == ["s0", "s1"]
+    assert kept._cache.currsize == 2 * small
+    kept = service(large + small)
     for run in runs:
-        cache.put(run.saga)
-    assert cache.get("s0") is None and cache.get("s1") is None  # least recently used go first
-    assert cache.get("s2") is not None and cache.get("s3") is not None
-    assert cache.bytes == large + small == cache.max_bytes
-    cache.drop("s2")
-    assert cache.bytes == small and len(cache) == 1
+        _start(kept, run.saga_id, run.saga.input)
+    assert sorted(kept._cache) == ["s2", "s3"]  # the least recently used go first
+    assert kept._cache.currsize == large + small

@@ -3,7 +3,7 @@ own forward output (what it has to undo)."""
 
 from __future__ import annotations
 
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.message_types import CommandKind, ResultStatus
 from saga_orchestrator.testing.history import SagaRun

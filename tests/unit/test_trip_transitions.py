@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.event_types import SagaCancelRefused

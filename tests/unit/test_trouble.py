@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from saga_orchestrator.orchestrator.domain.model import SagaState, StepState
-from saga_orchestrator.orchestrator.domain.status import SagaStatus, StepStatus
-from saga_orchestrator.orchestrator.domain.trouble import TIMEOUT, StepTrouble, trouble
+from saga_orchestrator.orchestrator.domain.model import (
+    TIMEOUT,
+    SagaState,
+    SagaStatus,
+    StepState,
+    StepStatus,
+    StepTrouble,
+    trouble,
+)
 
 S = StepStatus
 

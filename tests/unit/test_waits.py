@@ -3,7 +3,7 @@ word on a withdrawal, each with since when, its key and until when."""
 
 from __future__ import annotations
 
-from saga_orchestrator.orchestrator.domain.messages import TimerKind
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.waits import PersonWait, waits
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.testing.history import T0, SagaRun
