@@ -15,6 +15,9 @@ once on the same rung (a batch of several groups goes down to its groups instead
 hold the others back). A ``PLATFORM`` fault at any rung leaves the ladder: the caller waits it out with
 ``OutageWait`` and hands the same work over again, unacknowledged, so an outage spends no poison attempt, no
 step attempt and no retry budget.
+
+Each unit it runs is traced (``infra.tracing.UnitSpans``): the ladder opens the unit's spans, named for the
+service's work, and ends them with the unit, a failed try's error on each; the service names the saga traces.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from opentelemetry.trace import SpanKind
+
+from . import tracing
 from .failures import Fault, classify, describe
 from .health import ServiceHealth
 from .health import current as current_health
@@ -82,13 +88,15 @@ class IsolationLadder(Generic[ItemT, ResultT]):
     """Runs batches through ``target`` rung by rung (see the module); ``name`` names it in logs.
 
     ``concurrent_groups``: the groups of a failed batch are handled at once (each a unit of its own), else one
-    after another in order. ``on_conflict`` is told of every conflict (e.g. a metric).
+    after another in order. ``on_conflict`` is told of every conflict (e.g. a metric). ``span`` names the spans
+    of each unit (of ``span_kind``) while spans are on: one per saga trace the service names in it.
     """
 
-    def __init__(self, target: Isolation[ItemT, ResultT], name: str, poison_attempts: int, *,
-                 concurrent_groups: bool = False, conflict_retries: int = CONFLICT_RETRIES,
-                 on_conflict: Callable[[], None] | None = None) -> None:
+    def __init__(self, target: Isolation[ItemT, ResultT], name: str, poison_attempts: int, *, span: str,
+                 span_kind: SpanKind = SpanKind.INTERNAL, concurrent_groups: bool = False,
+                 conflict_retries: int = CONFLICT_RETRIES, on_conflict: Callable[[], None] | None = None) -> None:
         self._target = target
+        self._span, self._span_kind = span, span_kind
         self._name = name
         self._attempts = max(1, poison_attempts)
         self._concurrent = concurrent_groups
@@ -154,7 +162,12 @@ class IsolationLadder(Generic[ItemT, ResultT]):
         conflicts = 0
         while True:
             try:
-                return await work()
+                if tracing.tracer is None:  # spans off: not a call more per unit
+                    return await work()
+                spans = tracing.unit(self._span, self._span_kind)
+                assert spans is not None
+                with spans:
+                    return await work()
             except Exception as error:
                 fault = classify(error)
                 if fault is Fault.PLATFORM:

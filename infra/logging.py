@@ -27,7 +27,7 @@ _STANDARD_ATTRS = frozenset(
 
 
 saga_trace_var: ContextVar[str | None] = ContextVar("saga_traceparent", default=None)
-"""The ``traceparent`` of the saga this task works for, set by ``saga_trace`` (and ``infra.tracing.span``)."""
+"""The ``traceparent`` of the saga this task works for, set by ``saga_trace`` (and ``infra.tracing.unit_span``)."""
 
 
 @contextmanager

@@ -7,20 +7,27 @@ parented on a message's header joins the saga's trace wherever it is made: the o
 handler nest under that decision. A saga started without a trace context gets one from the span of its first
 decision, which its SagaStarted records (only while spans are exported).
 
+The isolation ladder opens the spans: every unit of work it runs (a batch, a group, one item, tried again) is a
+``UnitSpans`` whose spans start with the unit and end with it, its failure recorded on each; the service only
+names the trace each belongs to (``open_span``, ``unit_span``) and describes the work on it.
+
 A process exports its spans over OTLP/HTTP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set, configured by the standard OpenTelemetry variables
 (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER`` and its argument,
 ``OTEL_EXPORTER_OTLP_HEADERS``...; ``OTEL_SDK_DISABLED=true`` turns it off). Without one nothing is exported
-and a span costs next to nothing: ``span`` hands out the shared non-recording span, whose ``is_recording()``
-is false, so call sites build no attributes; no header is parsed and no SDK is imported. Log records made
+and a span costs next to nothing: no unit opens spans, ``open_span`` and ``unit_span`` hand out the shared
+non-recording span, whose ``is_recording()`` is false, so call sites build no attributes; no header is parsed
+and no SDK is imported. Log records made
 inside a span carry the saga's ``trace_id`` either way (``infra.logging.saga_trace``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -114,18 +121,68 @@ def enabled() -> bool:
     return tracer is not None
 
 
-def span(name: str, traceparent: str | None, kind: SpanKind = SpanKind.INTERNAL) -> AbstractContextManager[Span]:
-    """A span ``name``, current inside the block, child of ``traceparent`` (a root span without one), ended when
-    the block ends; an exception leaving the block is recorded on it. Log records made inside carry its trace
-    id. Spans off: the shared non-recording span, and the log records carry ``traceparent``'s trace id."""
+class UnitSpans(AbstractContextManager["UnitSpans"]):
+    """The spans of one unit of work of an isolation ladder (``infra.isolation``), which opens it around the unit:
+    spans ``name`` of ``kind``, one per ``open`` (the service names the saga trace it works for), each dated
+    from the unit's start and all ended when the unit ends, its failure (if any) recorded on each. A unit tried
+    again (a conflict, the next rung) gets spans of its own: a failed try stays visible in the saga's trace."""
+
+    __slots__ = ("_kind", "_made_by", "_name", "_open", "_started_ns", "_token")
+
+    def __init__(self, made_by: Tracer, name: str, kind: SpanKind) -> None:
+        self._made_by, self._name, self._kind = made_by, name, kind
+        self._open: list[Span] = []
+
+    def open(self, traceparent: str | None, attributes: Attributes = None) -> Span:
+        """A span of this unit, child of ``traceparent`` (a root span without one)."""
+        made = self._made_by.start_span(self._name, context=parent_context(traceparent), kind=self._kind,
+                                        attributes=attributes, start_time=self._started_ns)
+        self._open.append(made)
+        return made
+
+    def __enter__(self) -> UnitSpans:
+        self._started_ns = time.time_ns()
+        self._open.clear()
+        self._token = _unit_var.set(self)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: object) -> None:
+        _unit_var.reset(self._token)
+        for made in self._open:
+            if error is not None:
+                made.record_exception(error)
+                made.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            made.end()
+
+
+_unit_var: ContextVar[UnitSpans | None] = ContextVar("saga_unit_spans", default=None)
+
+
+def unit(name: str, kind: SpanKind = SpanKind.INTERNAL) -> UnitSpans | None:
+    """The spans of a unit of work about to run (enter it around the unit), None while spans are off."""
     made_by = tracer
-    if made_by is None:
+    return None if made_by is None else UnitSpans(made_by, name, kind)
+
+
+def open_span(traceparent: str | None, attributes: Attributes = None) -> Span:
+    """A span of the unit of work running in this task (``UnitSpans.open``): the unit ends it. The shared
+    non-recording span while spans are off, or outside a unit."""
+    current = _unit_var.get()
+    return INVALID_SPAN if current is None else current.open(traceparent, attributes)
+
+
+def unit_span(traceparent: str | None) -> AbstractContextManager[Span]:
+    """``open_span``, current inside the block: log records made inside carry its trace id, spans made inside are
+    its children; leaving the block does not end it, the unit does. Spans off (or outside a unit): only the log
+    scope, with ``traceparent``'s trace id."""
+    current = _unit_var.get()
+    if current is None:
         return _Untraced(traceparent)
-    return _traced(made_by, name, traceparent, kind)
+    return _current(current.open(traceparent), traceparent)
 
 
 class _Untraced(AbstractContextManager[Span]):
-    """``span`` while spans are off: only the log scope (a class, not a generator: this runs per message)."""
+    """``unit_span`` while spans are off: only the log scope (a class, not a generator: this runs per message)."""
 
     __slots__ = ("_token", "_traceparent")
 
@@ -141,27 +198,10 @@ class _Untraced(AbstractContextManager[Span]):
 
 
 @contextmanager
-def _traced(tracer: Tracer, name: str, traceparent: str | None, kind: SpanKind) -> Iterator[Span]:
-    with tracer.start_as_current_span(name, context=parent_context(traceparent), kind=kind) as current:
-        with saga_trace(traceparent or traceparent_of(current)):
-            yield current
-
-
-def spans_over(name: str, parents: Iterable[tuple[str | None, Attributes]], start_ns: int, end_ns: int,
-               error: BaseException | None = None, kind: SpanKind = SpanKind.INTERNAL) -> None:
-    """One finished span ``name`` per (traceparent, attributes) of ``parents``, each from ``start_ns`` to
-    ``end_ns`` (epoch ns): one piece of work done for many sagas at once (a relay's batch, a batch handler),
-    shown in each saga's own trace; ``error``: the work failed with it. Nothing when spans are off."""
-    made_by = tracer
-    if made_by is None:
-        return
-    for traceparent, attributes in parents:
-        made = made_by.start_span(name, context=parent_context(traceparent), kind=kind, attributes=attributes,
-                                 start_time=start_ns)
-        if error is not None:
-            made.record_exception(error)
-            made.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-        made.end(end_time=end_ns)
+def _current(made: Span, traceparent: str | None) -> Iterator[Span]:
+    with trace.use_span(made, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+        with saga_trace(traceparent or traceparent_of(made)):
+            yield made
 
 
 def parent_context(traceparent: str | None) -> Context | None:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 
 from opentelemetry.trace import Span, Status, StatusCode
 from prometheus_client import Counter, Histogram
 
-from ..infra import tracing
 from ..infra.health import ServiceHealth
 from ..infra.logging import saga_trace
 from ..schemas import event_types as ev
@@ -156,12 +154,6 @@ def log_decision(events: Sequence[ev.Event]) -> None:
 
 
 _ROUTINE = frozenset({ev.StepCommandSent, ev.StepSucceeded})
-
-
-def decision_span(traceparent: str | None) -> AbstractContextManager[Span]:
-    """The ``saga.decide`` span of deciding a message: a child of ``traceparent``, the saga's recorded one (a
-    StartSaga's own before its saga has one). The service opens it only while spans are on."""
-    return tracing.span("saga.decide", traceparent)
 
 
 def describe_decision(span: Span, message: IncomingMessage, decision: Decision) -> None:

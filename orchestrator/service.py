@@ -42,7 +42,7 @@ from .domain.messages import IncomingMessage, RejectedRecord, TimerFired
 from .domain.model import state_bytes
 from .domain.state import SagaState, SagaStatus, apply_event
 from .inbound import Envelope, timer_envelope
-from .observe import decision_span, describe_decision, log_decision
+from .observe import describe_decision, log_decision
 from .outbound import Outgoing, PendingWrites, Settled
 from .ports import InboxKey, StoredEvent, TimerRow, UnitOfWork, UnitOfWorkFactory
 
@@ -50,6 +50,9 @@ log = logging.getLogger("saga.orchestrator")
 
 CONSUMER_NAME = "orchestrator"
 POISON_ATTEMPTS = 3
+DECISION_SPAN = "saga.decide"
+"""The span of deciding a message, in its saga's trace: a child of the saga's recorded traceparent (a StartSaga's
+own before its saga has one); the commands it sends carry it."""
 STATE_CACHE_BYTES = 256 * 1024 * 1024
 """How much memory the folded states kept between transactions may take (estimated per state by
 ``state_bytes``). A cached state is always a prefix of the stored history (only states whose transaction
@@ -103,9 +106,9 @@ class SagaService:
         self._on_settled = on_settled  # e.g. metrics of what the committed decisions did
         # on_conflict: e.g. saga_concurrency_conflicts_total, told each time another writer won a saga.
         self._messages = IsolationLadder(_Messages(self), "orchestrator messages", poison_attempts,
-                                         concurrent_groups=True, on_conflict=on_conflict)
+                                         span=DECISION_SPAN, concurrent_groups=True, on_conflict=on_conflict)
         self._timers = IsolationLadder(_DueTimers(self), "orchestrator timers", poison_attempts,
-                                       concurrent_groups=True, on_conflict=on_conflict)
+                                       span=DECISION_SPAN, concurrent_groups=True, on_conflict=on_conflict)
 
     async def handle(self, envelope: Envelope) -> Outcome:
         """Apply one message exactly once in effect: a batch of one."""
@@ -244,9 +247,9 @@ class SagaService:
 
     def _decide_traced(self, envelope: Envelope, traceparent: str | None, state: SagaState | None,
                        states: dict[str, SagaState | None], writes: PendingWrites, now: int) -> Outcome:
-        """``_decide`` while spans are on: inside the ``saga.decide`` span, whose traceparent the commands carry."""
+        """``_decide`` while spans are on: inside its ``saga.decide`` span, whose traceparent the commands carry."""
         message = envelope.message
-        with decision_span(traceparent) as span:
+        with tracing.unit_span(traceparent) as span:  # the ladder's span of this unit, for this saga
             if span.is_recording() and isinstance(message, StartSaga) and message.traceparent is None:
                 # A saga started without a trace context: its trace is the one this span begins.
                 message = dataclasses.replace(message, traceparent=tracing.traceparent_of(span))

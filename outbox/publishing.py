@@ -9,13 +9,11 @@ local broker: 11-12 against 21-30 microseconds). The partition is the one ``send
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
 import orjson
-from opentelemetry.trace import SpanKind
 
 from ..infra import tracing
 from ..infra.failures import Fault, classify
@@ -86,9 +84,9 @@ async def queue_batches(producer: Any, records: Sequence[Record], futures: list[
         futures.append(await producer.send_batch(builder, topic, partition=partition))
 
 
-def trace_publish(table: str, rows: list[asyncpg.Record], started_ns: int, error: BaseException | None = None) -> None:
-    """The ``outbox.publish`` spans of a batch of ``table`` that took from ``started_ns`` until now: one per saga
-    trace among its rows (a row's ``traceparent`` header), each naming its saga, topics and row count."""
+def trace_publish(table: str, rows: list[asyncpg.Record]) -> None:
+    """The ``outbox.publish`` spans of a batch of ``table``, in the unit the ladder runs: one per saga trace among
+    its rows (a row's ``traceparent`` header), each naming its saga, topics and row count."""
     by_trace: dict[str, list[asyncpg.Record]] = {}
     saga_of: dict[str, str] = {}
     for row in rows:
@@ -97,11 +95,11 @@ def trace_publish(table: str, rows: list[asyncpg.Record], started_ns: int, error
         if traceparent is not None:  # rows of no saga's trace (a dead letter) make no span
             by_trace.setdefault(traceparent, []).append(row)
             saga_of.setdefault(traceparent, headers.get(SAGA_ID, row["message_key"]))
-    tracing.spans_over("outbox.publish", [
-        (traceparent, {"saga.id": saga_of[traceparent], "outbox.table": table, "messaging.system": "kafka",
-                       "messaging.destination.name": sorted({row["topic"] for row in group}),
-                       "messaging.batch.message_count": len(group)})
-        for traceparent, group in by_trace.items()], started_ns, time.time_ns(), error, kind=SpanKind.PRODUCER)
+    for traceparent, group in by_trace.items():
+        tracing.open_span(traceparent, {
+            "saga.id": saga_of[traceparent], "outbox.table": table, "messaging.system": "kafka",
+            "messaging.destination.name": sorted({row["topic"] for row in group}),
+            "messaging.batch.message_count": len(group)})
 
 
 def row_saga_id(row: asyncpg.Record) -> str:

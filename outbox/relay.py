@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Collection, Hashable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -46,6 +45,7 @@ from typing import Any
 import asyncpg
 import orjson
 from aiokafka.errors import KafkaError
+from opentelemetry.trace import SpanKind
 
 from ..infra import tracing
 from ..infra.db import check_table
@@ -135,7 +135,8 @@ class OutboxRelay:
             " created_at, shard, reason) SELECT id, topic, message_key, value, headers, message_id, available_at,"
             " created_at, shard, $2 FROM moved"
         )
-        self._rows = IsolationLadder(_OutboxRows(self), f"relay {table}", poison_attempts)
+        self._rows = IsolationLadder(_OutboxRows(self), f"relay {table}", poison_attempts, span="outbox.publish",
+                                     span_kind=SpanKind.PRODUCER)
         self._outage = OutageWait(f"relay {table}", max_s=self._max_backoff_s)
         self._pass_rows = 0  # rows the current pass read
         self._parked_keys: set[str] = set()  # keys with a row parked in this pass: their later rows wait
@@ -286,17 +287,14 @@ class OutboxRelay:
         if sending:
             self._check_trust()
             producer = await self._ensure_producer()
-            started_ns = time.time_ns() if tracing.enabled() else 0
+            if tracing.tracer is not None:
+                trace_publish(self.table, sending)  # the unit's spans: the ladder ends them, with any failure
             try:
                 await publish(producer, sending)
-            except BatchFailed as failed:
-                if started_ns:
-                    trace_publish(self.table, sending, started_ns, failed.cause)
+            except BatchFailed:
                 # A refused batch may leave the idempotent producer's sequence of that partition broken.
                 await self._drop_producer()
                 raise
-            if started_ns:
-                trace_publish(self.table, sending, started_ns)
             crash_point("relay.after_publish")  # acknowledged by Kafka, still in the outbox: published again
             await self._published(sending, ask_held_back=len(rows) == self._pass_rows < self._batch_size)
         return [_Fate.WAITING if row["message_key"] in self._parked_keys else _Fate.PUBLISHED for row in rows]

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Hashable, Sequence
 
 import asyncpg
+from opentelemetry.trace import SpanKind
 
 from ..infra.db import create_pool
 from ..infra.health import current as current_health
@@ -58,7 +59,8 @@ class ParticipantHost:
         self._tasks: list[asyncio.Task[None]] = []  # the outbox relay and the housekeeping
         self._relay: OutboxRelay | None = None
         self._commands = IsolationLadder(_Commands(self), f"participant {participant.name}",
-                                         settings.saga_poison_attempts)
+                                         settings.saga_poison_attempts, span="participant.handle",
+                                         span_kind=SpanKind.CONSUMER)
         self._outage = OutageWait(f"participant {participant.name}", max_s=_RETRY_MAX_S)
         # The partitions of its commands topic this worker owns (set by the worker as faust assigns them): its
         # relay publishes the outbox shards of those, the replies to the commands it handled.

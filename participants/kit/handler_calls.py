@@ -8,13 +8,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from itertools import groupby
 from typing import Any
 
 import asyncpg
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from ...infra import tracing
 from ...infra.failures import Fault, classify
@@ -110,7 +109,6 @@ async def _run_batch(conn: asyncpg.Connection, savepoints: _Savepoints, particip
     the wrong number of outcomes, or an output is over its limit): its changes are then rolled back."""
     await savepoints.set()
     problem = None
-    started_ns = time.time_ns() if tracing.enabled() else 0
     limit = _limit(max((command.timeout_ms or 0 for command, _ in run), default=0) or None)
     try:
         async with limit:
@@ -127,11 +125,9 @@ async def _run_batch(conn: asyncpg.Connection, savepoints: _Savepoints, particip
                                for outcome, limited in zip(given, results, strict=True)):
         problem = "gave an output over its limit"
     if problem is None:
-        if started_ns:  # one call for all: a span of it in each command's saga trace
-            tracing.spans_over("participant.handle", [
-                (command.traceparent, _handled(participant, command, outcome))
-                for (command, _), outcome in zip(run, results, strict=True)], started_ns, time.time_ns(),
-                kind=SpanKind.CONSUMER)
+        if tracing.tracer is not None:  # one call for all: a span of the unit in each command's saga trace
+            for (command, _), outcome in zip(run, results, strict=True):
+                tracing.open_span(command.traceparent, _handled(participant, command, outcome))
         return results
     log.warning("batch handler failed, running its commands one at a time",
                 extra={"participant": participant.name, "action": run[0][0].action, "commands": len(run),
@@ -150,7 +146,7 @@ async def _run_one(conn: asyncpg.Connection, savepoints: _Savepoints, participan
     handler = participant.handler(command.action)
     assert handler is not None
     await savepoints.set()
-    with tracing.span("participant.handle", command.traceparent, SpanKind.CONSUMER) as span:
+    with tracing.unit_span(command.traceparent) as span:
         limit = _limit(command.timeout_ms)
         try:
             async with limit:

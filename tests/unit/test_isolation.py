@@ -11,10 +11,13 @@ import asyncio
 import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 import pytest
+from opentelemetry.trace import StatusCode
 
+from saga_orchestrator.infra import tracing
 from saga_orchestrator.infra.failures import WriteConflict
 from saga_orchestrator.infra.health import ServiceHealth
 from saga_orchestrator.infra.isolation import (
@@ -26,6 +29,7 @@ from saga_orchestrator.infra.isolation import (
     OutageWait,
 )
 from saga_orchestrator.orchestrator.ports import ConcurrencyConflict
+from tests.spans import spans_in_memory
 
 
 def disk_full() -> asyncpg.PostgresError:
@@ -66,16 +70,20 @@ class Script:
 ITEMS = [("s1", "a"), ("s2", "b"), ("s1", "c"), ("s3", "d")]
 
 
+def ladder_of(script: Script, attempts: int, **options: Any) -> IsolationLadder[tuple[str, str], str]:
+    return IsolationLadder(script, "test", attempts, span="test.unit", **options)
+
+
 async def test_a_batch_that_goes_through_is_one_unit() -> None:
     script = Script()
-    assert await IsolationLadder(script, "test", 3).run(ITEMS) == ["done a", "done b", "done c", "done d"]
+    assert await ladder_of(script, 3).run(ITEMS) == ["done a", "done b", "done c", "done d"]
     assert script.units == [("a", "b", "c", "d")]
 
 
 @pytest.mark.parametrize("concurrent", [False, True])
 async def test_a_poison_item_is_found_rung_by_rung_and_isolated_alone(concurrent: bool) -> None:
     script = Script(poison={"c"})
-    ladder = IsolationLadder(script, "test", 3, concurrent_groups=concurrent)
+    ladder = ladder_of(script, 3, concurrent_groups=concurrent)
     assert await ladder.run(ITEMS) == ["done a", "done b", "isolated c", "done d"]
     assert script.units[0] == ("a", "b", "c", "d")  # the batch
     # Each group alone; then the items of the one that failed alone, c three times.
@@ -86,7 +94,7 @@ async def test_a_poison_item_is_found_rung_by_rung_and_isolated_alone(concurrent
 
 async def test_each_item_is_handled_once_when_only_its_group_had_to_be_split() -> None:
     script = Script(poison={"c"})
-    await IsolationLadder(script, "test", 3).run(ITEMS)
+    await ladder_of(script, 3).run(ITEMS)
     handled = [name for unit in script.units[1:] for name in unit]
     # b and d went through with their groups; a once with its group (rolled back) and once alone.
     assert handled.count("b") == handled.count("d") == 1 and handled.count("a") == 2
@@ -94,13 +102,13 @@ async def test_each_item_is_handled_once_when_only_its_group_had_to_be_split() -
 
 async def test_one_group_skips_the_batch_rung_and_one_item_goes_straight_to_its_attempts() -> None:
     script = Script(poison={"a"})
-    assert await IsolationLadder(script, "test", 2).run([("s1", "a")]) == ["isolated a"]
+    assert await ladder_of(script, 2).run([("s1", "a")]) == ["isolated a"]
     assert script.units == [("a",), ("a",)]
 
 
 async def test_an_item_that_recovers_on_a_later_attempt_is_not_isolated() -> None:
     script = Script(failures={"a": [Poison("once"), Poison("twice")]})
-    assert await IsolationLadder(script, "test", 3).run([("s1", "a")]) == ["done a"]
+    assert await ladder_of(script, 3).run([("s1", "a")]) == ["done a"]
     assert script.units == [("a",)] * 3 and script.isolated == []
 
 
@@ -118,7 +126,7 @@ async def test_a_platform_fault_at_any_rung_leaves_the_ladder_and_spends_nothing
 
     script.handle = handle  # type: ignore[method-assign]
     with pytest.raises(asyncpg.DiskFullError):
-        await IsolationLadder(script, "test", 3).run(ITEMS)
+        await ladder_of(script, 3).run(ITEMS)
     assert script.units[-1] == ("outage",) and len(script.units) == rung + 1
     assert script.isolated == []
 
@@ -126,7 +134,7 @@ async def test_a_platform_fault_at_any_rung_leaves_the_ladder_and_spends_nothing
 async def test_after_an_outage_the_same_batch_starts_over_with_every_attempt() -> None:
     # The caller hands the batch over again: the item whose try met the outage still gets all three tries.
     script = Script(failures={"a": [Poison("1"), disk_full()]})
-    ladder = IsolationLadder(script, "test", 3)
+    ladder = ladder_of(script, 3)
     with pytest.raises(asyncpg.DiskFullError):
         await ladder.run([("s1", "a")])
     script.failures["a"] = [Poison("1"), Poison("2")]
@@ -137,7 +145,7 @@ async def test_after_an_outage_the_same_batch_starts_over_with_every_attempt() -
 async def test_a_conflict_is_retried_at_once_within_a_group_and_counted() -> None:
     conflicts: list[int] = []
     script = Script(failures={"a": [ConcurrencyConflict("seq 2 taken")] * 2})
-    ladder = IsolationLadder(script, "test", 3, on_conflict=lambda: conflicts.append(1))
+    ladder = ladder_of(script, 3, on_conflict=lambda: conflicts.append(1))
     assert await ladder.run([("s1", "a"), ("s1", "c")]) == ["done a", "done c"]
     assert script.units == [("a", "c")] * 3 and len(conflicts) == 2
 
@@ -145,7 +153,7 @@ async def test_a_conflict_is_retried_at_once_within_a_group_and_counted() -> Non
 async def test_a_conflict_in_a_batch_of_several_groups_splits_it_at_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="saga.isolation")
     script = Script(failures={"b": [WriteConflict()]})
-    assert await IsolationLadder(script, "test", 3).run(ITEMS) == ["done a", "done b", "done c", "done d"]
+    assert await ladder_of(script, 3).run(ITEMS) == ["done a", "done b", "done c", "done d"]
     assert script.units[0] == ("a", "b", "c", "d") and sorted(script.units[1:]) == [("a", "c"), ("b",), ("d",)]
     # Contention, not a failure: nothing a chaos run or an operator counts as work sent down the ladder.
     assert [record.getMessage() for record in caplog.records] == [SPLIT_BY_A_CONFLICT]
@@ -154,14 +162,14 @@ async def test_a_conflict_in_a_batch_of_several_groups_splits_it_at_once(caplog:
 async def test_a_batch_that_fails_for_a_reason_of_its_own_says_so(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="saga.isolation")
     script = Script(failures={"b": [Poison("b")]})
-    assert await IsolationLadder(script, "test", 3).run(ITEMS) == ["done a", "done b", "done c", "done d"]
+    assert await ladder_of(script, 3).run(ITEMS) == ["done a", "done b", "done c", "done d"]
     assert [(record.levelname, record.getMessage()) for record in caplog.records] == [("WARNING", GROUPS_ONE_BY_ONE)]
     assert GROUPS_ONE_BY_ONE in BELOW_THE_BATCH and SPLIT_BY_A_CONFLICT not in BELOW_THE_BATCH
 
 
 async def test_a_conflict_that_never_ends_counts_as_a_failure_of_the_unit() -> None:
     script = Script(failures={"a": [ConcurrencyConflict("again")] * (CONFLICT_RETRIES * 3)})
-    assert await IsolationLadder(script, "test", 3).run([("s1", "a")]) == ["isolated a"]
+    assert await ladder_of(script, 3).run([("s1", "a")]) == ["isolated a"]
     assert script.isolated and "ConcurrencyConflict" in script.isolated[0][1]
 
 
@@ -173,7 +181,7 @@ async def test_an_end_that_fails_is_raised_to_the_caller() -> None:
 
     script.isolate = isolate  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="quarantine"):
-        await IsolationLadder(script, "test", 1).run([("s1", "a")])
+        await ladder_of(script, 1).run([("s1", "a")])
 
 
 # -- the wait --------------------------------------------------------------------------------------------------
@@ -229,3 +237,26 @@ async def test_a_stop_ends_the_wait_early() -> None:
     stop.set()
     wait = OutageWait("orchestrator messages", first_s=30, health=lambda: ServiceHealth("test"))
     await asyncio.wait_for(wait.pause(disk_full(), stop), timeout=1)
+
+
+async def test_the_ladder_opens_each_units_spans_and_ends_them_with_it_a_failed_try_marked() -> None:
+    trace_of = {group: f"00-{str(n) * 32}-{'c' * 16}-01" for n, group in enumerate(("s1", "s2", "s3"), start=1)}
+
+    class Traced(Script):
+        async def handle(self, items: Sequence[tuple[str, str]]) -> list[str]:
+            for group, name in items:  # the service names each item's saga trace in the unit the ladder runs
+                tracing.open_span(trace_of[group], {"item": name})
+            return await super().handle(items)
+
+    script = Traced(poison={"c"})
+    with spans_in_memory() as exported:
+        assert await ladder_of(script, 3).run(ITEMS) == ["done a", "done b", "isolated c", "done d"]
+    spans = exported.get_finished_spans()
+    # The batch, s1's group (a, c), a alone, c's three tries, then b and d: a span per item of each unit tried.
+    assert script.units == [("a", "b", "c", "d"), ("a", "c"), ("a",), ("c",), ("c",), ("c",), ("b",), ("d",)]
+    assert len(spans) == sum(len(unit) for unit in script.units) == 12
+    assert {span.name for span in spans} == {"test.unit"}
+    failed = sorted(str((span.attributes or {})["item"]) for span in spans
+                    if span.status.status_code is StatusCode.ERROR)
+    assert failed == ["a", "a", "b", "c", "c", "c", "c", "c", "d"]  # the units that failed: 4 + 2 + 3 spans
+    assert {f"{span.context.trace_id:032x}" for span in spans if span.context} == {"1" * 32, "2" * 32, "3" * 32}

@@ -42,11 +42,20 @@ def trace_hex(span: ReadableSpan) -> str:
     return f"{span.context.trace_id:032x}"
 
 
-def test_a_span_is_the_child_of_the_traceparent_it_is_given(exported: InMemorySpanExporter,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO), tracing.span("participant.handle", TRACEPARENT_VALUE) as span:
-        assert span.is_recording()
-        logging.getLogger("t").info("inside")
+def in_unit(name: str) -> tracing.UnitSpans:
+    """The spans of a unit of work, as an isolation ladder opens them around one."""
+    spans = tracing.unit(name)
+    assert spans is not None
+    return spans
+
+
+def test_a_span_is_the_child_of_the_traceparent_it_is_given_and_ends_with_its_unit(
+        exported: InMemorySpanExporter, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO), in_unit("participant.handle"):
+        with tracing.unit_span(TRACEPARENT_VALUE) as span:
+            assert span.is_recording()
+            logging.getLogger("t").info("inside")
+        assert exported.get_finished_spans() == ()  # leaving the block did not end it: the unit does
     [made] = exported.get_finished_spans()
     assert made.name == "participant.handle" and trace_hex(made) == TRACE_ID
     assert made.parent is not None and f"{made.parent.span_id:016x}" == CLIENT_SPAN and made.parent.is_remote
@@ -57,8 +66,8 @@ def test_a_span_is_the_child_of_the_traceparent_it_is_given(exported: InMemorySp
 
 def test_without_a_traceparent_the_span_begins_a_trace_the_log_lines_name(exported: InMemorySpanExporter,
                                                                           caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO):
-        with tracing.span("saga.decide", None):
+    with caplog.at_level(logging.INFO), in_unit("saga.decide"):
+        with tracing.unit_span(None):
             logging.getLogger("t").info("inside")
         logging.getLogger("t").info("after")
     [made] = exported.get_finished_spans()
@@ -67,25 +76,36 @@ def test_without_a_traceparent_the_span_begins_a_trace_the_log_lines_name(export
 
 
 def test_spans_off_make_nothing_yet_the_log_lines_carry_the_trace_id(caplog: pytest.LogCaptureFixture) -> None:
-    assert not tracing.enabled()
-    with caplog.at_level(logging.INFO), tracing.span("saga.decide", TRACEPARENT_VALUE) as span:
+    assert not tracing.enabled() and tracing.unit("saga.decide") is None
+    with caplog.at_level(logging.INFO), tracing.unit_span(TRACEPARENT_VALUE) as span:
         assert not span.is_recording() and tracing.traceparent_of(span) is None
         logging.getLogger("t").info("inside")
         with saga_trace(None):  # a scope of no saga inside one: no trace id
             logging.getLogger("t").info("nested")
-    tracing.spans_over("outbox.publish", [(TRACEPARENT_VALUE, {})], 1, 2)  # nothing to make, nothing raised
+    assert not tracing.open_span(TRACEPARENT_VALUE, {}).is_recording()  # nothing to make, nothing raised
     assert [getattr(record, "trace_id", None) for record in caplog.records] == [TRACE_ID, None]
 
 
-def test_spans_over_make_one_span_per_saga_in_its_own_trace(exported: InMemorySpanExporter) -> None:
+def test_outside_a_unit_of_work_no_span_is_made(exported: InMemorySpanExporter) -> None:
+    assert not tracing.open_span(TRACEPARENT_VALUE).is_recording()
+    with tracing.unit_span(TRACEPARENT_VALUE) as span:
+        assert not span.is_recording()
+    assert exported.get_finished_spans() == ()
+
+
+def test_a_unit_makes_one_span_per_saga_each_from_its_start_and_a_failed_one_marks_them_all(
+        exported: InMemorySpanExporter) -> None:
     other = f"00-{'a' * 32}-{'b' * 16}-01"
-    tracing.spans_over("outbox.publish", [(TRACEPARENT_VALUE, {"saga.id": "s-1"}), (other, {"saga.id": "s-2"}),
-                                          (None, {"saga.id": "s-3"})], 1_000, 5_000, error=RuntimeError("refused"))
+    with pytest.raises(RuntimeError), in_unit("outbox.publish"):
+        for traceparent, saga_id in ((TRACEPARENT_VALUE, "s-1"), (other, "s-2"), (None, "s-3")):
+            tracing.open_span(traceparent, {"saga.id": saga_id})
+        raise RuntimeError("refused")
     spans = sorted(exported.get_finished_spans(), key=lambda s: str(s.attributes["saga.id"] if s.attributes else ""))
     assert [(s.attributes or {}).get("saga.id") for s in spans] == ["s-1", "s-2", "s-3"]
     assert [trace_hex(s) for s in spans[:2]] == [TRACE_ID, "a" * 32] and spans[2].parent is None
-    assert {(s.start_time, s.end_time) for s in spans} == {(1_000, 5_000)}
+    assert len({s.start_time for s in spans}) == 1  # each dated from the start of the unit
     assert {s.status.status_code for s in spans} == {StatusCode.ERROR}
+    assert {s.status.description for s in spans} == {"RuntimeError: refused"}
 
 
 def test_an_invalid_traceparent_counts_as_none() -> None:
