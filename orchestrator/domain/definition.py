@@ -6,10 +6,13 @@ cycle, no duplicate step, and a pivot that splits the saga into a compensable pa
 
 from __future__ import annotations
 
+import hashlib
+import json
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from ...schemas.event_types import Event, SagaStarted
 from .errors import DefinitionError, UnknownDefinition
@@ -166,6 +169,7 @@ class SagaDefinition:
     signals: tuple[tuple[str, str], ...] = ()
 
     order: tuple[str, ...] = field(init=False, repr=False, compare=False)  # topological, stable
+    fingerprint: str = field(init=False, repr=False, compare=False)  # of its shape: see ``shape``
     _by_name: Mapping[str, Step] = field(init=False, repr=False, compare=False)
     _upstream: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False)
     _downstream: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False)
@@ -204,6 +208,27 @@ class SagaDefinition:
         self._check_modes(where)
         self._check_pivot(where)
         self._check_signals(where)
+        canonical = json.dumps(self.shape(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        object.__setattr__(self, "fingerprint", hashlib.sha256(canonical.encode()).hexdigest()[:16])
+
+    def shape(self) -> dict[str, Any]:
+        """What decides a running saga's path, as plain data: each step's name, participant, command, undo,
+        dependencies, pivot, condition and signal wait (with what its expiry does), the failure mode, whether
+        a deadline applies, and the signals with their records. Not in it, so safe to change under running
+        sagas: retry policies, timeouts, the deadline's length, ``skippable``, ``searchable``, the input
+        schema's name and the order steps are declared in. ``fingerprint`` is a hash of it: a saga records the
+        fingerprint of the shape it started on and is only ever decided by that shape."""
+        return {
+            "failure_mode": self.failure_mode.value,
+            "compensate_on_continue": self.compensate_on_continue,
+            "deadline": self.deadline_ms is not None,
+            "signals": sorted([name, record] for name, record in self.signals),
+            "steps": {step.name: {
+                "participant": step.participant, "command": step.command, "compensation": step.compensation,
+                "depends_on": sorted(step.depends_on), "pivot": step.pivot, "run_if": step.run_if.value,
+                "signal": step.signal, "on_expiry": step.on_expiry.value if step.signal is not None else None,
+            } for step in self.steps},
+        }
 
     def _check_signals(self, where: str) -> None:
         names = [name for name, _ in self.signals]
