@@ -204,4 +204,5 @@ def summary_of(state: SagaState) -> SagaSummaryRow:
         failed_step=state.failed_step or state.compensation_failed_step, reason=state.reason,
         current_step=None if stuck is None else stuck.step, step_failures=0 if stuck is None else stuck.failures,
         last_error=None if stuck is None else stuck.error,
+        definition_version=state.definition_version or None, definition_fingerprint=state.definition_fingerprint,
     )

@@ -88,6 +88,8 @@ class SagaSummaryRow:
     current_step: str | None = None  # orchestrator.domain.model.trouble: the step it waits on, the most failed first
     step_failures: int = 0  # that step's failed or timed-out attempts
     last_error: str | None = None  # the latest of them: its error type, or "timeout"
+    definition_version: int | None = None  # the version it started on (None: a row written before 0.3)
+    definition_fingerprint: str | None = None  # the shape it started on (SagaDefinition.fingerprint)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ class SagaStarted(Event):
     tenant_id: str | None
     input: bytes
     traceparent: str | None = None  # W3C trace context of the StartSaga: every message of the saga carries it
+    definition_fingerprint: str | None = None  # the shape it started on (SagaDefinition.fingerprint); None before 0.3
 
 
 @dataclass(frozen=True, kw_only=True)

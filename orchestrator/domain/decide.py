@@ -215,6 +215,7 @@ def _started(b: DecisionBuilder, definition: SagaDefinition | None, state: SagaS
             tenant_id=message.tenant_id,
             input=message.input,
             traceparent=message.traceparent,
+            definition_fingerprint=definition.fingerprint,
         )
     )
     advance(b)

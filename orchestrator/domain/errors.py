@@ -25,6 +25,11 @@ class UnknownDefinition(DomainError, LookupError):
     """No definition is registered for a saga type (and version)."""
 
 
+class ShapeChanged(UnknownDefinition):
+    """The saga started on a shape of its definition (its recorded fingerprint) that the registered definition of
+    its type and version no longer has: deciding it by the new one would silently change its path."""
+
+
 class HistoryMismatch(DomainError):
     """A saga's recorded events do not fit its definition (unknown step, gap in seq, wrong version...)."""
 

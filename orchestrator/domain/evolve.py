@@ -14,7 +14,7 @@ from ...schemas.ids import compensation_key, forward_key
 from ...schemas.limits import OUTPUT_REFUSED
 from ...schemas.message_types import Lever
 from .definition import SagaDefinition
-from .errors import HistoryMismatch, IllegalTransition
+from .errors import HistoryMismatch, IllegalTransition, ShapeChanged
 from .model import (
     EXPIRED_ERROR,
     RECORDED_ONLY,
@@ -94,6 +94,13 @@ def _started(definition: SagaDefinition | None, state: SagaState | None, event: 
             f"saga {event.saga_id!r} started as {event.saga_type!r} v{event.definition_version}, "
             f"folded with {definition.saga_type!r} v{definition.version}"
         )
+    if event.definition_fingerprint is not None and event.definition_fingerprint != definition.fingerprint:
+        raise ShapeChanged(
+            f"saga {event.saga_id!r} started on {event.saga_type!r} v{event.definition_version} of shape "
+            f"{event.definition_fingerprint}; the registered v{definition.version} has shape {definition.fingerprint}: "
+            "its steps, dependencies, pivot, undos, conditions or failure mode changed under it (deploy such a "
+            "change as a new version)"
+        )
     if state is not None and state.status is not SagaStatus.REJECTED:  # a redriven FAILED saga does not restart
         raise IllegalTransition(f"saga {event.saga_id!r}: SagaStarted seq {event.seq} would move it from "
                                 f"{state.status} to {SagaStatus.RUNNING}: a saga starts once")
@@ -113,6 +120,7 @@ def _started(definition: SagaDefinition | None, state: SagaState | None, event: 
         tenant_id=event.tenant_id,
         input=event.input,
         traceparent=event.traceparent,
+        definition_fingerprint=event.definition_fingerprint,
         status=SagaStatus.RUNNING,
         steps=steps,
         last_seq=event.seq,

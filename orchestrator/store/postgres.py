@@ -44,7 +44,7 @@ def _owned(param: str) -> str:
 
 
 SUMMARY_COLUMNS = ("saga_id, saga_type, tenant_id, status, started_at, updated_at, last_seq, failed_step, reason,"
-                    " current_step, step_failures, last_error")
+                    " current_step, step_failures, last_error, definition_version, definition_fingerprint")
 
 
 class PostgresUnitOfWork:
@@ -116,13 +116,15 @@ class PostgresUnitOfWork:
                                SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[],
                                                     $24::timestamptz[], $25::timestamptz[], $26::bigint[],
                                                     $27::text[], $28::text[], $31::text[], $32::int[],
-                                                    $33::text[])
+                                                    $33::text[], $37::int[], $38::text[])
                                ON CONFLICT (saga_id) DO UPDATE SET saga_type = excluded.saga_type,
                                    tenant_id = excluded.tenant_id, status = excluded.status,
                                    started_at = excluded.started_at, updated_at = excluded.updated_at,
                                    last_seq = excluded.last_seq, failed_step = excluded.failed_step,
                                    reason = excluded.reason, current_step = excluded.current_step,
-                                   step_failures = excluded.step_failures, last_error = excluded.last_error
+                                   step_failures = excluded.step_failures, last_error = excluded.last_error,
+                                   definition_version = excluded.definition_version,
+                                   definition_fingerprint = excluded.definition_fingerprint
                                WHERE s.last_seq <= excluded.last_seq),
                 indexed AS (INSERT INTO {self._s}.search_keys (field, value, saga_id)
                             SELECT * FROM unnest($34::text[], $35::text[], $36::text[]) ON CONFLICT DO NOTHING)
@@ -144,6 +146,8 @@ class PostgresUnitOfWork:
                 [k.field for k in writes.search_keys],
                 [k.value for k in writes.search_keys],
                 [k.saga_id for k in writes.search_keys],
+                [s.definition_version for s in summaries],
+                [s.definition_fingerprint for s in summaries],
             )
         except asyncpg.UniqueViolationError as exc:
             sagas = sorted({e.saga_id for e in writes.events})
@@ -405,4 +409,5 @@ def summary_row(row: asyncpg.Record) -> SagaSummaryRow:
         started_at_ms=datetime_to_ms(row["started_at"]), updated_at_ms=datetime_to_ms(row["updated_at"]),
         last_seq=row["last_seq"], failed_step=row["failed_step"], reason=row["reason"],
         current_step=row["current_step"], step_failures=row["step_failures"], last_error=row["last_error"],
+        definition_version=row["definition_version"], definition_fingerprint=row["definition_fingerprint"],
     )
