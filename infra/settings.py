@@ -123,6 +123,12 @@ class Settings(BaseSettings):
                     "after a batch of more than one, while the commands of a burst keep arriving (each within "
                     "2 ms of the last); after a batch of one it takes what has arrived at once.",
     )
+    saga_allow_stranding: bool = Field(
+        default=False,
+        description="Orchestrator: start even when the definitions it registers would strand running sagas (their "
+                    "version not deployed, or deployed with another shape); those sagas are quarantined at their "
+                    "next message. Off: such a deploy is refused at start, one line per type, version and shape.",
+    )
     saga_poison_attempts: int = Field(
         default=3, ge=1,
         description="How often a message that fails for no known reason is tried alone before its saga is "

@@ -30,10 +30,12 @@ from ..schemas.registry import default_registry
 from ..schemas.topics import Topics
 from .consumer import OrchestratorConsumer
 from .domain.definition import DefinitionRegistry, SagaDefinition
+from .domain.deploys import stranded
 from .domain.errors import DomainError
 from .inbound import RecordParser
 from .observe import SagaMetrics
 from .outbound import Settled
+from .ports import ShapeStore
 from .retention import inbox_pruner, retention_policy
 from .service import SagaService
 from .signals import TableSignals
@@ -116,6 +118,26 @@ def checked_definitions(settings: Settings) -> DefinitionRegistry:
              for saga_type in registry.types() for version in registry.versions(saga_type)]
     refuse_unknown_records(needs, deployment.schema_path)
     return registry
+
+
+class DeployRefused(Misconfigured):
+    """The definitions this orchestrator registers would strand running sagas: one line per problem."""
+
+
+async def check_running_sagas(store: ShapeStore, registry: DefinitionRegistry, allow_stranding: bool) -> None:
+    """Refuse (DeployRefused) to run ``registry`` over sagas it would strand, unless ``allow_stranding`` (then each
+    problem is logged and those sagas are quarantined at their next message); then keep its shapes, so that a
+    later deploy can name what it changes."""
+    running = await store.running_shapes()
+    recorded = await store.recorded_shapes({group.fingerprint for group in running if group.fingerprint})
+    problems = stranded(registry, running, recorded)
+    if problems and not allow_stranding:
+        raise DeployRefused("\n".join([
+            "this deploy would strand running sagas (SAGA_ALLOW_STRANDING=true starts anyway and quarantines them):",
+            *problems]))
+    for problem in problems:
+        log.warning("deploy strands running sagas", extra={"problem": problem})
+    await store.record_shapes(registry.definitions())
 
 
 def participants_of(registry: DefinitionRegistry) -> tuple[str, ...]:
@@ -241,6 +263,9 @@ async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: 
             await retry_startup(lambda: migrate(pool), "migrate", stop)
             await retry_startup(lambda: PostgresStore(pool).claim_deployment(settings.saga_topic_prefix),
                                 "claim deployment", stop)
+            await retry_startup(lambda: check_running_sagas(PostgresStore(pool), registry,
+                                                            settings.saga_allow_stranding),
+                                "check the running sagas against the definitions", stop)
             orchestrator = build(settings, pool, registry, health, with_relay=with_relay)
             log.info("orchestrator running", extra={"definitions": list(registry.types()),
                                                     "participants": list(participants)})

@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..infra.failures import WriteConflict
 from ..outbox.table import OutboxMessage
+from .domain.deploys import RunningShape
+
+if TYPE_CHECKING:
+    from .domain.definition import SagaDefinition
 
 __all__ = [
     "ConcurrencyConflict",
@@ -228,6 +232,23 @@ class PurgeStore(Protocol):
 
     async def count_ended(self, statuses: Sequence[str], ended_before_ms: int) -> int:
         """Sagas in ``statuses`` whose read-model row was last updated before the cutoff."""
+        ...
+
+
+class ShapeStore(Protocol):
+    """What the orchestrator checks its definitions against at start: the shapes its running sagas started on."""
+
+    async def running_shapes(self) -> list[RunningShape]:
+        """The sagas a decision may still move on (``domain.model.UNSETTLED_STATUSES``), by type, version and
+        shape."""
+        ...
+
+    async def recorded_shapes(self, fingerprints: Collection[str]) -> dict[str, Mapping[str, Any]]:
+        """The shapes (``SagaDefinition.shape``) recorded under ``fingerprints``, those known."""
+        ...
+
+    async def record_shapes(self, definitions: Sequence[SagaDefinition]) -> None:
+        """Keep the shapes of ``definitions`` (a shape already kept stays as it is)."""
         ...
 
 

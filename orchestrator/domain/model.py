@@ -110,6 +110,14 @@ SAGA_TRANSITIONS: Mapping[SagaStatus | None, frozenset[SagaStatus]] = {
     SagaStatus.QUARANTINED: frozenset(_STARTED_TRANSITIONS),
 }
 
+UNSETTLED_STATUSES: frozenset[SagaStatus] = frozenset(
+    status for status, moves in SAGA_TRANSITIONS.items()
+    if status is not None and status is not SagaStatus.REJECTED
+    and moves - {SagaStatus.PURGED, SagaStatus.QUARANTINED})
+"""Where a decision may still move a saga on (a reply, a timer, a release, a resume, a redrive): RUNNING,
+COMPENSATING, FAILED, COMPENSATION_FAILED and QUARANTINED. A deploy must go on deciding these by the shape they
+started on. (A REJECTED saga id starts afresh, on the latest version.)"""
+
 # The ends a saga can be purged from (not COMPENSATION_FAILED: it still waits for an operator).
 PURGEABLE_STATUSES: frozenset[SagaStatus] = frozenset(
     status for status, moves in SAGA_TRANSITIONS.items() if status is not None and SagaStatus.PURGED in moves

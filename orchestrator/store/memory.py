@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from ...schemas.partitioning import partition_for
+from ..domain.definition import SagaDefinition
+from ..domain.deploys import RunningShape
+from ..domain.model import UNSETTLED_STATUSES, SagaStatus
 from ..ports import (
     ConcurrencyConflict,
     InboxKey,
@@ -189,6 +194,23 @@ class MemoryStore:
         self.search_keys: set[SearchKey] = set()
         self.claimed: set[_TimerKey] = set()  # timers claimed by open units of work
         self.claimed_sagas: set[str] = set()  # ended sagas claimed by open units of work (retention)
+        self.shapes: dict[str, Mapping[str, Any]] = {}  # recorded shapes by fingerprint
+
+    async def running_shapes(self) -> list[RunningShape]:
+        """``ShapeStore.running_shapes``."""
+        counted = Counter((s.saga_type, s.definition_version, s.definition_fingerprint)
+                          for s in self.summaries.values() if SagaStatus(s.status) in UNSETTLED_STATUSES)
+        return [RunningShape(*key, sagas) for key, sagas in
+                sorted(counted.items(), key=lambda item: (item[0][0], item[0][1] or 0, item[0][2] or ""))]
+
+    async def recorded_shapes(self, fingerprints: Collection[str]) -> dict[str, Mapping[str, Any]]:
+        """``ShapeStore.recorded_shapes``."""
+        return {fingerprint: self.shapes[fingerprint] for fingerprint in fingerprints if fingerprint in self.shapes}
+
+    async def record_shapes(self, definitions: Sequence[SagaDefinition]) -> None:
+        """``ShapeStore.record_shapes``."""
+        for definition in definitions:
+            self.shapes.setdefault(definition.fingerprint, definition.shape())
 
     async def due_timers(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
         """Committed due timers (of sagas on ``partitions``, when given), earliest first."""

@@ -7,6 +7,7 @@ data-modifying CTE writes every table in one statement.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +20,9 @@ from ...infra.db import apply_migrations, check_identifier, datetime_to_ms, ms_t
 from ...infra.misconfigured import Misconfigured
 from ...outbox.table import insert_params, insert_sql
 from ...schemas.partitioning import partition_for
+from ..domain.definition import SagaDefinition
+from ..domain.deploys import RunningShape
+from ..domain.model import UNSETTLED_STATUSES
 from ..ports import ConcurrencyConflict, InboxKey, SagaSummaryRow, StoredEvent, TimerRow, Writes
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -267,6 +271,30 @@ class PostgresStore:
         a serialization failure is a conflict to ``infra.failures`` as a duplicate seq is.)"""
         async with self._pool.acquire() as conn, conn.transaction():
             yield PostgresUnitOfWork(conn, self._s, self._topic_partitions)
+
+    async def running_shapes(self) -> list[RunningShape]:
+        """``ShapeStore.running_shapes``: one aggregate over the read model's (type, version, shape, status)
+        index."""
+        rows = await self._pool.fetch(
+            f"SELECT saga_type, definition_version, definition_fingerprint, count(*) AS n"
+            f" FROM {self._s}.saga_summary WHERE status = ANY($1::text[])"
+            " GROUP BY 1, 2, 3 ORDER BY 1, 2 NULLS FIRST, 3 NULLS FIRST", sorted(UNSETTLED_STATUSES))
+        return [RunningShape(row["saga_type"], row["definition_version"], row["definition_fingerprint"], row["n"])
+                for row in rows]
+
+    async def recorded_shapes(self, fingerprints: Collection[str]) -> dict[str, Mapping[str, Any]]:
+        """``ShapeStore.recorded_shapes``."""
+        rows = await self._pool.fetch(f"SELECT fingerprint, shape FROM {self._s}.definition_shapes"
+                                      " WHERE fingerprint = ANY($1::text[])", list(fingerprints))
+        return {row["fingerprint"]: json.loads(row["shape"]) for row in rows}
+
+    async def record_shapes(self, definitions: Sequence[SagaDefinition]) -> None:
+        """``ShapeStore.record_shapes``."""
+        await self._pool.execute(
+            f"INSERT INTO {self._s}.definition_shapes (fingerprint, saga_type, version, shape)"
+            " SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::jsonb[]) ON CONFLICT DO NOTHING",
+            [d.fingerprint for d in definitions], [d.saga_type for d in definitions],
+            [d.version for d in definitions], [json.dumps(d.shape(), sort_keys=True) for d in definitions])
 
     async def claim_deployment(self, topic_prefix: str) -> None:
         """Record this deployment's topic prefix in the database, or raise DeploymentMismatch when another

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import asyncpg
 import orjson
@@ -22,6 +22,7 @@ import pytest
 from saga_orchestrator.operations.ports import ReprojectionStore
 from saga_orchestrator.operations.reprojection import reproject
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
+from saga_orchestrator.orchestrator.domain.deploys import RunningShape
 from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.orchestrator.outbound import summary_of
 from saga_orchestrator.orchestrator.ports import (
@@ -31,6 +32,7 @@ from saga_orchestrator.orchestrator.ports import (
     PurgeStore,
     PurgeUnitOfWork,
     SagaSummaryRow,
+    ShapeStore,
     StoredEvent,
     TimerRow,
     UnitOfWork,
@@ -94,7 +96,8 @@ def _postgres_harness(pool: asyncpg.Pool) -> Harness:
         ]
 
     async def reset() -> None:
-        await pool.execute("TRUNCATE saga.events, saga.inbox, saga.outbox, saga.timers, saga.saga_summary")
+        await pool.execute("TRUNCATE saga.events, saga.inbox, saga.outbox, saga.timers, saga.saga_summary,"
+                           " saga.definition_shapes")
 
     return Harness(PostgresStore(pool, topic_partitions=PARTITIONS), outbox, reset)
 
@@ -547,3 +550,22 @@ async def test_a_saga_deadline_is_kept_as_a_timer_and_cancels_the_saga_when_it_f
     assert fired_before > 0
     assert [e.reason for e in requested] == ["deadline of 60 s passed"]
     assert requested[0].occurred_at == T0 + 60_000
+
+
+async def test_running_sagas_are_counted_by_type_version_and_shape_and_shapes_are_kept(h: Harness) -> None:
+    def row(sid: str, status: str, version: int | None, fingerprint: str | None) -> SagaSummaryRow:
+        return dataclasses.replace(summary(sid, status, T0, 1), definition_version=version,
+                                   definition_fingerprint=fingerprint)
+
+    rows = [row("a", "RUNNING", 1, "f1"), row("b", "COMPENSATING", 1, "f1"), row("c", "QUARANTINED", 1, "f2"),
+            row("d", "FAILED", 2, "f3"), row("e", "COMPLETED", 1, "f1"), row("f", "COMPENSATED", 2, "f3"),
+            row("g", "RUNNING", None, None), row("h", "COMPENSATION_FAILED", 1, "f1")]
+    async with h.store.begin() as uow:
+        await uow.write(Writes(summaries=rows))
+    store = cast(ShapeStore, h.store)
+    assert await store.running_shapes() == [
+        RunningShape("trip", None, None, 1), RunningShape("trip", 1, "f1", 3), RunningShape("trip", 1, "f2", 1),
+        RunningShape("trip", 2, "f3", 1)]
+    await store.record_shapes([TRIP])
+    await store.record_shapes([dataclasses.replace(TRIP, version=2)])  # the same shape: kept once, as first seen
+    assert await store.recorded_shapes([TRIP.fingerprint, "unknown"]) == {TRIP.fingerprint: TRIP.shape()}

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ TRIP_FINGERPRINT = "22d3cb3b43477877"
 """The reference trip's fingerprint: a change of this value is a change of every running trip's recorded shape."""
 
 
-def _steps(definition: SagaDefinition, name: str, **changes: object) -> SagaDefinition:
+def _steps(definition: SagaDefinition, name: str, **changes: Any) -> SagaDefinition:
     steps = tuple(dataclasses.replace(step, **changes) if step.name == name else step for step in definition.steps)
     return dataclasses.replace(definition, steps=steps)
 
