@@ -1,0 +1,38 @@
+"""The reference trip changed as a team might change it while trips run, for the deploy checks: each a
+definition to name in SAGA_DEFINITIONS (``tests.e2e.trip_changes:NAME``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from saga_orchestrator.orchestrator.domain.definition import RetryPolicy, SagaDefinition, Step
+from saga_orchestrator.participants.trip import TRIP
+
+
+def _edited(**steps: Step | None) -> tuple[Step, ...]:
+    """The trip's steps with those named replaced (None: removed)."""
+    kept = tuple(steps.get(step.name, step) for step in TRIP.steps)
+    return tuple(step for step in kept if step is not None)
+
+
+CHECK_BEFORE_CHARGE = dataclasses.replace(TRIP, steps=(
+    *_edited(charge_card=dataclasses.replace(TRIP.step("charge_card"), depends_on=("fraud_check",))),
+    Step(name="fraud_check", participant="payment", command="check_fraud", depends_on=("book_flight", "book_hotel"))))
+"""v1 edited in place: a fraud check before the charge."""
+
+STEP_AFTER_CHARGE = dataclasses.replace(TRIP, steps=(*TRIP.steps, Step(
+    name="send_receipt", participant="notification", command="send_itinerary", depends_on=("charge_card",),
+    retry=RetryPolicy(max_attempts=None))))
+"""v1 edited in place: one more step after the pivot."""
+
+PATIENT = dataclasses.replace(TRIP, steps=_edited(
+    book_hotel=dataclasses.replace(TRIP.step("book_hotel"), retry=RetryPolicy(max_attempts=9))))
+"""v1 edited in place, its policy only: the hotel is tried up to 9 times."""
+
+NO_CHARGE = dataclasses.replace(TRIP, steps=_edited(charge_card=None, send_itinerary=dataclasses.replace(
+    TRIP.step("send_itinerary"), depends_on=("book_flight", "book_hotel"))))
+"""v1 edited in place: the charge removed."""
+
+FLIGHT_ONLY: SagaDefinition = dataclasses.replace(TRIP, version=2, steps=_edited(
+    book_hotel=None, charge_card=dataclasses.replace(TRIP.step("charge_card"), depends_on=("book_flight",))))
+"""v2: a trip without a hotel, run by the same participants."""
