@@ -70,7 +70,7 @@ def _refused(settings: Settings, definitions: str) -> list[str]:
     assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
     assert "Traceback" not in result.stdout + result.stderr, result.stderr[-3000:]
     said = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("{")]  # no log line
-    return said[[n for n, line in enumerate(said) if line.startswith("error:")][0]:]
+    return said[next(n for n, line in enumerate(said) if line.startswith("error:")):]
 
 
 async def test_a_deploy_that_would_change_running_trips_is_refused_and_one_beside_them_runs_both(
