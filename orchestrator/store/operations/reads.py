@@ -42,6 +42,14 @@ _BUCKET_SQL = "CASE " + " ".join(
 """A saga's age bucket: its index in ``AGE_BUCKETS``."""
 
 
+VERSION_COUNTS_SQL = (
+    "SELECT saga_type, definition_version, definition_fingerprint, status, count(*) AS n FROM {schema}.saga_summary"
+    " GROUP BY saga_type, definition_version, definition_fingerprint, status")
+"""The sagas per type, version, shape and state (``{schema}``: the orchestrator's). Grouped in the order of
+``saga_summary_version_idx``, so an index-only scan feeds the aggregate, without a sort and without reading the
+table's wide rows (``bench.version_counts`` times it and shows its plan)."""
+
+
 def _cell(row: asyncpg.Record) -> HeatCell:
     return HeatCell(row["saga_type"], row["status"], AGE_BUCKETS[row["bucket"]][0], row["n"])
 
@@ -123,12 +131,7 @@ class PostgresReads:
         return await PostgresStore(self._pool, self._s).count_by_status(self._timeout_s)
 
     async def version_counts(self) -> list[ShapeStatusCount]:
-        # Grouped in the order of saga_summary_version_idx: an index-only scan feeds the aggregate, without a sort
-        # and without reading the table's wide rows.
-        rows = await self._pool.fetch(
-            "SELECT saga_type, definition_version, definition_fingerprint, status, count(*) AS n"
-            f" FROM {self._s}.saga_summary GROUP BY saga_type, definition_version, definition_fingerprint, status",
-            timeout=self._timeout_s)
+        rows = await self._pool.fetch(VERSION_COUNTS_SQL.format(schema=self._s), timeout=self._timeout_s)
         return [ShapeStatusCount(r["saga_type"], r["definition_version"], r["definition_fingerprint"], r["status"],
                                  r["n"]) for r in rows]
 
