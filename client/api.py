@@ -81,6 +81,12 @@ class SagaApi:
         found: dict[str, Any] = await self._get("/api/v1/fleet", None)
         return found
 
+    async def definitions(self) -> list[dict[str, Any]]:
+        """Each definition version deployed, and each version sagas started on: ``{saga_type, version, deployed,
+        input_schema, fingerprint, running, ended, shapes}``."""
+        found: list[dict[str, Any]] = await self._get("/api/v1/definitions", None)
+        return found
+
     async def sagas(self, **filters: Any) -> list[dict[str, Any]]:
         """Sagas of the read model (``status``, ``saga_type``, ``tenant``, ``older_than_s``, ``limit``)."""
         found: list[dict[str, Any]] = await self._get(

@@ -1,7 +1,8 @@
 """The console's HTTP API (JSON under ``/api/v1``; its OpenAPI document at ``/api/openapi.json``).
 
 The same reads and actions as the pages: sagas listed and searched, one saga's state, history and effects, the
-fleet, wedged sagas, dead letters, parked outbox rows, deferred commands, the audit, levers and bulk jobs.
+fleet, the definition versions with their sagas, wedged sagas, dead letters, parked outbox rows, deferred
+commands, the audit, levers and bulk jobs.
 Reads need what the console's identity mode asks (nothing, a proxy header, or HTTP Basic with a local login);
 actions also need ``SAGA_CONSOLE_LEVERS=true``. Every action is audited.
 """
@@ -18,6 +19,7 @@ from pydantic import BaseModel, Field
 from ..operations import bulk_jobs
 from ..operations.ports import AGE_BUCKETS
 from ..operations.reads import SagaView
+from ..operations.versions import RUNNING_STATUSES, DefinitionVersion
 from ..orchestrator.domain.waits import waits
 from ..orchestrator.ports import SagaSummaryRow
 from ..participants.kit.effects import read_effects
@@ -77,6 +79,36 @@ class Fleet(BaseModel):
     compensation_rate_day: float | None
     ended_hour: int
     ended_day: int
+
+
+class ShapeView(BaseModel):
+    fingerprint: str | None = Field(description="The shape its sagas started on; null: not recorded.")
+    running: int
+    ended: int
+
+
+class DefinitionView(BaseModel):
+    """One version of a saga type: deployed here, or only named by sagas that started on it."""
+
+    saga_type: str
+    version: int | None = Field(description="null: sagas started before versions were recorded (`saga reproject`).")
+    deployed: bool
+    input_schema: str | None
+    fingerprint: str | None = Field(description="The deployed definition's shape.")
+    running: int = Field(description=f"Sagas a decision may still move on: {', '.join(sorted(RUNNING_STATUSES))}.")
+    ended: int = Field(description="Sagas in any other state.")
+    shapes: list[ShapeView] = Field(description="The same counts per shape its sagas started on.")
+
+
+def definition_view(version: DefinitionVersion) -> DefinitionView:
+    definition, counts = version.definition, version.counts
+    return DefinitionView(
+        saga_type=version.saga_type, version=version.version, deployed=version.deployed,
+        input_schema=definition.input_schema if definition else None,
+        fingerprint=definition.fingerprint if definition else None,
+        running=counts.running if counts else 0, ended=counts.ended if counts else 0,
+        shapes=[ShapeView(fingerprint=s.fingerprint, running=s.running, ended=s.ended) for s in counts.shapes]
+        if counts else [])
 
 
 class ActionRequest(BaseModel):
@@ -225,6 +257,12 @@ async def fleet(console: ConsoleDep, _: Reader) -> Fleet:
                  by_status=found.by_status(), oldest=found.oldest,
                  compensation_rate_hour=found.compensation_rate_hour, compensation_rate_day=found.compensation_rate_day,
                  ended_hour=found.ended_hour, ended_day=found.ended_day)
+
+
+@router.get("/definitions", response_model=list[DefinitionView],
+            summary="Each definition version deployed, and each version sagas started on, with how many run and ended")
+async def definitions(console: ConsoleDep, _: Reader) -> list[DefinitionView]:
+    return [definition_view(version) for version in await console.reads.definition_versions()]
 
 
 @router.get("/wedged", summary="Unfinished sagas whose current step failed at least min_failures times, grouped")

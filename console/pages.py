@@ -186,6 +186,14 @@ async def wedged_page(request: Request, min_failures: int = 3) -> Response:
                                               groups=await console.reads.wedged(max(1, min_failures)))
 
 
+@router.get("/definitions", response_class=HTMLResponse)
+async def definitions_page(request: Request) -> Response:
+    console = console_of(request)
+    if (denied := _viewer(request, console)) is not None:
+        return denied
+    return _page(request, "definitions.html", console, versions=await console.reads.definition_versions())
+
+
 @router.get("/quarantine", response_class=HTMLResponse)
 async def quarantine_page(request: Request) -> Response:
     console = console_of(request)

@@ -96,6 +96,18 @@ class OutboxView:
 
 
 @dataclass(frozen=True)
+class ShapeStatusCount:
+    """How many sagas of one type, started on one definition version and shape, are in one state. ``version`` and
+    ``fingerprint`` are None for a read-model row written before they were recorded."""
+
+    saga_type: str
+    version: int | None
+    fingerprint: str | None
+    status: str
+    count: int
+
+
+@dataclass(frozen=True)
 class StoredSaga:
     """One saga as stored, read in one snapshot: its events (with when each was stored), its live timers, its
     unpublished and parked outbox rows."""
@@ -126,6 +138,11 @@ class ReadsStore(Protocol):
 
     async def count_by_status(self) -> dict[str, int]:
         """How many sagas are in each state, by state name."""
+        ...
+
+    async def version_counts(self) -> list[ShapeStatusCount]:
+        """How many sagas there are of each type, definition version, shape and state (every saga of the read
+        model, in one aggregate), in no particular order."""
         ...
 
     async def search(self, saga_id: str, field: str, value: str, limit: int) -> list[SagaSummaryRow]:

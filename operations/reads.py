@@ -19,7 +19,7 @@ from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event, OperatorAction
 from ..schemas.registry import SchemaRegistry
-from . import bulk_jobs
+from . import bulk_jobs, versions
 from .dead_letters import Replayed, replays_by_letter
 from .ports import AGE_BUCKETS, EndedCounts, HeatCell, OutboxView, ReadsStore, SagaFilter, TimerView, WedgedGroup
 
@@ -145,6 +145,15 @@ class Reads:
         dry run counts), the oldest started first. BulkJobError for a saga type or participant not deployed."""
         return await self.store.list_sagas(None if selection is None else saga_filter(selection, self.definitions),
                                            limit)
+
+    async def version_counts(self) -> list[versions.VersionCounts]:
+        """How many sagas run and how many ended per saga type and definition version (``operations.versions``)."""
+        return await versions.version_counts(self.store)
+
+    async def definition_versions(self) -> list[versions.DefinitionVersion]:
+        """Every deployed definition version and every version sagas started on, with their running and ended
+        counts."""
+        return versions.definition_versions(self.definitions, await self.version_counts())
 
     async def counts(self) -> dict[str, int]:
         """How many sagas are in each state."""

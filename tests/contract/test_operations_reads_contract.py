@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import asyncpg
 import pytest
 
+from saga_orchestrator.operations import versions
 from saga_orchestrator.operations.ports import (
     EndedCounts,
     HeatCell,
@@ -23,6 +24,7 @@ from saga_orchestrator.operations.ports import (
     RetryTimer,
     SagaFilter,
     SessionStore,
+    ShapeStatusCount,
     SignalStore,
     StoredSession,
     TimerView,
@@ -95,9 +97,10 @@ async def wing(wing_factory: Wing) -> Wing:
 
 def row(saga_id: str, status: str, started_ago_ms: int, now_ms: int, *, saga_type: str = "trip",
         tenant: str | None = None, updated_ago_ms: int = 0, step: str | None = None, failures: int = 0,
-        error: str | None = None) -> SagaSummaryRow:
+        error: str | None = None, version: int | None = None, fingerprint: str | None = None) -> SagaSummaryRow:
     return SagaSummaryRow(saga_id, saga_type, tenant, status, now_ms - started_ago_ms, now_ms - updated_ago_ms, 1,
-                          current_step=step, step_failures=failures, last_error=error)
+                          current_step=step, step_failures=failures, last_error=error, definition_version=version,
+                          definition_fingerprint=fingerprint)
 
 
 def event(saga_id: str, seq: int, event_type: str = "StepSucceeded") -> StoredEvent:
@@ -170,6 +173,31 @@ async def test_the_fleet_counts_by_type_state_and_age(wing: Wing) -> None:
     assert sorted(ended, key=lambda c: c.status) == [HeatCell("trip", "COMPENSATED", "< 1 day", 1),
                                                      HeatCell("trip", "COMPLETED", "< 1 day", 1)]
     assert counts == EndedCounts(hour=1, day=2, undone_hour=1, undone_day=1)
+
+
+async def test_version_counts_count_each_type_version_shape_and_state_once(wing: Wing) -> None:
+    now = wing.now_ms
+    assert await wing.reads.version_counts() == []
+    await wing.write(Writes(summaries=[
+        row("a", "RUNNING", 0, now, version=1, fingerprint="f1"),
+        row("b", "RUNNING", 0, now, version=1, fingerprint="f1"),
+        row("c", "COMPLETED", 0, now, version=1, fingerprint="f1"),
+        row("d", "QUARANTINED", 0, now, version=1, fingerprint="g1"),  # the same version, another shape
+        row("e", "COMPENSATED", 0, now, version=2, fingerprint="f2"),
+        row("f", "RUNNING", 0, now, saga_type="refund", version=1, fingerprint="r1"),
+        row("g", "RUNNING", 0, now),  # written before versions were recorded
+        row("h", "CANCELLED", 0, now)]))
+    cells = sorted(await wing.reads.version_counts(),
+                   key=lambda c: (c.saga_type, c.version or 0, c.fingerprint or "", c.status))
+    assert cells == [
+        ShapeStatusCount("refund", 1, "r1", "RUNNING", 1),
+        ShapeStatusCount("trip", None, None, "CANCELLED", 1), ShapeStatusCount("trip", None, None, "RUNNING", 1),
+        ShapeStatusCount("trip", 1, "f1", "COMPLETED", 1), ShapeStatusCount("trip", 1, "f1", "RUNNING", 2),
+        ShapeStatusCount("trip", 1, "g1", "QUARANTINED", 1), ShapeStatusCount("trip", 2, "f2", "COMPENSATED", 1)]
+    tallied = await versions.version_counts(wing.reads)
+    assert [(c.saga_type, c.version, c.running, c.ended) for c in tallied] == [
+        ("refund", 1, 1, 0), ("trip", None, 1, 1), ("trip", 1, 3, 1), ("trip", 2, 0, 1)]
+    assert tallied[2].shapes == (versions.ShapeCounts("f1", 2, 1), versions.ShapeCounts("g1", 1, 0))
 
 
 async def test_a_stored_saga_holds_its_events_timers_and_outbox_rows(wing: Wing) -> None:

@@ -1,12 +1,14 @@
 """The console's HTTP API on a real Postgres and Kafka: reads of recorded sagas (list, search by a business key,
-one saga, its history, the fleet, wedged sagas), the identity modes, and a lever published on saga.control and
-audited; a signal checked against its record, published and audited, and what a step waits for."""
+one saga, its history, the fleet, the definition versions with their sagas, wedged sagas), the identity modes,
+and a lever published on saga.control and audited; a signal checked against its record, published and audited,
+and what a step waits for."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -35,7 +37,7 @@ from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.state import SagaStatus
 from saga_orchestrator.orchestrator.outbound import summary_of
-from saga_orchestrator.orchestrator.ports import SearchKey, StoredEvent, Writes
+from saga_orchestrator.orchestrator.ports import SagaSummaryRow, SearchKey, StoredEvent, Writes
 from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
 from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
 from saga_orchestrator.participants.kit.handling import Disposition, handle_command
@@ -163,6 +165,43 @@ async def test_the_fleet_and_the_wedged(reader: httpx.AsyncClient) -> None:
     document = await _json(reader, "/api/openapi.json")
     assert {"/api/v1/sagas", "/api/v1/search", "/api/v1/sagas/{saga_id}", "/api/v1/sagas/{saga_id}/actions",
             "/api/v1/fleet", "/api/v1/wedged"} <= set(document["paths"])
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_definitions_show_the_sagas_running_and_ended_on_each_version(
+        reader: httpx.AsyncClient, settings: Settings, tmp_path: Path) -> None:
+    now = time.time_ns() // 1_000_000
+    older = [SagaSummaryRow("api-v0", "trip", None, "RUNNING", now, now, 3, definition_version=0,
+                            definition_fingerprint="0ld"),
+             SagaSummaryRow("api-unrecorded", "trip", None, "COMPENSATED", now, now, 9)]  # written before 0.3
+    async with _pool(settings) as pool:
+        async with PostgresStore(pool).begin() as uow:
+            await uow.write(Writes(summaries=older))
+        try:
+            shown = await _json(reader, "/api/v1/definitions")
+            assert [(d["saga_type"], d["version"], d["deployed"], d["running"], d["ended"]) for d in shown] == [
+                ("trip", None, False, 0, 1), ("trip", 0, False, 1, 0), ("trip", 1, True, 1, 1)]
+            assert shown[2]["fingerprint"] == TRIP.fingerprint and shown[2]["shapes"] == [
+                {"fingerprint": TRIP.fingerprint, "running": 1, "ended": 1}]
+            page = await reader.get("/definitions")
+            assert page.status_code == 200 and "not deployed" in page.text and "unrecorded" in page.text
+            # The command line, from the database.
+            env = {**os.environ, "DATABASE_URL": settings.dsn()}
+            cli = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "saga_orchestrator.cli",
+                                                           "definitions", "--json"],
+                                          env=env, capture_output=True, text=True, timeout=60)
+            assert cli.returncode == 0 and cli.stderr == "", cli.stderr
+            assert [(d["version"], d["deployed"], d["sagas"]["running"], d["sagas"]["ended"])
+                    for d in map(json.loads, cli.stdout.splitlines())] == [(None, False, 0, 1), (0, False, 1, 0),
+                                                                           (1, True, 1, 1)]
+        finally:
+            await pool.execute("DELETE FROM saga.saga_summary WHERE saga_id = ANY($1::text[])",
+                               [row.saga_id for row in older])
+    users = tmp_path / "users"
+    add_user(users, "anna", "a long password")
+    async for guarded in _client(settings.model_copy(update={"saga_console_users": str(users)})):
+        assert (await guarded.get("/api/v1/definitions")).status_code == 401  # nobody signed in
+        assert (await guarded.get("/definitions")).status_code in (303, 307)  # to the sign-in
 
 
 @pytest.mark.asyncio(loop_scope="module")
