@@ -90,7 +90,7 @@ async def _counts() -> tuple[list[VersionCounts] | None, str | None]:
 
 def _unavailable(error: Exception) -> str:
     """``error`` in one line when it says the database is away or refuses; anything else is a bug: re-raised."""
-    if classify(error) is Fault.PLATFORM or isinstance(error, (asyncpg.PostgresError, OSError, TimeoutError)):
+    if classify(error) is Fault.PLATFORM or isinstance(error, asyncpg.PostgresError):
         return one_line(error)
     raise error
 

@@ -10,17 +10,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
-from ..orchestrator.domain.model import SagaStatus
+from ..orchestrator.domain.model import UNSETTLED_STATUSES
 from .ports import ReadsStore, ShapeStatusCount
 
 __all__ = ["RUNNING_STATUSES", "DefinitionVersion", "ShapeCounts", "VersionCounts", "definition_versions",
            "tally", "version_counts"]
 
-RUNNING_STATUSES: frozenset[str] = frozenset(status.value for status in (
-    SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.FAILED, SagaStatus.COMPENSATION_FAILED,
-    SagaStatus.QUARANTINED))
-"""The states a decision may still move a saga out of (a reply, a timer, a release, a resume, a redrive): such a
-saga still needs its version deployed. Every other state counts as ended."""
+RUNNING_STATUSES: frozenset[str] = frozenset(status.value for status in UNSETTLED_STATUSES)
+"""The states a decision may still move a saga out of (``UNSETTLED_STATUSES``): such a saga still needs its version
+deployed. Every other state counts as ended."""
 
 
 @dataclass(frozen=True)
