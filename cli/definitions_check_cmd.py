@@ -17,10 +17,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import click
 import typer
+from typer._click import Context as ClickContext  # the click typer vendors: its groups' parse_args takes it
 from typer.core import TyperGroup
 
 from ..infra.deployment import load_deployment
@@ -47,7 +47,7 @@ class DefinitionsGroup(TyperGroup):
     """``saga definitions [TYPE] [--json]`` lists the deployed definitions; ``saga definitions check|diff ...``
     runs a subcommand. A first word that names no subcommand is the listing's TYPE."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
         words = [arg for arg in args if not arg.startswith("-")]
         if words and words[0] not in self.commands:
             args = list(args)
@@ -172,9 +172,10 @@ def check(
     definitions: str | None = typer.Option(None, "--definitions", metavar="module:ATTR,...",
                                            help="The candidate definitions, as SAGA_DEFINITIONS names them."),
     app: str | None = typer.Option(None, "--app", metavar="module:app", help="The candidate app (a SagaApp)."),
-    histories: list[Path] | None = typer.Option(
-        None, "--histories", exists=True,
-        help="Files `saga history --json` wrote, or directories of them (repeatable); default: the event store."),
+    histories: Annotated[list[Path] | None, typer.Option(
+        "--histories", exists=True,
+        help="Files `saga history --json` wrote, or directories of them (repeatable); default: the event store.")
+    ] = None,
     as_json: bool = typer.Option(False, "--json", help="One JSON object: every checked saga and the counts."),
 ) -> None:
     """Would each running saga take its next step the same way on the candidate definitions?

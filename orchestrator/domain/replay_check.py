@@ -27,7 +27,7 @@ started: nothing is decided for it any more).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -104,8 +104,8 @@ def check_history(deployed: DefinitionRegistry, candidate: DefinitionRegistry,
     except DomainError as error:
         return ReplayVerdict(saga_id, Outcome.WOULD_NOT_FOLD, f"{type(error).__name__}: {error}")
     for probe, message in probes(old_definition, old_state, new_definition, new_state):
-        before = _outcome(lambda: _decided(old_definition, old_state, message))
-        after = _outcome(lambda: _decided(new_definition, new_state, message))
+        before = _outcome(old_definition, old_state, message)
+        after = _outcome(new_definition, new_state, message)
         if before != after:
             return ReplayVerdict(saga_id, Outcome.DIFFERENT,
                                  f"{probe}: deployed {_text(before)}; candidate {_text(after)}")
@@ -144,9 +144,9 @@ def probes(old_definition: SagaDefinition, old_state: SagaState, new_definition:
             found.append((f"{'failure' if failed else 'success'} of {step.name}{what} attempt {attempt}", reply))
     live = live_timer_ids(old_definition, old_state) | live_timer_ids(new_definition, new_state)
     for timer_id in sorted(live):
-        kind, _, rest = timer_id.partition(":")
+        kind_text, _, rest = timer_id.partition(":")
         name, _, attempt_text = rest.rpartition(":")
-        timer = Timer(saga_id=old_state.saga_id, kind=TimerKind(kind), step=name, attempt=int(attempt_text),
+        timer = Timer(saga_id=old_state.saga_id, kind=TimerKind(kind_text), step=name, attempt=int(attempt_text),
                       due_at=old_state.updated_at)
         found.append((f"timer {timer_id} firing", TimerFired(timer=timer)))
     return found
@@ -168,9 +168,9 @@ def summary(decision: Decision) -> Summary:
     return events, commands + withdrawals
 
 
-def _outcome(decided: Callable[[], Decision]) -> Summary | str:
+def _outcome(definition: SagaDefinition, state: SagaState, message: IncomingMessage | None) -> Summary | str:
     try:
-        return summary(decided())
+        return summary(_decided(definition, state, message))
     except DomainError as error:
         return f"{type(error).__name__}: {error}"
 

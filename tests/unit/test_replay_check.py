@@ -61,7 +61,8 @@ def test_a_check_before_the_charge_changes_what_the_last_booking_leads_to() -> N
 def test_a_check_before_the_charge_would_run_it_after_the_charge_of_a_trip_past_it() -> None:
     verdict = checked(CHECK_BEFORE_CHARGE, past_the_charge())
     assert verdict.outcome is Outcome.DIFFERENT
-    assert verdict.detail == "advance: deployed does nothing; candidate StepCommandSent(fraud_check), FORWARD fraud_check"
+    assert verdict.detail == ("advance: deployed does nothing; candidate StepCommandSent(fraud_check), "
+                              "FORWARD fraud_check")
 
 
 def test_a_step_after_the_charge_changes_what_a_trip_past_the_charge_does_next() -> None:
