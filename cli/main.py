@@ -8,7 +8,6 @@ from . import (
     audit_cmd,
     commands,
     deferred_cmd,
-    definitions_cmd,
     inspect_cmd,
     levers,
     migrate_cmd,
@@ -18,6 +17,7 @@ from . import (
 )
 from .bulk_cmd import bulk_app
 from .console_cmd import console_app
+from .definitions_check_cmd import definitions_app
 from .dlq_cmd import dlq_app
 from .infra_cmd import infra_app
 from .outbox_cmd import outbox_app
@@ -45,7 +45,7 @@ app.command("verify")(verify_cmd.verify)
 app.command("migrate")(migrate_cmd.migrate_command)
 app.command("reproject")(reproject_cmd.reproject_command)
 app.command("purge")(purge_cmd.purge)
-app.command("definitions")(definitions_cmd.definitions_command)
+app.add_typer(definitions_app, name="definitions")
 app.command("awaiting")(deferred_cmd.awaiting_command)
 app.command("answer")(deferred_cmd.answer_command)
 
