@@ -194,7 +194,7 @@ def check(
     if histories:
         try:
             decoded = read_history_files(histories)
-        except (OSError, ValueError) as error:
+        except (FileNotFoundError, PermissionError, ValueError) as error:  # a file missing, unreadable or no history
             fail(str(error))
         verdicts = []
         for done, events in enumerate(decoded.values(), start=1):

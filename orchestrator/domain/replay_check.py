@@ -161,11 +161,13 @@ def _decided(definition: SagaDefinition, state: SagaState, message: IncomingMess
 
 
 def summary(decision: Decision) -> Summary:
-    """What of ``decision`` the check compares."""
-    events = tuple((type(event).__name__, str(getattr(event, "step", "") or "")) for event in decision.events)
-    commands = tuple((command.step, str(command.kind)) for command in decision.commands)
-    withdrawals = tuple((withdrawal.step, "WITHDRAW") for withdrawal in decision.withdrawals)
-    return events, commands + withdrawals
+    """What of ``decision`` the check compares: its events and what it sends, each as a sorted multiset, since
+    what one decision records and sends for several steps at once (two undos, two ready steps) happens together,
+    in an order the declaration order of the steps sets and nothing depends on."""
+    events = tuple(sorted((type(event).__name__, str(getattr(event, "step", "") or "")) for event in decision.events))
+    commands = [(command.step, str(command.kind)) for command in decision.commands]
+    withdrawals = [(withdrawal.step, "WITHDRAW") for withdrawal in decision.withdrawals]
+    return events, tuple(sorted(commands + withdrawals))
 
 
 def _outcome(definition: SagaDefinition, state: SagaState, message: IncomingMessage | None) -> Summary | str:
