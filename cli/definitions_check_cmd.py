@@ -23,9 +23,9 @@ import typer
 from typer._click import Context as ClickContext  # the click typer vendors: its groups' parse_args takes it
 from typer.core import TyperGroup
 
-from ..infra.deployment import load_deployment
+from ..infra.deployment import Deployment, load_deployment
 from ..infra.misconfigured import Misconfigured
-from ..infra.references import load_reference
+from ..infra.references import load_reference, load_references
 from ..orchestrator.bootstrap import registry_of
 from ..orchestrator.domain.changes import Verdict, diff, verdict
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
@@ -75,9 +75,14 @@ def candidate_registry(definitions: str | None, app: str | None) -> DefinitionRe
     ``--app`` (a SagaApp), else by ``--definitions`` (references, as SAGA_DEFINITIONS lists them)."""
     if (definitions is None) == (app is None):
         fail("name the candidate definitions: --definitions module:ATTR,... or --app module:app (one of them)")
-    current = settings().model_copy(update={"saga_app": app, "saga_definitions": definitions or ""})
     try:
-        return registry_of(load_deployment(current))
+        if definitions is not None:  # exactly these: not an app the working directory's pyproject.toml names
+            try:
+                found = load_references(definitions)
+            except ValueError as error:
+                raise Misconfigured(f"--definitions {definitions!r}: {error}") from None
+            return registry_of(Deployment(found, [], "", None, f"--definitions {definitions!r}"))
+        return registry_of(load_deployment(settings().model_copy(update={"saga_app": app})))
     except Misconfigured as refused:
         fail(f"candidate: {refused}")
 
