@@ -18,6 +18,7 @@ from ..schemas.event_types import Event, SagaPurged
 from ..schemas.topics import Topics
 from .bootstrap import definitions
 from .domain.definition import DefinitionRegistry
+from .domain.errors import UnknownDefinition
 from .domain.retention import purged_digest
 from .domain.state import fold
 from .store.postgres import PostgresStore
@@ -56,6 +57,9 @@ def compare_states(registry: DefinitionRegistry, from_store: Mapping[str, list[E
     for saga_id, events in from_topic.items():
         try:
             topic_state = fold(registry.for_history(events), events)
+        except UnknownDefinition as error:  # its version is gone, or deployed with another shape (ShapeChanged)
+            differences.append(Difference(saga_id, None, f"no registered definition runs it: {error}"))
+            continue
         except Exception as error:  # a gap or a forged event makes the history unfoldable
             differences.append(Difference(saga_id, None, f"cannot rebuild from the topic: {error}"))
             continue

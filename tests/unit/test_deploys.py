@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from saga_orchestrator.orchestrator.audit import compare_states
 from saga_orchestrator.orchestrator.bootstrap import DeployRefused, check_running_sagas
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry, RetryPolicy, SagaDefinition, Step
 from saga_orchestrator.orchestrator.domain.deploys import RunningShape, stranded
@@ -16,6 +17,7 @@ from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.topics import Topics
+from saga_orchestrator.testing.history import SagaRun
 
 
 def _with_check(definition: SagaDefinition) -> SagaDefinition:
@@ -95,3 +97,18 @@ async def test_the_start_check_refuses_then_allows_when_told_and_keeps_the_shape
     assert set(store.shapes) == {TRIP.fingerprint}  # a refused deploy records nothing
     await check_running_sagas(store, edited, allow_stranding=True)
     assert set(store.shapes) == {TRIP.fingerprint, _with_check(TRIP).fingerprint}
+
+
+def test_the_audit_names_a_saga_no_registered_definition_runs() -> None:
+    run = SagaRun(TRIP, saga_id="s-audit")
+    run.start()
+    run.ok("book_flight")
+    histories = {"s-audit": run.events}
+    assert compare_states(DefinitionRegistry([TRIP]), histories, histories)[0] == []
+    [edited] = compare_states(DefinitionRegistry([_with_check(TRIP)]), histories, histories)[0]
+    assert edited.saga_id == "s-audit"
+    assert edited.problem.startswith("no registered definition runs it: saga 's-audit' started on 'trip' v1")
+    assert f"shape {TRIP.fingerprint}" in edited.problem and _with_check(TRIP).fingerprint in edited.problem
+    v2 = dataclasses.replace(TRIP, version=2)
+    [gone] = compare_states(DefinitionRegistry([v2]), histories, histories)[0]
+    assert gone.problem.startswith("no registered definition runs it: no definition for saga type 'trip' version 1")
