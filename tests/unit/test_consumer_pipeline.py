@@ -13,7 +13,7 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 
 from saga_orchestrator.infra.kafka_clients import KafkaClients
-from saga_orchestrator.orchestrator.consumer import OrchestratorConsumer, _Poll
+from saga_orchestrator.orchestrator.consumer import OrchestratorConsumer, _Poll, _Round
 from saga_orchestrator.orchestrator.inbound import Envelope
 from saga_orchestrator.schemas.records import ConsumedRecord
 
@@ -120,8 +120,9 @@ async def test_records_in_flight_hold_the_read_horizon_at_the_last_record_handle
     assert target.read_horizon_ms == 5000  # everything fetched is handled: caught up as of the last check
 
     target._horizon_at = 0.0  # no rate limit between the two looks
-    done: asyncio.Task[None] = asyncio.create_task(asyncio.sleep(0))
-    fetched = _Poll(poll_of(record("s2", 8, timestamp=4000), record("s3", 9, timestamp=4500)), {b"s2", b"s3"}, done)
+    done: asyncio.Task[bool] = asyncio.create_task(asyncio.sleep(0, True))
+    fetched = _Poll(poll_of(record("s2", 8, timestamp=4000), record("s3", 9, timestamp=4500)), {b"s2", b"s3"}, done,
+                    _Round(asyncio.Event()))
     await target._advance_horizon(kafka, {}, deque([fetched]))
     assert target.read_horizon_ms == 3000  # offsets 8 and 9 are read from Kafka but not handled yet
     await done
