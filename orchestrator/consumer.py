@@ -144,14 +144,11 @@ class _Offsets:
             log.warning("offsets not committed while stopping", extra={"error": repr(error)})
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Round:
-    """The polls fetched under one assignment: ``revoked`` is set when its partitions are taken back, and
-    ``abandoned`` once a poll of it gave up waiting (its records are the next owner's to read again), so none of
-    its later polls commits offsets past them."""
+    """The polls dispatched under one assignment: ``revoked`` is set when its partitions are taken back."""
 
     revoked: asyncio.Event
-    abandoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,6 +219,9 @@ class OrchestratorConsumer:
         # which finishes them before partitions move to another instance.
         self._in_flight: deque[_Poll] = deque()
         self._offsets = _Offsets()
+        # The first offset of records given up on each partition (a poll that waited when its partitions were
+        # revoked): no offset past it is committed until a poll from there on went through.
+        self._given_up: dict[TopicPartition, int] = {}
         self._finishing = asyncio.Lock()
         self._outage = OutageWait("orchestrator messages", max_s=MAX_BACKOFF_S)
         self._live: AIOKafkaConsumer | None = None  # the consumer of the current round, for its lag
@@ -299,6 +299,7 @@ class OrchestratorConsumer:
         in_flight: deque[_Poll] = deque()
         self._in_flight = in_flight
         self._offsets = offsets = _Offsets()
+        self._given_up = {}
         fetch: asyncio.Future[dict[TopicPartition, list[ConsumerRecord]]] | None = None
         pacing = FetchPacing(self._fetch_wait_ms, self._adaptive_fetch)
         try:
@@ -312,7 +313,7 @@ class OrchestratorConsumer:
                     batches, fetch = fetch.result(), None
                     pacing.polled(consumer, sum(len(records) for records in batches.values()))
                     if batches:
-                        in_flight.append(self._dispatch(batches, in_flight, stop))
+                        in_flight.append(self._dispatch(batches, in_flight, stop, self._round))
                     elif not in_flight:
                         await self._advance_horizon(consumer, {}, in_flight)
                         await offsets.commit(consumer)
@@ -326,10 +327,9 @@ class OrchestratorConsumer:
             await asyncio.gather(*(poll.task for poll in in_flight), return_exceptions=True)
 
     def _dispatch(self, batches: dict[TopicPartition, list[ConsumerRecord]], earlier: Iterable[_Poll],
-                  stop: asyncio.Event) -> _Poll:
+                  stop: asyncio.Event, round_: _Round) -> _Poll:
         keys = {record.key for records in batches.values() for record in records}
         blockers = [poll.task for poll in earlier if poll.keys & keys]
-        round_ = self._round
         return _Poll(batches, keys, asyncio.create_task(self._process_after(blockers, batches, stop, round_)),
                      round_)
 
@@ -351,14 +351,29 @@ class OrchestratorConsumer:
             while self._in_flight and self._in_flight[0].task.done():
                 poll = self._in_flight.popleft()
                 # re-raises when it failed (only while stopping: failed ones are retried)
-                if not poll.task.result() or poll.round.abandoned:
-                    continue  # given up after its partitions were revoked: whoever owns them reads them again
+                if not poll.task.result():  # given up: whoever owns its partitions next reads them again
+                    for tp, records in poll.batches.items():
+                        self._given_up[tp] = min(self._given_up.get(tp, records[0].offset), records[0].offset)
+                    continue
                 await self._advance_horizon(consumer, poll.batches, self._in_flight)
-                self._offsets.handled({tp: records[-1].offset + 1 for tp, records in poll.batches.items()})
+                self._offsets.handled(self._committable(poll.batches))
                 crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
         # Outside the lock: a commit during a rebalance waits for it, and the rebalance's listener for the lock.
         if self._offsets.due():
             await self._offsets.commit(consumer)
+
+    def _committable(self, batches: dict[TopicPartition, list[ConsumerRecord]]) -> dict[TopicPartition, int]:
+        """The offsets to commit after ``batches`` went through: none on a partition where records before them
+        were given up (a poll fetched before the revocation, or after it under the old positions, would
+        otherwise commit past them)."""
+        offsets = {}
+        for tp, records in batches.items():
+            floor = self._given_up.get(tp)
+            if floor is not None and records[0].offset > floor:
+                continue
+            self._given_up.pop(tp, None)  # read again from there on (positions reset to the committed offsets)
+            offsets[tp] = records[-1].offset + 1
+        return offsets
 
     async def hand_over(self, consumer: AIOKafkaConsumer) -> None:
         """Partitions are about to move (a rebalance): let the polls under way commit in Postgres, then
@@ -419,7 +434,6 @@ class OrchestratorConsumer:
                 if stop.is_set():
                     raise
                 if round_ is not None and round_.revoked.is_set():
-                    round_.abandoned = True
                     log.info("records given up to the partitions' next owner", extra={"error": repr(error)})
                     return False
                 await _pause(self._outage, error, stop, round_.revoked if round_ is not None else None)
