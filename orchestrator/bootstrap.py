@@ -28,6 +28,7 @@ from ..outbox.depth import outbox_gauges, quiet_refresh
 from ..outbox.relay import MAX_POLL_MS, WOKEN_MAX_POLL_MS, OutboxRelay
 from ..schemas.registry import default_registry
 from ..schemas.topics import Topics
+from .assignment import GroupView
 from .consumer import OrchestratorConsumer
 from .domain.definition import DefinitionRegistry, SagaDefinition
 from .domain.deploys import stranded
@@ -208,14 +209,17 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
         for timers_of in scheduler:
             timers_of.armed([timer.due_at for decision in done.decisions for timer in decision.timers])
 
+    group = GroupView()  # what the orchestrators of the group serve, learnt at each assignment
     service = SagaService(store, registry, topics, clock, on_commit=relay.wake if relay is not None else None,
                           on_settled=settled, poison_attempts=settings.saga_poison_attempts,
-                          on_conflict=metrics.conflicts.inc)
+                          on_conflict=metrics.conflicts.inc, served_elsewhere=group.serves)
     consumer = OrchestratorConsumer(service, RecordParser(topics, registry, default_registry(), participants),
                                     settings.kafka(), group_id=f"{settings.saga_topic_prefix}saga-orchestrator",
                                     concurrency=max(1, min(TRANSACTIONS_AT_ONCE, settings.saga_db_pool_size - 2)),
                                     fetch_wait_ms=settings.saga_fetch_wait_ms,
-                                    adaptive_fetch=settings.saga_fetch_pacing == "adaptive")
+                                    adaptive_fetch=settings.saga_fetch_pacing == "adaptive",
+                                    served=frozenset((d.saga_type, d.version) for d in registry.definitions()),
+                                    group_view=group)
     consumers.append(consumer)
     # Not consuming yet (a restart waits for the group to drop the old member): replies may be waiting
     # unread, so a step timeout now would blame participants for our own downtime.

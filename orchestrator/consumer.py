@@ -19,7 +19,7 @@ from ..infra.health import current as current_health
 from ..infra.isolation import OutageWait
 from ..infra.kafka_clients import KafkaClients
 from ..schemas.records import ConsumedRecord
-from .assignment import CoPartitionedAssignor
+from .assignment import CoPartitionedAssignor, GroupView, Served
 from .horizon import HOLD_ALL, PartitionProgress, read_horizon
 from .inbound import RecordParser
 from .service import SagaService
@@ -59,13 +59,14 @@ FULL_POLL = 15
 # local broker about 1.8 ms of CPU); a crash re-reads at most this much more, which the inbox skips.
 COMMIT_EVERY_S = 0.5
 QUIET_COMMIT_S = 5.0  # the longest a consumer that stops waits to commit (a coordinator that went away)
-ASSIGNORS = (CoPartitionedAssignor,)
-"""Partition k of every topic to one instance, and no second strategy: aiokafka 0.14 sends one JoinGroup per
-assignor it is given, each with different protocols, and the group coordinator answers a member whose metadata
-changed while the group completes a rebalance with a new rebalance. Two members joining at the same moment
-then rebalance each other for ever (generation 6,817 after eleven minutes, seen here; aio-libs/aiokafka#1168).
-An instance of a version before this assignor cannot join a group of this one (InconsistentGroupProtocol):
-stop the old orchestrators before starting the new ones."""
+ASSIGNORS = (CoPartitionedAssignor(),)
+"""The strategy of a member that advertises no definition versions (each consumer builds its own, with the versions
+it serves). Partition k of every topic to one instance, and no second strategy: aiokafka 0.14 sends one
+JoinGroup per assignor it is given, each with different protocols, and the group coordinator answers a member
+whose metadata changed while the group completes a rebalance with a new rebalance. Two members joining at the
+same moment then rebalance each other for ever (generation 6,817 after eleven minutes, seen here;
+aio-libs/aiokafka#1168). An instance of a version before this assignor cannot join a group of this one
+(InconsistentGroupProtocol): stop the old orchestrators before starting the new ones."""
 HAND_OVER_WAIT_S = 10.0  # the longest a rebalance waits for the polls under way (then the next owner re-reads)
 
 
@@ -144,12 +145,21 @@ class _Offsets:
 
 
 @dataclass(frozen=True)
+class _Round:
+    """The polls dispatched under one assignment: ``revoked`` is set when its partitions are taken back."""
+
+    revoked: asyncio.Event
+
+
+@dataclass(frozen=True)
 class _Poll:
-    """One poll's records on their way through Postgres: the saga keys among them and the handling task."""
+    """One poll's records on their way through Postgres: the saga keys among them, the handling task (False
+    when it gave its records up) and the assignment it was fetched under."""
 
     batches: dict[TopicPartition, list[ConsumerRecord]]
     keys: set[bytes | None]
-    task: asyncio.Task[None]
+    task: asyncio.Task[bool]
+    round: _Round
 
 
 class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's base is untyped
@@ -161,6 +171,7 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's 
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         self._owner.owned_partitions = frozenset()  # its timers are the next owner's from now on
+        self._owner.revoked()
         if revoked:
             await self._owner.hand_over(self._consumer)
 
@@ -180,7 +191,8 @@ class OrchestratorConsumer:
 
     def __init__(self, service: SagaService, parser: RecordParser, kafka: KafkaClients, group_id: str,
                  concurrency: int = 8, max_records: int = 500, batch_size: int = 100,
-                 fetch_wait_ms: int = FETCH_WAIT_MS, adaptive_fetch: bool = True) -> None:
+                 fetch_wait_ms: int = FETCH_WAIT_MS, adaptive_fetch: bool = True,
+                 served: Served = frozenset(), group_view: GroupView | None = None) -> None:
         self._service = service
         self._parser = parser
         self._kafka = kafka
@@ -207,9 +219,22 @@ class OrchestratorConsumer:
         # which finishes them before partitions move to another instance.
         self._in_flight: deque[_Poll] = deque()
         self._offsets = _Offsets()
+        # The first offset of records given up on each partition (a poll that waited when its partitions were
+        # revoked): no offset past it is committed until a poll from there on went through.
+        self._given_up: dict[TopicPartition, int] = {}
         self._finishing = asyncio.Lock()
         self._outage = OutageWait("orchestrator messages", max_s=MAX_BACKOFF_S)
         self._live: AIOKafkaConsumer | None = None  # the consumer of the current round, for its lag
+        # The (saga type, version) pairs this instance serves, advertised to the group's assignor, and what the
+        # group serves, learnt at each assignment (orchestrator/assignment.py).
+        self._served = served
+        self.group_view = group_view if group_view is not None else GroupView()
+        self._round = _Round(asyncio.Event())
+
+    def revoked(self) -> None:
+        """The partitions are being taken back: polls that wait give their records up to the next owner."""
+        self._round.revoked.set()
+        self._round = _Round(asyncio.Event())
 
     @property
     def group_id(self) -> str:
@@ -236,7 +261,7 @@ class OrchestratorConsumer:
         while not stop.is_set():
             consumer = self._kafka.consumer(
                 group_id=self._group_id,
-                partition_assignment_strategy=ASSIGNORS,
+                partition_assignment_strategy=(CoPartitionedAssignor(self._served, self.group_view),),
                 enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self._max_records,
                 isolation_level="read_committed", fetch_min_bytes=1,
                 fetch_max_wait_ms=max(self._fetch_wait_ms, IDLE_FETCH_WAIT_MS),
@@ -274,6 +299,7 @@ class OrchestratorConsumer:
         in_flight: deque[_Poll] = deque()
         self._in_flight = in_flight
         self._offsets = offsets = _Offsets()
+        self._given_up = {}
         fetch: asyncio.Future[dict[TopicPartition, list[ConsumerRecord]]] | None = None
         pacing = FetchPacing(self._fetch_wait_ms, self._adaptive_fetch)
         try:
@@ -287,7 +313,7 @@ class OrchestratorConsumer:
                     batches, fetch = fetch.result(), None
                     pacing.polled(consumer, sum(len(records) for records in batches.values()))
                     if batches:
-                        in_flight.append(self._dispatch(batches, in_flight, stop))
+                        in_flight.append(self._dispatch(batches, in_flight, stop, self._round))
                     elif not in_flight:
                         await self._advance_horizon(consumer, {}, in_flight)
                         await offsets.commit(consumer)
@@ -301,20 +327,22 @@ class OrchestratorConsumer:
             await asyncio.gather(*(poll.task for poll in in_flight), return_exceptions=True)
 
     def _dispatch(self, batches: dict[TopicPartition, list[ConsumerRecord]], earlier: Iterable[_Poll],
-                  stop: asyncio.Event) -> _Poll:
+                  stop: asyncio.Event, round_: _Round) -> _Poll:
         keys = {record.key for records in batches.values() for record in records}
         blockers = [poll.task for poll in earlier if poll.keys & keys]
-        return _Poll(batches, keys, asyncio.create_task(self._process_after(blockers, batches, stop)))
+        return _Poll(batches, keys, asyncio.create_task(self._process_after(blockers, batches, stop, round_)),
+                     round_)
 
-    async def _process_after(self, blockers: list[asyncio.Task[None]],
-                             batches: dict[TopicPartition, list[ConsumerRecord]], stop: asyncio.Event) -> None:
+    async def _process_after(self, blockers: list[asyncio.Task[bool]],
+                             batches: dict[TopicPartition, list[ConsumerRecord]], stop: asyncio.Event,
+                             round_: _Round) -> bool:
         # Waiting on whole earlier polls is coarser than per saga, and cheaper: letting the poll's other sagas
         # go first splits the poll into twice the transactions, and under load (a flight and a hotel reply
         # of one saga often land in consecutive polls) that cost more than the wait saved. At 200 sagas/s
         # (bench/throughput, 5 interleaved runs each) per saga took 8.7-10.0 ms of CPU per saga and reached
         # p99 1.5-3.5 s, whole polls 8.8-9.4 ms and p99 1.5-2.7 s.
         await asyncio.gather(*blockers, return_exceptions=True)
-        await self._process_until_done(batches.values(), stop)
+        return await self._process_until_done(batches.values(), stop, round_)
 
     async def _finish_done(self, consumer: AIOKafkaConsumer) -> None:
         """Finish the oldest polls that are done, in poll order: move the read horizon past each and mark its
@@ -322,13 +350,30 @@ class OrchestratorConsumer:
         async with self._finishing:  # the poll loop and the rebalance listener both finish polls
             while self._in_flight and self._in_flight[0].task.done():
                 poll = self._in_flight.popleft()
-                poll.task.result()  # re-raises when it failed (only while stopping: failed ones are retried)
+                # re-raises when it failed (only while stopping: failed ones are retried)
+                if not poll.task.result():  # given up: whoever owns its partitions next reads them again
+                    for tp, records in poll.batches.items():
+                        self._given_up[tp] = min(self._given_up.get(tp, records[0].offset), records[0].offset)
+                    continue
                 await self._advance_horizon(consumer, poll.batches, self._in_flight)
-                self._offsets.handled({tp: records[-1].offset + 1 for tp, records in poll.batches.items()})
+                self._offsets.handled(self._committable(poll.batches))
                 crash_point("orchestrator.after_commit")  # Postgres committed, the offsets not: redelivery
         # Outside the lock: a commit during a rebalance waits for it, and the rebalance's listener for the lock.
         if self._offsets.due():
             await self._offsets.commit(consumer)
+
+    def _committable(self, batches: dict[TopicPartition, list[ConsumerRecord]]) -> dict[TopicPartition, int]:
+        """The offsets to commit after ``batches`` went through: none on a partition where records before them
+        were given up (a poll fetched before the revocation, or after it under the old positions, would
+        otherwise commit past them)."""
+        offsets = {}
+        for tp, records in batches.items():
+            floor = self._given_up.get(tp)
+            if floor is not None and records[0].offset > floor:
+                continue
+            self._given_up.pop(tp, None)  # read again from there on (positions reset to the committed offsets)
+            offsets[tp] = records[-1].offset + 1
+        return offsets
 
     async def hand_over(self, consumer: AIOKafkaConsumer) -> None:
         """Partitions are about to move (a rebalance): let the polls under way commit in Postgres, then
@@ -366,8 +411,11 @@ class OrchestratorConsumer:
                     last_record_ms=self._last_record_ms.get(tp)))
         self.read_horizon_ms = read_horizon(progress)
 
-    async def _process_until_done(self, batches: Iterable[list[ConsumerRecord]],
-                                  stop: asyncio.Event) -> None:
+    async def _process_until_done(self, batches: Iterable[list[ConsumerRecord]], stop: asyncio.Event,
+                                  round_: _Round | None = None) -> bool:
+        """Handle the records, waiting out what fails (a platform fault, a saga whose definition version
+        another member serves) until they go through (True), or until ``round_``'s partitions are revoked
+        while they wait (False: given up, offsets not committed; the next owner reads them again)."""
         by_saga: dict[bytes | None, list[ConsumedRecord]] = defaultdict(list)
         for records in batches:
             for record in records:
@@ -385,10 +433,13 @@ class OrchestratorConsumer:
             except Exception as error:  # a platform fault: the poll is handed over again, never skipped
                 if stop.is_set():
                     raise
-                await self._outage.pause(error, stop)
+                if round_ is not None and round_.revoked.is_set():
+                    log.info("records given up to the partitions' next owner", extra={"error": repr(error)})
+                    return False
+                await _pause(self._outage, error, stop, round_.revoked if round_ is not None else None)
                 continue
             self._outage.over()
-            return
+            return True
 
     def _chunks(self, sagas: list[list[ConsumedRecord]]) -> list[list[list[ConsumedRecord]]]:
         """Spread a poll's sagas over transactions of at least ``MIN_BATCH`` messages (a transaction costs
@@ -412,6 +463,22 @@ class OrchestratorConsumer:
     def _count(self, messages: int) -> None:
         self.handled += messages
         current_health().handled(messages)
+
+
+async def _pause(outage: OutageWait, error: Exception, stop: asyncio.Event, revoked: asyncio.Event | None) -> None:
+    """``outage``'s pause, ended early as soon as ``stop`` or ``revoked`` is set."""
+    if revoked is None:
+        await outage.pause(error, stop)
+        return
+    either = asyncio.Event()
+    waits = [asyncio.ensure_future(event.wait()) for event in (stop, revoked)]
+    for wait in waits:
+        wait.add_done_callback(lambda _done: either.set())
+    try:
+        await outage.pause(error, either)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def _first_unhandled(in_flight: Iterable[_Poll]) -> dict[TopicPartition, int]:

@@ -12,6 +12,11 @@ that fails a batch goes down the isolation ladder (``infra.isolation``): each sa
 ``poison_attempts`` times, then its saga is quarantined and the message dead-lettered with its bytes; every
 other saga goes on. Due timers take the same ladder. A platform fault (``infra.failures``) is raised to the
 caller, which waits it out.
+
+During a rolling deploy a saga may reach an instance that lacks its definition version while another member
+of the group serves it (``served_elsewhere``, what the group's last assignment said): that is no reason to
+quarantine it. ``ServedElsewhere``, a platform fault, is raised instead: the messages wait unacknowledged until
+the partitions move to a member that serves the version (orchestrator/assignment.py gives them to it).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import TypeVar
 from cachetools import LRUCache
 
 from ..infra import tracing
+from ..infra.failures import PlatformUnavailable
 from ..infra.isolation import IsolationLadder
 from ..infra.logging import saga_trace_var
 from ..schemas import wire
@@ -37,7 +43,7 @@ from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
 from .domain.decide import Decision, decide, quarantine, quarantine_unfolded
 from .domain.definition import DefinitionRegistry, SagaDefinition
-from .domain.errors import DomainError, InvalidMessage
+from .domain.errors import DomainError, InvalidMessage, UnknownDefinition
 from .domain.messages import IncomingMessage, RejectedRecord, TimerFired
 from .domain.model import state_bytes
 from .domain.state import SagaState, SagaStatus, apply_event
@@ -72,6 +78,11 @@ class Outcome(StrEnum):
     DEAD_LETTERED = "dead_lettered"
 
 
+class ServedElsewhere(PlatformUnavailable):
+    """A saga's definition version is not deployed here but another member of the group serves it: not now
+    (wait, unacknowledged), never a quarantine."""
+
+
 @dataclass
 class _Unfolded:
     """A saga whose history does not fold: why, and where its history ends."""
@@ -94,7 +105,8 @@ class SagaService:
                  on_commit: Callable[[], None] | None = None,
                  on_settled: Callable[[Settled], None] | None = None,
                  poison_attempts: int = POISON_ATTEMPTS, cache_bytes: int = STATE_CACHE_BYTES,
-                 on_conflict: Callable[[], None] | None = None, schemas: SchemaRegistry | None = None) -> None:
+                 on_conflict: Callable[[], None] | None = None, schemas: SchemaRegistry | None = None,
+                 served_elsewhere: Callable[[str, int], bool] | None = None) -> None:
         self._units = units
         self._schemas = schemas or default_registry()  # the events, the commands, a start input
         self._definitions = definitions
@@ -104,6 +116,8 @@ class SagaService:
         self._cache: LRUCache[str, SagaState] = LRUCache(cache_bytes, getsizeof=state_bytes)
         self._on_commit = on_commit  # e.g. an in-process outbox relay's wake()
         self._on_settled = on_settled  # e.g. metrics of what the committed decisions did
+        # Whether a member of the group serves a (saga type, version): e.g. GroupView.serves of the consumer.
+        self._served_elsewhere = served_elsewhere
         # on_conflict: e.g. saga_concurrency_conflicts_total, told each time another writer won a saga.
         self._messages = IsolationLadder(_Messages(self), "orchestrator messages", poison_attempts,
                                          span=DECISION_SPAN, concurrent_groups=True, on_conflict=on_conflict)
@@ -277,6 +291,7 @@ class SagaService:
         except DomainError as error:  # its definition is not deployed, or does not fit its history
             if state is None:
                 raise
+            self._wait_if_served_elsewhere(error, state.saga_type, state.definition_version)
             return definition, quarantine(definition, state, _clip(f"{type(error).__name__}: {error}"),
                                           envelope.message_id, now)
 
@@ -353,12 +368,27 @@ class SagaService:
         if not stored:
             return state
         events = [wire.decode_event(row.body, self._schemas) for row in stored]
-        definition = self._definitions.for_history(events) if state is None else self._definition_of(state)
+        try:
+            definition = self._definitions.for_history(events) if state is None else self._definition_of(state)
+        except UnknownDefinition as error:
+            started = state or next((e for e in events if isinstance(e, SagaStarted)), None)
+            if started is not None:
+                self._wait_if_served_elsewhere(error, started.saga_type, started.definition_version)
+            raise
         for event in events:
             state = apply_event(definition, state, event)
             if definition is None and state.definition_version:
                 definition = self._definition_of(state)
         return state
+
+    def _wait_if_served_elsewhere(self, error: DomainError, saga_type: str, version: int) -> None:
+        """Raise ``ServedElsewhere`` when ``error`` is a definition version missing here that another member of
+        the group serves (a shape changed under a version deployed here is no such case)."""
+        if (isinstance(error, UnknownDefinition) and self._served_elsewhere is not None
+                and version not in self._definitions.versions(saga_type)
+                and self._served_elsewhere(saga_type, version)):
+            raise ServedElsewhere(f"saga type {saga_type!r} version {version} is served by another member of "
+                                  "the group, not here: waiting for the partitions to move") from error
 
     def _committed(self, settled: Settled) -> None:
         """A unit of work committed: cache the states it settled, tell ``on_commit`` (new outbox rows) and

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from saga_orchestrator.orchestrator.assignment import CoPartitionedAssignor, copartitioned
+from saga_orchestrator.orchestrator.assignment import (
+    CoPartitionedAssignor,
+    GroupView,
+    copartitioned,
+    decode_served,
+    encode_served,
+)
 
 TOPICS = ("saga.start", "saga.control", "flight.results", "hotel.results")
 
@@ -50,14 +57,82 @@ class _Cluster:
 
 
 class _Metadata:
-    def __init__(self, topics: tuple[str, ...]) -> None:
+    def __init__(self, topics: tuple[str, ...], user_data: bytes = b"") -> None:
         self.subscription = list(topics)
+        self.user_data = user_data
 
 
 def test_the_assignor_speaks_aiokafka() -> None:
     members: Any = {"m-2": _Metadata(TOPICS), "m-1": _Metadata(TOPICS)}
-    assignment = CoPartitionedAssignor.assign(_Cluster(), members)
+    assignment = CoPartitionedAssignor().assign(_Cluster(), members)
     first = dict(assignment["m-1"].assignment)
     assert first == {topic: [0, 1, 2] for topic in TOPICS}
     assert dict(assignment["m-2"].assignment) == {topic: [3, 4, 5] for topic in TOPICS}
-    assert CoPartitionedAssignor.metadata(TOPICS).subscription == list(TOPICS)
+    assert CoPartitionedAssignor().metadata(TOPICS).subscription == list(TOPICS)
+
+
+V1 = frozenset({("trip", 1)})
+V12 = frozenset({("trip", 1), ("trip", 2)})
+
+
+def test_only_the_members_serving_every_version_get_partitions() -> None:
+    partitions = {topic: range(6) for topic in TOPICS}
+    split = copartitioned({"a": TOPICS, "b": TOPICS, "c": TOPICS}, partitions, {"a": V1, "b": V12, "c": V12})
+    assert split["a"] == {}
+    assert split["b"] == {topic: [0, 1, 2] for topic in TOPICS}
+    assert split["c"] == {topic: [3, 4, 5] for topic in TOPICS}
+    # the member serving more alone takes everything; once it left, the rest does
+    assert copartitioned({"a": TOPICS, "b": TOPICS}, partitions, {"a": V1, "b": V12})["b"] == partitions_lists(6)
+    assert copartitioned({"a": TOPICS}, partitions, {"a": V1})["a"] == partitions_lists(6)
+
+
+def partitions_lists(count: int) -> dict[str, list[int]]:
+    return {topic: list(range(count)) for topic in TOPICS}
+
+
+def test_equal_sets_split_as_before_and_no_cover_falls_back_to_everyone() -> None:
+    partitions = {topic: range(8) for topic in TOPICS}
+    same = copartitioned({"a": TOPICS, "b": TOPICS}, partitions, {"a": V12, "b": V12})
+    assert same == copartitioned({"a": TOPICS, "b": TOPICS}, partitions)
+    split = copartitioned({"a": TOPICS, "b": TOPICS}, partitions, {"a": V12, "b": frozenset({("trip", 1), ("car", 1)})})
+    assert split == same  # neither serves car v1 and trip v2 both: today's split
+    assert copartitioned({"a": TOPICS, "b": TOPICS}, partitions, {"b": V1})["a"] == {}  # a advertises nothing
+
+
+@given(served=st.dictionaries(st.sampled_from("abcde"), st.frozensets(st.tuples(st.sampled_from(["trip", "car"]),
+                                                                                  st.integers(1, 3)), max_size=4),
+                              min_size=1),
+       partitions=st.integers(1, 12))
+def test_every_partition_goes_to_a_member_serving_the_most(served: dict[str, frozenset[tuple[str, int]]],
+                                                           partitions: int) -> None:
+    union = frozenset().union(*served.values())
+    full = {member for member, pairs in served.items() if pairs >= union} or set(served)
+    split = copartitioned({member: TOPICS for member in served}, {topic: range(partitions) for topic in TOPICS},
+                          served)
+    owners = {number: member for member, topics in split.items() for numbers in topics.values() for number in numbers}
+    assert set(owners) == set(range(partitions))
+    assert set(owners.values()) <= full
+
+
+def test_members_advertise_what_they_serve_and_learn_what_the_group_serves() -> None:
+    assert decode_served(encode_served(V12)) == V12
+    assert encode_served(V12) == b'[["trip",1],["trip",2]]'
+    assert decode_served(b"") == frozenset() and decode_served(b"{nonsense") == frozenset()
+    old, new = CoPartitionedAssignor(V1), CoPartitionedAssignor(V12)
+    members: Any = {"old": old.metadata(TOPICS), "new": new.metadata(TOPICS)}
+    assignment = new.assign(_Cluster(), members)
+    assert assignment["old"].assignment == [] and len(dict(assignment["new"].assignment)["saga.start"]) == 6
+    clock = [0.0]
+    view = GroupView(grace_s=10, clock=lambda: clock[0])
+    CoPartitionedAssignor(V1, view).on_assignment(assignment["old"])
+    assert view.serves("trip", 2) and not view.serves("trip", 3)
+    view.assigned(V1)  # the member serving trip v2 left (restarting)
+    clock[0] = 9.0
+    assert view.serves("trip", 2)  # within the grace
+    clock[0] = 10.5
+    assert not view.serves("trip", 2) and view.serves("trip", 1)
+
+
+@pytest.mark.parametrize("user_data", [b"[[1]]", b'"x"'])
+def test_odd_user_data_serves_nothing(user_data: bytes) -> None:
+    assert decode_served(user_data) == frozenset()

@@ -13,11 +13,13 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 
 from saga_orchestrator.infra.kafka_clients import KafkaClients
-from saga_orchestrator.orchestrator.consumer import OrchestratorConsumer, _Poll
+from saga_orchestrator.orchestrator.consumer import OrchestratorConsumer, _Poll, _Round
 from saga_orchestrator.orchestrator.inbound import Envelope
+from saga_orchestrator.orchestrator.service import ServedElsewhere
 from saga_orchestrator.schemas.records import ConsumedRecord
 
 RESULTS = "flight.results"
+RESULTS_0 = TopicPartition(RESULTS, 0)
 
 
 class SlowService:
@@ -74,9 +76,9 @@ async def two_polls(*second: ConsumerRecord[bytes, bytes]) -> list[tuple[str, fr
     service = SlowService({"s1": 0.3})
     target = consumer_of(service)
     stop = asyncio.Event()
-    first = target._dispatch(poll_of(record("s1", 0)), [], stop)
+    first = target._dispatch(poll_of(record("s1", 0)), [], stop, target._round)
     await asyncio.sleep(0.05)
-    later = target._dispatch(poll_of(*second), [first], stop)
+    later = target._dispatch(poll_of(*second), [first], stop, target._round)
     await asyncio.gather(first.task, later.task)
     return service.timeline
 
@@ -120,8 +122,52 @@ async def test_records_in_flight_hold_the_read_horizon_at_the_last_record_handle
     assert target.read_horizon_ms == 5000  # everything fetched is handled: caught up as of the last check
 
     target._horizon_at = 0.0  # no rate limit between the two looks
-    done: asyncio.Task[None] = asyncio.create_task(asyncio.sleep(0))
-    fetched = _Poll(poll_of(record("s2", 8, timestamp=4000), record("s3", 9, timestamp=4500)), {b"s2", b"s3"}, done)
+    done: asyncio.Task[bool] = asyncio.create_task(asyncio.sleep(0, True))
+    fetched = _Poll(poll_of(record("s2", 8, timestamp=4000), record("s3", 9, timestamp=4500)), {b"s2", b"s3"}, done,
+                    _Round(asyncio.Event()))
     await target._advance_horizon(kafka, {}, deque([fetched]))
     assert target.read_horizon_ms == 3000  # offsets 8 and 9 are read from Kafka but not handled yet
     await done
+
+
+class WaitsForAnotherMember:
+    """Saga v2-saga runs on a definition version another member of the group serves: each try of it is "not
+    now"; other sagas go through."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    async def handle_many(self, envelopes: list[Envelope]) -> None:
+        if any(envelope.message_id.startswith("v2-saga/") for envelope in envelopes):
+            self.tries += 1
+            raise ServedElsewhere("trip v2 is served by another member")
+
+
+class Assigned(CaughtUpConsumer):
+    def __init__(self) -> None:
+        self.committed: list[dict[TopicPartition, int]] = []
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.committed.append(offsets)
+
+
+async def test_a_poll_waiting_for_another_member_is_given_up_when_its_partitions_are_revoked() -> None:
+    service = WaitsForAnotherMember()
+    handler: Any = service
+    target = consumer_of(handler)
+    waiting = target._dispatch(poll_of(record("v2-saga", 3)), [], asyncio.Event(), target._round)
+    later = target._dispatch(poll_of(record("v1-saga", 4)), [], asyncio.Event(), target._round)
+    target._in_flight.extend([waiting, later])
+    await asyncio.sleep(0.35)
+    assert not waiting.task.done() and service.tries >= 2  # not now: tried again, never quarantined
+    kafka: Any = Assigned()
+    target.revoked()  # the rebalance that moves the partition to the member serving v2
+    await target.hand_over(kafka)  # wakes the wait at once rather than after its backoff
+    assert waiting.task.result() is False and later.task.result() is True
+    # Neither poll's offsets (the later one of the same partition would skip the records given up): the next
+    # owner reads both again, and the inbox skips what went through.
+    assert not target._in_flight and kafka.committed == []
+    # Re-read from the committed offset, the records given up go through again: commits resume.
+    assert target._committable(poll_of(record("v1-saga", 4))) == {}
+    assert target._committable(poll_of(record("v2-saga", 3), record("v1-saga", 4))) == {RESULTS_0: 5}
+    assert target._committable(poll_of(record("v1-saga", 5))) == {RESULTS_0: 6}

@@ -5,18 +5,20 @@ cause is fixed finishes it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
 import asyncpg
 import pytest
 
+from saga_orchestrator.infra.failures import Fault, classify
+from saga_orchestrator.orchestrator.assignment import GroupView
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
 from saga_orchestrator.orchestrator.inbound import CLIENT_IDS, Envelope, RecordParser
 from saga_orchestrator.orchestrator.ports import Writes
-from saga_orchestrator.orchestrator.service import Outcome, SagaService
+from saga_orchestrator.orchestrator.service import Outcome, SagaService, ServedElsewhere
 from saga_orchestrator.orchestrator.store.memory import MemoryStore, MemoryUnitOfWork
 from saga_orchestrator.participants.trip import PARTICIPANTS, TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
@@ -48,11 +50,13 @@ class World:
         self.letters: list[DeadLetter] = []
         self.deploy(*definitions)
 
-    def deploy(self, *definitions: object) -> None:
-        """A new orchestrator process with these definitions (the store stays)."""
+    def deploy(self, *definitions: object, served_elsewhere: Callable[[str, int], bool] | None = None) -> None:
+        """A new orchestrator process with these definitions (the store stays); ``served_elsewhere``: what the
+        rest of its group serves."""
         registry = DefinitionRegistry(definitions)  # type: ignore[arg-type]
         self.parser = RecordParser(TOPICS, registry, default_registry(), PARTICIPANTS)
-        self.service = SagaService(self.store, registry, TOPICS, lambda: self.now[0])
+        self.service = SagaService(self.store, registry, TOPICS, lambda: self.now[0],
+                                   served_elsewhere=served_elsewhere)
 
     def record(self, topic: str, key: str, value: bytes) -> Envelope:
         offset = self.offsets[topic] = self.offsets.get(topic, -1) + 1
@@ -150,6 +154,32 @@ async def test_a_saga_whose_version_is_not_deployed_is_quarantined_and_released_
     assert world.status("old") == "COMPLETED" and world.status("other") == "QUARANTINED"
     # The release re-sent the open bookings (attempt 2) and their answers finished the saga.
     assert world.event_types("old").count("StepCommandSent") == 2 + 2 + 2  # then the charge and the itinerary
+
+
+async def test_a_saga_whose_version_another_member_serves_waits_for_it_instead_of_quarantine() -> None:
+    world = World(definitions=(TRIP, TRIP_V2))  # the new instance starts sagas on version 2
+    await world.service.handle_many([world.start("new")])
+    pending = world.answers()
+    group = GroupView(grace_s=0)
+    group.assigned(frozenset({("trip", 1), ("trip", 2)}))  # the group's last assignment: a member serves v2
+    world.deploy(TRIP, served_elsewhere=group.serves)  # the old instance received the saga's replies
+    before = world.event_types("new")
+    with pytest.raises(ServedElsewhere) as waited:
+        await world.service.handle_many(pending)
+    assert classify(waited.value) is Fault.PLATFORM  # not now: unacknowledged, waited out, no poison attempt
+    assert world.event_types("new") == before and world.status("new") != "QUARANTINED"
+    assert not world.answers() and not world.letters
+
+    world.deploy(TRIP, TRIP_V2, served_elsewhere=group.serves)  # the partitions moved to the member serving v2
+    await world.run_to_rest(pending)
+    assert world.status("new") == "COMPLETED"
+
+    await world.service.handle_many([world.start("stranded")])
+    pending = world.answers()
+    group.assigned(frozenset({("trip", 1)}))  # no member serves v2 any more (past the grace): as before
+    world.deploy(TRIP, served_elsewhere=group.serves)
+    assert set(await world.service.handle_many(pending)) == {Outcome.DEAD_LETTERED}
+    assert world.status("stranded") == "QUARANTINED"
 
 
 class FailsForOneSaga(MemoryStore):

@@ -1,0 +1,115 @@
+"""A rolling deploy of a new trip version, against real orchestrators on Kafka and Postgres: orchestrator A serves
+trip v1 only, B serves v1 and v2 and starts new trips on v2. While trips start, B joins, leaves and joins again,
+and the partitions move each time: the group gives them only to the member serving every version, and A, holding
+them while B is away, waits for it rather than quarantine the v2 trips. None is quarantined, all complete."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+from saga_orchestrator.infra.kafka_admin import group_members
+from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.topics import Topics
+from tests.chaos.crash_tools import wait_until_ready
+from tests.e2e.harness import Stack, publish, terminal_events
+
+pytestmark = pytest.mark.e2e
+
+OLD = "saga_orchestrator.participants.trip:TRIP"
+NEW = f"{OLD},tests.e2e.trip_changes:FLIGHT_ONLY"
+WORKER = "flight+hotel+payment+notification"
+TRIPS = 40
+EVERY_S = 0.3  # 40 trips over 12 s
+B_JOINS_AT, B_LEAVES_AT, B_REJOINS_AT = 2.0, 6.0, 8.5
+
+
+@pytest.fixture(scope="module")
+def rolling_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"saga_participants": WORKER, "saga_definitions": OLD})
+
+
+@pytest.fixture(scope="module")
+def stack(rolling_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    running = Stack(rolling_settings, tmp_path_factory.mktemp("logs"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+async def _statuses(settings: Settings) -> dict[tuple[str, int | None], int]:
+    conn = await asyncpg.connect(settings.dsn())
+    try:
+        rows = await conn.fetch("SELECT status, definition_version, count(*) AS n FROM saga.saga_summary GROUP BY 1, 2")
+    finally:
+        await conn.close()
+    return {(row["status"], row["definition_version"]): row["n"] for row in rows}
+
+
+async def _group_is(settings: Settings, holdings: list[int], timeout_s: float = 30) -> None:
+    """Wait until the orchestrators' group is stable with members holding ``holdings`` partitions (any order)."""
+    group = f"{settings.saga_topic_prefix}saga-orchestrator"
+    deadline = time.monotonic() + timeout_s
+    found: list[set[int]] = []
+    while time.monotonic() < deadline:
+        found = await group_members(settings.kafka(), group)
+        if sorted(len(numbers) for numbers in found) == sorted(holdings):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"group not {holdings} in {timeout_s} s: {found}")
+
+
+async def _start_trips(settings: Settings, saga_ids: list[str]) -> None:
+    for saga_id in saga_ids:
+        await publish(settings, Topics(settings.saga_topic_prefix).start, saga_id.encode(),
+                      wire.encode_start(SCENARIOS["happy"].start(saga_id)))
+        await asyncio.sleep(EVERY_S)
+
+
+async def test_a_rolling_deploy_quarantines_no_trip_while_the_new_instance_comes_and_goes(
+        stack: Stack, rolling_settings: Settings) -> None:
+    settings = rolling_settings
+    partitions = settings.saga_topic_partitions
+    stack.start("orchestrator", WORKER)
+    await wait_until_ready(stack, ["orchestrator", WORKER])
+    await _group_is(settings, [partitions])
+    saga_ids = [f"rolling-{index:02d}-{uuid.uuid4().hex[:6]}" for index in range(TRIPS)]
+    started = time.monotonic()
+    publishing = asyncio.create_task(_start_trips(settings, saga_ids))
+
+    async def at(moment_s: float) -> None:
+        await asyncio.sleep(max(0.0, started + moment_s - time.monotonic()))
+
+    new_env = {"SAGA_DEFINITIONS": NEW}
+    await at(B_JOINS_AT)
+    stack.start_another("orchestrator", "orchestrator-b", new_env)
+    await _group_is(settings, [0, partitions])  # B serves more: it takes every partition, A none
+    await at(B_LEAVES_AT)
+    leaving = stack.processes["orchestrator-b"]
+    leaving.terminate()  # a restart of the new version: its v2 trips' replies now reach A
+    await asyncio.to_thread(leaving.wait, 30)
+    await _group_is(settings, [partitions])
+    await at(B_REJOINS_AT)
+    stack.start_another("orchestrator", "orchestrator-b", new_env)
+    await _group_is(settings, [0, partitions])
+    await publishing
+
+    ended = await terminal_events(settings, saga_ids, 60)
+    otherwise = {saga_id: type(ended[saga_id]).__name__ if saga_id in ended else None for saga_id in saga_ids
+                 if saga_id not in ended or type(ended[saga_id]).__name__ != "SagaCompleted"}
+    assert not otherwise, (otherwise, await _statuses(settings))
+    statuses = await _statuses(settings)
+    assert set(statuses) <= {("COMPLETED", 1), ("COMPLETED", 2)}, statuses  # none quarantined
+    assert sum(statuses.values()) == TRIPS and statuses.get(("COMPLETED", 2), 0) > 0, statuses
+    versions = {saga_id: event.definition_version for saga_id, event in ended.items()}
+    assert Counter(versions.values()) == {version: n for (_status, version), n in statuses.items()}  # v2 on v2
+    assert "SagaQuarantined" not in stack.log("orchestrator") + stack.log("orchestrator-b")
