@@ -251,6 +251,9 @@ def _on_step_skipped(d: _Def, s: SagaState, e: ev.StepSkipped) -> SagaState:
 
 
 def _on_compensation_sent(d: _Def, s: SagaState, e: ev.CompensationSent) -> SagaState:
+    if d is not None and d.has_step(e.step) and d.step(e.step).compensation is None:
+        raise HistoryMismatch(f"saga {e.saga_id!r}: CompensationSent seq {e.seq} undoes step {e.step!r}, which has "
+                              f"no compensation in {d.saga_type!r} v{d.version}")
     return _step(s, e, e.step, StepStatus.COMPENSATING, compensation_attempt=e.attempt)
 
 
