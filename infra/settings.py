@@ -123,6 +123,13 @@ class Settings(BaseSettings):
                     "after a batch of more than one, while the commands of a burst keep arriving (each within "
                     "2 ms of the last); after a batch of one it takes what has arrived at once.",
     )
+    saga_draining: str = Field(
+        default="",
+        description="Orchestrator: saga type versions that take no new starts, comma-separated `type:version` "
+                    "(e.g. `trip:2`, to stop starting a version found wanting while its sagas run to their end): "
+                    "a new saga starts on the highest version not named; a StartSaga of a type whose every "
+                    "version drains is refused, saying so.",
+    )
     saga_allow_stranding: bool = Field(
         default=False,
         description="Orchestrator: start even when the definitions it registers would strand running sagas (their "

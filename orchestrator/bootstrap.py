@@ -89,8 +89,8 @@ def clock_ms() -> int:
 
 def definitions(settings: Settings | None = None) -> DefinitionRegistry:
     """The saga definitions of the deployment (``infra.deployment``); Misconfigured names the setting to fix."""
-    deployment = load_deployment(settings or Settings())
-    return registry_of(deployment)
+    current = settings or Settings()
+    return drained(registry_of(load_deployment(current)), current.saga_draining)
 
 
 def registry_of(deployment: Deployment) -> DefinitionRegistry:
@@ -107,13 +107,29 @@ def registry_of(deployment: Deployment) -> DefinitionRegistry:
     return registry
 
 
+def drained(registry: DefinitionRegistry, saga_draining: str) -> DefinitionRegistry:
+    """``registry`` with the versions SAGA_DRAINING names (``type:version``, comma-separated) taking no new
+    starts; Misconfigured names the setting and the entry that is malformed or not deployed."""
+    for entry in (part.strip() for part in saga_draining.split(",")):
+        if not entry:
+            continue
+        saga_type, _, version = entry.rpartition(":")
+        if not saga_type or not version.isdigit():
+            raise Misconfigured(f"SAGA_DRAINING={saga_draining!r}: {entry!r} is no saga_type:version (e.g. trip:2)")
+        try:
+            registry.drain(saga_type, int(version))
+        except DomainError as error:
+            raise Misconfigured(f"SAGA_DRAINING={saga_draining!r}: {error}") from None
+    return registry
+
+
 def checked_definitions(settings: Settings) -> DefinitionRegistry:
     """``definitions``, each of whose input records is in the deployment's schema path (else Misconfigured): the
     orchestrator would refuse every start of a type it cannot read. With an app, also what
     ``infra.app.refuse_problems`` checks: every participant a saga names is served, has the actions it names,
     and every record is written."""
     deployment = load_deployment(settings)
-    registry = registry_of(deployment)
+    registry = drained(registry_of(deployment), settings.saga_draining)
     deployment.refuse_problems()
     needs = [(f"saga type {saga_type} (version {version})", registry.get(saga_type, version).input_schema)
              for saga_type in registry.types() for version in registry.versions(saga_type)]

@@ -232,6 +232,11 @@ class RecordParser:
         record of its type's input schema or holds a NUL), or None; and its input record, decoded here once."""
         definition = self._definitions.latest(start.saga_type)
         if definition is None:
+            draining = self._definitions.draining(start.saga_type)
+            if draining:
+                listed = ", ".join(f"v{version}" for version in draining)
+                return f"every deployed version of saga_type {start.saga_type!r} is draining ({listed}): " \
+                       "it takes no new starts", None
             known = ", ".join(sorted(self._definitions.types())) or "none"
             return f"unknown saga_type {start.saga_type!r} (known: {known})", None
         if not start.saga_id.strip():

@@ -336,8 +336,19 @@ class DefinitionRegistry:
 
     def __init__(self, definitions: Iterable[SagaDefinition] = ()) -> None:
         self._definitions: dict[tuple[str, int], SagaDefinition] = {}
+        self._draining: set[tuple[str, int]] = set()
         for definition in definitions:
             self.register(definition)
+
+    def drain(self, saga_type: str, version: int) -> None:
+        """Take no new starts on ``saga_type`` at ``version``: ``latest`` passes it over, while the sagas already
+        on it go on to their end. UnknownDefinition when it is not registered."""
+        self.get(saga_type, version)
+        self._draining.add((saga_type, version))
+
+    def draining(self, saga_type: str) -> tuple[int, ...]:
+        """The versions of ``saga_type`` that take no new starts, ascending."""
+        return tuple(sorted(v for t, v in self._draining if t == saga_type))
 
     def register(self, definition: SagaDefinition) -> None:
         """Add a definition; registering a different one under a taken (type, version) is an error."""
@@ -351,8 +362,9 @@ class DefinitionRegistry:
         self._definitions[key] = definition
 
     def latest(self, saga_type: str) -> SagaDefinition | None:
-        """The highest version of ``saga_type``, or None when the type is unknown."""
-        versions = self.versions(saga_type)
+        """The version a new saga of ``saga_type`` starts on: the highest one not draining; None when the type is
+        unknown or every version of it drains."""
+        versions = [v for v in self.versions(saga_type) if (saga_type, v) not in self._draining]
         return self._definitions[(saga_type, versions[-1])] if versions else None
 
     def get(self, saga_type: str, version: int) -> SagaDefinition:

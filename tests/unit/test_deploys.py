@@ -7,15 +7,22 @@ import dataclasses
 
 import pytest
 
+from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.orchestrator.audit import compare_states
-from saga_orchestrator.orchestrator.bootstrap import DeployRefused, check_running_sagas
+from saga_orchestrator.orchestrator.bootstrap import DeployRefused, check_running_sagas, drained
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry, RetryPolicy, SagaDefinition, Step
 from saga_orchestrator.orchestrator.domain.deploys import RunningShape, stranded
-from saga_orchestrator.orchestrator.inbound import Envelope
+from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
+from saga_orchestrator.orchestrator.inbound import Envelope, RecordParser
 from saga_orchestrator.orchestrator.service import Outcome, SagaService
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
+from saga_orchestrator.participants.trip import PARTICIPANTS
 from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.message_types import StartSaga
+from saga_orchestrator.schemas.records import ConsumedRecord
+from saga_orchestrator.schemas.registry import default_registry
 from saga_orchestrator.schemas.topics import Topics
 from saga_orchestrator.testing.history import SagaRun
 
@@ -112,3 +119,31 @@ def test_the_audit_names_a_saga_no_registered_definition_runs() -> None:
     v2 = dataclasses.replace(TRIP, version=2)
     [gone] = compare_states(DefinitionRegistry([v2]), histories, histories)[0]
     assert gone.problem.startswith("no registered definition runs it: no definition for saga type 'trip' version 1")
+
+
+def test_a_draining_version_takes_no_new_starts_while_its_sagas_go_on() -> None:
+    v2 = dataclasses.replace(_with_check(TRIP), version=2)
+    registry = drained(DefinitionRegistry([TRIP, v2]), "trip:2")
+    assert registry.latest("trip") is TRIP and registry.draining("trip") == (2,)
+    assert registry.get("trip", 2) is v2  # the sagas on v2 are still decided by it
+    assert drained(DefinitionRegistry([TRIP, v2]), " trip:1 , ").latest("trip") is v2
+
+
+def test_a_start_of_a_type_whose_every_version_drains_is_refused_saying_so() -> None:
+    parser = RecordParser(Topics(), drained(DefinitionRegistry([TRIP]), "trip:1"), default_registry(), PARTICIPANTS)
+    record = ConsumedRecord(topic=Topics().start, partition=0, offset=0, key=b"s-1",
+                            value=wire.encode_start(SCENARIOS["happy"].start("s-1")))
+    refused = parser.parse(record).message
+    assert isinstance(refused, RejectedRecord)
+    assert refused.reason == "every deployed version of saga_type 'trip' is draining (v1): it takes no new starts"
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("trip", "SAGA_DRAINING='trip': 'trip' is no saga_type:version (e.g. trip:2)"),
+    ("trip:x", "SAGA_DRAINING='trip:x': 'trip:x' is no saga_type:version (e.g. trip:2)"),
+    ("trip:7", "SAGA_DRAINING='trip:7': no definition for saga type 'trip' version 7"),
+])
+def test_a_wrong_draining_setting_is_refused_naming_it(value: str, said: str) -> None:
+    with pytest.raises(Misconfigured) as refused:
+        drained(DefinitionRegistry([TRIP]), value)
+    assert str(refused.value).startswith(said)

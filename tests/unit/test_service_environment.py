@@ -33,6 +33,7 @@ CHANGED: dict[str, Any] = {
     "saga_console_levers": True, "saga_console_operator_header": "X-Forwarded-User",
     "saga_console_users": "/etc/saga/users", "saga_console_secret": "console secret",
     "saga_console_secure_cookie": True, "saga_console_behind_proxy": True, "saga_allow_stranding": True,
+    "saga_draining": "trip:1",
     "saga_api_url": "http://console:8089", "saga_api_user": "ivo", "saga_api_password": "api secret",
 }
 
