@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
 from saga_orchestrator.cli.run_cmd import service_commands, service_environment, start_service, stop_services
@@ -145,3 +146,13 @@ def run_refused(settings: Settings, *args: str, **env: str) -> str:
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
     return lines[0]
+
+
+async def sagas_by_version(settings: Settings) -> dict[tuple[str, int | None], int]:
+    """How many sagas of the read model are in each (status, definition version)."""
+    conn = await asyncpg.connect(settings.dsn())
+    try:
+        rows = await conn.fetch("SELECT status, definition_version, count(*) AS n FROM saga.saga_summary GROUP BY 1, 2")
+    finally:
+        await conn.close()
+    return {(row["status"], row["definition_version"]): row["n"] for row in rows}

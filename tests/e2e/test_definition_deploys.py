@@ -10,7 +10,6 @@ import sys
 import uuid
 from collections.abc import Iterator
 
-import asyncpg
 import pytest
 
 from saga_orchestrator.cli.run_cmd import service_environment
@@ -21,7 +20,7 @@ from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import wait_until_ready
 from tests.e2e import trip_changes
-from tests.e2e.harness import Stack, publish, terminal_events, wait_for
+from tests.e2e.harness import Stack, publish, sagas_by_version, terminal_events, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -42,15 +41,6 @@ def stack(deploy_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -
         yield running
     finally:
         running.stop()
-
-
-async def _statuses(settings: Settings) -> dict[tuple[str, int | None], int]:
-    conn = await asyncpg.connect(settings.dsn())
-    try:
-        rows = await conn.fetch("SELECT status, definition_version, count(*) AS n FROM saga.saga_summary GROUP BY 1, 2")
-    finally:
-        await conn.close()
-    return {(row["status"], row["definition_version"]): row["n"] for row in rows}
 
 
 async def _start_trips(settings: Settings, count: int) -> list[str]:
@@ -81,8 +71,8 @@ async def test_a_deploy_that_would_change_running_trips_is_refused_and_one_besid
     waiting = await _start_trips(deploy_settings, RUNNING_TRIPS)
 
     async def all_running() -> bool:
-        return await _statuses(deploy_settings) == {("RUNNING", 1): RUNNING_TRIPS}
-    assert await wait_for(all_running, 60), await _statuses(deploy_settings)
+        return await sagas_by_version(deploy_settings) == {("RUNNING", 1): RUNNING_TRIPS}
+    assert await wait_for(all_running, 60), await sagas_by_version(deploy_settings)
     stack.stop()
 
     said = _refused(deploy_settings, "tests.e2e.trip_changes:CHECK_BEFORE_CHARGE")
@@ -97,7 +87,7 @@ async def test_a_deploy_that_would_change_running_trips_is_refused_and_one_besid
     assert _refused(deploy_settings, "tests.e2e.trip_changes:FLIGHT_ONLY")[1] == (
         f"trip v1: {RUNNING_TRIPS} running sagas would be quarantined: v1 is not deployed (deployed: v2); keep it "
         "beside the new version until they end")
-    assert await _statuses(deploy_settings) == {("RUNNING", 1): RUNNING_TRIPS}  # nothing was touched
+    assert await sagas_by_version(deploy_settings) == {("RUNNING", 1): RUNNING_TRIPS}  # nothing was touched
 
     # A change of policy in place, and v2 beside v1: it starts; the running trips finish on v1, new ones on v2.
     beside = "tests.e2e.trip_changes:PATIENT,tests.e2e.trip_changes:FLIGHT_ONLY"
@@ -109,4 +99,4 @@ async def test_a_deploy_that_would_change_running_trips_is_refused_and_one_besid
         saga_id: "SagaCompleted" for saga_id in [*waiting, *new]}
     assert {saga_id: event.definition_version for saga_id, event in ended.items()} == {
         **{saga_id: 1 for saga_id in waiting}, **{saga_id: 2 for saga_id in new}}
-    assert await _statuses(deploy_settings) == {("COMPLETED", 1): RUNNING_TRIPS, ("COMPLETED", 2): 2}
+    assert await sagas_by_version(deploy_settings) == {("COMPLETED", 1): RUNNING_TRIPS, ("COMPLETED", 2): 2}

@@ -11,7 +11,6 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 
-import asyncpg
 import pytest
 
 from saga_orchestrator.infra.kafka_admin import group_members
@@ -20,7 +19,7 @@ from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import wait_until_ready
-from tests.e2e.harness import Stack, publish, terminal_events
+from tests.e2e.harness import Stack, publish, sagas_by_version, terminal_events
 
 pytestmark = pytest.mark.e2e
 
@@ -43,15 +42,6 @@ def stack(rolling_settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
         yield running
     finally:
         running.stop()
-
-
-async def _statuses(settings: Settings) -> dict[tuple[str, int | None], int]:
-    conn = await asyncpg.connect(settings.dsn())
-    try:
-        rows = await conn.fetch("SELECT status, definition_version, count(*) AS n FROM saga.saga_summary GROUP BY 1, 2")
-    finally:
-        await conn.close()
-    return {(row["status"], row["definition_version"]): row["n"] for row in rows}
 
 
 async def _group_is(settings: Settings, holdings: list[int], timeout_s: float = 30) -> None:
@@ -105,8 +95,8 @@ async def test_a_rolling_deploy_quarantines_no_trip_while_the_new_instance_comes
     ended = await terminal_events(settings, saga_ids, 90)
     otherwise = {saga_id: type(ended[saga_id]).__name__ if saga_id in ended else None for saga_id in saga_ids
                  if saga_id not in ended or type(ended[saga_id]).__name__ != "SagaCompleted"}
-    assert not otherwise, (otherwise, await _statuses(settings))
-    statuses = await _statuses(settings)
+    assert not otherwise, (otherwise, await sagas_by_version(settings))
+    statuses = await sagas_by_version(settings)
     assert set(statuses) <= {("COMPLETED", 1), ("COMPLETED", 2)}, statuses  # none quarantined
     versions = {saga_id: event.definition_version for saga_id, event in ended.items()}
     assert {versions[saga_id] for saga_id in phases[1] + phases[3]} == {2}, versions  # started while B held all
