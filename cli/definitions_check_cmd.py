@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer._click import Context as ClickContext  # the click typer vendors: its groups' parse_args takes it
@@ -26,6 +26,7 @@ from typer.core import TyperGroup
 from ..infra.deployment import Deployment, load_deployment
 from ..infra.misconfigured import Misconfigured
 from ..infra.references import load_reference, load_references
+from ..operations.versions import on_old_path
 from ..orchestrator.bootstrap import registry_of
 from ..orchestrator.domain.changes import Verdict, diff, verdict
 from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
@@ -34,7 +35,7 @@ from ..orchestrator.domain.replay_check import Outcome, ReplayVerdict, check_his
 from ..schemas import event_types as ev
 from ..schemas import wire
 from .context import console, database, deployed_definitions, fail, run, settings
-from .definitions_cmd import definitions_command
+from .definitions_cmd import definitions_command, version_counts_or_why
 
 PROGRESS_EVERY = 10_000
 """Sagas between two progress lines on stderr."""
@@ -182,13 +183,20 @@ def check(
         help="Files `saga history --json` wrote, or directories of them (repeatable); default: the event store.")
     ] = None,
     as_json: bool = typer.Option(False, "--json", help="One JSON object: every checked saga and the counts."),
+    patch: str | None = typer.Option(None, "--patch", metavar="NAME", help=(
+        "Instead: can any running saga still take the old path of patch marker NAME (of the candidate, else the "
+        "deployed definitions)? Exit 0 when none can: the marker can be removed.")),
 ) -> None:
     """Would each running saga take its next step the same way on the candidate definitions?
 
     One line per running saga: `same next decision`, `different next decision` (the message that would be
     decided otherwise, and both decisions), or `would not fold` (why). Ended sagas are counted as skipped.
-    Exit code 1 when any saga is different or would not fold, 0 otherwise, 2 when the check cannot run.
+    Exit code 1 when any saga is different or would not fold, 0 otherwise, 2 when the check cannot run. A saga
+    that would take a patch (a step added in place behind a marker) where it stands is reported as such, and passes.
     """
+    if patch is not None:
+        check_patch(patch, deployed_definitions() if definitions is None and app is None
+                    else candidate_registry(definitions, app), as_json)
     candidate = candidate_registry(definitions, app)
     deployed = deployed_definitions()
     started = time.monotonic()
@@ -210,6 +218,32 @@ def check(
         stored = run(stored_histories())
         verdicts = check_encoded(deployed, candidate, stored.items(), progress)
     report(verdicts, as_json)
+
+
+def check_patch(patch: str, registry: DefinitionRegistry, as_json: bool) -> NoReturn:
+    """``check --patch``: the running sagas on the old path of ``patch``, from one count of the read model; exit 1
+    when there are any, 0 when there are none."""
+    counts, unavailable = run(version_counts_or_why())
+    if counts is None:
+        fail(f"cannot count the running sagas: {unavailable}")
+    try:
+        old = on_old_path(registry, counts, patch)
+    except ValueError as error:
+        fail(str(error))
+    total = sum(group.running for group in old)
+    if as_json:
+        typer.echo(json.dumps({"patch": patch, "ok": not old, "running_on_old_path": total, "shapes": [
+            {"saga_type": g.saga_type, "version": g.version, "fingerprint": g.fingerprint, "running": g.running}
+            for g in old]}))
+    else:
+        for group in old:
+            typer.echo(f"{group.saga_type} v{group.version}: {group.running} running saga"
+                       f"{'s' if group.running != 1 else ''} on shape {group.fingerprint or 'unrecorded'} can still "
+                       f"take the old path of patch {patch!r}")
+        typer.echo(f"patch {patch!r}: {total} running saga{'s' if total != 1 else ''} can still take the old path; "
+                   "keep the marker until they end" if old else
+                   f"patch {patch!r}: no running saga can take the old path; its marker can be removed")
+    raise typer.Exit(1 if old else 0)
 
 
 def report(verdicts: Sequence[ReplayVerdict], as_json: bool) -> None:

@@ -41,7 +41,7 @@ def definitions_command(
     if saga_type is not None and saga_type not in registry.types():  # refused before Postgres is asked
         fail(f"unknown saga type {saga_type!r}; known types: {', '.join(registry.types())} (without a type, the "
              "versions no longer deployed that still have sagas are listed too)")
-    counts, unavailable = run(_counts())
+    counts, unavailable = run(version_counts_or_why())
     found = definition_versions(registry, counts, saga_type)
     if unavailable is not None:
         errors.print(f"counts unavailable: {unavailable}", soft_wrap=True, markup=False, highlight=False)
@@ -64,7 +64,7 @@ def definitions_command(
                               f"{shape.ended} ended", soft_wrap=True)
 
 
-async def _counts() -> tuple[list[VersionCounts] | None, str | None]:
+async def version_counts_or_why() -> tuple[list[VersionCounts] | None, str | None]:
     """The sagas per type and version, or None and why they cannot be read (Postgres or the console's API away or
     refusing): through the console's API when only SAGA_API_URL is set, else from the database."""
     api = console_api()

@@ -13,8 +13,8 @@ from ..orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from ..orchestrator.domain.model import UNSETTLED_STATUSES
 from .ports import ReadsStore, ShapeStatusCount
 
-__all__ = ["RUNNING_STATUSES", "DefinitionVersion", "ShapeCounts", "VersionCounts", "definition_versions",
-           "tally", "version_counts"]
+__all__ = ["RUNNING_STATUSES", "DefinitionVersion", "OldPath", "ShapeCounts", "VersionCounts", "definition_versions",
+           "on_old_path", "tally", "version_counts"]
 
 RUNNING_STATUSES: frozenset[str] = frozenset(status.value for status in UNSETTLED_STATUSES)
 """The states a decision may still move a saga out of (``UNSETTLED_STATUSES``): such a saga still needs its version
@@ -96,3 +96,33 @@ def definition_versions(definitions: DefinitionRegistry, counts: Sequence[Versio
         found.setdefault(key, DefinitionVersion(count.saga_type, count.version, None, count))
     return [found[key] for key in sorted(found, key=lambda key: (key[0], _order(key[1])))
             if saga_type in (None, key[0])]
+
+
+@dataclass(frozen=True)
+class OldPath:
+    """Running sagas of one version and shape whose shape lacks a patch: they may still take the path the patch's
+    marker keeps (``SagaDefinition.patches``)."""
+
+    saga_type: str
+    version: int
+    fingerprint: str | None
+    running: int
+
+
+def on_old_path(definitions: DefinitionRegistry, counts: Sequence[VersionCounts], patch: str) -> list[OldPath]:
+    """The running sagas, per version and shape, of every definition declaring ``patch`` whose shape lacks it (one
+    recorded before fingerprints counts as lacking every patch): while there are any, the marker must stay; when
+    there are none, its steps can become plain steps. ValueError when no definition declares ``patch``."""
+    declaring = {(d.saga_type, d.version): d for d in definitions.definitions() if patch in d.patches}
+    if not declaring:
+        declared = sorted({p for d in definitions.definitions() for p in d.patches})
+        raise ValueError(f"no deployed definition declares patch {patch!r} (declared: {', '.join(declared) or 'none'})")
+    found = []
+    for count in counts:
+        definition = declaring.get((count.saga_type, count.version or 0))
+        if definition is None:
+            continue
+        for shape in count.shapes:
+            if shape.running and patch in (definition.lacking(shape.fingerprint) or ()):
+                found.append(OldPath(definition.saga_type, definition.version, shape.fingerprint, shape.running))
+    return found

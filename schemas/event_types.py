@@ -210,6 +210,15 @@ class SagaReleased(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PatchTaken(Event):
+    """The saga reached the point of ``patch`` (steps added in place after it started) and takes the patched
+    path; it runs on the shape ``definition_fingerprint`` from here on."""
+
+    patch: str
+    definition_fingerprint: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class SagaCompleted(Event):
     pass
 
@@ -298,6 +307,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         OperatorActionRefused,
         SagaQuarantined,
         SagaReleased,
+        PatchTaken,
         *TERMINAL_EVENTS,
         SagaPurged,
     )

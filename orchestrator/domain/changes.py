@@ -37,9 +37,13 @@ a signal removed or its record changed              VERSION recorded signals car
 a wait's signal or ``on_expiry`` changed            VERSION a wait under way ends as it began
 =================================================== ======= ===================================================
 
+A change of shape made behind patch markers (``Step.patch``: the old shape is the new version's shape without
+those patches) is SAFE: each running saga takes the patch or keeps its path, by where it stands.
+
 The saga type and version are not compared: two versions of one type with the same shape and policy differ in
-nothing. Every difference of shape gets PATCH or VERSION and every difference of policy SAFE, so a SAFE-only
-diff keeps the fingerprint and any other diff changes it.
+nothing. Every difference of shape gets PATCH or VERSION, unless made behind patch markers, and every
+difference of policy SAFE, so a SAFE-only diff keeps the fingerprint or adds steps behind markers, and any
+other diff changes it.
 """
 
 from __future__ import annotations
@@ -84,7 +88,13 @@ def diff(old: SagaDefinition, new: SagaDefinition) -> list[Change]:
     a fixed order. Empty when they are equal in shape and policy. DefinitionError for two saga types."""
     if old.saga_type != new.saga_type:
         raise DefinitionError(f"cannot compare saga {old.saga_type!r} with saga {new.saga_type!r}")
-    return _ordered([*diff_shapes(old.shape(), new.shape()), *_policy_changes(old, new)])
+    shape_changes = diff_shapes(old.shape(), new.shape())
+    behind = new.lacking(old.fingerprint)
+    if behind:  # old's shape is new's without these patches: every change of shape is made behind them
+        markers = ", ".join(repr(patch) for patch in sorted(behind))
+        shape_changes = [Change(change.step, f"{change.what}, behind patch {markers}", Verdict.SAFE)
+                         for change in shape_changes]
+    return _ordered([*shape_changes, *_policy_changes(old, new)])
 
 
 def diff_shapes(old_shape: Mapping[str, Any], new_shape: Mapping[str, Any]) -> list[Change]:

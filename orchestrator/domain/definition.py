@@ -7,6 +7,7 @@ cycle, no duplicate step, and a pivot that splits the saga into a compensable pa
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -117,6 +118,10 @@ class Step:
     # with the signal's payload as its output, or after ``timeout_ms`` does as ``on_expiry`` says.
     signal: str | None = None
     on_expiry: Expiry = Expiry.FAIL
+    # A step added in place while sagas of its version run, behind the marker of this name: a saga that reaches
+    # it records that it took the patched path (PatchTaken); one that went past it before the change goes on
+    # without it (the step is skipped as the saga passed it). See ``SagaDefinition.patches``.
+    patch: str | None = None
 
     @property
     def waits(self) -> bool:
@@ -127,6 +132,12 @@ class Step:
         object.__setattr__(self, "depends_on", tuple(self.depends_on))
         if self.signal is not None:
             self._check_wait()
+        if self.patch is not None and (not self.patch or ":" in self.patch):
+            raise DefinitionError(f"step {self.name!r}: a patch marker's name must be non-empty and free of ':', "
+                                  f"got {self.patch!r}")
+        if self.pivot and self.patch is not None:
+            raise DefinitionError(f"step {self.name!r}: the pivot cannot be added behind a patch marker (moving the "
+                                  "pivot needs a new version)")
         if self.pivot and self.skippable:
             raise DefinitionError(f"step {self.name!r}: a pivot cannot be skippable (the saga passes its pivot "
                                   "only by the pivot succeeding)")
@@ -170,6 +181,9 @@ class SagaDefinition:
 
     order: tuple[str, ...] = field(init=False, repr=False, compare=False)  # topological, stable
     fingerprint: str = field(init=False, repr=False, compare=False)  # of its shape: see ``shape``
+    # Every shape a running saga of this version may have recorded: the fingerprint of each, with the patch
+    # markers that shape lacks (the full shape lacks none). See ``patches``.
+    shapes: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False)
     _by_name: Mapping[str, Step] = field(init=False, repr=False, compare=False)
     _upstream: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False)
     _downstream: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False)
@@ -208,16 +222,71 @@ class SagaDefinition:
         self._check_modes(where)
         self._check_pivot(where)
         self._check_signals(where)
-        canonical = json.dumps(self.shape(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-        object.__setattr__(self, "fingerprint", hashlib.sha256(canonical.encode()).hexdigest()[:16])
+        self._check_patches(where)
+        patches = self.patches
+        shapes = {_fingerprint_of(self.shape(frozenset(lacking))): frozenset(lacking)
+                  for size in range(len(patches) + 1) for lacking in itertools.combinations(patches, size)}
+        object.__setattr__(self, "fingerprint", _fingerprint_of(self.shape()))
+        object.__setattr__(self, "shapes", shapes)
 
-    def shape(self) -> dict[str, Any]:
+    @property
+    def patches(self) -> tuple[str, ...]:
+        """The patch markers its steps are added behind, sorted. A patch adds steps in place, without a new version,
+        while sagas of this version run: each saga decides for itself at the point where the patch's steps would
+        first become ready. One that reaches that point takes the patched path and records so (``PatchTaken``,
+        carrying the fingerprint of its shape from then on); one that went past it (a step after the patch's steps
+        was sent) keeps its path: the patch's steps are skipped for it, counting as done for its dependents. A saga
+        started on the full shape needs no record. Each shape without some of the patches is a shape of this
+        version (``shapes``): the deploy check, ``fold`` and the replay check accept it."""
+        return tuple(sorted({step.patch for step in self.steps if step.patch is not None}))
+
+    def patch_steps(self, patch: str) -> tuple[str, ...]:
+        """The steps added behind ``patch``, in topological order."""
+        return tuple(name for name in self.order if self._by_name[name].patch == patch)
+
+    def patch_followers(self, patch: str) -> tuple[str, ...]:
+        """The steps outside ``patch`` that depend directly on one of its steps: a saga that sent one of them
+        before the patch was deployed went past the point."""
+        added = set(self.patch_steps(patch))
+        return tuple(name for name in self.order
+                     if name not in added and added.intersection(self._by_name[name].depends_on))
+
+    def lacking(self, fingerprint: str | None) -> frozenset[str] | None:
+        """The patches the shape of ``fingerprint`` lacks: empty for the full shape, every patch for a saga that
+        recorded no fingerprint (it started before patches could be recorded), None for a shape this version does
+        not have."""
+        if fingerprint is None:
+            return frozenset(self.patches)
+        return self.shapes.get(fingerprint)
+
+    def shape_fingerprint(self, lacking: frozenset[str]) -> str:
+        """The fingerprint of this version's shape without the patches in ``lacking``."""
+        return next(fp for fp, missing in self.shapes.items() if missing == lacking)
+
+    def shape(self, lacking: frozenset[str] = frozenset()) -> dict[str, Any]:
         """What decides a running saga's path, as plain data: each step's name, participant, command, undo,
         dependencies, pivot, condition and signal wait (with what its expiry does), the failure mode, whether
         a deadline applies, and the signals with their records. Not in it, so safe to change under running
         sagas: retry policies, timeouts, the deadline's length, ``skippable``, ``searchable``, the input
         schema's name and the order steps are declared in. ``fingerprint`` is a hash of it: a saga records the
-        fingerprint of the shape it started on and is only ever decided by that shape."""
+        fingerprint of the shape it started on and is only ever decided by that shape.
+
+        ``lacking``: the shape without the steps of those patch markers, each step that followed one of them
+        depending on what the patch's steps depended on instead; that is the shape the definition had before the
+        patches were added. A marker's name is not part of the shape: removing a marker keeps the full shape."""
+        removed = {step.name for step in self.steps if step.patch is not None and step.patch in lacking}
+
+        def depends_on(step: Step) -> list[str]:
+            deps: set[str] = set()
+            todo = list(step.depends_on)
+            while todo:
+                dep = todo.pop()
+                if dep in removed:
+                    todo.extend(self._by_name[dep].depends_on)
+                else:
+                    deps.add(dep)
+            return sorted(deps)
+
         return {
             "failure_mode": self.failure_mode.value,
             "compensate_on_continue": self.compensate_on_continue,
@@ -225,10 +294,22 @@ class SagaDefinition:
             "signals": sorted([name, record] for name, record in self.signals),
             "steps": {step.name: {
                 "participant": step.participant, "command": step.command, "compensation": step.compensation,
-                "depends_on": sorted(step.depends_on), "pivot": step.pivot, "run_if": step.run_if.value,
+                "depends_on": depends_on(step), "pivot": step.pivot, "run_if": step.run_if.value,
                 "signal": step.signal, "on_expiry": step.on_expiry.value if step.signal is not None else None,
-            } for step in self.steps},
+            } for step in self.steps if step.name not in removed},
         }
+
+    def _check_patches(self, where: str) -> None:
+        patches = self.patches
+        if len(patches) > MAX_PATCHES:
+            raise DefinitionError(f"{where}: {len(patches)} patch markers, at most {MAX_PATCHES}: remove the markers "
+                                  "whose old path no running saga can take any more (saga definitions check --patch)")
+        for patch in patches:
+            if not self.patch_followers(patch):
+                raise DefinitionError(
+                    f"{where}: no step follows the steps of patch {patch!r} ({', '.join(self.patch_steps(patch))}); "
+                    "a saga's path reaches a patch where a step after it would run, so a patch adds steps before "
+                    "others: a step added at the end needs no marker or a new version")
 
     def _check_signals(self, where: str) -> None:
         names = [name for name, _ in self.signals]
@@ -301,6 +382,15 @@ class SagaDefinition:
     def pivot(self) -> Step | None:
         """The pivot step, if the saga has one."""
         return next((s for s in self.steps if s.pivot), None)
+
+
+MAX_PATCHES = 6
+"""Patch markers one version may carry at once (each doubles the shapes its running sagas may have)."""
+
+
+def _fingerprint_of(shape: Mapping[str, Any]) -> str:
+    canonical = json.dumps(shape, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def _topological_order(steps: Sequence[Step], where: str) -> tuple[str, ...]:

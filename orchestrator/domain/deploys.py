@@ -45,8 +45,8 @@ def stranded(registry: DefinitionRegistry, running: Sequence[RunningShape],
             problems.append(f"{where} would be quarantined: v{group.version} is not deployed (deployed: "
                             f"{deployed}); keep it beside the new version until they end")
             continue
-        if group.fingerprint is None or group.fingerprint == definition.fingerprint:
-            continue
+        if group.fingerprint is None or definition.lacking(group.fingerprint) is not None:
+            continue  # one of the version's shapes: the full one, or one without some of its patches
         old = recorded.get(group.fingerprint)
         if old is None:
             changed = f"shape {group.fingerprint} was not recorded, so the change cannot be named"

@@ -94,7 +94,7 @@ def _started(definition: SagaDefinition | None, state: SagaState | None, event: 
             f"saga {event.saga_id!r} started as {event.saga_type!r} v{event.definition_version}, "
             f"folded with {definition.saga_type!r} v{definition.version}"
         )
-    if event.definition_fingerprint is not None and event.definition_fingerprint != definition.fingerprint:
+    if event.definition_fingerprint is not None and definition.lacking(event.definition_fingerprint) is None:
         raise ShapeChanged(
             f"saga {event.saga_id!r} started on {event.saga_type!r} v{event.definition_version} of shape "
             f"{event.definition_fingerprint}; the registered v{definition.version} has shape {definition.fingerprint}: "
@@ -245,9 +245,23 @@ def _on_signal_refused(d: _Def, s: SagaState, e: ev.SignalRefused) -> SagaState:
 
 
 def _on_step_skipped(d: _Def, s: SagaState, e: ev.StepSkipped) -> SagaState:
-    # A condition skips a step before it is sent; one skipped after it was sent was skipped by an operator.
+    # A condition skips a step before it is sent; one skipped after it was sent was skipped by an operator; a
+    # step of a patch the saga's shape lacks is skipped because the saga went past it: the last two count as
+    # done for the step's dependents.
     waived = e.step in s.steps and s.steps[e.step].status is not StepStatus.PENDING
+    if d is not None and d.has_step(e.step) and (patch := d.step(e.step).patch) is not None:
+        waived = waived or patch in (d.lacking(s.definition_fingerprint) or ())
     return _step(s, e, e.step, StepStatus.SKIPPED, waived=waived)
+
+
+def _on_patch_taken(d: _Def, s: SagaState, e: ev.PatchTaken) -> SagaState:
+    assert d is not None  # apply_event checked it
+    lacking = d.lacking(s.definition_fingerprint)
+    if lacking is None or e.patch not in lacking or d.lacking(e.definition_fingerprint) != lacking - {e.patch}:
+        raise HistoryMismatch(f"saga {s.saga_id!r}: PatchTaken seq {e.seq} takes patch {e.patch!r} onto shape "
+                              f"{e.definition_fingerprint}, which does not follow from its shape "
+                              f"{s.definition_fingerprint} in {d.saga_type!r} v{d.version}")
+    return evolved(s, definition_fingerprint=e.definition_fingerprint)
 
 
 def _on_compensation_sent(d: _Def, s: SagaState, e: ev.CompensationSent) -> SagaState:
@@ -392,6 +406,7 @@ _HANDLERS: Mapping[type[ev.Event], _Handler] = {
     ev.OperatorActionRefused: _on_operator_action_refused,
     ev.SagaQuarantined: _on_saga_quarantined,
     ev.SagaReleased: _on_saga_released,
+    ev.PatchTaken: _on_patch_taken,
     ev.SagaCompleted: _on_saga_completed,
     ev.SagaFailed: _on_saga_failed,
     ev.SagaCompensated: _on_saga_compensated,

@@ -270,7 +270,8 @@ class SagaState:
     compensation_failed_step: str | None = None
     compensation_failure_reason: str | None = None
     traceparent: str | None = None  # from SagaStarted: the trace context every message of the saga carries
-    definition_fingerprint: str | None = None  # from SagaStarted: the shape it started on (None: before 0.3)
+    # The shape it runs on: from SagaStarted, then from each PatchTaken (None: started before 0.3).
+    definition_fingerprint: str | None = None
     quarantined_from: SagaStatus | None = None  # while QUARANTINED: the status a release puts it back to
     quarantine_reason: str | None = None
     paused: bool = False  # an operator's Pause: nothing is sent and no timer acts until Unpause

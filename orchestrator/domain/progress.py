@@ -36,6 +36,8 @@ def _advance_forward(b: DecisionBuilder) -> None:
     definition, state = b.defn, b.saga
     if any(step.status is StepStatus.WITHDRAWING for step in state.steps.values()):
         return  # the deadline withdrew the pivot: its participant's answer decides which way the saga goes
+    if definition.patches:
+        _settle_patches(b)
     failed = failed_steps(definition, state)
     if failed and definition.failure_mode is FailureMode.FAIL_FAST:
         _fail_fast(b, failed[0])
@@ -52,6 +54,27 @@ def _advance_forward(b: DecisionBuilder) -> None:
             b.record(ev.StepSkipped(**b.base(), step=name, reason=verdict))
     if all(s.status in FORWARD_SETTLED for s in b.saga.steps.values()):
         _finish_forward(b)
+
+
+def _settle_patches(b: DecisionBuilder) -> None:
+    """For each patch the saga's shape lacks (``SagaDefinition.patches``): when it went past the patch (a step
+    after the patch's steps left PENDING while they did not), skip those steps, so it keeps its path; when it
+    reaches the patch (one of its steps could be decided now), record that it takes the patched path, which
+    ``_advance_forward`` then follows like any other."""
+    definition = b.defn
+    for patch in sorted(definition.lacking(b.saga.definition_fingerprint) or ()):
+        added = definition.patch_steps(patch)
+        if any(b.saga.steps[name].status is not StepStatus.PENDING for name in added):
+            continue  # settled already: skipped as passed, or run after a PatchTaken
+        if any(b.saga.steps[name].status is not StepStatus.PENDING for name in definition.patch_followers(patch)):
+            for name in added:
+                b.record(ev.StepSkipped(**b.base(), step=name, reason=(
+                    f"added behind patch {patch} after the saga went past this point: it keeps the path it "
+                    "started on")))
+        elif any(_readiness(definition, b.saga, name) is not False for name in added):
+            lacking = (definition.lacking(b.saga.definition_fingerprint) or frozenset()) - {patch}
+            b.record(ev.PatchTaken(**b.base(), patch=patch,
+                                   definition_fingerprint=definition.shape_fingerprint(lacking)))
 
 
 def _readiness(definition: SagaDefinition, state: SagaState, name: str) -> bool | str:

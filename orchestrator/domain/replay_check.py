@@ -14,14 +14,20 @@ one of them. Its **next decision** is what ``decide`` answers to each message th
 
 The history is folded with the definition each registry gives for the saga's (type, version). The candidate's
 fold ignores the fingerprint recorded at the start: that refusal (``ShapeChanged``) is what this check looks
-behind, so the candidate folds a copy of the history whose SagaStarted carries the candidate's fingerprint. Two
+behind, so when the candidate lacks the recorded shape it folds a copy of the history whose SagaStarted carries
+the candidate's fingerprint. Two
 decisions are the same when their events agree by (type, step) and their commands and withdrawals by (step,
 kind), in order; times, attempts' due dates and reasons are not compared. A probe that raises gives its error as
 its result.
 
-Verdicts: SAME, DIFFERENT (the first probe whose results differ, with both), WOULD_NOT_FOLD (the candidate
-lacks the saga's version, or its history does not fit the candidate's steps), SKIPPED (ended, or never
-started: nothing is decided for it any more).
+A saga whose recorded shape lacks a patch of the candidate (``SagaDefinition.patches``) is folded as it is: it
+decides for itself whether it takes the patch. A probe at which it takes one (records PatchTaken) is what the
+patch is for, not a difference; where it went past the patch, the skip of the patch's steps is not compared.
+
+Verdicts: SAME, TAKES_PATCH (the probes at which it would take a patch, none different otherwise), DIFFERENT
+(the first probe whose results differ, with both), WOULD_NOT_FOLD (the candidate lacks the saga's version, or its
+history does not fit the candidate's steps), SKIPPED (ended, or never started: nothing is decided for it any
+more).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class Outcome(StrEnum):
     """What one saga's next decision does on the candidate definitions."""
 
     SAME = "same next decision"
+    TAKES_PATCH = "takes a patched path"
     DIFFERENT = "different next decision"
     WOULD_NOT_FOLD = "would not fold"
     SKIPPED = "skipped"
@@ -99,17 +106,31 @@ def check_history(deployed: DefinitionRegistry, candidate: DefinitionRegistry,
         deployed_versions = ", ".join(f"v{v}" for v in candidate.versions(started.saga_type)) or "none"
         return ReplayVerdict(saga_id, Outcome.WOULD_NOT_FOLD, f"{where} not deployed (candidate has: "
                                                               f"{deployed_versions})")
+    if new_definition.lacking(old_state.definition_fingerprint) is None:
+        events = _restamped(events, started, new_definition)
     try:
-        new_state = fold(new_definition, _restamped(events, started, new_definition))
+        new_state = fold(new_definition, events)
     except DomainError as error:
         return ReplayVerdict(saga_id, Outcome.WOULD_NOT_FOLD, f"{type(error).__name__}: {error}")
+    patched: list[str] = []
     for probe, message in probes(old_definition, old_state, new_definition, new_state):
         before = _outcome(old_definition, old_state, message)
-        after = _outcome(new_definition, new_state, message)
-        if before != after:
+        after = _outcome(new_definition, new_state, message, passed_by(new_definition, new_state))
+        if isinstance(after, tuple) and any(name == ev.PatchTaken.__name__ for name, _ in after[0]):
+            patched.append(f"{probe}: candidate {_text(after)}")
+        elif before != after:
             return ReplayVerdict(saga_id, Outcome.DIFFERENT,
                                  f"{probe}: deployed {_text(before)}; candidate {_text(after)}")
+    if patched:
+        return ReplayVerdict(saga_id, Outcome.TAKES_PATCH, "; ".join(patched))
     return ReplayVerdict(saga_id, Outcome.SAME)
+
+
+def passed_by(definition: SagaDefinition, state: SagaState) -> frozenset[str]:
+    """The steps of the patches ``state``'s shape lacks: a saga that goes past them skips them, which keeps its
+    path, so the check does not count those skips as a difference."""
+    lacking = definition.lacking(state.definition_fingerprint) or frozenset()
+    return frozenset(name for patch in lacking for name in definition.patch_steps(patch))
 
 
 def _restamped(events: Sequence[ev.Event], started: ev.SagaStarted,
@@ -170,11 +191,14 @@ def summary(decision: Decision) -> Summary:
     return events, tuple(sorted(commands + withdrawals))
 
 
-def _outcome(definition: SagaDefinition, state: SagaState, message: IncomingMessage | None) -> Summary | str:
+def _outcome(definition: SagaDefinition, state: SagaState, message: IncomingMessage | None,
+             passed: frozenset[str] = frozenset()) -> Summary | str:
     try:
-        return summary(_decided(definition, state, message))
+        events, commands = summary(_decided(definition, state, message))
     except DomainError as error:
         return f"{type(error).__name__}: {error}"
+    skipped = ev.StepSkipped.__name__
+    return tuple(event for event in events if event[0] != skipped or event[1] not in passed), commands
 
 
 def _text(result: Summary | str) -> str:

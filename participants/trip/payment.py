@@ -1,4 +1,5 @@
-"""Payment participant: ``charge_card`` and its compensation ``refund_card`` (table payment.charges)."""
+"""Payment participant: ``charge_card`` and its compensation ``refund_card`` (table payment.charges), and
+``check_fraud``, a check a trip may run before its charge (the trip runs without it; a changed trip adds it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import asyncpg
 
 from ..kit.batch_rows import record_calls
 from ..kit.effects import EffectTable
-from ..kit.outcome import Failed, Proceed, Verdict
+from ..kit.outcome import Failed, Proceed, StepFailed, Verdict
 from ..kit.typed import Calling, StepContext, participant
 from .records import Charge, Refund, TripRequest
 
@@ -17,6 +18,7 @@ SCHEMA = "payment"
 
 # Business rules (pure); their triggers are the demo's scenarios.
 DECLINED_TOKEN = "tok_declined"  # charge fails for good
+FLAGGED_TOKEN = "tok_flagged"  # the fraud check refuses the card
 FLAKY_TOKEN = "tok_flaky"  # charge fails transiently on the first FLAKY_FAILURES attempts
 SLOW_TOKEN = "tok_slow"  # first attempt charges but its answer arrives after the step timeout
 FLAKY_FAILURES = 2
@@ -72,6 +74,13 @@ def _charge(call: Calling[TripRequest]) -> tuple[Any, ...]:
     trip = call.input
     return (call.step.saga_id, call.step.step, call.step.idempotency_key, trip.customer_id, trip.amount_cents,
             trip.currency, "charged")
+
+
+@payment.action
+async def check_fraud(step: StepContext, trip: TripRequest) -> None:
+    """Refuse a card the fraud rules flag, before anything is charged to it; it changes nothing."""
+    if trip.card_token == FLAGGED_TOKEN:
+        raise StepFailed("CardFlagged", f"card {trip.card_token} is flagged for fraud")
 
 
 @charge_card.undo(effect="refunded")

@@ -20,6 +20,13 @@ CHECK_BEFORE_CHARGE = dataclasses.replace(TRIP, steps=(
     Step(name="fraud_check", participant="payment", command="check_fraud", depends_on=("book_flight", "book_hotel"))))
 """v1 edited in place: a fraud check before the charge."""
 
+FRAUD_CHECK_PATCH = "fraud-check"
+FRAUD_CHECKED = dataclasses.replace(TRIP, steps=(
+    *_edited(charge_card=dataclasses.replace(TRIP.step("charge_card"), depends_on=("fraud_check",))),
+    Step(name="fraud_check", participant="payment", command="check_fraud", depends_on=("book_flight", "book_hotel"),
+         patch=FRAUD_CHECK_PATCH)))
+"""v1 edited in place the safe way: the fraud check before the charge, behind a patch marker."""
+
 STEP_AFTER_CHARGE = dataclasses.replace(TRIP, steps=(*TRIP.steps, Step(
     name="send_receipt", participant="notification", command="send_itinerary", depends_on=("charge_card",),
     retry=RetryPolicy(max_attempts=None))))

@@ -55,7 +55,8 @@ def test_the_deployed_trip_decides_every_running_trip_the_same(histories: Path) 
     code, output = check(histories, "saga_orchestrator.participants.trip:TRIP")
     assert code == 0, output
     assert output.splitlines() == ["trip-charged  same next decision", "trip-waiting  same next decision",
-                                   "2 same next decision, 0 different next decision, 0 would not fold, 1 skipped"]
+                                   "2 same next decision, 0 takes a patched path, 0 different next decision, "
+                                   "0 would not fold, 1 skipped"]
 
 
 def test_a_policy_change_passes_and_a_step_removed_fails(histories: Path) -> None:

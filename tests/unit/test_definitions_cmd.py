@@ -24,7 +24,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> None:
     async def counts() -> tuple[list[VersionCounts] | None, str | None]:
         return COUNTED, None
 
-    monkeypatch.setattr(definitions_cmd, "_counts", counts)
+    monkeypatch.setattr(definitions_cmd, "version_counts_or_why", counts)
 
 
 def test_the_trip_is_shown_step_by_step_in_the_order_its_steps_can_run() -> None:

@@ -19,7 +19,7 @@ def test_every_recorded_running_trip_is_decided_the_same_by_the_trip_of_today() 
                                 env={"SAGA_DEFINITIONS": TRIP, "SAGA_APP": ""})
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[-1] == (
-        "6 same next decision, 0 different next decision, 0 would not fold, 0 skipped")
+        "6 same next decision, 0 takes a patched path, 0 different next decision, 0 would not fold, 0 skipped")
 
 
 def test_the_recorded_trips_would_catch_an_edit_in_place() -> None:
@@ -28,4 +28,4 @@ def test_the_recorded_trips_would_catch_an_edit_in_place() -> None:
                                 env={"SAGA_DEFINITIONS": edited, "SAGA_APP": ""})
     assert result.exit_code == 1, result.output
     assert result.stdout.splitlines()[-1] == (
-        "0 same next decision, 0 different next decision, 6 would not fold, 0 skipped")
+        "0 same next decision, 0 takes a patched path, 0 different next decision, 6 would not fold, 0 skipped")
