@@ -114,7 +114,7 @@ class Saga:
         return ref
 
     def wait(self, signal: SignalRef, *, timeout: timedelta, on_expiry: Expiry = Expiry.FAIL, name: str | None = None,
-             after: Sequence[StepRef] = (), skippable: bool = False) -> StepRef:
+             after: Sequence[StepRef] = (), skippable: bool = False, patch: str | None = None) -> StepRef:
         """Add a step that waits for ``signal`` once the steps ``after`` names are settled (one taken before it
         waits is taken at once): it succeeds with the signal's payload as its output, which later steps take as a
         typed parameter. Without the signal within ``timeout`` it fails for good (``Expiry.FAIL``: before the
@@ -127,7 +127,8 @@ class Saga:
         retry = UNLIMITED_RETRY if _after_pivot(self, after) else RetryPolicy(max_attempts=1)
         self.steps.append((ref, Step(
             name=ref.name, participant="", command="", depends_on=tuple(step.name for step in after),
-            retry=retry, timeout_ms=_ms(timeout), skippable=skippable, signal=signal.name, on_expiry=on_expiry)))
+            retry=retry, timeout_ms=_ms(timeout), skippable=skippable, signal=signal.name, on_expiry=on_expiry,
+            patch=patch)))
         return ref
 
     def _not_built(self) -> None:
@@ -137,10 +138,13 @@ class Saga:
     def step(self, action: Action, *, name: str | None = None, after: Sequence[StepRef] = (),
              retry: RetryPolicy | None = None, undo_retry: RetryPolicy = UNLIMITED_RETRY,
              timeout: timedelta = timedelta(seconds=5), undo_timeout: timedelta = timedelta(seconds=5),
-             pivot: bool = False, run_if: Condition = Condition.ON_SUCCESS, skippable: bool = False) -> StepRef:
+             pivot: bool = False, run_if: Condition = Condition.ON_SUCCESS, skippable: bool = False,
+             patch: str | None = None) -> StepRef:
         """Add a step running ``action`` once the steps ``after`` names are settled; it is undone by the action's
         compensation. ``retry``: default three attempts (``RetryPolicy()``), and no limit for a step after the
-        pivot, as the saga only moves forward there."""
+        pivot, as the saga only moves forward there. ``patch``: the step is added to a version whose sagas are
+        running, behind the marker of that name (``Step.patch``): the sagas that went past where it runs keep their
+        path, the others take it."""
         self._not_built()
         ref = StepRef(name or action.name, action)
         chosen = retry if retry is not None else (UNLIMITED_RETRY if _after_pivot(self, after) else RetryPolicy())
@@ -148,7 +152,7 @@ class Saga:
             name=ref.name, participant=action.participant_name, command=action.name,
             compensation=action.undo_name, depends_on=tuple(step.name for step in after), retry=chosen,
             compensation_retry=undo_retry, timeout_ms=_ms(timeout), compensation_timeout_ms=_ms(undo_timeout),
-            pivot=pivot, run_if=run_if, skippable=skippable)))
+            pivot=pivot, run_if=run_if, skippable=skippable, patch=patch)))
         return ref
 
     @functools.cached_property
