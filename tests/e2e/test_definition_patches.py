@@ -11,6 +11,7 @@ import json
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -83,7 +84,7 @@ async def _sent_steps(settings: Settings, saga_ids: list[str]) -> dict[str, list
     return sent
 
 
-async def _check(settings: Settings, *args: str) -> tuple[int, dict[str, object]]:
+async def _check(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
     result = await saga_cli(settings, "definitions", "check", *args, "--json", timeout_s=120)
     assert result.stdout.strip(), result.stderr[-3000:]
     return result.returncode, json.loads(result.stdout)
@@ -118,7 +119,7 @@ async def test_a_fraud_check_added_behind_a_marker_reaches_only_the_trips_before
     assert code == 0 and patched["ok"], patched
     code, unmarked = await _check(before, "--definitions", UNMARKED)
     assert code == 1 and not unmarked["ok"]
-    broken = {s["saga_id"] for s in unmarked["sagas"] if s["verdict"] == "DIFFERENT"}  # type: ignore[index,union-attr]
+    broken = {s["saga_id"] for s in unmarked["sagas"] if s["verdict"] == "DIFFERENT"}
     assert broken == set(past), sorted(broken ^ set(past))[:5]
     code, old_path = await _check(after, "--patch", FRAUD_CHECK_PATCH)
     assert (code, old_path["running_on_old_path"]) == (1, 2 * PER_GROUP), old_path
