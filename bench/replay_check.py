@@ -5,7 +5,7 @@
 Trips are driven through the pure core (``testing.history.SagaRun``) to where running trips wait: on both
 bookings, on the hotel, on a retry of the hotel, on the charge, on the itinerary, turning back; each history is
 copied under N saga ids and encoded as the event store keeps events. Timed: decoding, folding on the deployed
-trip and on a candidate (``tests.e2e.trip_changes:PATIENT``, a policy change), and every probe of both, split
+trip and on a candidate (``bench.trip_changes:PATIENT``, a policy change), and every probe of both, split
 over ``--processes`` worker processes. Prints histories/s per N.
 """
 
@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench.trip_changes import PATIENT
 from saga_orchestrator.cli.definitions_check_cmd import check_encoded
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.replay_check import Outcome
@@ -25,7 +26,6 @@ from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.testing.history import SagaRun
-from tests.e2e.trip_changes import PATIENT
 
 Stored = tuple[str, list[bytes]]
 

@@ -37,7 +37,7 @@ def _parse_json_object(text: str, option: str = "--input") -> dict[str, Any]:
     return value
 
 
-_OPTION_OF = {"saga_id": "--id", "saga_input": "--input"}
+_OPTION_OF = {"saga_id": "--id", "saga_input": "--input", "version": "--version"}
 _SIGNAL_OPTION_OF = {"saga_id": "SAGA_ID", "signal": "SIGNAL", "signal_id": "--signal-id", "payload": "--payload",
                      "saga_type": "--type", "saga_input": "--start-input"}
 
@@ -47,6 +47,8 @@ def start(
     saga_id: str = typer.Option(..., "--id", help="The saga id (business key); also the Kafka key."),
     input_json: str = typer.Option(..., "--input", help="The saga input as a JSON object."),
     tenant: str | None = typer.Option(None, "--tenant", help="Optional tenant id."),
+    version: int | None = typer.Option(None, "--version", min=1, help="The definition version to start on; by "
+                                       "default the latest one that takes starts (not draining)."),
     wait: bool = typer.Option(False, "--wait", help="Print the saga's events until it ends; exit 0 when it "
                                                     "COMPLETED, 1 when it ended otherwise."),
     force: bool = typer.Option(False, "--force", help="Publish without first checking the event store for the id "
@@ -56,14 +58,15 @@ def start(
     current = settings()
     client = deployed_client(current)
     try:
-        value = client.encode_start(saga_type, saga_id, _parse_json_object(input_json), tenant)
+        value = client.encode_start(saga_type, saga_id, _parse_json_object(input_json), tenant, version)
     except SagaInputError as error:
         fail(f"{_OPTION_OF[error.field]} {error.problem}" if error.field in _OPTION_OF else error.problem)
     if not force and any(isinstance(event, SagaStarted) for event in run(load_events_of(saga_id))):
         fail(f"saga {saga_id!r} already exists, so this start would be refused; choose another --id, or "
              f"follow that saga with `saga history {saga_id} --follow`")
     run(publish(current, topics(current).start, saga_id, value, saga_type))
-    console.print(f"published StartSaga [bold]{saga_id}[/] ({saga_type}) on {topics(current).start}")
+    on = "" if version is None else f" v{version}"
+    console.print(f"published StartSaga [bold]{saga_id}[/] ({saga_type}{on}) on {topics(current).start}")
     if wait:
         try:
             ended = run(follow(saga_id))

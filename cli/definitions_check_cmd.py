@@ -147,12 +147,12 @@ def event_from_json(record: dict[str, Any]) -> ev.Event:
 
 
 async def stored_histories() -> dict[str, list[bytes]]:
-    """Every saga's stored events (encoded), by saga id, from the event store of the environment's deployment."""
-    from ..operations.postgres import verify_store
+    """The stored events (encoded) of every saga that has not ended, by saga id, from the event store of the
+    environment's deployment (``ShapeStore.running_histories``: ended ones are not read)."""
+    from ..operations.postgres import event_store
 
     async with database(settings()) as pool:
-        snapshot = await verify_store(pool).snapshot(None)
-    return {saga_id: [row.body for row in rows] for saga_id, rows in snapshot.events.items()}
+        return await event_store(pool).running_histories()
 
 
 def check_encoded(deployed: DefinitionRegistry, candidate: DefinitionRegistry,
@@ -190,9 +190,10 @@ def check(
     """Would each running saga take its next step the same way on the candidate definitions?
 
     One line per running saga: `same next decision`, `different next decision` (the message that would be
-    decided otherwise, and both decisions), or `would not fold` (why). Ended sagas are counted as skipped.
-    Exit code 1 when any saga is different or would not fold, 0 otherwise, 2 when the check cannot run. A saga
-    that would take a patch (a step added in place behind a marker) where it stands is reported as such, and passes.
+    decided otherwise, and both decisions), or `would not fold` (why). Ended sagas are not read from the event
+    store; in history files they are counted as skipped. A saga that would take a patch (a step added in place
+    behind a marker) where it stands is reported as such, and passes.
+    Exit code 1 when any saga is different or would not fold, 0 otherwise, 2 when the check cannot run.
     """
     if patch is not None:
         check_patch(patch, deployed_definitions() if definitions is None and app is None

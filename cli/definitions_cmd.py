@@ -51,7 +51,7 @@ def definitions_command(
         return
     for version in found:
         if version.definition is not None:
-            console.print(_table(version.definition, version.counts))
+            console.print(_table(version.definition, version.counts, version.draining))
         elif version.version is None:
             console.print(f"[bold]{version.saga_type}[/], version unrecorded: {_sagas(version.counts)} (started before "
                           "versions were recorded; `saga reproject` records them)", soft_wrap=True)
@@ -96,12 +96,12 @@ def _unavailable(error: Exception) -> str:
 
 
 def describe_version(version: DefinitionVersion) -> dict[str, Any]:
-    """A version as plain data (what ``--json`` prints): its definition when deployed, and its sagas (null when
-    they could not be counted)."""
+    """A version as plain data (what ``--json`` prints): its definition when deployed, whether it drains (takes
+    no new starts), and its sagas (null when they could not be counted)."""
     shown = describe(version.definition) if version.definition is not None else {
         "saga_type": version.saga_type, "version": version.version}
     counts = version.counts
-    return {**shown, "deployed": version.deployed, "sagas": None if counts is None else {
+    return {**shown, "deployed": version.deployed, "draining": version.draining, "sagas": None if counts is None else {
         "running": counts.running, "ended": counts.ended,
         "shapes": [{"fingerprint": s.fingerprint, "running": s.running, "ended": s.ended} for s in counts.shapes]}}
 
@@ -133,11 +133,12 @@ def _retry(policy: RetryPolicy) -> str:
     return f"{attempts}, backoff {policy.initial_backoff_ms}-{policy.max_backoff_ms} ms"
 
 
-def _table(definition: SagaDefinition, counts: VersionCounts | None) -> Table:
+def _table(definition: SagaDefinition, counts: VersionCounts | None, draining: bool = False) -> Table:
     deadline = f", deadline {definition.deadline_ms / 1000:g} s" if definition.deadline_ms else ""
     sagas = "" if counts is None else f": {_sagas(counts)}"
+    drains = ", draining: no new starts" if draining else ""
     table = Table("step", "participant", "command", "after", "undo", "timeout", "tries",
-                  title=f"{definition.saga_type} v{definition.version} ({definition.input_schema}, "
+                  title=f"{definition.saga_type} v{definition.version}{drains} ({definition.input_schema}, "
                         f"{definition.failure_mode}{deadline}){sagas}")
     for name in definition.order:
         step = definition.step(name)

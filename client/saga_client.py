@@ -180,9 +180,10 @@ class SagaClient(LeverMethods):
             await lookup.stop()
 
     def encode_start(self, saga_type: str, saga_id: str, saga_input: Mapping[str, Any] | BaseModel,
-                     tenant_id: str | None = None) -> bytes:
-        """The StartSaga record for these arguments (the input as its pydantic model or as a plain mapping);
-        SagaInputError says what to fix."""
+                     tenant_id: str | None = None, version: int | None = None) -> bytes:
+        """The StartSaga record for these arguments (the input as its pydantic model or as a plain mapping;
+        ``version``: the definition version to start on, None for the latest that takes starts); SagaInputError
+        says what to fix."""
         if isinstance(saga_input, BaseModel):
             saga_input = to_avro(saga_input)
         input_record = self._input_records.get(saga_type)
@@ -191,6 +192,8 @@ class SagaClient(LeverMethods):
             raise SagaInputError("saga_type", f"unknown saga type {saga_type!r}; known types: {known}")
         if not saga_id.strip():
             raise SagaInputError("saga_id", "must not be empty")
+        if version is not None and not 1 <= version < 2**31:
+            raise SagaInputError("version", f"must be a definition version (>= 1), got {version}")
         if problem := id_problem(saga_id, "the id"):
             raise SagaInputError("saga_id", problem.removeprefix("the id "))
         misfit = f"does not fit {input_record}"
@@ -201,13 +204,15 @@ class SagaClient(LeverMethods):
         except WireError as error:
             raise SagaInputError("saga_input", f"{misfit}: {error}") from error
         return wire.encode_start(StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
-                                           input=encoded_input))
+                                           input=encoded_input, definition_version=version))
 
     async def start(self, saga_type: str, saga_id: str, saga_input: Mapping[str, Any] | BaseModel, *,
-                    tenant_id: str | None = None, traceparent: str | None = None) -> SagaHandle:
-        """Validate, encode and publish a StartSaga; the handle of the saga. A saga id already taken is refused by
-        the orchestrator: the handle's ``events`` and ``result`` then raise StartRefused."""
-        value = self.encode_start(saga_type, saga_id, saga_input, tenant_id)
+                    tenant_id: str | None = None, traceparent: str | None = None,
+                    version: int | None = None) -> SagaHandle:
+        """Validate, encode and publish a StartSaga; the handle of the saga. ``version``: the definition version to
+        start on (None: the latest that takes starts). A saga id already taken, or a version not deployed or
+        draining, is refused by the orchestrator: the handle's ``events`` and ``result`` then raise StartRefused."""
+        value = self.encode_start(saga_type, saga_id, saga_input, tenant_id, version)
         if traceparent is not None and valid_traceparent(traceparent) is None:
             raise SagaInputError("traceparent", f"is not a W3C trace context: {traceparent!r}")
         handle = SagaHandle(self, saga_id, await self._partition_end(saga_id))

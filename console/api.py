@@ -93,6 +93,8 @@ class DefinitionView(BaseModel):
     saga_type: str
     version: int | None = Field(description="null: sagas started before versions were recorded (`saga reproject`).")
     deployed: bool
+    draining: bool = Field(description="Deployed but taking no new starts (SAGA_DRAINING): its sagas go on to "
+                                       "their end.")
     input_schema: str | None
     fingerprint: str | None = Field(description="The deployed definition's shape.")
     running: int = Field(description=f"Sagas a decision may still move on: {', '.join(sorted(RUNNING_STATUSES))}.")
@@ -103,7 +105,7 @@ class DefinitionView(BaseModel):
 def definition_view(version: DefinitionVersion) -> DefinitionView:
     definition, counts = version.definition, version.counts
     return DefinitionView(
-        saga_type=version.saga_type, version=version.version, deployed=version.deployed,
+        saga_type=version.saga_type, version=version.version, deployed=version.deployed, draining=version.draining,
         input_schema=definition.input_schema if definition else None,
         fingerprint=definition.fingerprint if definition else None,
         running=counts.running if counts else 0, ended=counts.ended if counts else 0,

@@ -128,7 +128,8 @@ class Settings(BaseSettings):
         description="Orchestrator: saga type versions that take no new starts, comma-separated `type:version` "
                     "(e.g. `trip:2`, to stop starting a version found wanting while its sagas run to their end): "
                     "a new saga starts on the highest version not named; a StartSaga of a type whose every "
-                    "version drains is refused, saying so.",
+                    "version drains, or naming a draining version, is refused, saying so. `saga definitions` and "
+                    "the console mark these versions draining.",
     )
     saga_allow_stranding: bool = Field(
         default=False,

@@ -45,12 +45,14 @@ class VersionCounts:
 @dataclass(frozen=True)
 class DefinitionVersion:
     """One version of a saga type as an operator sees it: its definition when deployed here (None: only sagas
-    name it), and its sagas (None when they could not be counted)."""
+    name it), its sagas (None when they could not be counted), and whether it is draining: deployed but taking no
+    new starts (SAGA_DRAINING, as the orchestrator's registry says), while its sagas go on to their end."""
 
     saga_type: str
     version: int | None
     definition: SagaDefinition | None
     counts: VersionCounts | None = field(default=None)
+    draining: bool = False
 
     @property
     def deployed(self) -> bool:
@@ -85,12 +87,13 @@ async def version_counts(store: ReadsStore) -> list[VersionCounts]:
 def definition_versions(definitions: DefinitionRegistry, counts: Sequence[VersionCounts] | None,
                         saga_type: str | None = None) -> list[DefinitionVersion]:
     """Every deployed version (of ``saga_type`` only, when given) with its counts (zero when ``counts`` has none
-    for it; None when ``counts`` is None: not counted), and every version ``counts`` names that is not deployed;
-    by type, then version ("unrecorded" first)."""
+    for it; None when ``counts`` is None: not counted) and whether ``definitions`` drains it, and every version
+    ``counts`` names that is not deployed; by type, then version ("unrecorded" first)."""
     counted = {(c.saga_type, c.version): c for c in counts or ()}
     found: dict[tuple[str, int | None], DefinitionVersion] = {(name, version): DefinitionVersion(
                 name, version, definitions.get(name, version),
-                None if counts is None else counted.get((name, version), VersionCounts(name, version, 0, 0)))
+                None if counts is None else counted.get((name, version), VersionCounts(name, version, 0, 0)),
+                version in definitions.draining(name))
              for name in definitions.types() for version in definitions.versions(name)}
     for key, count in counted.items():
         found.setdefault(key, DefinitionVersion(count.saga_type, count.version, None, count))

@@ -38,7 +38,9 @@ from ..schemas.registry import SchemaRegistry
 from ..schemas.topics import Topics
 from .domain.builder import Timer, TimerKind
 from .domain.definition import DefinitionRegistry
+from .domain.errors import StartRefused
 from .domain.messages import IncomingMessage, RejectedRecord, TimerFired
+from .domain.starting import start_definition
 from .ports import InboxKey, TimerRow
 
 T = TypeVar("T")
@@ -228,17 +230,13 @@ class RecordParser:
         return self._read_start(start)
 
     def _read_start(self, start: StartSaga) -> tuple[str | None, dict[str, Any] | None]:
-        """Why ``start`` cannot be taken at the door (an unknown saga type, an empty id, an input that is no
+        """Why ``start`` cannot be taken at the door (an unknown saga type, a version it names that is not
+        registered or drains, every version of its type draining, an empty id, an input that is no
         record of its type's input schema or holds a NUL), or None; and its input record, decoded here once."""
-        definition = self._definitions.latest(start.saga_type)
-        if definition is None:
-            draining = self._definitions.draining(start.saga_type)
-            if draining:
-                listed = ", ".join(f"v{version}" for version in draining)
-                return f"every deployed version of saga_type {start.saga_type!r} is draining ({listed}): " \
-                       "it takes no new starts", None
-            known = ", ".join(sorted(self._definitions.types())) or "none"
-            return f"unknown saga_type {start.saga_type!r} (known: {known})", None
+        try:
+            definition = start_definition(self._definitions, start)
+        except StartRefused as refused:
+            return str(refused), None
         if not start.saga_id.strip():
             return "saga_id is empty", None
         try:

@@ -251,6 +251,12 @@ class ShapeStore(Protocol):
         """Keep the shapes of ``definitions`` (a shape already kept stays as it is)."""
         ...
 
+    async def running_histories(self) -> dict[str, list[bytes]]:
+        """The stored events (encoded, in seq order) of every saga a decision may still move on
+        (``UNSETTLED_STATUSES``, by the read model's status), by saga id: what candidate definitions are checked
+        against before a deploy. Ended sagas are not read."""
+        ...
+
 
 class EventReader(Protocol):
     """Read-only queries for the CLI and audits (outside any unit of work)."""

@@ -43,9 +43,10 @@ from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
 from .domain.decide import Decision, decide, quarantine, quarantine_unfolded
 from .domain.definition import DefinitionRegistry, SagaDefinition
-from .domain.errors import DomainError, InvalidMessage, UnknownDefinition
+from .domain.errors import DomainError, InvalidMessage, StartRefused, UnknownDefinition
 from .domain.messages import IncomingMessage, RejectedRecord, TimerFired
 from .domain.model import state_bytes
+from .domain.starting import start_definition
 from .domain.state import SagaState, SagaStatus, apply_event
 from .inbound import Envelope, timer_envelope
 from .observe import describe_decision, log_decision
@@ -283,7 +284,7 @@ class SagaService:
             definition = self._definition_of(state)
             starts = message.start() if isinstance(message, SignalSaga) else message
             if isinstance(starts, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
-                definition = self._definitions.latest(starts.saga_type)
+                definition = _start_on(self._definitions, starts)
             return definition, decide(definition, state, message, now)
         except InvalidMessage as error:  # the message contradicts its saga: refused like a bad record
             return definition, decide(definition, state, RejectedRecord(saga_id=message.saga_id, saga_type=None,
@@ -475,3 +476,12 @@ def _first_claims(keys: Sequence[InboxKey | None], claimed: set[InboxKey]) -> li
         if key is not None:
             claimed.discard(key)
     return fresh
+
+
+def _start_on(definitions: DefinitionRegistry, start: StartSaga) -> SagaDefinition | None:
+    """The definition ``start`` starts on; None when it may not start, which ``decide`` records as a SagaRejected
+    (the door refuses such a start first, saying why: this is the same answer, asked again)."""
+    try:
+        return start_definition(definitions, start)
+    except StartRefused:
+        return None

@@ -35,6 +35,8 @@ class StartSaga:
     tenant_id: str | None
     input: bytes
     traceparent: str | None = None  # the W3C trace context of its record (a header, not in the Avro body)
+    # The definition version to start on; None: the latest of its type that takes starts (not draining).
+    definition_version: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -193,27 +193,31 @@ class SagaEnvironment:
     # -- what a client does ------------------------------------------------------------------------------------
 
     async def start(self, saga: Saga | SagaDefinition | str, saga_input: BaseModel | Mapping[str, Any], *,
-                    saga_id: str | None = None, tenant_id: str | None = None) -> str:
+                    saga_id: str | None = None, tenant_id: str | None = None, version: int | None = None) -> str:
         """Start a saga of that type with ``saga_input`` (its input model, or a plain mapping) and let it run as
-        far as it goes without time passing; its id."""
+        far as it goes without time passing; its id. ``version``: the definition version it asks to start on (None:
+        the latest that takes starts); the orchestrator refuses one not deployed or draining (SagaRejected)."""
         saga_type = saga if isinstance(saga, str) else saga.saga_type
         saga_id = saga_id or f"{saga_type}-{len(self._started_at) + 1}"
-        start = self._start_message(saga, saga_input, saga_id, tenant_id)
+        start = self._start_message(saga, saga_input, saga_id, tenant_id, version)
         self._started_at.setdefault(saga_id, self.now)
         self._send(self.topics.start, saga_id, wire.encode_start(start), f"{saga_id}:start:{next(self._order)}")
         await self._settle()
         return saga_id
 
     def _start_message(self, saga: Saga | SagaDefinition | str, saga_input: BaseModel | Mapping[str, Any],
-                       saga_id: str, tenant_id: str | None) -> StartSaga:
+                       saga_id: str, tenant_id: str | None, version: int | None = None) -> StartSaga:
         saga_type = saga if isinstance(saga, str) else saga.saga_type
-        definition = self.definitions.latest(saga_type)
+        # The input fits the version it names when that one is deployed; one that is not is the orchestrator's to
+        # refuse, so it is sent all the same.
+        named = [d for d in self.definitions.definitions() if (d.saga_type, d.version) == (saga_type, version)]
+        definition = named[0] if named else self.definitions.latest(saga_type)
         if definition is None:
             known = ", ".join(self.definitions.types())
             raise KeyError(f"unknown saga type {saga_type!r}; the environment runs {known}")
         record = to_avro(saga_input) if isinstance(saga_input, BaseModel) else dict(saga_input)
         return StartSaga(saga_id=saga_id, saga_type=saga_type, tenant_id=tenant_id,
-                         input=self.schemas.encode(definition.input_schema, record))
+                         input=self.schemas.encode(definition.input_schema, record), definition_version=version)
 
     async def signal(self, saga_id: str, signal: str | SignalRef, payload: BaseModel | Mapping[str, Any], *,
                      signal_id: str | None = None, sender: str | None = "test",

@@ -46,8 +46,9 @@ def decide(
     """Decide what ``message`` changes for the saga in ``state`` (None: no events yet), at time ``now``.
 
     ``definition`` is the saga's own definition (``DefinitionRegistry.for_history``) for an existing saga,
-    or, for a StartSaga when there is no saga or only refusals (REJECTED), the latest definition of the
-    requested type; None when that type is unknown (the start is then refused with SagaRejected).
+    or, for a StartSaga when there is no saga or only refusals (REJECTED), the definition it starts on
+    (``starting.start_definition``: the version it names, else the latest of its type not draining); None when it
+    may not start (the start is then refused with SagaRejected).
 
     Every new event gets the next seq, the saga's definition version and ``occurred_at=now``. Commands and
     timers follow from the events (a StepCommandSent / CompensationSent is a command plus a timeout timer,
@@ -201,13 +202,17 @@ def _started(b: DecisionBuilder, definition: SagaDefinition | None, state: SagaS
         return
     # No saga yet, or only refused messages so far (nothing started): this StartSaga may start it.
     if definition is None:
-        reason = f"unknown saga type {message.saga_type!r}"
+        reason = (f"unknown saga type {message.saga_type!r}" if message.definition_version is None else
+                  f"saga type {message.saga_type!r} takes no starts on v{message.definition_version}")
         b.record(ev.SagaRejected(**b.base(definition_version=0), saga_type=message.saga_type, reason=reason))
         return
     if definition.saga_type != message.saga_type:
         raise InvalidMessage(
             f"StartSaga of type {message.saga_type!r} given the definition of {definition.saga_type!r}"
         )
+    if message.definition_version not in (None, definition.version):
+        raise InvalidMessage(f"StartSaga naming v{message.definition_version} of {message.saga_type!r} given the "
+                             f"definition of v{definition.version}")
     b.record(
         ev.SagaStarted(
             **b.base(definition_version=definition.version),

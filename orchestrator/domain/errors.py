@@ -41,3 +41,8 @@ class IllegalTransition(HistoryMismatch):
 
 class InvalidMessage(DomainError):
     """A message names a step the definition does not have, or carries a foreign idempotency key."""
+
+
+class StartRefused(DomainError):
+    """A StartSaga names a saga type, or a version of it, that takes no new starts here: not registered, or
+    draining."""

@@ -212,6 +212,12 @@ class MemoryStore:
         for definition in definitions:
             self.shapes.setdefault(definition.fingerprint, definition.shape())
 
+    async def running_histories(self) -> dict[str, list[bytes]]:
+        """``ShapeStore.running_histories``."""
+        return {saga_id: [event.body for event in self.events.get(saga_id, [])]
+                for saga_id, summary in sorted(self.summaries.items())
+                if SagaStatus(summary.status) in UNSETTLED_STATUSES and self.events.get(saga_id)}
+
     async def due_timers(self, now_ms: int, limit: int, partitions: Collection[int] | None = None) -> list[TimerRow]:
         """Committed due timers (of sagas on ``partitions``, when given), earliest first."""
         return sorted((t for t in self.timers.values() if t.due_at_ms <= now_ms and self.owned(t.saga_id, partitions)),

@@ -296,6 +296,19 @@ class PostgresStore:
             [d.fingerprint for d in definitions], [d.saga_type for d in definitions],
             [d.version for d in definitions], [json.dumps(d.shape(), sort_keys=True) for d in definitions])
 
+    async def running_histories(self) -> dict[str, list[bytes]]:
+        """``ShapeStore.running_histories``: the read model's status index picks the sagas, so an ended saga's
+        events are never read."""
+        histories: dict[str, list[bytes]] = {}
+        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+            rows = await conn.fetch(
+                f"SELECT e.saga_id, e.body FROM {self._s}.events e WHERE e.saga_id IN"
+                f" (SELECT saga_id FROM {self._s}.saga_summary WHERE status = ANY($1::text[]))"
+                " ORDER BY e.saga_id, e.seq", sorted(UNSETTLED_STATUSES))
+        for row in rows:
+            histories.setdefault(row["saga_id"], []).append(bytes(row["body"]))
+        return histories
+
     async def claim_deployment(self, topic_prefix: str) -> None:
         """Record this deployment's topic prefix in the database, or raise DeploymentMismatch when another
         prefix claimed it first (one database serves one deployment: its timers would command the other's

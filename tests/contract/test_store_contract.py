@@ -569,3 +569,13 @@ async def test_running_sagas_are_counted_by_type_version_and_shape_and_shapes_ar
     await store.record_shapes([TRIP])
     await store.record_shapes([dataclasses.replace(TRIP, version=2)])  # the same shape: kept once, as first seen
     assert await store.recorded_shapes([TRIP.fingerprint, "unknown"]) == {TRIP.fingerprint: TRIP.shape()}
+
+
+async def test_the_histories_checked_before_a_deploy_are_those_of_the_sagas_not_ended(h: Harness) -> None:
+    statuses = {"run": "RUNNING", "back": "COMPENSATING", "held": "QUARANTINED", "done": "COMPLETED",
+                "undone": "COMPENSATED", "refused": "REJECTED"}
+    async with h.store.begin() as uow:
+        await uow.write(Writes(events=[ev(sid, seq) for sid in statuses for seq in (1, 2)],
+                               summaries=[summary(sid, status, T0, 2) for sid, status in statuses.items()]))
+    assert await cast(ShapeStore, h.store).running_histories() == {
+        sid: [f"{sid}/1".encode(), f"{sid}/2".encode()] for sid in ("back", "held", "run")}

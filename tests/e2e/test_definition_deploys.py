@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench import trip_changes
 from saga_orchestrator.cli.run_cmd import service_environment
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.participants.trip import TRIP
@@ -19,7 +20,6 @@ from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import wait_until_ready
-from tests.e2e import trip_changes
 from tests.e2e.harness import Stack, publish, sagas_by_version, terminal_events, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -75,22 +75,22 @@ async def test_a_deploy_that_would_change_running_trips_is_refused_and_one_besid
     assert await wait_for(all_running, 60), await sagas_by_version(deploy_settings)
     stack.stop()
 
-    said = _refused(deploy_settings, "tests.e2e.trip_changes:CHECK_BEFORE_CHARGE")
+    said = _refused(deploy_settings, "bench.trip_changes:CHECK_BEFORE_CHARGE")
     assert said[0] == ("error: this deploy would strand running sagas (SAGA_ALLOW_STRANDING=true starts anyway and "
                        "quarantines them):"), said
     assert said[1].startswith(f"trip v1: {RUNNING_TRIPS} running sagas started on shape {TRIP.fingerprint} "
                               "would be quarantined: the deployed v1 has shape "
                               f"{trip_changes.CHECK_BEFORE_CHARGE.fingerprint}"), said
     assert "step 'fraud_check' added before pivot 'charge_card'" in said[1] and len(said) == 2, said
-    assert "step 'send_receipt' added" in _refused(deploy_settings, "tests.e2e.trip_changes:STEP_AFTER_CHARGE")[1]
-    assert "step 'charge_card' removed" in _refused(deploy_settings, "tests.e2e.trip_changes:NO_CHARGE")[1]
-    assert _refused(deploy_settings, "tests.e2e.trip_changes:FLIGHT_ONLY")[1] == (
+    assert "step 'send_receipt' added" in _refused(deploy_settings, "bench.trip_changes:STEP_AFTER_CHARGE")[1]
+    assert "step 'charge_card' removed" in _refused(deploy_settings, "bench.trip_changes:NO_CHARGE")[1]
+    assert _refused(deploy_settings, "bench.trip_changes:FLIGHT_ONLY")[1] == (
         f"trip v1: {RUNNING_TRIPS} running sagas would be quarantined: v1 is not deployed (deployed: v2); keep it "
         "beside the new version until they end")
     assert await sagas_by_version(deploy_settings) == {("RUNNING", 1): RUNNING_TRIPS}  # nothing was touched
 
     # A change of policy in place, and v2 beside v1: it starts; the running trips finish on v1, new ones on v2.
-    beside = "tests.e2e.trip_changes:PATIENT,tests.e2e.trip_changes:FLIGHT_ONLY"
+    beside = "bench.trip_changes:PATIENT,bench.trip_changes:FLIGHT_ONLY"
     stack.start("orchestrator", WORKER, extra_env={"SAGA_DEFINITIONS": beside})
     await wait_until_ready(stack, ["orchestrator", WORKER])
     new = await _start_trips(deploy_settings, 2)

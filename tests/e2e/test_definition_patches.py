@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from bench.trip_changes import FRAUD_CHECK_PATCH, FRAUD_CHECKED
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.participants.trip import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
@@ -24,13 +25,12 @@ from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import wait_until_ready
 from tests.e2e.harness import Stack, publish, saga_cli, terminal_events, wait_for
-from tests.e2e.trip_changes import FRAUD_CHECK_PATCH, FRAUD_CHECKED
 
 pytestmark = pytest.mark.e2e
 
 ORIGINAL = "saga_orchestrator.participants.trip:TRIP"
-PATCHED = "tests.e2e.trip_changes:FRAUD_CHECKED"
-UNMARKED = "tests.e2e.trip_changes:CHECK_BEFORE_CHARGE"
+PATCHED = "bench.trip_changes:FRAUD_CHECKED"
+UNMARKED = "bench.trip_changes:CHECK_BEFORE_CHARGE"
 BOOKINGS, PAYING = "flight+hotel", "payment+notification"
 PER_GROUP = 100
 

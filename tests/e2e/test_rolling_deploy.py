@@ -24,7 +24,7 @@ from tests.e2e.harness import Stack, publish, sagas_by_version, terminal_events
 pytestmark = pytest.mark.e2e
 
 OLD = "saga_orchestrator.participants.trip:TRIP"
-NEW = f"{OLD},tests.e2e.trip_changes:FLIGHT_ONLY"
+NEW = f"{OLD},bench.trip_changes:FLIGHT_ONLY"
 WORKER = "flight+hotel+payment+notification"
 PER_PHASE = 10  # trips started in each of the four phases
 EVERY_S = 0.1

@@ -197,6 +197,10 @@ async def test_the_definitions_show_the_sagas_running_and_ended_on_each_version(
         finally:
             await pool.execute("DELETE FROM saga.saga_summary WHERE saga_id = ANY($1::text[])",
                                [row.saga_id for row in older])
+    assert [d["draining"] for d in shown] == [False, False, False]
+    async for drained in _client(settings.model_copy(update={"saga_draining": "trip:1"})):  # as the orchestrator's
+        assert [(d["version"], d["draining"]) for d in await _json(drained, "/api/v1/definitions")] == [(1, True)]
+        assert "draining</strong>: no new starts" in (await drained.get("/definitions")).text
     users = tmp_path / "users"
     add_user(users, "anna", "a long password")
     async for guarded in _client(settings.model_copy(update={"saga_console_users": str(users)})):

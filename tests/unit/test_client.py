@@ -25,6 +25,13 @@ def test_a_valid_start_encodes_the_input_record_of_its_type() -> None:
     start = wire.decode_start(CLIENT.encode_start("trip", "trip-42", TRIP, tenant_id="acme"))
     assert (start.saga_id, start.saga_type, start.tenant_id) == ("trip-42", "trip", "acme")
     assert wire.decode_input(start.input, "saga.v1.trip.TripRequest") == ("saga.v1.trip.TripRequest", TRIP)
+    assert start.definition_version is None  # the latest version that takes starts
+
+
+def test_a_start_may_name_the_definition_version_to_start_on() -> None:
+    assert wire.decode_start(CLIENT.encode_start("trip", "trip-42", TRIP, version=2)).definition_version == 2
+    with pytest.raises(SagaInputError, match=r"version must be a definition version \(>= 1\), got 0"):
+        CLIENT.encode_start("trip", "trip-42", TRIP, version=0)
 
 
 @pytest.mark.parametrize(("saga_type", "saga_id", "saga_input", "field", "problem"), [

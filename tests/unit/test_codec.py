@@ -157,7 +157,8 @@ def test_a_start_saga_written_by_the_reference_library_is_a_typed_start_saga() -
 _text = st.text(max_size=40)
 _int = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 _start_sagas = st.builds(
-    StartSaga, saga_id=_text, saga_type=_text, tenant_id=st.none() | _text, input=st.binary(max_size=200)
+    StartSaga, saga_id=_text, saga_type=_text, tenant_id=st.none() | _text, input=st.binary(max_size=200),
+    definition_version=st.none() | _int
 )
 _step_results = st.builds(
     StepResult,
@@ -180,7 +181,8 @@ def test_start_saga_round_trips(message: StartSaga) -> None:
     assert wire.decode_start(data) == message
     record = avro_read(AVRO_SCHEMAS[START], data[HEADER_SIZE:])
     assert record == {"saga_id": message.saga_id, "saga_type": message.saga_type,
-                      "tenant_id": message.tenant_id, "input": message.input}  # fmt: skip
+                      "tenant_id": message.tenant_id, "input": message.input,
+                      "definition_version": message.definition_version}  # fmt: skip
 
 
 @given(_step_results)

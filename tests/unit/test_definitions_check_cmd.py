@@ -15,7 +15,7 @@ from saga_orchestrator.schemas.event_types import Event
 from saga_orchestrator.testing.history import SagaRun
 
 runner = CliRunner()
-CHANGES = "tests.e2e.trip_changes"
+CHANGES = "bench.trip_changes"
 
 
 @pytest.fixture

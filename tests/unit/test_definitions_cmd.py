@@ -76,3 +76,14 @@ def test_the_json_has_the_counts_of_every_version(counted: None) -> None:
         (None, False, 1, 4), (0, False, 2, 7), (1, True, 3, 5)]
     assert shown[2]["steps"] and shown[2]["sagas"]["shapes"] == [{"fingerprint": "aa", "running": 3, "ended": 4},
                                                                  {"fingerprint": "bb", "running": 0, "ended": 1}]
+    assert [v["draining"] for v in shown] == [False, False, False]
+
+
+def test_a_version_the_orchestrator_drains_is_marked_draining(counted: None) -> None:
+    drained = {"SAGA_DRAINING": "trip:1", "COLUMNS": "200"}
+    shown = runner.invoke(app, ["definitions", "--json"], env=drained).stdout
+    [*_, v1] = [json.loads(line) for line in shown.splitlines()]
+    assert (v1["version"], v1["deployed"], v1["draining"]) == (1, True, True)
+    table = runner.invoke(app, ["definitions", "trip"], env=drained).stdout
+    lines = [" ".join(line.split()) for line in table.splitlines()]
+    assert any(line.startswith("trip v1, draining: no new starts (") for line in lines)

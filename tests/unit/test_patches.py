@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from bench.trip_changes import CHECK_BEFORE_CHARGE, FRAUD_CHECK_PATCH, FRAUD_CHECKED
 from saga_orchestrator.operations.versions import OldPath, ShapeCounts, VersionCounts, on_old_path
 from saga_orchestrator.orchestrator.domain.changes import Verdict, diff, verdict
 from saga_orchestrator.orchestrator.domain.definition import UNLIMITED_RETRY, DefinitionRegistry, SagaDefinition, Step
@@ -18,7 +19,6 @@ from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus, 
 from saga_orchestrator.participants.trip import TRIP
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.testing.history import SagaRun
-from tests.e2e.trip_changes import CHECK_BEFORE_CHARGE, FRAUD_CHECK_PATCH, FRAUD_CHECKED
 
 PATCH = FRAUD_CHECK_PATCH
 

@@ -23,7 +23,7 @@ def test_every_recorded_running_trip_is_decided_the_same_by_the_trip_of_today() 
 
 
 def test_the_recorded_trips_would_catch_an_edit_in_place() -> None:
-    edited = "tests.e2e.trip_changes:CHECK_BEFORE_CHARGE"
+    edited = "bench.trip_changes:CHECK_BEFORE_CHARGE"
     result = CliRunner().invoke(app, ["definitions", "check", "--histories", str(RECORDED), "--definitions", edited],
                                 env={"SAGA_DEFINITIONS": edited, "SAGA_APP": ""})
     assert result.exit_code == 1, result.output

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from bench.trip_changes import CHECK_BEFORE_CHARGE, FLIGHT_ONLY, NO_CHARGE, PATIENT, STEP_AFTER_CHARGE
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from saga_orchestrator.orchestrator.domain.replay_check import Outcome, ReplayVerdict, check_history, probes
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.testing.history import SagaRun
-from tests.e2e.trip_changes import CHECK_BEFORE_CHARGE, FLIGHT_ONLY, NO_CHARGE, PATIENT, STEP_AFTER_CHARGE
 
 DEPLOYED = DefinitionRegistry([TRIP])
 

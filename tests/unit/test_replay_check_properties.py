@@ -9,6 +9,7 @@ from functools import partial
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.trip_changes import CHECK_BEFORE_CHARGE, NO_CHARGE, STEP_AFTER_CHARGE
 from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.orchestrator.domain.changes import Verdict, diff, verdict
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry, SagaDefinition, Step
@@ -16,7 +17,6 @@ from saga_orchestrator.orchestrator.domain.model import StepStatus
 from saga_orchestrator.orchestrator.domain.replay_check import Outcome, check_history
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.testing.history import SagaRun
-from tests.e2e.trip_changes import CHECK_BEFORE_CHARGE, NO_CHARGE, STEP_AFTER_CHARGE
 
 
 def _step_edit(name: str, **changes: object) -> SagaDefinition:

@@ -12,7 +12,9 @@ import avro.io
 import avro.schema
 import pytest
 
+from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.codec import MARKER
+from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.registry import SCHEMAS_DIR, SchemaRegistry, load_tree
 
 START = "saga.v1.StartSaga"
@@ -71,9 +73,17 @@ def test_a_value_from_a_released_writer_is_resolved_into_the_current_schema(tmp_
     )
     assert registry.decode_as(data, START) == (
         START,
-        {"saga_id": "s", "saga_type": "trip", "tenant_id": None, "input": b"i"},
+        {"saga_id": "s", "saga_type": "trip", "tenant_id": None, "input": b"i", "definition_version": None},
     )
     assert registry.names() == SchemaRegistry.from_directory().names()  # released schemas are writers only
+
+
+def test_a_start_from_a_0_2_client_names_no_version() -> None:
+    old = avro.schema.parse((SCHEMAS_DIR / "released/0.2.0/commands/start_saga.avsc").read_text())
+    data = MARKER + old.fingerprint("CRC-64-AVRO") + avro_body(
+        old, {"saga_id": "s", "saga_type": "trip", "tenant_id": None, "input": b"i"})
+    assert wire.decode_start(data) == StartSaga(saga_id="s", saga_type="trip", tenant_id=None, input=b"i",
+                                                definition_version=None)
 
 
 def test_two_files_defining_one_name_is_a_loud_error(tmp_path: Path) -> None:

@@ -124,7 +124,8 @@ def test_optional_event_fields_may_be_empty() -> None:
 
 
 def test_start_cancel_and_resume_round_trip() -> None:
-    start = sample(StartSaga, tenant_id=None, traceparent=None)  # the trace context is a header, not the body
+    start = sample(StartSaga, tenant_id=None, traceparent=None,  # the trace context is a header, not the body
+                   definition_version=2)
     cancel = sample(CancelSaga)
     resume = sample(ResumeCompensation, operator=None)
     assert wire.decode_start(wire.encode_start(start)) == start
@@ -165,7 +166,7 @@ def test_a_failed_result_round_trips_with_typed_enums() -> None:
 
 
 def test_incoming_messages_are_checked_against_their_topic() -> None:
-    start, cancel = sample(StartSaga, traceparent=None), sample(CancelSaga)
+    start, cancel = sample(StartSaga, traceparent=None, definition_version=2), sample(CancelSaga)
     result = sample(StepResult, kind=CommandKind.FORWARD, status=ResultStatus.SUCCEEDED)
     assert wire.decode_incoming("start", wire.encode_start(start)) == start
     assert wire.decode_incoming("control", wire.encode_cancel(cancel)) == cancel

@@ -1,5 +1,5 @@
-"""The reference trip changed as a team might change it while trips run, for the deploy checks: each a
-definition to name in SAGA_DEFINITIONS (``tests.e2e.trip_changes:NAME``)."""
+"""The reference trip changed as a team might change it while trips run, for the deploy checks (their tests,
+and the bench of the replay check): each a definition to name in SAGA_DEFINITIONS (``bench.trip_changes:NAME``)."""
 
 from __future__ import annotations
 
