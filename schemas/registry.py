@@ -183,6 +183,24 @@ class SchemaRegistry:
             header, parsed = self._headers[full_name], self._parsed[full_name]
         except KeyError:
             raise UnknownSchemaName(full_name) from None
+        return self._encoded(full_name, header, parsed, record)
+
+    def encode_oldest(self, full_name: str, record: Mapping[str, Any]) -> bytes:
+        """Single-object encode ``record`` with the oldest schema ``full_name`` has had, released or current, whose
+        fields hold every field of ``record`` that is not None: a value that uses no field added since a release is
+        written so that a reader of that release decodes it (an upgrade need not wait for every reader)."""
+        self.schema(full_name)  # UnknownSchemaName before anything else
+        for old in self._released:
+            if old.full_name != full_name:
+                continue
+            names = {field["name"] for field in old.schema["fields"]}
+            if all(value is None or key in names for key, value in record.items()):
+                written = {key: value for key, value in record.items() if key in names}
+                return self._encoded(full_name, header_for(old.fingerprint), self._writers[old.fingerprint].writer,
+                                     written)
+        return self.encode(full_name, record)
+
+    def _encoded(self, full_name: str, header: bytes, parsed: Any, record: Mapping[str, Any]) -> bytes:
         buffer = io.BytesIO()
         buffer.write(header)
         try:

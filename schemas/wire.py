@@ -122,8 +122,9 @@ def decode_event(data: bytes, schemas: SchemaRegistry | None = None) -> Event:
 
 
 def encode_start(message: StartSaga) -> bytes:
-    """Encode a StartSaga command for topic saga.start."""
-    return default_registry().encode(START_SAGA, _record(message, exclude=("traceparent",)))
+    """Encode a StartSaga command for topic saga.start, with the released schema an orchestrator of that release
+    reads when the start names no version (``SchemaRegistry.encode_oldest``)."""
+    return default_registry().encode_oldest(START_SAGA, _record(message, exclude=("traceparent",)))
 
 
 def _start_from(record: dict[str, Any]) -> StartSaga:

@@ -18,9 +18,10 @@ from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.codec import UnknownFingerprint
 from saga_orchestrator.schemas.message_types import StartSaga
 from saga_orchestrator.schemas.records import ConsumedRecord
-from saga_orchestrator.schemas.registry import default_registry
+from saga_orchestrator.schemas.registry import SCHEMAS_DIR, SchemaRegistry, default_registry
 from saga_orchestrator.schemas.topics import Topics
 from saga_orchestrator.testing.environment import SagaEnvironment
 
@@ -93,3 +94,14 @@ async def test_the_test_kit_starts_on_the_version_asked_and_the_orchestrator_ref
     env.definitions.drain("trip", 1)
     refused = await env.start("trip", trip, saga_id="refused", version=1)
     assert [type(event) for event in env.history(refused)] == [ev.SagaRejected]
+
+
+def test_a_start_naming_no_version_is_written_so_that_an_orchestrator_of_0_2_reads_it() -> None:
+    released = SchemaRegistry.from_directory(SCHEMAS_DIR / "released" / "0.2.0")  # what a 0.2.0 orchestrator reads
+    plain = wire.encode_start(_start(None))
+    assert wire.decode_start(plain, released) == _start(None)
+    assert wire.decode_start(plain) == _start(None)
+    pinned = wire.encode_start(_start(2))
+    assert wire.decode_start(pinned).definition_version == 2
+    with pytest.raises(UnknownFingerprint):  # it uses a field added since: only this release reads it
+        wire.decode_start(pinned, released)
