@@ -210,6 +210,18 @@ class SagaReleased(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SagaMigrated(Event):
+    """An operator moved the running saga from ``from_version`` of its definition to ``to_version`` (of shape
+    ``to_fingerprint``): every later event is decided by that version. Itself decided under ``from_version``."""
+
+    from_version: int
+    to_version: int
+    to_fingerprint: str
+    operator: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class SagaCompleted(Event):
     pass
 
@@ -298,6 +310,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         OperatorActionRefused,
         SagaQuarantined,
         SagaReleased,
+        SagaMigrated,
         *TERMINAL_EVENTS,
         SagaPurged,
     )

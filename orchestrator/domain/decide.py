@@ -41,13 +41,17 @@ DUPLICATE_START_REASON = "duplicate StartSaga: saga already exists"
 
 
 def decide(
-    definition: SagaDefinition | None, state: SagaState | None, message: IncomingMessage, now: int
+    definition: SagaDefinition | None, state: SagaState | None, message: IncomingMessage, now: int,
+    migrate_to: SagaDefinition | None = None,
 ) -> Decision:
     """Decide what ``message`` changes for the saga in ``state`` (None: no events yet), at time ``now``.
 
     ``definition`` is the saga's own definition (``DefinitionRegistry.for_history``) for an existing saga,
     or, for a StartSaga when there is no saga or only refusals (REJECTED), the latest definition of the
     requested type; None when that type is unknown (the start is then refused with SagaRejected).
+
+    ``migrate_to``: for an OperateSaga Migrate, the definition of the version it names, from the caller's registry
+    (None: not registered, and the lever is refused saying so); ignored for every other message.
 
     Every new event gets the next seq, the saga's definition version and ``occurred_at=now``. Commands and
     timers follow from the events (a StepCommandSent / CompensationSent is a command plus a timeout timer,
@@ -110,7 +114,7 @@ def decide(
         b.record(ev.OperatorActionRefused(**b.base(), action=RELEASE, step=None, operator=message.operator,
                                           reason=f"saga is {state.status}, not quarantined: nothing to release"))
     elif isinstance(message, OperateSaga):
-        operate(b, message)
+        operate(b, message, migrate_to)
     elif isinstance(message, SignalSaga):
         handle_signal(b, message)
     elif message.timer.kind is TimerKind.SAGA_DEADLINE:

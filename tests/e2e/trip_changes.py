@@ -36,3 +36,9 @@ NO_CHARGE = dataclasses.replace(TRIP, steps=_edited(charge_card=None, send_itine
 FLIGHT_ONLY: SagaDefinition = dataclasses.replace(TRIP, version=2, steps=_edited(
     book_hotel=None, charge_card=dataclasses.replace(TRIP.step("charge_card"), depends_on=("book_flight",))))
 """v2: a trip without a hotel, run by the same participants."""
+
+RECEIPT_V2: SagaDefinition = dataclasses.replace(STEP_AFTER_CHARGE, version=2)
+"""v2: a receipt sent after the charge, beside the itinerary (running v1 trips may move to it)."""
+
+CHECK_BEFORE_CHARGE_V2: SagaDefinition = dataclasses.replace(CHECK_BEFORE_CHARGE, version=2)
+"""v2: a fraud check before the charge (a v1 trip that already sent its charge cannot move to it)."""
