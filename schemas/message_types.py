@@ -176,10 +176,10 @@ ControlCommand = CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga
 
 
 def control_command(action: str, saga_id: str, step: str | None, operator: str | None,
-                    reason: str | None) -> ControlCommand:
+                    reason: str | None, definition_version: int | None = None) -> ControlCommand:
     """The saga.control command of an operator's ``action`` (a ``Lever``, or CANCEL, RESUME or RELEASE) on one
-    saga; ``reason`` is the cancel's reason, the detail of a resume or release, the reason of a lever, and ``step``
-    is kept for a step lever only."""
+    saga; ``reason`` is the cancel's reason, the detail of a resume or release, the reason of a lever, ``step``
+    is kept for a step lever only, ``definition_version`` for a Migrate only."""
     if action == CANCEL:
         return CancelSaga(saga_id=saga_id, reason=reason or "", operator=operator)
     if action == RESUME:
@@ -187,7 +187,8 @@ def control_command(action: str, saga_id: str, step: str | None, operator: str |
     if action == RELEASE:
         return ReleaseSaga(saga_id=saga_id, operator=operator, detail=reason)
     return OperateSaga(saga_id=saga_id, action=action, step=step if action in STEP_LEVERS else None,
-                       operator=operator, reason=reason)
+                       operator=operator, reason=reason,
+                       definition_version=definition_version if action == Lever.MIGRATE else None)
 
 
 def action_name(action: str, separator: str = "_") -> str:

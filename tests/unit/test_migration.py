@@ -8,15 +8,19 @@ import dataclasses
 
 import pytest
 
+from saga_orchestrator.operations import definition_migration
 from saga_orchestrator.orchestrator.domain.decide import decide, quarantine
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import HistoryMismatch, ShapeChanged
 from saga_orchestrator.orchestrator.domain.migration import migration_problem
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus, fold
+from saga_orchestrator.orchestrator.store.operations.reads import MemoryReads
 from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.message_types import Lever, OperateSaga
+from saga_orchestrator.testing import SagaEnvironment
 from saga_orchestrator.testing.history import SagaRun, event_names
 from tests.e2e.trip_changes import CHECK_BEFORE_CHARGE_V2, FLIGHT_ONLY, RECEIPT_V2
 
@@ -164,3 +168,36 @@ def test_the_migration_travels_on_the_wire() -> None:
     order = OperateSaga(saga_id="s1", action=Lever.MIGRATE, step=None, operator="ops", reason=None,
                         definition_version=2)
     assert wire.decode_operate(wire.encode_operate(order)) == order
+
+
+# --- through the orchestrator's service, as a bulk job (the test kit's memory adapters) ----------------------
+
+
+async def test_a_migration_job_moves_the_running_trips_and_refuses_the_one_unwinding() -> None:
+    env = SagaEnvironment(TRIP, RECEIPT_V2)
+    env.definitions.drain("trip", 2)  # new trips start on v1, as before v2 was deployed
+    env.stop("hotel")  # the trips wait on their hotel
+    ids = [await env.start("trip", SCENARIOS["happy"].trip(f"t-{n}"), saga_id=f"t-{n}") for n in range(3)]
+    await env.cancel("t-0")  # unwinding: it waits for the hotel's answer to the withdrawal
+    reads = MemoryReads(env.store)
+
+    planned = await definition_migration.plan(reads, env.definitions, "trip", 1, 2)
+    assert [(item.saga_id, item.problem) for item in planned] == [
+        ("t-0", "saga is COMPENSATING: only a RUNNING saga moves to another version"), ("t-1", None), ("t-2", None)]
+
+    job = await env.bulk_run(definition_migration.selection("trip", 1), Lever.MIGRATE, "receipts for all",
+                             definition_version=2)
+    assert job.done == 3
+    found = await definition_migration.outcome(reads, job, ids)
+    assert (sorted(found.migrated), found.refused) == (
+        ["t-1", "t-2"], [("t-0", "saga is COMPENSATING: only a RUNNING saga moves to another version")])
+    assert {saga_id: env.store.summaries[saga_id].definition_version for saga_id in ids} == {"t-0": 1, "t-1": 2,
+                                                                                              "t-2": 2}
+    await env.start_participant("hotel")
+    results = {saga_id: await env.result(saga_id) for saga_id in ids}
+    assert {saga_id: result.status for saga_id, result in results.items()} == {
+        "t-0": "CANCELLED", "t-1": "COMPLETED", "t-2": "COMPLETED"}
+    assert "send_receipt" in results["t-1"].succeeded and "send_receipt" not in results["t-0"].succeeded
+    for saga_id in ids:  # the stored history folds by the version it ended on
+        history = env.history(saga_id)
+        assert fold(env.definitions.for_history(history), history) == env.state(saga_id)
