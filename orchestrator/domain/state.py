@@ -58,5 +58,5 @@ def fold(definition: SagaDefinition | None, events: Iterable[Event]) -> SagaStat
     if definition is not None and state.definition_version not in (0, definition.version):
         # A later version is taken at SagaStarted only for a history that migrates to it (SagaMigrated).
         raise HistoryMismatch(f"saga {state.saga_id!r} runs on {state.saga_type!r} v{state.definition_version}, "
-                              f"folded with v{definition.version}")
+                              f"folded with {definition.saga_type!r} v{definition.version}")
     return state

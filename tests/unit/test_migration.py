@@ -10,9 +10,11 @@ import pytest
 
 from saga_orchestrator.operations import definition_migration
 from saga_orchestrator.orchestrator.domain.decide import decide, quarantine
-from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry, SagaDefinition
+from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry, RetryPolicy, SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import HistoryMismatch, ShapeChanged
 from saga_orchestrator.orchestrator.domain.migration import migration_problem
+from saga_orchestrator.orchestrator.domain.replay_check import Outcome as ReplayOutcome
+from saga_orchestrator.orchestrator.domain.replay_check import check_history
 from saga_orchestrator.orchestrator.domain.state import SagaStatus, StepStatus, fold
 from saga_orchestrator.orchestrator.store.operations.reads import MemoryReads
 from saga_orchestrator.participants.trip.definition import TRIP
@@ -201,3 +203,16 @@ async def test_a_migration_job_moves_the_running_trips_and_refuses_the_one_unwin
     for saga_id in ids:  # the stored history folds by the version it ended on
         history = env.history(saga_id)
         assert fold(env.definitions.for_history(history), history) == env.state(saga_id)
+
+
+def test_the_replay_check_takes_a_migrated_saga_by_the_version_it_moved_to() -> None:
+    run = _charging()
+    run.migrate(RECEIPT_V2)
+    deployed = DefinitionRegistry([TRIP, RECEIPT_V2])
+    assert check_history(deployed, deployed, run.events).outcome is ReplayOutcome.SAME
+    patient = dataclasses.replace(RECEIPT_V2, steps=tuple(
+        dataclasses.replace(step, retry=RetryPolicy(max_attempts=9)) if step.name == "book_hotel" else step
+        for step in RECEIPT_V2.steps))  # policy only: its shape, which the history pins, stays
+    assert check_history(deployed, DefinitionRegistry([TRIP, patient]), run.events).outcome is ReplayOutcome.SAME
+    verdict = check_history(deployed, DefinitionRegistry([TRIP]), run.events)
+    assert verdict.outcome is ReplayOutcome.WOULD_NOT_FOLD and "trip v2 not deployed" in verdict.detail
