@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from saga_orchestrator.operations import definition_migration
+from saga_orchestrator.operations import bulk_jobs, definition_migration
+from saga_orchestrator.operations.bulk_jobs import BulkJobError, Selection
 from saga_orchestrator.orchestrator.domain.decide import decide, quarantine
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry, RetryPolicy, SagaDefinition
 from saga_orchestrator.orchestrator.domain.errors import HistoryMismatch, ShapeChanged
@@ -216,3 +217,19 @@ def test_the_replay_check_takes_a_migrated_saga_by_the_version_it_moved_to() -> 
     assert check_history(deployed, DefinitionRegistry([TRIP, patient]), run.events).outcome is ReplayOutcome.SAME
     verdict = check_history(deployed, DefinitionRegistry([TRIP]), run.events)
     assert verdict.outcome is ReplayOutcome.WOULD_NOT_FOLD and "trip v2 not deployed" in verdict.detail
+
+
+def test_a_migration_job_selects_by_version_and_needs_both_versions_deployed() -> None:
+    chosen = definition_migration.selection("trip", 1)
+    assert Selection.from_json(chosen.to_json()) == chosen
+    assert chosen.describe() == "type trip, version 1, state COMPENSATING or RUNNING"
+    with pytest.raises(BulkJobError, match="name the type too"):
+        Selection(definition_version=1)
+    with pytest.raises(BulkJobError, match="saga definitions migrate"):
+        bulk_jobs.check_job(Lever.MIGRATE, None, "ana", "receipts", 1.0)
+    with pytest.raises(BulkJobError, match="only Migrate names a definition version"):
+        bulk_jobs.check_job(Lever.PAUSE, None, "ana", "hold", 1.0, definition_version=2)
+    with pytest.raises(BulkJobError, match=r"trip v2 is not deployed \(deployed: v1\)"):
+        definition_migration.target(DefinitionRegistry([TRIP]), "trip", 1, 2)
+    with pytest.raises(BulkJobError, match="already run on trip v1"):
+        definition_migration.target(DefinitionRegistry([TRIP]), "trip", 1, 1)
