@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from saga_orchestrator.orchestrator.domain.definition import RetryPolicy, SagaDefinition, Step
+from saga_orchestrator.orchestrator.domain.definition import Expiry, RetryPolicy, SagaDefinition, Step
 from saga_orchestrator.participants.trip import TRIP
 
 
@@ -43,3 +43,16 @@ NO_CHARGE = dataclasses.replace(TRIP, steps=_edited(charge_card=None, send_itine
 FLIGHT_ONLY: SagaDefinition = dataclasses.replace(TRIP, version=2, steps=_edited(
     book_hotel=None, charge_card=dataclasses.replace(TRIP.step("charge_card"), depends_on=("book_flight",))))
 """v2: a trip without a hotel, run by the same participants."""
+
+RECEIPT_V2: SagaDefinition = dataclasses.replace(STEP_AFTER_CHARGE, version=2)
+"""v2: a receipt sent after the charge, beside the itinerary (running v1 trips may move to it)."""
+
+CHECK_BEFORE_CHARGE_V2: SagaDefinition = dataclasses.replace(CHECK_BEFORE_CHARGE, version=2)
+"""v2: a fraud check before the charge (a v1 trip that already sent its charge cannot move to it)."""
+
+WAIT_AFTER_CHARGE_V2: SagaDefinition = dataclasses.replace(
+    TRIP, version=2, signals=(*TRIP.signals, ("receipt_seen", TRIP.input_schema)), steps=(*TRIP.steps, Step(
+        name="await_receipt", participant="", command="", signal="receipt_seen", depends_on=("charge_card",),
+        timeout_ms=300, on_expiry=Expiry.GO_ON, retry=RetryPolicy(max_attempts=None))))
+"""v2: after the charge, a wait of up to 300 ms for a ``receipt_seen`` signal, going on without it (a step of its
+own that no participant runs, so each step's effect still shows once)."""

@@ -36,6 +36,7 @@ from ..schemas import event_types as ev
 from ..schemas import wire
 from .context import console, database, deployed_definitions, fail, run, settings
 from .definitions_cmd import definitions_command, version_counts_or_why
+from .definitions_migrate_cmd import migrate
 
 PROGRESS_EVERY = 10_000
 """Sagas between two progress lines on stderr."""
@@ -66,7 +67,8 @@ def definitions(ctx: typer.Context,
                 as_json: bool = typer.Option(False, "--json", help="As JSON, one object per definition version.")
                 ) -> None:
     """Show each saga type's versions (saga definitions [TYPE]): input record, deadline, and its steps in the
-    order they can run; ``check`` and ``diff`` say what new definitions would do to running sagas."""
+    order they can run; ``check`` and ``diff`` say what new definitions would do to running sagas, ``migrate``
+    moves running sagas to another deployed version."""
     if ctx.invoked_subcommand is None:
         definitions_command(ctx.meta.get("saga_definitions_type"), as_json)
 
@@ -290,6 +292,9 @@ def diff_command(
             console.print(f"{change.verdict.name:<8} {change.what}", highlight=False, soft_wrap=True)
         console.print(f"{len(changes)} change{'s' if len(changes) != 1 else ''}: {worst}", highlight=False)
     raise typer.Exit(DIFF_EXIT[worst])
+
+
+definitions_app.command("migrate")(migrate)
 
 
 def _definition(reference: str) -> SagaDefinition:

@@ -40,7 +40,7 @@ from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.ids import bulk_message_id
 from ..schemas.limits import MAX_TEXT_CHARS
-from ..schemas.message_types import SAGA_ACTIONS, STEP_LEVERS, action_name, control_command
+from ..schemas.message_types import SAGA_ACTIONS, STEP_LEVERS, Lever, action_name, control_command
 from ..schemas.topics import Topics
 from .levers import control_row, control_shards
 from .ports import BulkJobStore, SagaFilter
@@ -70,8 +70,9 @@ class NoSuchJob(BulkJobError):
 
 
 def actions() -> tuple[str, ...]:
-    """Every action a job may take: what an operator may pull on a saga (``message_types.SAGA_ACTIONS``)."""
-    return SAGA_ACTIONS
+    """Every action a job may take: what an operator may pull on a saga (``message_types.SAGA_ACTIONS``), and
+    Migrate (``saga definitions migrate``: with the version it moves to)."""
+    return (*SAGA_ACTIONS, Lever.MIGRATE.value)
 
 
 def action_named(name: str) -> str:
@@ -98,7 +99,8 @@ class Selection:
 
     ``statuses``: any of these; ``older_than_s``: not updated for this long; ``error``: the latest error type of
     the step the saga is stuck on (``last_error``; ``timeout`` for a timeout); ``participant``: the step it is
-    stuck on or waits for (``current_step``) is that participant's, by the saga type's definitions.
+    stuck on or waits for (``current_step``) is that participant's, by the saga type's definitions;
+    ``definition_version``: on that version of its type (needs the type).
     """
 
     saga_type: str | None = None
@@ -107,6 +109,7 @@ class Selection:
     tenant: str | None = None
     error: str | None = None
     participant: str | None = None
+    definition_version: int | None = None
 
     def __post_init__(self) -> None:
         statuses = tuple(sorted({status.strip().upper() for status in self.statuses}))
@@ -122,6 +125,8 @@ class Selection:
             value = getattr(self, name)
             if value is not None and not value.strip():
                 raise BulkJobError(f"{name} must not be empty when given")
+        if self.definition_version is not None and self.saga_type is None:
+            raise BulkJobError("a definition version is one of a saga type: name the type too")
         if not (self.saga_type or statuses or self.older_than_s or self.tenant or self.error or self.participant):
             raise BulkJobError("a selection needs at least one of: saga type, state, age, tenant, error, participant")
 
@@ -129,7 +134,7 @@ class Selection:
         """The selection as a JSON object (what ``saga.bulk_jobs.selection`` holds), without what is not given."""
         values = {"saga_type": self.saga_type, "statuses": list(self.statuses) or None,
                   "older_than_s": self.older_than_s, "tenant": self.tenant, "error": self.error,
-                  "participant": self.participant}
+                  "participant": self.participant, "definition_version": self.definition_version}
         return {name: value for name, value in values.items() if value is not None}
 
     @classmethod
@@ -138,13 +143,14 @@ class Selection:
         try:
             return cls(saga_type=data.get("saga_type"), statuses=tuple(data.get("statuses") or ()),
                        older_than_s=data.get("older_than_s"), tenant=data.get("tenant"), error=data.get("error"),
-                       participant=data.get("participant"))
+                       participant=data.get("participant"), definition_version=data.get("definition_version"))
         except (TypeError, AttributeError) as error:
             raise BulkJobError(f"not a selection: {dict(data)!r} ({error})") from None
 
     def describe(self) -> str:
         """The selection in one line, e.g. ``type trip, state RUNNING, not updated for 7200 s``."""
         parts = [f"type {self.saga_type}" if self.saga_type else "",
+                 f"version {self.definition_version}" if self.definition_version is not None else "",
                  f"state {' or '.join(self.statuses)}" if self.statuses else "",
                  f"not updated for {self.older_than_s:g} s" if self.older_than_s else "",
                  f"tenant {self.tenant}" if self.tenant else "", f"error {self.error}" if self.error else "",
@@ -165,7 +171,7 @@ class Criteria:
         """The read model's filter these criteria put (what a listing of the same selection takes)."""
         s = self.selection
         return SagaFilter(saga_type=s.saga_type, statuses=s.statuses, older_than_s=s.older_than_s, tenant=s.tenant,
-                          error=s.error, steps=self.steps)
+                          error=s.error, steps=self.steps, definition_version=s.definition_version)
 
 
 def criteria(selection: Selection, registry: DefinitionRegistry) -> Criteria:
@@ -208,11 +214,17 @@ def batch_size(rate_per_s: float) -> int:
     return max(1, min(MAX_BATCH, math.floor(rate_per_s * ROUND_S)))
 
 
-def check_job(action: str, step: str | None, operator: str, reason: str, rate_per_s: float) -> None:
-    """BulkJobError unless a job with these may start: a known action (with its step when it acts on one), an
-    operator and a reason (each short enough to be recorded), and a rate in (0, MAX_RATE_PER_S]."""
+def check_job(action: str, step: str | None, operator: str, reason: str, rate_per_s: float,
+              definition_version: int | None = None) -> None:
+    """BulkJobError unless a job with these may start: a known action (with its step when it acts on one, with
+    the version it moves to for a Migrate and only then), an operator and a reason (each short enough to be
+    recorded), and a rate in (0, MAX_RATE_PER_S]."""
     if action not in actions():
         raise BulkJobError(f"unknown action {action!r}; use one of {', '.join(actions())}")
+    if action == Lever.MIGRATE and definition_version is None:
+        raise BulkJobError(f"{Lever.MIGRATE} moves sagas to a version: `saga definitions migrate TYPE --from V --to W`")
+    if action != Lever.MIGRATE and definition_version is not None:
+        raise BulkJobError(f"only {Lever.MIGRATE} names a definition version, not {action}")
     if action in STEP_LEVERS and not (step and step.strip()):
         raise BulkJobError(f"{action} acts on one step: name it (--step)")
     if not operator.strip():
@@ -262,6 +274,7 @@ class BulkJob:
     updated_at_ms: int
     finished_at_ms: int | None
     cancelled_by: str | None
+    definition_version: int | None = None  # the version a Migrate job moves its sagas to
 
     def to_json(self) -> dict[str, Any]:
         """The job as a JSON object (the selection as ``Selection.to_json``)."""
@@ -279,6 +292,7 @@ class NewJob:
     operator: str
     reason: str
     rate_per_s: float
+    definition_version: int | None = None  # a Migrate's target version
 
 
 async def count(store: BulkJobStore, selection: Selection, registry: DefinitionRegistry,
@@ -289,12 +303,14 @@ async def count(store: BulkJobStore, selection: Selection, registry: DefinitionR
 
 async def start(store: BulkJobStore, selection: Selection, registry: DefinitionRegistry, *, action: str,
                 operator: str, reason: str, step: str | None = None,
-                rate_per_s: float = DEFAULT_RATE_PER_S) -> BulkJob:
+                rate_per_s: float = DEFAULT_RATE_PER_S, definition_version: int | None = None) -> BulkJob:
     """Record a RUNNING job that pulls ``action`` (``actions()``) on every saga ``selection`` matches, at most
     ``rate_per_s`` a second; ``total`` is the count at this moment (in the same transaction). The orchestrator's
-    runner takes it within ``IDLE_POLL_S``. BulkJobError when the job cannot be, or nothing matches."""
-    check_job(action, step, operator, reason, rate_per_s)
-    started = await store.create(NewJob(action, step, operator, reason, rate_per_s), criteria(selection, registry))
+    runner takes it within ``IDLE_POLL_S``. BulkJobError when the job cannot be, or nothing matches.
+    ``definition_version``: the version a Migrate moves the sagas to."""
+    check_job(action, step, operator, reason, rate_per_s, definition_version)
+    started = await store.create(NewJob(action, step, operator, reason, rate_per_s, definition_version),
+                                 criteria(selection, registry))
     if started is None:
         raise BulkJobError(f"no saga matches ({selection.describe()}): there is nothing to do")
     log.info("bulk job started", extra={"job": started.id, "operator": operator, "action": action,
@@ -384,7 +400,8 @@ class BulkRunner:
         messages = []
         for saga_id, saga_type in sagas:
             try:
-                value = wire.encode_control(control_command(job.action, saga_id, job.step, operator, job.reason))
+                value = wire.encode_control(control_command(job.action, saga_id, job.step, operator, job.reason,
+                                                            job.definition_version))
             except WireError as error:
                 log.warning("bulk job passed a saga over: its command cannot be written",
                             extra={"job": job.id, "saga_id": saga_id, "error": str(error)})

@@ -66,6 +66,7 @@ class SagaFilter:
     tenant: str | None = None
     error: str | None = None
     steps: tuple[tuple[str, str], ...] | None = None
+    definition_version: int | None = None  # on this version of its type (as the read model records it)
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ from ..infra.isolation import IsolationLadder
 from ..infra.logging import saga_trace_var
 from ..schemas import wire
 from ..schemas.codec import WireError
-from ..schemas.event_types import SagaQuarantined, SagaReleased, SagaStarted
+from ..schemas.event_types import SagaMigrated, SagaQuarantined, SagaReleased, SagaStarted
 from ..schemas.limits import MAX_REJECTION_REASON_CHARS
-from ..schemas.message_types import ReleaseSaga, SignalSaga, StartSaga
+from ..schemas.message_types import Lever, OperateSaga, ReleaseSaga, SignalSaga, StartSaga
 from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
 from .domain.decide import Decision, decide, quarantine, quarantine_unfolded
@@ -285,7 +285,7 @@ class SagaService:
             starts = message.start() if isinstance(message, SignalSaga) else message
             if isinstance(starts, StartSaga) and (state is None or state.status is SagaStatus.REJECTED):
                 definition = _start_on(self._definitions, starts)
-            return definition, decide(definition, state, message, now)
+            return definition, decide(definition, state, message, now, self._migration_target(state, message))
         except InvalidMessage as error:  # the message contradicts its saga: refused like a bad record
             return definition, decide(definition, state, RejectedRecord(saga_id=message.saga_id, saga_type=None,
                                                                         reason=_clip(str(error))), now)
@@ -360,6 +360,17 @@ class SagaService:
         log.warning("message dead-lettered", extra={"saga_id": envelope.message.saga_id, "reason": reason,
                                                     "topic": envelope.raw.topic})
 
+    def _migration_target(self, state: SagaState | None, message: IncomingMessage) -> SagaDefinition | None:
+        """For a Migrate lever, the version it names from this orchestrator's registry (None: not registered here,
+        which the lever's refusal says)."""
+        if (state is None or not isinstance(message, OperateSaga) or message.action != Lever.MIGRATE
+                or message.definition_version is None):
+            return None
+        try:
+            return self._definitions.get(state.saga_type, message.definition_version)
+        except UnknownDefinition:
+            return None
+
     def _definition_of(self, state: SagaState | None) -> SagaDefinition | None:
         if state is None or state.definition_version == 0 or state.status is SagaStatus.PURGED:
             return None
@@ -377,6 +388,10 @@ class SagaService:
                 self._wait_if_served_elsewhere(error, started.saga_type, started.definition_version)
             raise
         for event in events:
+            if isinstance(event, SagaMigrated) and state is not None and (
+                    definition is None or definition.version < event.to_version):
+                # a cached state moves to the target here (a fold from the start took the target already)
+                definition = self._definitions.get(state.saga_type, event.to_version)
             state = apply_event(definition, state, event)
             if definition is None and state.definition_version:
                 definition = self._definition_of(state)

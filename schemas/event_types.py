@@ -219,6 +219,18 @@ class PatchTaken(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SagaMigrated(Event):
+    """An operator moved the running saga from ``from_version`` of its definition to ``to_version`` (of shape
+    ``to_fingerprint``): every later event is decided by that version. Itself decided under ``from_version``."""
+
+    from_version: int
+    to_version: int
+    to_fingerprint: str
+    operator: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class SagaCompleted(Event):
     pass
 
@@ -308,6 +320,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SagaQuarantined,
         SagaReleased,
         PatchTaken,
+        SagaMigrated,
         *TERMINAL_EVENTS,
         SagaPurged,
     )

@@ -99,19 +99,22 @@ class Lever(StrEnum):
     PAUSE = "Pause"  # nothing more is sent and no timer acts (replies are still recorded) until Unpause
     UNPAUSE = "Unpause"  # a paused saga goes on, what is open sent again
     REDRIVE = "Redrive"  # a saga that ended FAILED runs again: its failed steps are sent with a fresh attempt budget
+    MIGRATE = "Migrate"  # a running saga moves to another version of its definition (``definition_version``)
     DLQ_REPLAY = "DlqReplay"  # records only: a dead letter of the saga was published again (`saga dlq replay`)
 
 
 @dataclass(frozen=True, kw_only=True)
 class OperateSaga:
     """An operator pulls a lever (``action``, e.g. RetryNow) on one saga, for a ``step`` where the lever acts on
-    one (topic saga.control); the orchestrator records it, or its refusal, in the saga's stream."""
+    one (topic saga.control); the orchestrator records it, or its refusal, in the saga's stream.
+    ``definition_version``: the version a Migrate moves the saga to (None for every other lever)."""
 
     saga_id: str
     action: str
     step: str | None
     operator: str | None
     reason: str | None
+    definition_version: int | None = None
 
 
 CANCEL, RESUME, RELEASE = "Cancel", "Resume", "Release"
@@ -152,6 +155,8 @@ ACTION_RULES: dict[str, ActionRule] = {rule.action: rule for rule in (
     ActionRule(Lever.UNPAUSE.value, False, None, "a paused saga goes on, what is open sent again"),
     ActionRule(Lever.REDRIVE.value, False, "what was fixed so that its failed steps can succeed",
                "a FAILED saga runs again, its failed steps with a fresh attempt budget"),
+    ActionRule(Lever.MIGRATE.value, False, None,
+               "a running saga moves to another version of its definition, if what it did fits that version"),
     ActionRule(Lever.DLQ_REPLAY.value, False, "the letter it published again, and why",
                "records that a dead letter of the saga was published again"),
     ActionRule(CANCEL, False, "why the saga is cancelled", "the saga is cancelled: what it did is undone"),
@@ -163,18 +168,20 @@ STEP_LEVERS = frozenset(rule.action for rule in ACTION_RULES.values() if rule.on
 """The levers that act on one step, which must be named."""
 NEEDS_REASON = frozenset(rule.action for rule in ACTION_RULES.values() if rule.reason is not None)
 """The actions that require a reason."""
-SAGA_ACTIONS: tuple[str, ...] = tuple(action for action in ACTION_RULES if action != Lever.DLQ_REPLAY)
+SAGA_ACTIONS: tuple[str, ...] = tuple(action for action in ACTION_RULES
+                                      if action not in (Lever.DLQ_REPLAY, Lever.MIGRATE))
 """What an operator may pull on a saga (from the command line, a bulk job or the console): every lever but the
-record of a dead letter's replay, and cancel, resume and release."""
+record of a dead letter's replay and Migrate (which names a version: ``saga definitions migrate``), and cancel,
+resume and release."""
 ControlCommand = CancelSaga | ResumeCompensation | ReleaseSaga | OperateSaga
 """A command on topic saga.control."""
 
 
 def control_command(action: str, saga_id: str, step: str | None, operator: str | None,
-                    reason: str | None) -> ControlCommand:
+                    reason: str | None, definition_version: int | None = None) -> ControlCommand:
     """The saga.control command of an operator's ``action`` (a ``Lever``, or CANCEL, RESUME or RELEASE) on one
-    saga; ``reason`` is the cancel's reason, the detail of a resume or release, the reason of a lever, and ``step``
-    is kept for a step lever only."""
+    saga; ``reason`` is the cancel's reason, the detail of a resume or release, the reason of a lever, ``step``
+    is kept for a step lever only, ``definition_version`` for a Migrate only."""
     if action == CANCEL:
         return CancelSaga(saga_id=saga_id, reason=reason or "", operator=operator)
     if action == RESUME:
@@ -182,7 +189,8 @@ def control_command(action: str, saga_id: str, step: str | None, operator: str |
     if action == RELEASE:
         return ReleaseSaga(saga_id=saga_id, operator=operator, detail=reason)
     return OperateSaga(saga_id=saga_id, action=action, step=step if action in STEP_LEVERS else None,
-                       operator=operator, reason=reason)
+                       operator=operator, reason=reason,
+                       definition_version=definition_version if action == Lever.MIGRATE else None)
 
 
 def action_name(action: str, separator: str = "_") -> str:

@@ -179,8 +179,9 @@ def decode_release(data: bytes) -> ReleaseSaga:
 
 
 def encode_operate(message: OperateSaga) -> bytes:
-    """Encode an operator's OperateSaga (a lever) for topic saga.control."""
-    return default_registry().encode(OPERATE_SAGA, _record(message))
+    """Encode an operator's OperateSaga (a lever) for topic saga.control; a lever that names no definition version
+    (every one but Migrate) with the released schema an orchestrator of that release reads."""
+    return default_registry().encode_oldest(OPERATE_SAGA, _record(message))
 
 
 def encode_control(message: ControlCommand) -> bytes:

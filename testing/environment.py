@@ -298,12 +298,15 @@ class SagaEnvironment:
         return await bulk_jobs.count(self.bulk_store, selection, self.definitions)
 
     async def bulk_run(self, selection: Selection, action: str, reason: str, *, step: str | None = None,
-                       rate_per_s: float = bulk_jobs.DEFAULT_RATE_PER_S) -> BulkJob:
+                       rate_per_s: float = bulk_jobs.DEFAULT_RATE_PER_S,
+                       definition_version: int | None = None) -> BulkJob:
         """Start a bulk job (operator "test") and run it to its end as the orchestrator's runner would, batch by
         batch at ``rate_per_s`` on the virtual clock, each saga taking its command; the job as it ended.
-        BulkJobError when it cannot start (nothing matches, an action asked wrongly)."""
+        ``definition_version``: the version a Migrate moves the sagas to. BulkJobError when it cannot start
+        (nothing matches, an action asked wrongly)."""
         job = await bulk_jobs.start(self.bulk_store, selection, self.definitions, action=action, operator="test",
-                                    reason=reason, step=step, rate_per_s=rate_per_s)
+                                    reason=reason, step=step, rate_per_s=rate_per_s,
+                                    definition_version=definition_version)
         runner = bulk_jobs.BulkRunner(self.bulk_store, self.definitions, self.topics)
         while (ran := await self.bulk_store.job(job.id)) is not None and ran.status == "RUNNING":
             if await runner.run_batch() is not None:

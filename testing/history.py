@@ -21,6 +21,7 @@ from ..schemas.ids import compensation_key, forward_key
 from ..schemas.message_types import (
     CancelSaga,
     CommandKind,
+    Lever,
     OperateSaga,
     ReleaseSaga,
     ResultStatus,
@@ -179,6 +180,18 @@ class SagaRun:
     def operate(self, action: str, step: str | None = None, reason: str | None = "asked by support") -> Decision:
         """Pull an operator's lever (OperateSaga) as operator ``ops``."""
         return self.send(OperateSaga(saga_id=self.saga_id, action=action, step=step, operator="ops", reason=reason))
+
+    def migrate(self, target: SagaDefinition | None, version: int | None = None,
+                reason: str | None = "asked by support") -> Decision:
+        """Pull Migrate to ``version`` (default ``target.version``) as operator ``ops``, ``target`` being what the
+        orchestrator's registry holds for it (None: nothing); once it applied, the run goes on by ``target``."""
+        version = version if version is not None or target is None else target.version
+        message = OperateSaga(saga_id=self.saga_id, action=Lever.MIGRATE, step=None, operator="ops", reason=reason,
+                              definition_version=version)
+        decision = decide(self.definition, self.state, message, self.now, target)
+        if any(isinstance(event, ev.SagaMigrated) for event in decision.events):
+            self.definition = target
+        return self.take(decision)
 
 
 Action = Callable[[SagaRun], Decision]

@@ -41,7 +41,8 @@ DUPLICATE_START_REASON = "duplicate StartSaga: saga already exists"
 
 
 def decide(
-    definition: SagaDefinition | None, state: SagaState | None, message: IncomingMessage, now: int
+    definition: SagaDefinition | None, state: SagaState | None, message: IncomingMessage, now: int,
+    migrate_to: SagaDefinition | None = None,
 ) -> Decision:
     """Decide what ``message`` changes for the saga in ``state`` (None: no events yet), at time ``now``.
 
@@ -49,6 +50,9 @@ def decide(
     or, for a StartSaga when there is no saga or only refusals (REJECTED), the definition it starts on
     (``starting.start_definition``: the version it names, else the latest of its type not draining); None when it
     may not start (the start is then refused with SagaRejected).
+
+    ``migrate_to``: for an OperateSaga Migrate, the definition of the version it names, from the caller's registry
+    (None: not registered, and the lever is refused saying so); ignored for every other message.
 
     Every new event gets the next seq, the saga's definition version and ``occurred_at=now``. Commands and
     timers follow from the events (a StepCommandSent / CompensationSent is a command plus a timeout timer,
@@ -111,7 +115,7 @@ def decide(
         b.record(ev.OperatorActionRefused(**b.base(), action=RELEASE, step=None, operator=message.operator,
                                           reason=f"saga is {state.status}, not quarantined: nothing to release"))
     elif isinstance(message, OperateSaga):
-        operate(b, message)
+        operate(b, message, migrate_to)
     elif isinstance(message, SignalSaga):
         handle_signal(b, message)
     elif message.timer.kind is TimerKind.SAGA_DEADLINE:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ...schemas.event_types import Event, SagaStarted
+from ...schemas.event_types import Event, SagaMigrated, SagaStarted
 from .errors import DefinitionError, UnknownDefinition
 
 
@@ -480,9 +480,13 @@ class DefinitionRegistry:
         return tuple(sorted({t for t, _ in self._definitions}))
 
     def for_history(self, events: Sequence[Event]) -> SagaDefinition | None:
-        """The definition a recorded saga runs on, read from its SagaStarted event.
+        """The definition a recorded saga runs on, read from its SagaStarted event, or from its last SagaMigrated
+        when an operator moved it to another version.
 
         None for an empty history or one that never started (only SagaRejected).
         """
         started = next((e for e in events if isinstance(e, SagaStarted)), None)
-        return None if started is None else self.get(started.saga_type, started.definition_version)
+        if started is None:
+            return None
+        migrated = next((e for e in reversed(events) if isinstance(e, SagaMigrated)), None)
+        return self.get(started.saga_type, started.definition_version if migrated is None else migrated.to_version)

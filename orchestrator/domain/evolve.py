@@ -89,12 +89,16 @@ def apply_event(definition: SagaDefinition | None, state: SagaState | None, even
 def _started(definition: SagaDefinition | None, state: SagaState | None, event: ev.SagaStarted) -> SagaState:
     if definition is None:
         raise HistoryMismatch(f"saga {event.saga_id!r} started as {event.saga_type!r}; no definition given")
-    if (definition.saga_type, definition.version) != (event.saga_type, event.definition_version):
+    # A later version of its type: the saga was migrated to it (its SagaMigrated checks the shape, ``fold`` that
+    # the history does migrate to it).
+    migrated = definition.saga_type == event.saga_type and definition.version > event.definition_version
+    if (definition.saga_type, definition.version) != (event.saga_type, event.definition_version) and not migrated:
         raise HistoryMismatch(
             f"saga {event.saga_id!r} started as {event.saga_type!r} v{event.definition_version}, "
             f"folded with {definition.saga_type!r} v{definition.version}"
         )
-    if event.definition_fingerprint is not None and definition.lacking(event.definition_fingerprint) is None:
+    if (event.definition_fingerprint is not None and definition.lacking(event.definition_fingerprint) is None
+            and not migrated):
         raise ShapeChanged(
             f"saga {event.saga_id!r} started on {event.saga_type!r} v{event.definition_version} of shape "
             f"{event.definition_fingerprint}; the registered v{definition.version} has shape {definition.fingerprint}: "
@@ -328,6 +332,24 @@ def _redriven(s: SagaState, e: ev.OperatorAction) -> SagaState:
     return s
 
 
+def _on_saga_migrated(d: _Def, s: SagaState, e: ev.SagaMigrated) -> SagaState:
+    """The saga runs on ``e.to_version`` from here on: its steps are the target's (those it had keep their
+    state; a step only the target has is PENDING). ``d`` is the target, or a later version it migrated to next."""
+    assert d is not None  # apply_event asks for the definition
+    if d.saga_type != s.saga_type or d.version < e.to_version:
+        raise HistoryMismatch(f"saga {s.saga_id!r}: SagaMigrated seq {e.seq} moves it to {s.saga_type!r} "
+                              f"v{e.to_version}, folded with {d.saga_type!r} v{d.version}")
+    if d.version == e.to_version and d.lacking(e.to_fingerprint) is None:
+        raise ShapeChanged(f"saga {s.saga_id!r} was migrated to {s.saga_type!r} v{e.to_version} of shape "
+                           f"{e.to_fingerprint}; the registered v{d.version} has shape {d.fingerprint}")
+    if s.status is not SagaStatus.RUNNING:
+        raise IllegalTransition(f"saga {s.saga_id!r}: SagaMigrated seq {e.seq} of a saga that is {s.status}")
+    steps = {name: s.steps.get(name) or StepState(name=name, idempotency_key=forward_key(s.saga_id, name),
+                                                  compensation_key=compensation_key(s.saga_id, name))
+             for name in d.order}
+    return evolved(s, definition_version=e.to_version, definition_fingerprint=e.to_fingerprint, steps=steps)
+
+
 def _on_operator_action_refused(d: _Def, s: SagaState, e: ev.OperatorActionRefused) -> SagaState:
     return s
 
@@ -407,6 +429,7 @@ _HANDLERS: Mapping[type[ev.Event], _Handler] = {
     ev.SagaQuarantined: _on_saga_quarantined,
     ev.SagaReleased: _on_saga_released,
     ev.PatchTaken: _on_patch_taken,
+    ev.SagaMigrated: _on_saga_migrated,
     ev.SagaCompleted: _on_saga_completed,
     ev.SagaFailed: _on_saga_failed,
     ev.SagaCompensated: _on_saga_compensated,

@@ -42,6 +42,12 @@ with why, and changes nothing else. Levers:
   and would fail the orchestrator's check of the key a reply carries; restarting at attempt 1 would be
   answered with the recorded failure and its reply dropped as a duplicate (reply message ids are
   ``{key}:reply:{attempt}``).
+- ``Migrate`` (a reason is optional; ``OperateSaga.definition_version`` names the version): a RUNNING saga (paused
+  or not) moves to another version of its type, when what it did fits that version
+  (``migration.migration_problem``): recorded as ``OperatorAction`` Migrate then ``SagaMigrated``, after which the
+  saga is folded and decided by the target (``DefinitionRegistry.for_history``), and the target's steps that are
+  ready are sent at once (unless paused). The caller hands ``operate`` the target from its registry; a version it
+  does not have is refused, naming it.
 - ``DlqReplay`` (a reason is required: which letter, and why) records only: ``saga dlq replay`` published a
   dead letter of the saga again (the replayed record does whatever it does). Recorded whatever the saga's
   status (``model.RECORDED_ONLY``), also while it is quarantined, rejected or purged.
@@ -58,19 +64,22 @@ from ...schemas.message_types import (
     OperateSaga,
 )
 from .builder import DecisionBuilder, in_flight, needs_resolution, send_step, to_undo, withdraw
-from .definition import FailureMode
+from .definition import FailureMode, SagaDefinition
+from .migration import migration_problem
 from .model import SagaStatus, StepStatus
 from .progress import advance, resend_open, retry_compensation, unwind
 
 
-def operate(b: DecisionBuilder, message: OperateSaga) -> None:
+def operate(b: DecisionBuilder, message: OperateSaga, target: SagaDefinition | None = None) -> None:
     """Apply the lever ``message`` pulls, or record why it cannot apply (``b.defn`` is only needed by levers not
-    ``RECORDED_ONLY``)."""
+    ``RECORDED_ONLY``). ``target``: for a Migrate, the definition of the version it names (None: not registered)."""
     pull = _LEVERS.get(message.action)
-    if pull is None:
+    if pull is None and message.action != Lever.MIGRATE:
         refuse(b, message, f"unknown lever {message.action!r} (known: {', '.join(Lever)})")
     elif (problem := ACTION_RULES[message.action].problem(message.step, message.reason)) is not None:
         refuse(b, message, problem)  # the table's rule, the one every face checks before sending
+    elif pull is None:
+        _migrate(b, message, target)  # the one lever that needs more than the saga's own definition
     else:
         pull(b, message)
 
@@ -220,6 +229,29 @@ def _redrive(b: DecisionBuilder, message: OperateSaga) -> None:
     _applied(b, message)  # every FAILED step is PENDING again (evolve), its attempts so far spent
     resend_open(b)  # steps still in flight when the saga failed: their replies were not taken since
     advance(b)
+
+
+def _migrate(b: DecisionBuilder, message: OperateSaga, target: SagaDefinition | None) -> None:
+    state, source, version = b.saga, b.defn, message.definition_version
+    if message.step is not None:
+        refuse(b, message, f"{Lever.MIGRATE} names no step: it moves the whole saga")
+        return
+    if version is None:
+        refuse(b, message, f"{Lever.MIGRATE} needs the version to move to (definition_version)")
+        return
+    if target is None or (target.saga_type, target.version) != (state.saga_type, version):
+        refuse(b, message, f"no definition {state.saga_type} v{version} is registered in this orchestrator")
+        return
+    if (problem := migration_problem(state, source, target)) is not None:
+        refuse(b, message, problem)
+        return
+    b.record(ev.OperatorAction(**b.base(), action=message.action, operator=message.operator,
+                               detail=": ".join(part for part in (f"v{source.version} to v{version}", message.reason)
+                                                if part)))
+    b.definition = target  # SagaMigrated is applied by the target: the saga's steps become its steps
+    b.record(ev.SagaMigrated(**b.base(), from_version=source.version, to_version=version,
+                             to_fingerprint=target.fingerprint, operator=message.operator, reason=message.reason))
+    advance(b)  # what the target has ready now (a step it added whose dependencies are done) goes out
 
 
 def _dlq_replay(b: DecisionBuilder, message: OperateSaga) -> None:

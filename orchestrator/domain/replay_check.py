@@ -91,9 +91,11 @@ def check_history(deployed: DefinitionRegistry, candidate: DefinitionRegistry,
     started = next((event for event in events if isinstance(event, ev.SagaStarted)), None)
     if started is None:
         return ReplayVerdict(saga_id, Outcome.SKIPPED, "never started")
-    where = f"{started.saga_type} v{started.definition_version}"
+    migrated = next((event for event in reversed(events) if isinstance(event, ev.SagaMigrated)), None)
+    version = started.definition_version if migrated is None else migrated.to_version
+    where = f"{started.saga_type} v{version}"
     try:
-        old_definition = deployed.get(started.saga_type, started.definition_version)
+        old_definition = deployed.get(started.saga_type, version)
         old_state = fold(old_definition, events)
     except DomainError as error:
         return ReplayVerdict(saga_id, Outcome.WOULD_NOT_FOLD, f"does not fold on the deployed definitions "
@@ -101,13 +103,13 @@ def check_history(deployed: DefinitionRegistry, candidate: DefinitionRegistry,
     if old_state.is_terminal:
         return ReplayVerdict(saga_id, Outcome.SKIPPED, f"ended {old_state.status}")
     try:
-        new_definition = candidate.get(started.saga_type, started.definition_version)
+        new_definition = candidate.get(started.saga_type, version)
     except UnknownDefinition:
         deployed_versions = ", ".join(f"v{v}" for v in candidate.versions(started.saga_type)) or "none"
         return ReplayVerdict(saga_id, Outcome.WOULD_NOT_FOLD, f"{where} not deployed (candidate has: "
                                                               f"{deployed_versions})")
     if new_definition.lacking(old_state.definition_fingerprint) is None:
-        events = _restamped(events, started, new_definition)
+        events = _restamped(events, migrated or started, new_definition)
     try:
         new_state = fold(new_definition, events)
     except DomainError as error:
@@ -133,11 +135,14 @@ def passed_by(definition: SagaDefinition, state: SagaState) -> frozenset[str]:
     return frozenset(name for patch in lacking for name in definition.patch_steps(patch))
 
 
-def _restamped(events: Sequence[ev.Event], started: ev.SagaStarted,
+def _restamped(events: Sequence[ev.Event], pinned: ev.SagaStarted | ev.SagaMigrated,
                definition: SagaDefinition) -> list[ev.Event]:
-    """``events`` with their SagaStarted carrying ``definition``'s fingerprint (the events are not changed)."""
-    stamped = dataclasses.replace(started, definition_fingerprint=definition.fingerprint)
-    return [stamped if event is started else event for event in events]
+    """``events`` with the event that pins the saga's shape (its SagaStarted, or its last SagaMigrated) carrying
+    ``definition``'s fingerprint (the events are not changed)."""
+    stamped: ev.Event = (dataclasses.replace(pinned, definition_fingerprint=definition.fingerprint)
+                         if isinstance(pinned, ev.SagaStarted)
+                         else dataclasses.replace(pinned, to_fingerprint=definition.fingerprint))
+    return [stamped if event is pinned else event for event in events]
 
 
 Probe = tuple[str, IncomingMessage | None]

@@ -46,7 +46,8 @@ def fold(definition: SagaDefinition | None, events: Iterable[Event]) -> SagaStat
     """Replay ``events`` (in seq order) into a SagaState.
 
     ``definition`` may be None only for a history that never started (SagaRejected only); find it with
-    ``DefinitionRegistry.for_history``. An empty history raises HistoryMismatch: a saga without events has
+    ``DefinitionRegistry.for_history`` (for a migrated saga, the version of its last SagaMigrated, which
+    decides its whole history). An empty history raises HistoryMismatch: a saga without events has
     no state (pass None to ``decide``).
     """
     state: SagaState | None = None
@@ -54,4 +55,8 @@ def fold(definition: SagaDefinition | None, events: Iterable[Event]) -> SagaStat
         state = apply_event(definition, state, event)
     if state is None:
         raise HistoryMismatch("cannot fold an empty history")
+    if definition is not None and state.definition_version not in (0, definition.version):
+        # A later version is taken at SagaStarted only for a history that migrates to it (SagaMigrated).
+        raise HistoryMismatch(f"saga {state.saga_id!r} runs on {state.saga_type!r} v{state.definition_version}, "
+                              f"folded with {definition.saga_type!r} v{definition.version}")
     return state

@@ -136,6 +136,9 @@ async def test_a_job_is_recorded_only_when_something_matches_and_cancels_once(ba
     assert await backend.jobs.cancel(999, "bo") is None
     assert [found.id for found in await backend.jobs.jobs(10)] == [job.id]
     assert await backend.jobs.job(999) is None
+    moving = await backend.jobs.create(NewJob("Migrate", None, "ana", "to v2", 4.0, definition_version=2),
+                                       criteria(Selection(statuses=("RUNNING",)), REGISTRY))
+    assert moving is not None and (await backend.jobs.job(moving.id)) == moving and moving.definition_version == 2
 
 
 async def test_a_job_runs_a_batch_at_a_time_at_its_rate_and_ends_done(backend: Backend) -> None:

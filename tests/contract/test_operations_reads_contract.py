@@ -112,7 +112,7 @@ async def test_list_sagas_filters_and_lists_the_oldest_started_first(wing: Wing)
     await wing.write(Writes(summaries=[
         row("a", "RUNNING", 3 * HOUR_MS, now, tenant="t1", step="pay", failures=2, error="Declined"),
         row("b", "COMPLETED", 2 * HOUR_MS, now, saga_type="refund", updated_ago_ms=HOUR_MS),
-        row("c", "RUNNING", HOUR_MS, now, tenant="t2", step="book_hotel")]))
+        row("c", "RUNNING", HOUR_MS, now, tenant="t2", step="book_hotel", version=2)]))
     ids = [r.saga_id for r in await wing.reads.list_sagas(None, 10)]
     assert ids == ["a", "b", "c"]
     assert [r.saga_id for r in await wing.reads.list_sagas(None, 2)] == ["a", "b"]
@@ -125,6 +125,7 @@ async def test_list_sagas_filters_and_lists_the_oldest_started_first(wing: Wing)
         SagaFilter(steps=(("trip", "book_hotel"), ("refund", "pay"))): ["c"],
         SagaFilter(statuses=("RUNNING",), tenant="t1"): ["a"],
         SagaFilter(statuses=("FAILED",)): [],
+        SagaFilter(saga_type="trip", definition_version=2): ["c"],
     }
     for selection, expected in taken.items():
         assert [r.saga_id for r in await wing.reads.list_sagas(selection, 10)] == expected, selection

@@ -172,7 +172,7 @@ def test_incoming_messages_are_checked_against_their_topic() -> None:
     assert wire.decode_incoming("control", wire.encode_cancel(cancel)) == cancel
     resume = sample(ResumeCompensation)
     assert wire.decode_incoming("control", wire.encode_resume(resume)) == resume
-    operate = sample(OperateSaga)
+    operate = sample(OperateSaga, definition_version=2)  # an Avro int
     assert wire.decode_incoming("control", wire.encode_operate(operate)) == operate
     assert wire.decode_operate(wire.encode_operate(operate)) == operate
     assert wire.decode_incoming("results", wire.encode_result(result)) == result

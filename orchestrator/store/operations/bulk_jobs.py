@@ -61,10 +61,10 @@ class PostgresBulkJobs:
             if not matched.total:
                 return None
             row = await conn.fetchrow(
-                f"INSERT INTO {self._jobs} (operator, reason, action, step, selection, rate_per_s, total)"
-                " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7) RETURNING *",
+                f"INSERT INTO {self._jobs} (operator, reason, action, step, selection, rate_per_s, total,"
+                " definition_version) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8) RETURNING *",
                 job.operator, job.reason, job.action, job.step, orjson.dumps(criteria.selection.to_json()).decode(),
-                job.rate_per_s, matched.total)
+                job.rate_per_s, matched.total, job.definition_version)
         return _job(row)
 
     async def jobs(self, limit: int) -> list[BulkJob]:
@@ -139,7 +139,7 @@ def _job(row: asyncpg.Record) -> BulkJob:
                    error=row["error"], created_at_ms=datetime_to_ms(row["created_at"]),
                    updated_at_ms=datetime_to_ms(row["updated_at"]),
                    finished_at_ms=None if finished is None else datetime_to_ms(finished),
-                   cancelled_by=row["cancelled_by"])
+                   cancelled_by=row["cancelled_by"], definition_version=row.get("definition_version"))
 
 
 class MemoryBulkJobs:
@@ -164,7 +164,8 @@ class MemoryBulkJobs:
         created = BulkJob(id=next(self._ids), operator=job.operator, reason=job.reason, action=job.action,
                           step=job.step, selection=criteria.selection, rate_per_s=job.rate_per_s, status="RUNNING",
                           total=total, done=0, failed=0, refused=0, last_saga_id="", error=None, created_at_ms=now,
-                          updated_at_ms=now, finished_at_ms=None, cancelled_by=None)
+                          updated_at_ms=now, finished_at_ms=None, cancelled_by=None,
+                          definition_version=job.definition_version)
         self._jobs[created.id] = created
         self._not_before_ms[created.id] = now
         return created

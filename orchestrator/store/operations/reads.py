@@ -81,6 +81,8 @@ def filter_sql(selection: SagaFilter, as_of: str = "now()", first: int = 1, star
         conditions.append(f"tenant_id = {param(selection.tenant)}")
     if selection.error is not None:
         conditions.append(f"last_error = {param(selection.error)}")
+    if selection.definition_version is not None:
+        conditions.append(f"definition_version = {param(selection.definition_version)}")
     if selection.steps is not None:
         types, steps = param([t for t, _ in selection.steps], "::text[]"), param([s for _, s in selection.steps],
                                                                                   "::text[]")
@@ -226,7 +228,8 @@ def matches(row: SagaSummaryRow, selection: SagaFilter, now_ms: int, started_by:
             and (selection.older_than_s is None or row.updated_at_ms < now_ms - selection.older_than_s * 1000)
             and (selection.tenant is None or row.tenant_id == selection.tenant)
             and (selection.error is None or row.last_error == selection.error)
-            and (selection.steps is None or (row.saga_type, row.current_step) in selection.steps))
+            and (selection.steps is None or (row.saga_type, row.current_step) in selection.steps)
+            and (selection.definition_version is None or row.definition_version == selection.definition_version))
 
 
 class MemoryReads:
