@@ -99,7 +99,8 @@ def _started(definition: SagaDefinition | None, state: SagaState | None, event: 
             f"saga {event.saga_id!r} started on {event.saga_type!r} v{event.definition_version} of shape "
             f"{event.definition_fingerprint}; the registered v{definition.version} has shape {definition.fingerprint}: "
             "its steps, dependencies, pivot, undos, conditions or failure mode changed under it (deploy such a "
-            "change as a new version)"
+            "change as a new version)",
+            event.definition_fingerprint,
         )
     if state is not None and state.status is not SagaStatus.REJECTED:  # a redriven FAILED saga does not restart
         raise IllegalTransition(f"saga {event.saga_id!r}: SagaStarted seq {event.seq} would move it from "
@@ -256,6 +257,10 @@ def _on_step_skipped(d: _Def, s: SagaState, e: ev.StepSkipped) -> SagaState:
 
 def _on_patch_taken(d: _Def, s: SagaState, e: ev.PatchTaken) -> SagaState:
     assert d is not None  # apply_event checked it
+    if d.lacking(e.definition_fingerprint) is None:  # a shape of this version deployed elsewhere, or not at all
+        raise ShapeChanged(f"saga {s.saga_id!r}: PatchTaken seq {e.seq} takes patch {e.patch!r} onto shape "
+                           f"{e.definition_fingerprint}, which the registered {d.saga_type!r} v{d.version} does not "
+                           "have", e.definition_fingerprint)
     lacking = d.lacking(s.definition_fingerprint)
     if lacking is None or e.patch not in lacking or d.lacking(e.definition_fingerprint) != lacking - {e.patch}:
         raise HistoryMismatch(f"saga {s.saga_id!r}: PatchTaken seq {e.seq} takes patch {e.patch!r} onto shape "
