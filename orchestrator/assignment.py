@@ -7,12 +7,14 @@ keeps each saga on one instance: its state stays in that instance's cache, and t
 append the same saga's next event. aiokafka's default (round robin) deals the partitions of each topic out
 separately, which would split a saga's topics over instances.
 
-During a rolling deploy the instances serve different definition versions, and a saga is pinned to the version
-it started on: an instance that lacks it would quarantine the saga. So each member advertises the (saga type,
-version) pairs it serves in its member metadata, and the partitions go only to the members that serve every
-version any member serves; the others wait, with none, until the new version is everywhere (or the members
-that have it leave). Each member's assignment carries back what the whole group serves (``GroupView``), so an
-instance that still meets a saga of a version it lacks knows whether another member serves it.
+During a rolling deploy the instances serve different definition versions, or one version with and without a
+patch marker, and a saga is pinned to the version and shape it started on (or reached through a patch): an
+instance that lacks them would quarantine the saga. So each member advertises the (saga type, version, shape
+fingerprint) triples it serves in its member metadata, every shape of every definition it registered, and the
+partitions go only to the members that serve every shape any member serves; the others wait, with none, until
+the new version or patch is everywhere (or the members that have it leave). Each member's assignment carries
+back what the whole group serves (``GroupView``), so an instance that still meets a saga of a version or shape it
+lacks knows whether another member serves it.
 """
 
 
@@ -27,15 +29,25 @@ from typing import Any
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 
+from .domain.definition import SagaDefinition
+
 log = logging.getLogger("saga.orchestrator.assignment")
 
-Served = frozenset[tuple[str, int]]
-"""The (saga type, definition version) pairs a member can decide."""
+Shape = tuple[str, int, str]
+"""A (saga type, definition version, shape fingerprint) a saga may run on: ``SagaDefinition.shapes``."""
+
+Served = frozenset[Shape]
+"""The shapes a member can decide: every shape of every definition it registered."""
 
 SERVED_ELSEWHERE_GRACE_S = 60.0
-"""How long a version the group served is still counted as served after the members serving it left: the time
+"""How long a version or shape the group served is still counted as served after the members serving it left: the time
 an instance of the new version takes to restart during a rolling deploy. Its sagas' messages wait meanwhile
-instead of being quarantined; after it, a version no member serves quarantines its sagas as before."""
+instead of being quarantined; after it, a version or shape no member serves quarantines its sagas as before."""
+
+
+def shapes_of(definitions: Iterable[SagaDefinition]) -> Served:
+    """What a member with ``definitions`` registered serves: each one's every shape (``SagaDefinition.shapes``)."""
+    return frozenset((d.saga_type, d.version, fingerprint) for d in definitions for fingerprint in d.shapes)
 
 
 def copartitioned(subscriptions: Mapping[str, Iterable[str]], partitions_of: Mapping[str, Iterable[int]],
@@ -45,8 +57,8 @@ def copartitioned(subscriptions: Mapping[str, Iterable[str]], partitions_of: Map
     given its numbers in every topic it subscribes to. A partition whose owner does not subscribe to its topic
     (members of two versions during a rolling deploy) goes to one that does, by partition number.
 
-    ``served``: the (saga type, version) pairs each member serves (a member missing serves none). Only the
-    members that serve every pair any member serves share the partitions; the others get none. When no member
+    ``served``: the shapes each member serves (a member missing serves none). Only the members that serve
+    every shape any member serves share the partitions; the others get none. When no member
     serves them all, every member shares them (``covering`` tells which case it is)."""
     ordered = sorted(covering(served, subscriptions) if served is not None else subscriptions)
     wanted = {member: set(subscriptions[member]) for member in ordered}
@@ -73,7 +85,7 @@ def copartitioned(subscriptions: Mapping[str, Iterable[str]], partitions_of: Map
 
 
 def covering(served: Mapping[str, Served], members: Iterable[str]) -> list[str]:
-    """The ``members`` that serve every pair any of them serves (those missing from ``served`` serve none);
+    """The ``members`` that serve every shape any of them serves (those missing from ``served`` serve none);
     all of them when none does."""
     everyone = list(members)
     union: Served = frozenset().union(*(served.get(member, frozenset()) for member in everyone))
@@ -82,8 +94,8 @@ def covering(served: Mapping[str, Served], members: Iterable[str]) -> list[str]:
 
 
 def encode_served(served: Served) -> bytes:
-    """``served`` as compact JSON, sorted: ``[["trip",1],["trip",2]]``."""
-    return json.dumps(sorted([saga_type, version] for saga_type, version in served),
+    """``served`` as compact JSON, sorted: ``[["trip",1,"22d3..."],["trip",2,"9a41..."]]``."""
+    return json.dumps(sorted([saga_type, version, fingerprint] for saga_type, version, fingerprint in served),
                       separators=(",", ":")).encode()
 
 
@@ -93,49 +105,53 @@ def decode_served(data: bytes) -> Served:
     if not data:
         return frozenset()
     try:
-        pairs = json.loads(data)
-        return frozenset((str(saga_type), int(version)) for saga_type, version in pairs)
+        triples = json.loads(data)
+        return frozenset((str(saga_type), int(version), str(fingerprint))
+                         for saga_type, version, fingerprint in triples)
     except (ValueError, TypeError):
-        log.warning("unreadable served versions in a member's metadata", extra={"data": data[:200].decode(
+        log.warning("unreadable served shapes in a member's metadata", extra={"data": data[:200].decode(
             errors="replace")})
         return frozenset()
 
 
 class GroupView:
-    """What the group served at this member's last assignment, from the assignment's user data; a pair the
+    """What the group served at this member's last assignment, from the assignment's user data; a shape the
     group served within ``grace_s`` still counts (``SERVED_ELSEWHERE_GRACE_S``)."""
 
     def __init__(self, grace_s: float = SERVED_ELSEWHERE_GRACE_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._grace_s = grace_s
         self._clock = clock
         self._current: Served = frozenset()
-        self._seen_at: dict[tuple[str, int], float] = {}
+        self._seen_at: dict[Shape, float] = {}
 
     def assigned(self, served: Served) -> None:
         """A new assignment: the group serves ``served``."""
         now = self._clock()
         self._current = served
-        for pair in served:
-            self._seen_at[pair] = now
+        for shape in served:
+            self._seen_at[shape] = now
 
-    def serves(self, saga_type: str, version: int) -> bool:
-        """Whether a member of the group serves ``saga_type`` at ``version``, or did within the grace."""
-        pair = (saga_type, version)
-        if pair in self._current:
+    def serves(self, saga_type: str, version: int, fingerprint: str | None = None) -> bool:
+        """Whether a member of the group serves ``saga_type`` at ``version``, or did within the grace: the shape
+        ``fingerprint`` of it, or (None) any shape of it."""
+        def wanted(shape: Shape) -> bool:
+            return shape[:2] == (saga_type, version) and fingerprint in (None, shape[2])
+
+        if any(wanted(shape) for shape in self._current):
             return True
-        seen = self._seen_at.get(pair)
-        return seen is not None and self._clock() - seen <= self._grace_s
+        now = self._clock()
+        return any(wanted(shape) and now - seen <= self._grace_s for shape, seen in self._seen_at.items())
 
 
 class CoPartitionedAssignor(AbstractPartitionAssignor):  # type: ignore[misc]  # aiokafka's base is untyped
     """The group's assignor: ``copartitioned`` over the topics the members subscribe to, among the members
-    that serve the most versions. One per consumer: ``served`` is what this member advertises; ``view`` (if
+    that serve the most shapes. One per consumer: ``served`` is what this member advertises; ``view`` (if
     any) learns at each assignment what the group serves."""
 
     name = "saga-copartitioned"
     version = 0
 
-    def __init__(self, served: Iterable[tuple[str, int]] = (), view: GroupView | None = None) -> None:
+    def __init__(self, served: Iterable[Shape] = (), view: GroupView | None = None) -> None:
         self.served: Served = frozenset(served)
         self.view = view
 
@@ -170,19 +186,19 @@ class CoPartitionedAssignor(AbstractPartitionAssignor):  # type: ignore[misc]  #
             self.view.assigned(decode_served(assignment.user_data))
 
 
-def _names(pairs: Iterable[tuple[str, int]]) -> list[str]:
-    return [f"{saga_type} v{version}" for saga_type, version in sorted(pairs)]
+def _names(shapes: Iterable[Shape]) -> list[str]:
+    return [f"{saga_type} v{version} shape {fingerprint[:12]}" for saga_type, version, fingerprint in sorted(shapes)]
 
 
 def _log_coverage(served: Mapping[str, Served], union: Served) -> None:
     """Once per rebalance (the leader's assign): which members wait without partitions, or what no member
     serves whole."""
-    full = [member for member, pairs in served.items() if pairs >= union]
+    full = [member for member, shapes in served.items() if shapes >= union]
     if not full:
-        log.warning("no member serves every definition version the group serves: the partitions are split "
-                    "over all members, and a saga whose version its owner lacks is quarantined",
-                    extra={"missing": {member: _names(union - pairs) for member, pairs in sorted(served.items())}})
+        log.warning("no member serves every definition version and shape the group serves: the partitions are "
+                    "split over all members, and a saga whose version or shape its owner lacks is quarantined",
+                    extra={"missing": {member: _names(union - shapes) for member, shapes in sorted(served.items())}})
     elif len(full) < len(served):
-        log.info("members serving fewer definition versions get no partitions", extra={
-            "waiting": {member: _names(union - pairs) for member, pairs in sorted(served.items())
+        log.info("members serving fewer definition versions or shapes get no partitions", extra={
+            "waiting": {member: _names(union - shapes) for member, shapes in sorted(served.items())
                         if member not in full}})

@@ -28,7 +28,7 @@ from ..outbox.depth import outbox_gauges, quiet_refresh
 from ..outbox.relay import MAX_POLL_MS, WOKEN_MAX_POLL_MS, OutboxRelay
 from ..schemas.registry import default_registry
 from ..schemas.topics import Topics
-from .assignment import GroupView
+from .assignment import GroupView, shapes_of
 from .consumer import OrchestratorConsumer
 from .domain.definition import DefinitionRegistry, SagaDefinition
 from .domain.deploys import stranded
@@ -234,7 +234,7 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
                                     concurrency=max(1, min(TRANSACTIONS_AT_ONCE, settings.saga_db_pool_size - 2)),
                                     fetch_wait_ms=settings.saga_fetch_wait_ms,
                                     adaptive_fetch=settings.saga_fetch_pacing == "adaptive",
-                                    served=frozenset((d.saga_type, d.version) for d in registry.definitions()),
+                                    served=shapes_of(registry.definitions()),
                                     group_view=group)
     consumers.append(consumer)
     # Not consuming yet (a restart waits for the group to drop the old member): replies may be waiting

@@ -13,10 +13,11 @@ that fails a batch goes down the isolation ladder (``infra.isolation``): each sa
 other saga goes on. Due timers take the same ladder. A platform fault (``infra.failures``) is raised to the
 caller, which waits it out.
 
-During a rolling deploy a saga may reach an instance that lacks its definition version while another member
-of the group serves it (``served_elsewhere``, what the group's last assignment said): that is no reason to
-quarantine it. ``ServedElsewhere``, a platform fault, is raised instead: the messages wait unacknowledged until
-the partitions move to a member that serves the version (orchestrator/assignment.py gives them to it).
+During a rolling deploy a saga may reach an instance that lacks its definition version, or the shape it runs on
+(a patch marker deployed on another instance: ``ShapeChanged``), while another member of the group serves it
+(``served_elsewhere``, what the group's last assignment said): that is no reason to quarantine it.
+``ServedElsewhere``, a platform fault, is raised instead: the messages wait unacknowledged until the partitions
+move to a member that serves the version and shape (orchestrator/assignment.py gives them to it).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ..schemas.registry import SchemaRegistry, default_registry
 from ..schemas.topics import Topics
 from .domain.decide import Decision, decide, quarantine, quarantine_unfolded
 from .domain.definition import DefinitionRegistry, SagaDefinition
-from .domain.errors import DomainError, InvalidMessage, StartRefused, UnknownDefinition
+from .domain.errors import DomainError, InvalidMessage, ShapeChanged, StartRefused, UnknownDefinition
 from .domain.messages import IncomingMessage, RejectedRecord, TimerFired
 from .domain.model import state_bytes
 from .domain.starting import start_definition
@@ -80,8 +81,8 @@ class Outcome(StrEnum):
 
 
 class ServedElsewhere(PlatformUnavailable):
-    """A saga's definition version is not deployed here but another member of the group serves it: not now
-    (wait, unacknowledged), never a quarantine."""
+    """A saga's definition version, or the shape of it the saga runs on, is not deployed here but another member
+    of the group serves it: not now (wait, unacknowledged), never a quarantine."""
 
 
 @dataclass
@@ -107,7 +108,7 @@ class SagaService:
                  on_settled: Callable[[Settled], None] | None = None,
                  poison_attempts: int = POISON_ATTEMPTS, cache_bytes: int = STATE_CACHE_BYTES,
                  on_conflict: Callable[[], None] | None = None, schemas: SchemaRegistry | None = None,
-                 served_elsewhere: Callable[[str, int], bool] | None = None) -> None:
+                 served_elsewhere: Callable[[str, int, str | None], bool] | None = None) -> None:
         self._units = units
         self._schemas = schemas or default_registry()  # the events, the commands, a start input
         self._definitions = definitions
@@ -117,7 +118,8 @@ class SagaService:
         self._cache: LRUCache[str, SagaState] = LRUCache(cache_bytes, getsizeof=state_bytes)
         self._on_commit = on_commit  # e.g. an in-process outbox relay's wake()
         self._on_settled = on_settled  # e.g. metrics of what the committed decisions did
-        # Whether a member of the group serves a (saga type, version): e.g. GroupView.serves of the consumer.
+        # Whether a member of the group serves a (saga type, version) in the shape of that fingerprint (None: in
+        # any shape): e.g. GroupView.serves of the consumer.
         self._served_elsewhere = served_elsewhere
         # on_conflict: e.g. saga_concurrency_conflicts_total, told each time another writer won a saga.
         self._messages = IsolationLadder(_Messages(self), "orchestrator messages", poison_attempts,
@@ -387,22 +389,33 @@ class SagaService:
             if started is not None:
                 self._wait_if_served_elsewhere(error, started.saga_type, started.definition_version)
             raise
-        for event in events:
-            if isinstance(event, SagaMigrated) and state is not None and (
-                    definition is None or definition.version < event.to_version):
-                # a cached state moves to the target here (a fold from the start took the target already)
-                definition = self._definitions.get(state.saga_type, event.to_version)
-            state = apply_event(definition, state, event)
-            if definition is None and state.definition_version:
-                definition = self._definition_of(state)
+        try:
+            for event in events:
+                if isinstance(event, SagaMigrated) and state is not None and (
+                        definition is None or definition.version < event.to_version):
+                    # a cached state moves to the target here (a fold from the start took the target already)
+                    definition = self._definitions.get(state.saga_type, event.to_version)
+                state = apply_event(definition, state, event)
+                if definition is None and state.definition_version:
+                    definition = self._definition_of(state)
+        except ShapeChanged as error:  # started on, or took a patch onto, a shape of its version missing here
+            if definition is not None:
+                self._wait_if_served_elsewhere(error, definition.saga_type, definition.version)
+            raise
         return state
 
     def _wait_if_served_elsewhere(self, error: DomainError, saga_type: str, version: int) -> None:
-        """Raise ``ServedElsewhere`` when ``error`` is a definition version missing here that another member of
-        the group serves (a shape changed under a version deployed here is no such case)."""
-        if (isinstance(error, UnknownDefinition) and self._served_elsewhere is not None
-                and version not in self._definitions.versions(saga_type)
-                and self._served_elsewhere(saga_type, version)):
+        """Raise ``ServedElsewhere`` when ``error`` is a definition version missing here, or a shape of a version
+        deployed here that this one lacks (``ShapeChanged``), that another member of the group serves."""
+        if not isinstance(error, UnknownDefinition) or self._served_elsewhere is None:
+            return
+        if isinstance(error, ShapeChanged):
+            if self._served_elsewhere(saga_type, version, error.fingerprint):
+                raise ServedElsewhere(f"saga type {saga_type!r} version {version} of shape {error.fingerprint} is "
+                                      "served by another member of the group, not here: waiting for the partitions "
+                                      "to move") from error
+        elif (version not in self._definitions.versions(saga_type)
+              and self._served_elsewhere(saga_type, version, None)):
             raise ServedElsewhere(f"saga type {saga_type!r} version {version} is served by another member of "
                                   "the group, not here: waiting for the partitions to move") from error
 

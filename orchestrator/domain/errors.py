@@ -26,8 +26,13 @@ class UnknownDefinition(DomainError, LookupError):
 
 
 class ShapeChanged(UnknownDefinition):
-    """The saga started on a shape of its definition (its recorded fingerprint) that the registered definition of
-    its type and version no longer has: deciding it by the new one would silently change its path."""
+    """The saga started on a shape of its definition (its recorded fingerprint), or took a patch onto one, that the
+    registered definition of its type and version does not have: deciding it by this one would silently change
+    its path. ``fingerprint``: that shape, which another instance of a rolling deploy may serve."""
+
+    def __init__(self, message: str, fingerprint: str) -> None:
+        super().__init__(message)
+        self.fingerprint = fingerprint
 
 
 class HistoryMismatch(DomainError):

@@ -103,7 +103,8 @@ def _started(definition: SagaDefinition | None, state: SagaState | None, event: 
             f"saga {event.saga_id!r} started on {event.saga_type!r} v{event.definition_version} of shape "
             f"{event.definition_fingerprint}; the registered v{definition.version} has shape {definition.fingerprint}: "
             "its steps, dependencies, pivot, undos, conditions or failure mode changed under it (deploy such a "
-            "change as a new version)"
+            "change as a new version)",
+            event.definition_fingerprint,
         )
     if state is not None and state.status is not SagaStatus.REJECTED:  # a redriven FAILED saga does not restart
         raise IllegalTransition(f"saga {event.saga_id!r}: SagaStarted seq {event.seq} would move it from "
@@ -260,6 +261,10 @@ def _on_step_skipped(d: _Def, s: SagaState, e: ev.StepSkipped) -> SagaState:
 
 def _on_patch_taken(d: _Def, s: SagaState, e: ev.PatchTaken) -> SagaState:
     assert d is not None  # apply_event checked it
+    if d.lacking(e.definition_fingerprint) is None:  # a shape of this version deployed elsewhere, or not at all
+        raise ShapeChanged(f"saga {s.saga_id!r}: PatchTaken seq {e.seq} takes patch {e.patch!r} onto shape "
+                           f"{e.definition_fingerprint}, which the registered {d.saga_type!r} v{d.version} does not "
+                           "have", e.definition_fingerprint)
     lacking = d.lacking(s.definition_fingerprint)
     if lacking is None or e.patch not in lacking or d.lacking(e.definition_fingerprint) != lacking - {e.patch}:
         raise HistoryMismatch(f"saga {s.saga_id!r}: PatchTaken seq {e.seq} takes patch {e.patch!r} onto shape "
@@ -341,7 +346,8 @@ def _on_saga_migrated(d: _Def, s: SagaState, e: ev.SagaMigrated) -> SagaState:
                               f"v{e.to_version}, folded with {d.saga_type!r} v{d.version}")
     if d.version == e.to_version and d.lacking(e.to_fingerprint) is None:
         raise ShapeChanged(f"saga {s.saga_id!r} was migrated to {s.saga_type!r} v{e.to_version} of shape "
-                           f"{e.to_fingerprint}; the registered v{d.version} has shape {d.fingerprint}")
+                           f"{e.to_fingerprint}; the registered v{d.version} has shape {d.fingerprint}",
+                           e.to_fingerprint)
     if s.status is not SagaStatus.RUNNING:
         raise IllegalTransition(f"saga {s.saga_id!r}: SagaMigrated seq {e.seq} of a saga that is {s.status}")
     steps = {name: s.steps.get(name) or StepState(name=name, idempotency_key=forward_key(s.saga_id, name),

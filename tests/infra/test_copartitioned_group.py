@@ -8,7 +8,7 @@ from aiokafka import AIOKafkaConsumer
 
 from saga_orchestrator.infra.kafka_admin import ensure_topics
 from saga_orchestrator.infra.kafka_clients import KafkaClients
-from saga_orchestrator.orchestrator.assignment import CoPartitionedAssignor, GroupView
+from saga_orchestrator.orchestrator.assignment import CoPartitionedAssignor, GroupView, Served
 from saga_orchestrator.orchestrator.consumer import ASSIGNORS
 
 
@@ -69,8 +69,8 @@ async def test_two_members_starting_together_settle_every_time(kafka_bootstrap: 
         await _split_between_two(kafka, topics, f"{topic_prefix}together-{attempt}", 20)
 
 
-V1 = frozenset({("trip", 1)})
-V12 = frozenset({("trip", 1), ("trip", 2)})
+V1: Served = frozenset({("trip", 1, "f1")})
+V12: Served = frozenset({("trip", 1, "f1"), ("trip", 2, "f2")})
 
 
 async def _settle(members: list[AIOKafkaConsumer], wanted: list[int], timeout_s: float, any_order: bool = False
@@ -105,7 +105,7 @@ async def test_partitions_go_to_the_member_serving_every_version(kafka_bootstrap
     group = f"{topic_prefix}served"
     views = [GroupView(grace_s=0) for _ in range(3)]
 
-    def member(served: frozenset[tuple[str, int]], view: GroupView) -> AIOKafkaConsumer:
+    def member(served: Served, view: GroupView) -> AIOKafkaConsumer:
         return kafka.consumer(*topics, group_id=group, enable_auto_commit=False,
                               partition_assignment_strategy=(CoPartitionedAssignor(served, view),))
 
@@ -116,7 +116,7 @@ async def test_partitions_go_to_the_member_serving_every_version(kafka_bootstrap
             await consumer.start()
             started.append(consumer)
         await _settle([old, new], [0, 3], 40)
-        assert views[0].serves("trip", 2)  # the old member learnt that another one serves v2
+        assert views[0].serves("trip", 2, "f2")  # the old member learnt that another one serves v2
         await new.stop()
         started.remove(new)
         await _settle([old], [3], 40)

@@ -8,13 +8,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench.trip_changes import FRAUD_CHECKED
 from saga_orchestrator.orchestrator.assignment import (
     CoPartitionedAssignor,
     GroupView,
+    Served,
     copartitioned,
     decode_served,
     encode_served,
+    shapes_of,
 )
+from saga_orchestrator.participants.trip import TRIP
 
 TOPICS = ("saga.start", "saga.control", "flight.results", "hotel.results")
 
@@ -71,8 +75,8 @@ def test_the_assignor_speaks_aiokafka() -> None:
     assert CoPartitionedAssignor().metadata(TOPICS).subscription == list(TOPICS)
 
 
-V1 = frozenset({("trip", 1)})
-V12 = frozenset({("trip", 1), ("trip", 2)})
+V1: Served = frozenset({("trip", 1, "f1")})
+V12: Served = frozenset({("trip", 1, "f1"), ("trip", 2, "f2")})
 
 
 def test_only_the_members_serving_every_version_get_partitions() -> None:
@@ -94,19 +98,20 @@ def test_equal_sets_split_as_before_and_no_cover_falls_back_to_everyone() -> Non
     partitions = {topic: range(8) for topic in TOPICS}
     same = copartitioned({"a": TOPICS, "b": TOPICS}, partitions, {"a": V12, "b": V12})
     assert same == copartitioned({"a": TOPICS, "b": TOPICS}, partitions)
-    split = copartitioned({"a": TOPICS, "b": TOPICS}, partitions, {"a": V12, "b": frozenset({("trip", 1), ("car", 1)})})
+    car: Served = frozenset({("trip", 1, "f1"), ("car", 1, "c1")})
+    split = copartitioned({"a": TOPICS, "b": TOPICS}, partitions, {"a": V12, "b": car})
     assert split == same  # neither serves car v1 and trip v2 both: today's split
     assert copartitioned({"a": TOPICS, "b": TOPICS}, partitions, {"b": V1})["a"] == {}  # a advertises nothing
 
 
-@given(served=st.dictionaries(st.sampled_from("abcde"), st.frozensets(st.tuples(st.sampled_from(["trip", "car"]),
-                                                                                  st.integers(1, 3)), max_size=4),
-                              min_size=1),
+_SHAPES = st.tuples(st.sampled_from(["trip", "car"]), st.integers(1, 3), st.sampled_from(["f1", "f2"]))
+
+
+@given(served=st.dictionaries(st.sampled_from("abcde"), st.frozensets(_SHAPES, max_size=4), min_size=1),
        partitions=st.integers(1, 12))
-def test_every_partition_goes_to_a_member_serving_the_most(served: dict[str, frozenset[tuple[str, int]]],
-                                                           partitions: int) -> None:
+def test_every_partition_goes_to_a_member_serving_the_most(served: dict[str, Served], partitions: int) -> None:
     union = frozenset().union(*served.values())
-    full = {member for member, pairs in served.items() if pairs >= union} or set(served)
+    full = {member for member, shapes in served.items() if shapes >= union} or set(served)
     split = copartitioned({member: TOPICS for member in served}, {topic: range(partitions) for topic in TOPICS},
                           served)
     owners = {number: member for member, topics in split.items() for numbers in topics.values() for number in numbers}
@@ -116,7 +121,7 @@ def test_every_partition_goes_to_a_member_serving_the_most(served: dict[str, fro
 
 def test_members_advertise_what_they_serve_and_learn_what_the_group_serves() -> None:
     assert decode_served(encode_served(V12)) == V12
-    assert encode_served(V12) == b'[["trip",1],["trip",2]]'
+    assert encode_served(V12) == b'[["trip",1,"f1"],["trip",2,"f2"]]'
     assert decode_served(b"") == frozenset() and decode_served(b"{nonsense") == frozenset()
     old, new = CoPartitionedAssignor(V1), CoPartitionedAssignor(V12)
     members: Any = {"old": old.metadata(TOPICS), "new": new.metadata(TOPICS)}
@@ -126,13 +131,26 @@ def test_members_advertise_what_they_serve_and_learn_what_the_group_serves() -> 
     view = GroupView(grace_s=10, clock=lambda: clock[0])
     CoPartitionedAssignor(V1, view).on_assignment(assignment["old"])
     assert view.serves("trip", 2) and not view.serves("trip", 3)
+    assert view.serves("trip", 2, "f2") and not view.serves("trip", 2, "f1")  # that shape of it, or any (None)
     view.assigned(V1)  # the member serving trip v2 left (restarting)
     clock[0] = 9.0
-    assert view.serves("trip", 2)  # within the grace
+    assert view.serves("trip", 2) and view.serves("trip", 2, "f2")  # within the grace
     clock[0] = 10.5
-    assert not view.serves("trip", 2) and view.serves("trip", 1)
+    assert not view.serves("trip", 2) and not view.serves("trip", 2, "f2") and view.serves("trip", 1, "f1")
 
 
-@pytest.mark.parametrize("user_data", [b"[[1]]", b'"x"'])
+def test_the_member_with_a_patch_marker_takes_every_partition_of_the_same_version() -> None:
+    without, patched = CoPartitionedAssignor(shapes_of([TRIP])), CoPartitionedAssignor(shapes_of([FRAUD_CHECKED]))
+    assert patched.served > without.served  # the patched version keeps the shape it had
+    members: Any = {"a": without.metadata(TOPICS), "b": patched.metadata(TOPICS)}
+    assignment = without.assign(_Cluster(), members)
+    assert assignment["a"].assignment == [] and dict(assignment["b"].assignment) == {t: list(range(6)) for t in TOPICS}
+    view = GroupView()
+    without.view = view
+    without.on_assignment(assignment["a"])
+    assert view.serves("trip", 1, FRAUD_CHECKED.fingerprint) and not view.serves("trip", 1, "f0")
+
+
+@pytest.mark.parametrize("user_data", [b"[[1]]", b'"x"', b'[["trip",1]]'])
 def test_odd_user_data_serves_nothing(user_data: bytes) -> None:
     assert decode_served(user_data) == frozenset()

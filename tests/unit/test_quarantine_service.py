@@ -12,8 +12,9 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
+from bench.trip_changes import FRAUD_CHECKED
 from saga_orchestrator.infra.failures import Fault, classify
-from saga_orchestrator.orchestrator.assignment import GroupView
+from saga_orchestrator.orchestrator.assignment import GroupView, shapes_of
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.domain.messages import RejectedRecord
 from saga_orchestrator.orchestrator.inbound import CLIENT_IDS, Envelope, RecordParser
@@ -50,7 +51,8 @@ class World:
         self.letters: list[DeadLetter] = []
         self.deploy(*definitions)
 
-    def deploy(self, *definitions: object, served_elsewhere: Callable[[str, int], bool] | None = None) -> None:
+    def deploy(self, *definitions: object,
+               served_elsewhere: Callable[[str, int, str | None], bool] | None = None) -> None:
         """A new orchestrator process with these definitions (the store stays); ``served_elsewhere``: what the
         rest of its group serves."""
         registry = DefinitionRegistry(definitions)  # type: ignore[arg-type]
@@ -161,7 +163,7 @@ async def test_a_saga_whose_version_another_member_serves_waits_for_it_instead_o
     await world.service.handle_many([world.start("new")])
     pending = world.answers()
     group = GroupView(grace_s=0)
-    group.assigned(frozenset({("trip", 1), ("trip", 2)}))  # the group's last assignment: a member serves v2
+    group.assigned(shapes_of([TRIP, TRIP_V2]))  # the group's last assignment: a member serves v2
     world.deploy(TRIP, served_elsewhere=group.serves)  # the old instance received the saga's replies
     before = world.event_types("new")
     with pytest.raises(ServedElsewhere) as waited:
@@ -176,10 +178,44 @@ async def test_a_saga_whose_version_another_member_serves_waits_for_it_instead_o
 
     await world.service.handle_many([world.start("stranded")])
     pending = world.answers()
-    group.assigned(frozenset({("trip", 1)}))  # no member serves v2 any more (past the grace): as before
+    group.assigned(shapes_of([TRIP]))  # no member serves v2 any more (past the grace): as before
     world.deploy(TRIP, served_elsewhere=group.serves)
     assert set(await world.service.handle_many(pending)) == {Outcome.DEAD_LETTERED}
     assert world.status("stranded") == "QUARANTINED"
+
+
+async def test_a_saga_on_a_shape_another_member_serves_waits_for_it_instead_of_quarantine() -> None:
+    # A patch marker deploying: this instance runs TRIP, another the same version with the marker.
+    world = World()
+    await world.service.handle_many([world.start("taken")])
+    replies = world.answers()
+    flight = [e for e in replies if e.raw is not None and e.raw.topic == TOPICS.results("flight")]
+    await world.service.handle_many(flight)
+    world.deploy(FRAUD_CHECKED)  # the other instance owns the partition a while: one trip takes the patch there
+    await world.service.handle_many([*(e for e in replies if e not in flight), world.start("patched")])
+    assert "PatchTaken" in world.event_types("taken")  # the other started on the patched shape
+    pending = world.answers()
+    group = GroupView(grace_s=0)
+    group.assigned(shapes_of([TRIP, FRAUD_CHECKED]))
+    world.deploy(TRIP, served_elsewhere=group.serves)  # back to this instance, which lacks the patched shape
+    before = {saga_id: world.event_types(saga_id) for saga_id in ("taken", "patched")}
+    for envelope in pending:
+        with pytest.raises(ServedElsewhere, match="of shape"):
+            await world.service.handle_many([envelope])
+    assert {saga_id: world.event_types(saga_id) for saga_id in before} == before
+    assert not world.answers() and not world.letters
+
+    world.deploy(FRAUD_CHECKED, served_elsewhere=group.serves)  # the partitions moved to the member with the patch
+    await world.run_to_rest(pending)
+    assert world.status("taken") == world.status("patched") == "COMPLETED"
+
+    await world.service.handle_many([world.start("stranded")])
+    pending = world.answers()
+    group.assigned(shapes_of([TRIP]))  # no member serves the patched shape any more (past the grace): as before
+    world.deploy(TRIP, served_elsewhere=group.serves)
+    assert set(await world.service.handle_many(pending)) == {Outcome.DEAD_LETTERED}
+    assert world.status("stranded") == "QUARANTINED"
+    assert "ShapeChanged" in (world.store.summaries["stranded"].reason or "")
 
 
 class FailsForOneSaga(MemoryStore):
