@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -64,16 +65,16 @@ class SagaApi:
 
     async def status(self, saga_id: str) -> SagaStatus:
         """The saga's state; SagaNotFound for an unknown id, ApiError when the API cannot answer."""
-        return SagaStatus.from_json(await self._get(f"/api/v1/sagas/{_quoted(saga_id)}", saga_id))
+        return SagaStatus.from_json(await self._get(f"/api/v1/sagas/{saga_segment(saga_id)}", saga_id))
 
     async def history(self, saga_id: str) -> list[dict[str, Any]]:
         """The saga's events, oldest first: each ``{seq, type, occurred_at_ms, fields}``."""
-        found: list[dict[str, Any]] = await self._get(f"/api/v1/sagas/{_quoted(saga_id)}/history", saga_id)
+        found: list[dict[str, Any]] = await self._get(f"/api/v1/sagas/{saga_segment(saga_id)}/history", saga_id)
         return found
 
     async def encoded_events(self, saga_id: str) -> list[bytes]:
         """The saga's events as recorded (Avro single-object encoded: ``schemas.wire.decode_event`` reads them)."""
-        found = await self._get(f"/api/v1/sagas/{_quoted(saga_id)}/events", saga_id)
+        found = await self._get(f"/api/v1/sagas/{saga_segment(saga_id)}/events", saga_id)
         return [base64.b64decode(item["avro"]) for item in found]
 
     async def fleet(self) -> dict[str, Any]:
@@ -109,5 +110,9 @@ class SagaApi:
         return answer.json()
 
 
-def _quoted(saga_id: str) -> str:
-    return httpx.URL(path=saga_id).raw_path.decode().replace("/", "%2F").replace("?", "%3F")
+def saga_segment(saga_id: str) -> str:
+    """``saga_id`` as one segment of a console URL: every character but the unreserved ones percent-encoded
+    (UTF-8; ``/``, ``?``, ``#`` and ``%`` too), and the dots of ``.`` and ``..``, which a URL would otherwise
+    read as a step up. The console decodes it back to the id."""
+    segment = quote(saga_id, safe="")
+    return segment.replace(".", "%2E") if segment in (".", "..") else segment

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from ..operations import bulk_jobs
+from ..operations.paging import BadCursor, Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.reads import SagaView
 from ..operations.versions import RUNNING_STATUSES, DefinitionVersion
@@ -27,8 +28,11 @@ from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.event_types import Event
 from . import letter_replays, operating
 from .context import Console, console_of
+from .saga_paths import SAGA_PATH
 
 router = APIRouter(prefix="/api/v1", tags=["sagas"])
+T = TypeVar("T")
+CURSOR_HELP = "The `X-Next-Cursor` of the previous page; the first page without."
 
 
 class StepView(BaseModel):
@@ -194,21 +198,36 @@ Actor = Annotated[str, Depends(actor)]
 
 
 @router.get("/sagas", response_model=list[SagaSummaryRow],
-            summary="List sagas (oldest started first): those a bulk job with these criteria would take, or all")
-async def list_sagas(console: ConsoleDep, _: Reader, status: Annotated[list[str] | None, Query()] = None,
+            summary="List sagas (oldest started first): those a bulk job with these criteria would take, or all",
+            description="Paged by cursor: when more sagas follow, the answer's `X-Next-Cursor` header holds the "
+                        "cursor of the next page and its `Link` header (`rel=\"next\"`) the next page's URL.")
+async def list_sagas(request: Request, response: Response, console: ConsoleDep, _: Reader,
+                     status: Annotated[list[str] | None, Query()] = None,
                      saga_type: str | None = None, tenant: str | None = None,
                      older_than_s: Annotated[float | None, Query(description="Not updated for this long.")] = None,
                      error: Annotated[str | None, Query(description="Its step fails with this error.")] = None,
                      participant: Annotated[str | None, Query(description="The step it is stuck on is this "
                                                                           "participant's.")] = None,
-                     limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[SagaSummaryRow]:
+                     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                     cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None) -> list[SagaSummaryRow]:
     criteria = SelectionRequest(saga_type=saga_type, statuses=status or [], older_than_s=older_than_s,
                                 tenant=tenant, error=error, participant=participant)
     given = criteria.model_dump(exclude_defaults=True)
     try:
-        return await console.reads.sagas(criteria.selection() if given else None, limit)
-    except bulk_jobs.BulkJobError as refused:
+        page = await console.reads.saga_page(criteria.selection() if given else None, limit, cursor)
+    except (bulk_jobs.BulkJobError, BadCursor) as refused:
         raise HTTPException(400, str(refused)) from None
+    return paged(request, response, page)
+
+
+def paged(request: Request, response: Response, page: Page[T]) -> list[T]:
+    """``page``'s rows; its next cursor, when there is one, in ``response``'s ``X-Next-Cursor`` and ``Link``
+    headers (the request's URL with that cursor)."""
+    if page.next_cursor is not None:
+        following = request.url.include_query_params(cursor=page.next_cursor)
+        response.headers["X-Next-Cursor"] = page.next_cursor
+        response.headers["Link"] = f'<{following.path}?{following.query}>; rel="next"'
+    return page.rows
 
 
 @router.get("/search", response_model=list[SagaSummaryRow],
@@ -218,7 +237,7 @@ async def search(console: ConsoleDep, _: Reader, q: str,
     return await console.reads.search(q, limit)
 
 
-@router.get("/sagas/{saga_id}", response_model=SagaDetail, summary="One saga's state")
+@router.get(SAGA_PATH, response_model=SagaDetail, summary="One saga's state")
 async def get_saga(saga_id: str, console: ConsoleDep, _: Reader) -> SagaDetail:
     view = await console.reads.saga(saga_id)
     if view is None:
@@ -226,7 +245,7 @@ async def get_saga(saga_id: str, console: ConsoleDep, _: Reader) -> SagaDetail:
     return detail(view, await console.reads.search_keys(saga_id), console)
 
 
-@router.get("/sagas/{saga_id}/history", response_model=list[EventView], summary="One saga's events")
+@router.get(f"{SAGA_PATH}/history", response_model=list[EventView], summary="One saga's events")
 async def history(saga_id: str, console: ConsoleDep, _: Reader, after_seq: int = 0) -> list[EventView]:
     found = await console.reads.events_after(saga_id, after_seq)
     if not found and after_seq == 0:
@@ -234,7 +253,8 @@ async def history(saga_id: str, console: ConsoleDep, _: Reader, after_seq: int =
     return [event_view(event) for _, event in found]
 
 
-@router.get("/sagas/{saga_id}/events", summary="One saga's events as recorded: Avro single-object encoded, base64")
+@router.get(f"{SAGA_PATH}/events",
+            summary="One saga's events as recorded: Avro single-object encoded, base64")
 async def encoded_events(saga_id: str, console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
     found = await console.reads.encoded_events(saga_id)
     if not found:
@@ -242,7 +262,7 @@ async def encoded_events(saga_id: str, console: ConsoleDep, _: Reader) -> list[d
     return [{"seq": seq, "avro": base64.b64encode(body).decode()} for seq, body in found]
 
 
-@router.get("/sagas/{saga_id}/effects", summary="Each participant's business records of the saga")
+@router.get(f"{SAGA_PATH}/effects", summary="Each participant's business records of the saga")
 async def effects(saga_id: str, console: ConsoleDep, _: Reader) -> dict[str, dict[str, int]]:
     declaring = [p for p in console.reads.participants if p.effects is not None]
     if not declaring:
@@ -272,9 +292,15 @@ async def wedged(console: ConsoleDep, _: Reader, min_failures: Annotated[int, Qu
     return [dataclasses.asdict(group) for group in await console.reads.wedged(min_failures)]
 
 
-@router.get("/quarantined", response_model=list[SagaSummaryRow], summary="Quarantined sagas")
-async def quarantined(console: ConsoleDep, _: Reader) -> list[SagaSummaryRow]:
-    return await console.reads.quarantined()
+@router.get("/quarantined", response_model=list[SagaSummaryRow], summary="Quarantined sagas",
+            description="Paged by cursor as `/sagas`.")
+async def quarantined(request: Request, response: Response, console: ConsoleDep, _: Reader,
+                      limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+                      cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None) -> list[SagaSummaryRow]:
+    try:
+        return paged(request, response, await console.reads.quarantined_page(limit, cursor))
+    except BadCursor as refused:
+        raise HTTPException(400, str(refused)) from None
 
 
 @router.get("/parked", summary="Outbox rows the broker refused for good, in every outbox")
@@ -293,7 +319,7 @@ async def audit(console: ConsoleDep, _: Reader, limit: Annotated[int, Query(ge=1
     return [dataclasses.asdict(entry) for entry in await console.audit.entries(limit)]
 
 
-@router.post("/sagas/{saga_id}/actions", response_model=ActionResult, status_code=202,
+@router.post(f"{SAGA_PATH}/actions", response_model=ActionResult, status_code=202,
              summary="Pull a lever on one saga (published on saga.control; the orchestrator decides it)")
 async def act(saga_id: str, request: ActionRequest, console: ConsoleDep, operator: Actor) -> ActionResult:
     await console.act(operator, saga_id, request.action, request.step, request.reason)
@@ -318,7 +344,7 @@ class SignalResult(BaseModel):
     published: bool
 
 
-@router.post("/sagas/{saga_id}/signals", response_model=SignalResult, status_code=202,
+@router.post(f"{SAGA_PATH}/signals", response_model=SignalResult, status_code=202,
              summary="Send a signal to one saga (published on saga.control; the saga takes it once per id)")
 async def send_signal(saga_id: str, request: SignalRequest, console: ConsoleDep, operator: Actor) -> SignalResult:
     sent = await console.signal(operator, saga_id, request.signal, request.payload, request.signal_id)

@@ -25,6 +25,7 @@ from . import api, pages
 from .context import Console
 from .guard import Guard, Scope, WhoAsks
 from .identity import Identity, read_users
+from .saga_paths import SagaIdPaths
 
 STATIC = Path(__file__).parent / "static"
 POOL_SIZE = 4  # pages and API calls at once; the live timelines poll through it too
@@ -91,6 +92,7 @@ def console_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(asyncpg.DataError, _unusable_value)
     app.add_exception_handler(OverflowError, _unusable_value)
     app.add_middleware(Guard, who_asks=_who_asks, cookie=session_cookie(settings))
+    app.add_middleware(SagaIdPaths)  # outermost: the saga routes see an id's encoded slashes
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(api.router)
     app.include_router(pages.router)

@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from fastapi.templating import Jinja2Templates
 
 from ..operations import bulk_jobs
+from ..operations.paging import BadCursor, Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
@@ -30,9 +31,11 @@ from . import letter_replays, operating
 from .api import actor, detail, effects
 from .context import Console, console_of
 from .guard import Refused, caller_of
+from .saga_paths import SAGA_PATH, saga_segment
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 STREAM_POLL_S = 0.5  # how often a saga page's stream looks for new events
+PAGE_ROWS = 500  # sagas a list page shows; a next link reads the following ones
 _SHOWN_ELSEWHERE = frozenset({"saga_id", "seq", "occurred_at", "step", "attempt"})
 
 router = APIRouter(include_in_schema=False)
@@ -52,7 +55,7 @@ def _percent(rate: float | None) -> str:
     return "none ended" if rate is None else f"{rate * 100:.1f} %"
 
 
-TEMPLATES.env.filters.update(when=_when, heat=_heat, percent=_percent)
+TEMPLATES.env.filters.update(when=_when, heat=_heat, percent=_percent, segment=saga_segment)
 
 
 def _page(request: Request, name: str, console: Console, **context: Any) -> HTMLResponse:
@@ -153,18 +156,27 @@ async def fleet_body(request: Request) -> Response:
 
 
 @router.get("/sagas", response_class=HTMLResponse)
-async def sagas_page(request: Request, status: str | None = None, saga_type: str | None = None) -> Response:
+async def sagas_page(request: Request, status: str | None = None, saga_type: str | None = None,
+                     cursor: str | None = None) -> Response:
     console = console_of(request)
     if (denied := _viewer(request, console)) is not None:
         return denied
     try:
         selection = (bulk_jobs.Selection(saga_type=saga_type or None, statuses=(status,) if status else ())
                      if status or saga_type else None)
-        rows = await console.reads.sagas(selection, limit=500)
-    except bulk_jobs.BulkJobError as refused:  # not a state, or a saga type not deployed
+        page = await console.reads.saga_page(selection, PAGE_ROWS, cursor or None)
+    except (bulk_jobs.BulkJobError, BadCursor) as refused:  # not a state, a saga type not deployed, a bad cursor
         raise HTTPException(400, str(refused)) from None
     heading = " ".join(part for part in (saga_type, status) if part) or "All sagas"
-    return _page(request, "list.html", console, rows=rows, heading=heading)
+    return _page(request, "list.html", console, rows=page.rows, heading=heading, next_url=_next_url(request, page))
+
+
+def _next_url(request: Request, page: Page[Any]) -> str | None:
+    """The URL of the page after ``page``: this one's with the next cursor; None on the last page."""
+    if page.next_cursor is None:
+        return None
+    following = request.url.include_query_params(cursor=page.next_cursor)
+    return f"{following.path}?{following.query}"
 
 
 @router.get("/search", response_class=HTMLResponse)
@@ -195,11 +207,17 @@ async def definitions_page(request: Request) -> Response:
 
 
 @router.get("/quarantine", response_class=HTMLResponse)
-async def quarantine_page(request: Request) -> Response:
+async def quarantine_page(request: Request, cursor: str | None = None) -> Response:
     console = console_of(request)
-    return _viewer(request, console) or _page(request, "list.html", console, rows=await console.reads.quarantined(),
-                                              heading="Quarantined sagas",
-                                              note="Each waits for its cause to be fixed; release it from its page.")
+    if (denied := _viewer(request, console)) is not None:
+        return denied
+    try:
+        page = await console.reads.quarantined_page(PAGE_ROWS, cursor or None)
+    except BadCursor as refused:
+        raise HTTPException(400, str(refused)) from None
+    return _page(request, "list.html", console, rows=page.rows, heading="Quarantined sagas",
+                 note="Each waits for its cause to be fixed; release it from its page.",
+                 next_url=_next_url(request, page))
 
 
 @router.get("/audit", response_class=HTMLResponse)
@@ -208,7 +226,7 @@ async def audit_page(request: Request) -> Response:
     return _viewer(request, console) or _page(request, "audit.html", console, entries=await console.audit.entries())
 
 
-@router.get("/sagas/{saga_id}", response_class=HTMLResponse)
+@router.get(SAGA_PATH, response_class=HTMLResponse)
 async def saga_page(request: Request, saga_id: str) -> Response:
     console = console_of(request)
     denied = _viewer(request, console)
@@ -227,7 +245,7 @@ async def saga_page(request: Request, saga_id: str) -> Response:
                  last_seq=view.events[-1].seq, effects=await effects(saga_id, console, None))
 
 
-@router.get("/sagas/{saga_id}/stream")
+@router.get(f"{SAGA_PATH}/stream")
 async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Response:
     """Server-sent events: ``timeline`` (new timeline rows) and ``status`` (the status line), as they happen."""
     console = console_of(request)
@@ -259,7 +277,7 @@ def _sse(event: str, html: str) -> str:
     return f"event: {event}\n{lines}\n"
 
 
-@router.post("/sagas/{saga_id}/actions")
+@router.post(f"{SAGA_PATH}/actions")
 async def act_page(request: Request, saga_id: str, action: str = Form(...), step: str | None = Form(None),
                    reason: str | None = Form(None)) -> Response:
     """A lever from the saga's page: sent, audited, and back to the page (whose timeline shows the outcome)."""
@@ -269,10 +287,10 @@ async def act_page(request: Request, saga_id: str, action: str = Form(...), step
     said = f"{action}{f' {step}' if step else ''} sent for {operator}; the timeline shows what the orchestrator did"
     if request.headers.get("HX-Request"):  # htmx: the page stays, its live timeline shows the outcome
         return _flash(said)
-    return RedirectResponse(f"/sagas/{quote(saga_id)}?flash={quote(said)}", status_code=303)
+    return RedirectResponse(f"/sagas/{saga_segment(saga_id)}?flash={quote(said)}", status_code=303)
 
 
-@router.post("/sagas/{saga_id}/signals")
+@router.post(f"{SAGA_PATH}/signals")
 async def signal_page(request: Request, saga_id: str, signal: str = Form(...), payload: str = Form(...)) -> Response:
     """A signal from the saga's page: its payload (JSON) checked against the signal's record, sent, audited."""
     console = console_of(request)
@@ -290,7 +308,7 @@ async def signal_page(request: Request, saga_id: str, signal: str = Form(...), p
     said = f"signal {signal} sent for {operator} (id {sent}); the timeline shows whether the saga took it"
     if request.headers.get("HX-Request"):
         return _flash(said)
-    return RedirectResponse(f"/sagas/{quote(saga_id)}?flash={quote(said)}", status_code=303)
+    return RedirectResponse(f"/sagas/{saga_segment(saga_id)}?flash={quote(said)}", status_code=303)
 
 
 async def _lever_form(request: Request) -> tuple[Console, str, Any]:

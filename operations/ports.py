@@ -133,8 +133,11 @@ class ReadsStore(Protocol):
         hour and day, and of them how many in ``undone``."""
         ...
 
-    async def list_sagas(self, selection: SagaFilter | None, limit: int) -> list[SagaSummaryRow]:
-        """At most ``limit`` sagas that ``selection`` takes (all when None), the oldest started first."""
+    async def list_sagas(self, selection: SagaFilter | None, limit: int,
+                         after: tuple[int, str] | None = None) -> list[SagaSummaryRow]:
+        """At most ``limit`` sagas that ``selection`` takes (all when None), ordered by (started at, saga id);
+        ``after``: a (started_at_ms, saga_id) place in that order, whose sagas before it and itself are left out
+        (keyset paging: the place of the previous page's last saga)."""
         ...
 
     async def count_by_status(self) -> dict[str, int]:

@@ -21,6 +21,7 @@ from ..schemas.event_types import Event, OperatorAction
 from ..schemas.registry import SchemaRegistry
 from . import bulk_jobs, versions
 from .dead_letters import Replayed, replays_by_letter
+from .paging import Page, decode_cursor, page_of
 from .ports import AGE_BUCKETS, EndedCounts, HeatCell, OutboxView, ReadsStore, SagaFilter, TimerView, WedgedGroup
 
 __all__ = ["AGE_BUCKETS", "Deferred", "Fleet", "OutboxView", "Reads", "SagaView", "TimerView", "WedgedGroup"]
@@ -37,6 +38,7 @@ ENDED = tuple(status.value for status in SagaStatus if status.is_terminal)
 UNFINISHED = tuple(status.value for status in SagaStatus if not status.is_terminal)
 UNDONE = (SagaStatus.COMPENSATED.value, SagaStatus.COMPENSATION_FAILED.value, SagaStatus.CANCELLED.value)
 """The end states reached by compensating: the compensation rate counts them among the ended."""
+QUARANTINED = bulk_jobs.Selection(statuses=(SagaStatus.QUARANTINED.value,))
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,15 @@ class Reads:
         return await self.store.list_sagas(None if selection is None else saga_filter(selection, self.definitions),
                                            limit)
 
+    async def saga_page(self, selection: bulk_jobs.Selection | None = None, limit: int = 100,
+                        cursor: str | None = None) -> Page[SagaSummaryRow]:
+        """One page of ``sagas``: the first ``limit`` after ``cursor`` (a previous page's ``next_cursor``; from the
+        start when None). BadCursor for a cursor no page gave; BulkJobError as ``sagas``."""
+        after = None if cursor is None else decode_cursor(cursor)
+        rows = await self.store.list_sagas(None if selection is None else saga_filter(selection, self.definitions),
+                                           limit + 1, after)
+        return page_of(rows, limit, lambda row: (row.started_at_ms, row.saga_id))
+
     async def version_counts(self) -> list[versions.VersionCounts]:
         """How many sagas run and how many ended per saga type and definition version (``operations.versions``)."""
         return await versions.version_counts(self.store)
@@ -212,7 +223,11 @@ class Reads:
         return [(r.seq, r.body) for r in await self.store.events_after(saga_id, 0)]
 
     async def quarantined(self, limit: int = 200) -> list[SagaSummaryRow]:
-        return await self.sagas(bulk_jobs.Selection(statuses=(SagaStatus.QUARANTINED.value,)), limit)
+        return await self.sagas(QUARANTINED, limit)
+
+    async def quarantined_page(self, limit: int = 200, cursor: str | None = None) -> Page[SagaSummaryRow]:
+        """One page of the quarantined sagas (``saga_page``)."""
+        return await self.saga_page(QUARANTINED, limit, cursor)
 
     async def parked(self) -> list[OutboxView]:
         """Every outbox row the broker refused for good, in the orchestrator's and each participant's outbox."""

@@ -132,6 +132,20 @@ async def test_list_sagas_filters_and_lists_the_oldest_started_first(wing: Wing)
     assert await wing.reads.count_by_status() == {"COMPLETED": 1, "RUNNING": 2}
 
 
+async def test_list_sagas_pages_from_a_place_in_its_order_the_saga_id_breaking_ties(wing: Wing) -> None:
+    now = wing.now_ms
+    await wing.write(Writes(summaries=[
+        row("b", "RUNNING", HOUR_MS, now), row("a", "RUNNING", HOUR_MS, now), row("c", "COMPLETED", HOUR_MS, now),
+        row("d", "RUNNING", 2 * HOUR_MS, now), row("e", "RUNNING", MINUTE_MS, now)]))
+    assert [r.saga_id for r in await wing.reads.list_sagas(None, 10)] == ["d", "a", "b", "c", "e"]
+    after_a = (now - HOUR_MS, "a")
+    assert [r.saga_id for r in await wing.reads.list_sagas(None, 2, after_a)] == ["b", "c"]
+    assert [r.saga_id for r in await wing.reads.list_sagas(SagaFilter(statuses=("RUNNING",)), 10, after_a)] \
+        == ["b", "e"]
+    assert [r.saga_id for r in await wing.reads.list_sagas(None, 10, (now - HOUR_MS, "a0"))] == ["b", "c", "e"]
+    assert await wing.reads.list_sagas(None, 10, (now, "")) == []
+
+
 async def test_search_finds_by_id_by_value_and_by_field_newest_first(wing: Wing) -> None:
     now = wing.now_ms
     await wing.write(Writes(summaries=[row("a", "RUNNING", 2 * MINUTE_MS, now), row("b", "RUNNING", MINUTE_MS, now)],

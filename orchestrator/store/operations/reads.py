@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from ....infra.db import check_identifier, datetime_to_ms
+from ....infra.db import check_identifier, datetime_to_ms, ms_to_datetime
 from ....operations.ports import (
     AGE_BUCKETS,
     EndedCounts,
@@ -122,8 +122,12 @@ class PostgresReads:
                              undone_hour=sum(r["in_hour"] for r in done), undone_day=sum(r["n"] for r in done))
         return [_cell(r) for r in rows], counts
 
-    async def list_sagas(self, selection: SagaFilter | None, limit: int) -> list[SagaSummaryRow]:
+    async def list_sagas(self, selection: SagaFilter | None, limit: int,
+                         after: tuple[int, str] | None = None) -> list[SagaSummaryRow]:
         condition, params = filter_sql(selection or SagaFilter())
+        if after is not None:  # a row comparison, so saga_summary_started_idx serves the order and the place
+            condition = f"({condition}) AND (started_at, saga_id) > (${len(params) + 1}, ${len(params) + 2})"
+            params = [*params, ms_to_datetime(after[0]), after[1]]
         rows = await self._pool.fetch(
             f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary WHERE {condition}"
             f" ORDER BY started_at, saga_id LIMIT ${len(params) + 1}", *params, limit, timeout=self._timeout_s)
@@ -260,9 +264,11 @@ class MemoryReads:
                                              undone_hour=sum(s.status in undone for s in hour),
                                              undone_day=sum(s.status in undone for s in day))
 
-    async def list_sagas(self, selection: SagaFilter | None, limit: int) -> list[SagaSummaryRow]:
+    async def list_sagas(self, selection: SagaFilter | None, limit: int,
+                         after: tuple[int, str] | None = None) -> list[SagaSummaryRow]:
         now_ms = self._store.clock_ms()
-        rows = [s for s in self._store.summaries.values() if matches(s, selection or SagaFilter(), now_ms)]
+        rows = [s for s in self._store.summaries.values() if matches(s, selection or SagaFilter(), now_ms)
+                and (after is None or (s.started_at_ms, s.saga_id) > after)]
         return sorted(rows, key=lambda s: (s.started_at_ms, s.saga_id))[:limit]
 
     async def count_by_status(self) -> dict[str, int]:
