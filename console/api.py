@@ -313,10 +313,16 @@ async def deferred(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
     return [dataclasses.asdict(row) for row in await console.reads.deferred()]
 
 
-@router.get("/audit", summary="What operators did through the console, newest first")
-async def audit(console: ConsoleDep, _: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 200
-                ) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(entry) for entry in await console.audit.entries(limit)]
+@router.get("/audit", summary="What operators did through the console, newest first",
+            description="Paged by cursor as `/sagas`.")
+async def audit(request: Request, response: Response, console: ConsoleDep, _: Reader,
+                limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+                cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None) -> list[dict[str, Any]]:
+    try:
+        page = await console.audit.entry_page(limit, cursor)
+    except BadCursor as refused:
+        raise HTTPException(400, str(refused)) from None
+    return [dataclasses.asdict(entry) for entry in paged(request, response, page)]
 
 
 @router.post(f"{SAGA_PATH}/actions", response_model=ActionResult, status_code=202,

@@ -36,6 +36,7 @@ from .saga_paths import SAGA_PATH, saga_segment
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 STREAM_POLL_S = 0.5  # how often a saga page's stream looks for new events
 PAGE_ROWS = 500  # sagas a list page shows; a next link reads the following ones
+AUDIT_ROWS = 200  # audit entries a page shows, the latest first; its next link reads older ones
 _SHOWN_ELSEWHERE = frozenset({"saga_id", "seq", "occurred_at", "step", "attempt"})
 
 router = APIRouter(include_in_schema=False)
@@ -221,9 +222,15 @@ async def quarantine_page(request: Request, cursor: str | None = None) -> Respon
 
 
 @router.get("/audit", response_class=HTMLResponse)
-async def audit_page(request: Request) -> Response:
+async def audit_page(request: Request, cursor: str | None = None) -> Response:
     console = console_of(request)
-    return _viewer(request, console) or _page(request, "audit.html", console, entries=await console.audit.entries())
+    if (denied := _viewer(request, console)) is not None:
+        return denied
+    try:
+        page = await console.audit.entry_page(AUDIT_ROWS, cursor or None)
+    except BadCursor as refused:
+        raise HTTPException(400, str(refused)) from None
+    return _page(request, "audit.html", console, entries=page.rows, next_url=_next_url(request, page))
 
 
 @router.get(SAGA_PATH, response_class=HTMLResponse)

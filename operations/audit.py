@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .paging import Page, decode_cursor, page_of
 from .ports import AuditEntry, AuditStore
 
 
@@ -24,3 +25,10 @@ class OperatorAudit:
     async def entries(self, limit: int = 200) -> list[AuditEntry]:
         """The latest ``limit`` entries, newest first."""
         return await self._store.entries(limit)
+
+    async def entry_page(self, limit: int = 200, cursor: str | None = None) -> Page[AuditEntry]:
+        """One page of the entries, newest first: the first ``limit`` after ``cursor`` (a previous page's
+        ``next_cursor``; the latest when None). BadCursor for a cursor no page gave. An entry's number is its own
+        tie-breaker (the cursor's id part is empty)."""
+        before = None if cursor is None else decode_cursor(cursor)[0]
+        return page_of(await self._store.entries(limit + 1, before), limit, lambda entry: (entry.entry_id, ""))

@@ -277,7 +277,8 @@ class SignalStore(Protocol):
 @dataclass(frozen=True)
 class AuditEntry:
     """One row of the operator audit: who (``operator``) did what (``action``) to what (``target``, e.g. "saga
-    t-1"), with what (``detail``) and what came of it (``outcome``); ``at_ms``: when it was written (0 before)."""
+    t-1"), with what (``detail``) and what came of it (``outcome``); ``at_ms``: when it was written (0 before);
+    ``entry_id``: its number in the audit, larger for a later entry (0 before)."""
 
     operator: str
     action: str
@@ -285,6 +286,7 @@ class AuditEntry:
     detail: Mapping[str, Any]
     outcome: str
     at_ms: int = 0
+    entry_id: int = 0
 
 
 class AuditStore(Protocol):
@@ -293,8 +295,9 @@ class AuditStore(Protocol):
     async def record(self, entry: AuditEntry) -> None:
         """Add ``entry`` (its time is the store's now)."""
 
-    async def entries(self, limit: int) -> list[AuditEntry]:
-        """The latest ``limit`` entries, newest first."""
+    async def entries(self, limit: int, before: int | None = None) -> list[AuditEntry]:
+        """The latest ``limit`` entries, newest first; ``before``: only those numbered below it (keyset paging:
+        the ``entry_id`` of the previous page's last entry)."""
 
 
 class LeverStore(AuditStore, Protocol):

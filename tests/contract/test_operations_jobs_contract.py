@@ -94,6 +94,16 @@ async def test_the_audit_reads_back_newest_first_within_its_limit(backend: Backe
     assert entries[0].detail == {"step": None, "reason": "because"} and entries[0].at_ms > 0
 
 
+async def test_the_audit_pages_back_from_an_entry_by_its_number(backend: Backend) -> None:
+    for n in range(5):
+        await backend.levers.record(_entry(f"refused: {n}"))
+    latest = await backend.levers.entries(2)
+    assert latest[0].entry_id > latest[1].entry_id > 0
+    older = await backend.levers.entries(2, latest[1].entry_id)
+    assert [entry.outcome for entry in older] == ["refused: 2", "refused: 1"]
+    assert [entry.outcome for entry in await backend.levers.entries(10, older[1].entry_id)] == ["refused: 0"]
+
+
 async def test_a_lever_and_its_audit_entry_are_written_together(backend: Backend) -> None:
     await backend.levers.queue_lever(_entry("queued on saga.control"), _row("t-1", "m-1"), [0])
     assert await backend.outbox_keys() == ["t-1"]

@@ -1,6 +1,6 @@
 """The console on a real Postgres: a saga whose id holds ``/``, ``?``, ``#``, spaces or any script opens in the API
 and in its page, and the list's links lead to it; the saga lists page by cursor through ten thousand sagas, each
-once and in order, and a cursor no page gave is refused plainly."""
+once and in order, the operator audit too, newest first; a cursor no page gave is refused plainly."""
 
 from __future__ import annotations
 
@@ -84,8 +84,9 @@ async def _pages(client: httpx.AsyncClient, first: str) -> AsyncIterator[httpx.R
         answer = await client.get(url)
         assert answer.status_code == 200, answer.text
         yield answer
-        following = answer.headers.get("Link")
-        url = None if following is None else re.fullmatch(r'<([^>]+)>; rel="next"', following).group(1)  # type: ignore[union-attr]
+        following = re.fullmatch(r'<([^>]+)>; rel="next"', answer.headers.get("Link", ""))
+        assert (following is None) == ("Link" not in answer.headers), answer.headers["Link"]
+        url = None if following is None else following.group(1)
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -124,3 +125,26 @@ async def test_a_cursor_no_page_gave_is_refused_with_a_400_that_says_so(client: 
         assert (await client.get("/sagas", params={"cursor": cursor})).status_code == 400
         assert (await client.get("/quarantine", params={"cursor": cursor})).status_code == 400
     assert (await client.get("/api/v1/quarantined")).json() == []
+    for cursor in ("!!!", "WzEsMl0"):
+        answer = await client.get("/api/v1/audit", params={"cursor": cursor})
+        assert answer.status_code == 400 and answer.json()["detail"].startswith("malformed cursor"), answer.text
+        assert (await client.get("/audit", params={"cursor": cursor})).status_code == 400
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_audit_pages_by_cursor_newest_first(client: httpx.AsyncClient, settings: Settings) -> None:
+    pool = await create_pool(settings.dsn(), 1)
+    try:
+        await pool.execute("INSERT INTO saga.operator_audit (operator, action, target, outcome)"
+                           " SELECT 'ana', 'Pause', 'saga s-' || n, 'queued' FROM generate_series(1, 450) AS n")
+    finally:
+        await pool.close()
+    targets = [entry["target"] async for answer in _pages(client, "/api/v1/audit?limit=100")
+               for entry in answer.json()]
+    assert targets == [f"saga s-{n}" for n in range(450, 0, -1)]
+    first = await client.get("/audit")
+    following = re.search(r'<a rel="next" href="([^"]+)">', first.text)
+    assert re.findall(r"<td>saga s-(\d+)</td>", first.text) == [str(n) for n in range(450, 250, -1)]
+    assert following is not None
+    second = await client.get(unescape(following.group(1)))
+    assert re.findall(r"<td>saga s-(\d+)</td>", second.text) == [str(n) for n in range(250, 50, -1)]
