@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from ..operations import bulk_jobs
-from ..operations.paging import BadCursor, Page
+from ..operations.paging import Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.reads import SagaView
 from ..operations.versions import RUNNING_STATUSES, DefinitionVersion
@@ -215,7 +215,7 @@ async def list_sagas(request: Request, response: Response, console: ConsoleDep, 
     given = criteria.model_dump(exclude_defaults=True)
     try:
         page = await console.reads.saga_page(criteria.selection() if given else None, limit, cursor)
-    except (bulk_jobs.BulkJobError, BadCursor) as refused:
+    except bulk_jobs.BulkJobError as refused:
         raise HTTPException(400, str(refused)) from None
     return paged(request, response, page)
 
@@ -297,10 +297,7 @@ async def wedged(console: ConsoleDep, _: Reader, min_failures: Annotated[int, Qu
 async def quarantined(request: Request, response: Response, console: ConsoleDep, _: Reader,
                       limit: Annotated[int, Query(ge=1, le=1000)] = 200,
                       cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None) -> list[SagaSummaryRow]:
-    try:
-        return paged(request, response, await console.reads.quarantined_page(limit, cursor))
-    except BadCursor as refused:
-        raise HTTPException(400, str(refused)) from None
+    return paged(request, response, await console.reads.quarantined_page(limit, cursor))
 
 
 @router.get("/parked", summary="Outbox rows the broker refused for good, in every outbox")
@@ -318,10 +315,7 @@ async def deferred(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
 async def audit(request: Request, response: Response, console: ConsoleDep, _: Reader,
                 limit: Annotated[int, Query(ge=1, le=1000)] = 200,
                 cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None) -> list[dict[str, Any]]:
-    try:
-        page = await console.audit.entry_page(limit, cursor)
-    except BadCursor as refused:
-        raise HTTPException(400, str(refused)) from None
+    page = await console.audit.entry_page(limit, cursor)
     return [dataclasses.asdict(entry) for entry in paged(request, response, page)]
 
 

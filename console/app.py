@@ -17,6 +17,7 @@ from ..client.saga_client import SagaClient
 from ..infra.db import create_pool
 from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
+from ..operations.paging import BadCursor
 from ..operations.postgres import migrate, postgres_reads, postgres_sessions
 from ..orchestrator.bootstrap import definitions
 from ..participants.registry import deployment_participants
@@ -57,6 +58,11 @@ async def _unusable_value(request: Request, error: Exception) -> Response:
     return JSONResponse({"detail": f"a value of the request cannot be used: {str(error)[:200]}"}, status_code=400)
 
 
+async def _bad_cursor(request: Request, error: Exception) -> Response:
+    """A list's cursor that no page of it gave (``operations.paging``): the caller's mistake, a 400 that says so."""
+    return JSONResponse({"detail": str(error)}, status_code=400)
+
+
 def _who_asks(scope: Scope) -> WhoAsks:
     console: Console = scope["app"].state.console
     return console.identity.who
@@ -91,6 +97,7 @@ def console_app(settings: Settings) -> FastAPI:
                   version="1", lifespan=lifespan, openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.add_exception_handler(asyncpg.DataError, _unusable_value)
     app.add_exception_handler(OverflowError, _unusable_value)
+    app.add_exception_handler(BadCursor, _bad_cursor)
     app.add_middleware(Guard, who_asks=_who_asks, cookie=session_cookie(settings))
     app.add_middleware(SagaIdPaths)  # outermost: the saga routes see an id's encoded slashes
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from fastapi.templating import Jinja2Templates
 
 from ..operations import bulk_jobs
-from ..operations.paging import BadCursor, Page
+from ..operations.paging import Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
@@ -166,7 +166,7 @@ async def sagas_page(request: Request, status: str | None = None, saga_type: str
         selection = (bulk_jobs.Selection(saga_type=saga_type or None, statuses=(status,) if status else ())
                      if status or saga_type else None)
         page = await console.reads.saga_page(selection, PAGE_ROWS, cursor or None)
-    except (bulk_jobs.BulkJobError, BadCursor) as refused:  # not a state, a saga type not deployed, a bad cursor
+    except bulk_jobs.BulkJobError as refused:  # not a state, or a saga type not deployed
         raise HTTPException(400, str(refused)) from None
     heading = " ".join(part for part in (saga_type, status) if part) or "All sagas"
     return _page(request, "list.html", console, rows=page.rows, heading=heading, next_url=_next_url(request, page))
@@ -212,10 +212,7 @@ async def quarantine_page(request: Request, cursor: str | None = None) -> Respon
     console = console_of(request)
     if (denied := _viewer(request, console)) is not None:
         return denied
-    try:
-        page = await console.reads.quarantined_page(PAGE_ROWS, cursor or None)
-    except BadCursor as refused:
-        raise HTTPException(400, str(refused)) from None
+    page = await console.reads.quarantined_page(PAGE_ROWS, cursor or None)
     return _page(request, "list.html", console, rows=page.rows, heading="Quarantined sagas",
                  note="Each waits for its cause to be fixed; release it from its page.",
                  next_url=_next_url(request, page))
@@ -226,10 +223,7 @@ async def audit_page(request: Request, cursor: str | None = None) -> Response:
     console = console_of(request)
     if (denied := _viewer(request, console)) is not None:
         return denied
-    try:
-        page = await console.audit.entry_page(AUDIT_ROWS, cursor or None)
-    except BadCursor as refused:
-        raise HTTPException(400, str(refused)) from None
+    page = await console.audit.entry_page(AUDIT_ROWS, cursor or None)
     return _page(request, "audit.html", console, entries=page.rows, next_url=_next_url(request, page))
 
 
