@@ -7,6 +7,7 @@ import base64
 import itertools
 import re
 from collections.abc import AsyncIterator
+from html import unescape
 from urllib.parse import unquote
 
 import httpx
@@ -129,6 +130,18 @@ async def test_the_redirect_after_sign_in_stays_on_site(console: httpx.AsyncClie
         assert "evil.example" not in answer.headers["location"].split("next=")[0]
         page = await console.get("/login", params={"next": asked})
         assert 'name="next" value="/"' in page.text
+
+
+async def test_the_sign_in_leads_back_to_a_saga_whose_id_holds_a_slash(served: FastAPI) -> None:
+    saga_path = "/sagas/r%C3%A9s%2F%C3%BCm%C3%A9%201"  # the saga rés/ümé 1
+    async with _client_of(served) as client:
+        asked = await client.get(saga_path)
+        assert asked.status_code == 303, asked.text
+        login = await client.get(asked.headers["location"])
+        found = re.search(r'name="next" value="([^"]+)"', login.text)
+        assert found is not None, login.text
+        signed = await _sign_in(client, next_path=unescape(found.group(1)))
+        assert signed.headers["location"] == saga_path
 
 
 async def test_no_page_may_be_framed(console: httpx.AsyncClient) -> None:
