@@ -10,14 +10,14 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
-from ..operations import bulk_jobs
+from ..operations import bulk_jobs, inbox
 from ..operations.ports import AGE_BUCKETS
 from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
@@ -27,7 +27,7 @@ from ..schemas.codec import WireError
 from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
 from . import letter_replays, operating
-from .api import actor, detail, effects
+from .api import actor, detail, effects, inbox_query
 from .context import Console, console_of
 from .guard import Refused, caller_of
 
@@ -184,6 +184,36 @@ async def wedged_page(request: Request, min_failures: int = 3) -> Response:
     console = console_of(request)
     return _viewer(request, console) or _page(request, "wedged.html", console, min_failures=min_failures,
                                               groups=await console.reads.wedged(max(1, min_failures)))
+
+
+@router.get("/inbox", response_class=HTMLResponse)
+async def inbox_page(request: Request, cursor: str | None = None, limit: int = inbox.DEFAULT_LIMIT,
+                     saga_type: Annotated[str | None, Query(alias="type")] = None, kind: str | None = None,
+                     stuck_after: str | None = None, stuck_before: str | None = None) -> Response:
+    """What needs a human, stuck longest first, a page at a time ("next" carries the cursor and the filters)."""
+    console = console_of(request)
+    if (denied := _viewer(request, console)) is not None:
+        return denied
+    query = inbox_query(cursor, max(1, min(limit, inbox.MAX_LIMIT)), saga_type, [kind] if kind else None, stuck_after,
+                        stuck_before)
+    page = await inbox.inbox(console.reads, query)
+    filters = {"type": saga_type or "", "kind": kind or "", "stuck_after": stuck_after or "",
+               "stuck_before": stuck_before or "", "limit": str(query.limit)}
+    shown = {name: value for name, value in filters.items() if value}
+    next_href = (f"/inbox?{urlencode({**shown, 'cursor': page.next_cursor})}" if page.next_cursor else None)
+    return _page(request, "inbox.html", console, page=page, filters=filters, next_href=next_href,
+                 kinds=[k.value for k in inbox.Kind if k is not inbox.Kind.DEAD_LETTER],
+                 saga_types=sorted(console.reads.definitions.types()))
+
+
+@router.get("/inbox/count", response_class=HTMLResponse)
+async def inbox_count_fragment(request: Request) -> Response:
+    """The navigation's inbox badge (loaded by htmx, so no page waits on it)."""
+    console = console_of(request)
+    if _viewer(request, console) is not None:
+        return HTMLResponse("")
+    found = await inbox.count(console.reads)
+    return HTMLResponse(f'<span class="count" data-count="{found}">{found}</span>' if found else "")
 
 
 @router.get("/definitions", response_class=HTMLResponse)

@@ -81,6 +81,22 @@ class WedgedGroup:
     saga_ids: list[str]
 
 
+@dataclass(frozen=True)
+class StuckQuery:
+    """Which sagas of the read model the inbox takes (``operations.inbox``): those in ``statuses``, and those in
+    ``failing`` whose current step (or compensation) failed at least ``min_failures`` times; of ``saga_type`` when
+    given; last updated at or after ``since_ms`` and before ``before_ms`` when given; after ``after`` (updated_at
+    in ms, saga id) in (updated_at ms, saga id) order."""
+
+    statuses: tuple[str, ...]
+    failing: tuple[str, ...] = ()
+    min_failures: int = 3
+    saga_type: str | None = None
+    since_ms: int | None = None
+    before_ms: int | None = None
+    after: tuple[int, str] | None = None
+
+
 TimerView = PendingTimer
 """A durable timer of one saga, still waiting."""
 
@@ -183,6 +199,11 @@ class ReadsStore(Protocol):
     async def awaiting(self, participant: Participant, saga_id: str | None = None) -> list[AwaitingCommand]:
         """The commands ``participant`` deferred to a person (of one saga, when given), oldest first; none when the
         participant has not started here yet."""
+        ...
+
+    async def stuck_sagas(self, query: StuckQuery, limit: int) -> list[SagaSummaryRow]:
+        """At most ``limit`` sagas ``query`` takes, the longest unchanged first: by updated_at (to the millisecond),
+        then saga id in byte order."""
         ...
 
 

@@ -9,6 +9,7 @@ the memory ones from their store's clock (here the wall clock too).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from saga_orchestrator.operations.ports import (
     ShapeStatusCount,
     SignalStore,
     StoredSession,
+    StuckQuery,
     TimerView,
     VerifyStore,
 )
@@ -157,6 +159,36 @@ async def test_wedged_groups_unfinished_sagas_by_step_and_error(wing: Wing) -> N
     assert [(g.saga_type, g.step, g.error, g.count, g.max_failures, g.saga_ids) for g in groups] == [
         ("trip", "pay", "Declined", 2, 5, ["b", "a"]), ("trip", "book_hotel", "timeout", 1, 4, ["c"])]
     assert [g.saga_ids for g in await wing.reads.wedged(3, 1, ["FAILED"])] == [["b"], ["c"]]
+
+
+async def test_stuck_sagas_take_states_and_failing_ones_longest_unchanged_first(wing: Wing) -> None:
+    now = wing.now_ms
+    await wing.write(Writes(summaries=[
+        row("a", "FAILED", 30 * HOUR_MS, now, updated_ago_ms=26 * HOUR_MS),  # ended long ago: still taken
+        row("b", "QUARANTINED", HOUR_MS, now, updated_ago_ms=HOUR_MS, saga_type="refund"),
+        row("c", "RUNNING", HOUR_MS, now, updated_ago_ms=2 * HOUR_MS, step="pay", failures=3),
+        row("d", "RUNNING", HOUR_MS, now, updated_ago_ms=3 * HOUR_MS, step="pay", failures=2),  # too few
+        row("e", "COMPLETED", HOUR_MS, now, updated_ago_ms=4 * HOUR_MS, step="pay", failures=5),  # not failing
+        row("f", "COMPENSATING", HOUR_MS, now, updated_ago_ms=HOUR_MS, step="book_flight", failures=4),
+        row("g", "FAILED", HOUR_MS, now, updated_ago_ms=HOUR_MS)]))  # f's and g's stamp: ids break the tie
+    everything = StuckQuery(statuses=("FAILED", "QUARANTINED"), failing=("RUNNING", "COMPENSATING"), min_failures=3)
+
+    async def ids(query: StuckQuery, limit: int = 10) -> list[str]:
+        return [r.saga_id for r in await wing.reads.stuck_sagas(query, limit)]
+
+    assert await ids(everything) == ["a", "c", "b", "f", "g"]
+    assert await ids(everything, 2) == ["a", "c"]
+    taken = await wing.reads.stuck_sagas(everything, 10)
+    after_c = (taken[1].updated_at_ms, "c")
+    assert await ids(StuckQuery(("FAILED", "QUARANTINED"), ("RUNNING", "COMPENSATING"), after=after_c)) == [
+        "b", "f", "g"]
+    after_b = (taken[2].updated_at_ms, "b")
+    assert await ids(StuckQuery(("FAILED", "QUARANTINED"), ("RUNNING", "COMPENSATING"), after=after_b)) == ["f", "g"]
+    assert await ids(StuckQuery(("FAILED",))) == ["a", "g"]
+    assert await ids(StuckQuery((), ("COMPENSATING",), min_failures=4)) == ["f"]
+    assert await ids(dataclasses.replace(everything, saga_type="refund")) == ["b"]
+    assert await ids(dataclasses.replace(everything, since_ms=now - 2 * HOUR_MS - MINUTE_MS,
+                                         before_ms=now - HOUR_MS)) == ["c"]
 
 
 async def test_the_fleet_counts_by_type_state_and_age(wing: Wing) -> None:

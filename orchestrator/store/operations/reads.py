@@ -21,6 +21,7 @@ from ....operations.ports import (
     SagaFilter,
     ShapeStatusCount,
     StoredSaga,
+    StuckQuery,
     TimerView,
     WedgedGroup,
     age_bucket,
@@ -219,6 +220,24 @@ class PostgresReads:
         except asyncpg.UndefinedTableError:
             return []  # the participant has not started here yet
 
+    async def stuck_sagas(self, query: StuckQuery, limit: int) -> list[SagaSummaryRow]:
+        # Ordered and paged on updated_at truncated to the millisecond (what a row carries), so a cursor made of a
+        # row's updated_at_ms takes the rows after it exactly once. The bounds on updated_at itself let the
+        # (status, updated_at) index narrow the scan; the step_failures partial index finds the failing ones.
+        after_ms, after_id = query.after or (None, None)
+        rows = await self._pool.fetch(
+            f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary"
+            " WHERE (status = ANY($1::text[]) OR (status = ANY($2::text[]) AND step_failures >= $3))"
+            "   AND ($4::text IS NULL OR saga_type = $4)"
+            "   AND ($5::int8 IS NULL OR updated_at >= to_timestamp($5::float8 / 1000))"
+            "   AND ($6::int8 IS NULL OR updated_at < to_timestamp($6::float8 / 1000))"
+            "   AND ($7::int8 IS NULL OR updated_at >= to_timestamp($7::float8 / 1000)"
+            "        AND (date_trunc('milliseconds', updated_at), saga_id) > (to_timestamp($7::float8 / 1000), $8))"
+            " ORDER BY date_trunc('milliseconds', updated_at), saga_id LIMIT $9",
+            list(query.statuses), list(query.failing), query.min_failures, query.saga_type, query.since_ms,
+            query.before_ms, after_ms, after_id, limit, timeout=self._timeout_s)
+        return [summary_row(r) for r in rows]
+
 
 def matches(row: SagaSummaryRow, selection: SagaFilter, now_ms: int, started_by: bool = False) -> bool:
     """Whether ``selection`` takes ``row`` at ``now_ms`` (what ``filter_sql`` says in SQL)."""
@@ -318,3 +337,12 @@ class MemoryReads:
 
     async def awaiting(self, participant: Participant, saga_id: str | None = None) -> list[AwaitingCommand]:
         return []
+
+    async def stuck_sagas(self, query: StuckQuery, limit: int) -> list[SagaSummaryRow]:
+        rows = [s for s in self._store.summaries.values()
+                if (s.status in query.statuses or (s.status in query.failing and s.step_failures >= query.min_failures))
+                and (query.saga_type is None or s.saga_type == query.saga_type)
+                and (query.since_ms is None or s.updated_at_ms >= query.since_ms)
+                and (query.before_ms is None or s.updated_at_ms < query.before_ms)
+                and (query.after is None or (s.updated_at_ms, s.saga_id) > query.after)]
+        return sorted(rows, key=lambda s: (s.updated_at_ms, s.saga_id))[:limit]
