@@ -41,6 +41,8 @@ _BUCKET_SQL = "CASE " + " ".join(
     f"WHEN {_AGE} < {bound} THEN {index}" for index, (_, bound) in enumerate(AGE_BUCKETS) if bound is not None
 ) + f" ELSE {len(AGE_BUCKETS) - 1} END"
 """A saga's age bucket: its index in ``AGE_BUCKETS``."""
+_STAMP = "date_trunc('milliseconds', updated_at AT TIME ZONE 'UTC')"
+"""A row's updated_at to the millisecond, as ``saga_summary_inbox_idx`` holds it."""
 
 
 VERSION_COUNTS_SQL = (
@@ -222,8 +224,8 @@ class PostgresReads:
 
     async def stuck_sagas(self, query: StuckQuery, limit: int) -> list[SagaSummaryRow]:
         # Ordered and paged on updated_at truncated to the millisecond (what a row carries), so a cursor made of a
-        # row's updated_at_ms takes the rows after it exactly once. The bounds on updated_at itself let the
-        # (status, updated_at) index narrow the scan; the step_failures partial index finds the failing ones.
+        # row's updated_at_ms takes the rows after it exactly once; in UTC, the order of saga_summary_inbox_idx
+        # (migration 013): a page reads its rows off the index and stops.
         after_ms, after_id = query.after or (None, None)
         rows = await self._pool.fetch(
             f"SELECT {SUMMARY_COLUMNS} FROM {self._s}.saga_summary"
@@ -232,8 +234,8 @@ class PostgresReads:
             "   AND ($5::int8 IS NULL OR updated_at >= to_timestamp($5::float8 / 1000))"
             "   AND ($6::int8 IS NULL OR updated_at < to_timestamp($6::float8 / 1000))"
             "   AND ($7::int8 IS NULL OR updated_at >= to_timestamp($7::float8 / 1000)"
-            "        AND (date_trunc('milliseconds', updated_at), saga_id) > (to_timestamp($7::float8 / 1000), $8))"
-            " ORDER BY date_trunc('milliseconds', updated_at), saga_id LIMIT $9",
+            f"        AND ({_STAMP}, saga_id) > (to_timestamp($7::float8 / 1000) AT TIME ZONE 'UTC', $8))"
+            f" ORDER BY {_STAMP}, saga_id LIMIT $9",
             list(query.statuses), list(query.failing), query.min_failures, query.saga_type, query.since_ms,
             query.before_ms, after_ms, after_id, limit, timeout=self._timeout_s)
         return [summary_row(r) for r in rows]
