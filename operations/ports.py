@@ -164,7 +164,8 @@ class ReadsStore(Protocol):
     async def search(self, search: SagaSearch, limit: int) -> list[SagaSummaryRow]:
         """At most ``limit`` sagas ``search`` finds: the exact matches first (its id, or a key whose value equals
         ``search.value`` but for case), then those with a key that only starts with it; each group the newest
-        started first."""
+        started first. A text that starts very many keys may be looked for among the first few thousand of them in
+        value order (``PostgresReads``: ``SEARCH_CANDIDATES``): every exact match, then the closest values."""
         ...
 
     async def search_keys(self, saga_id: str) -> dict[str, str]:
