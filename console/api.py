@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -211,11 +212,30 @@ async def list_sagas(console: ConsoleDep, _: Reader, status: Annotated[list[str]
         raise HTTPException(400, str(refused)) from None
 
 
+def epoch_ms(moment: datetime | None) -> int | None:
+    """``moment`` in epoch milliseconds (UTC when it names no zone)."""
+    if moment is None:
+        return None
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
 @router.get("/search", response_model=list[SagaSummaryRow],
-            summary="Find sagas by id or by a searchable input field (q=value, or q=field=value)")
+            summary="Find sagas by id, or by the start of a searchable input field's value, whatever the case "
+                    "(q=value, or q=field=value); exact matches first, then the newest")
 async def search(console: ConsoleDep, _: Reader, q: str,
+                 tenant: Annotated[str | None, Query(description="Only this tenant's sagas.")] = None,
+                 started_after: Annotated[datetime | None, Query(description="Started at or after (ISO 8601; UTC "
+                                                                              "when no zone).")] = None,
+                 started_before: Annotated[datetime | None, Query(description="Started before.")] = None,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[SagaSummaryRow]:
-    return await console.reads.search(q, limit)
+    return await console.reads.search(q, limit, tenant=tenant, started_after_ms=epoch_ms(started_after),
+                                      started_before_ms=epoch_ms(started_before))
+
+
+@router.get("/search/fields", response_model=dict[str, list[str]],
+            summary="The input fields each deployed saga type is found by (q=field=value)")
+async def search_fields(console: ConsoleDep, _: Reader) -> dict[str, list[str]]:
+    return {saga_type: list(names) for saga_type, names in console.reads.searchable_fields().items()}
 
 
 @router.get("/sagas/{saga_id}", response_model=SagaDetail, summary="One saga's state")

@@ -27,7 +27,7 @@ from ..schemas.codec import WireError
 from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
 from . import letter_replays, operating
-from .api import actor, detail, effects, inbox_query
+from .api import actor, detail, effects, epoch_ms, inbox_query
 from .context import Console, console_of
 from .guard import Refused, caller_of
 
@@ -168,15 +168,20 @@ async def sagas_page(request: Request, status: str | None = None, saga_type: str
 
 
 @router.get("/search", response_class=HTMLResponse)
-async def search_page(request: Request, q: str = "") -> Response:
+async def search_page(request: Request, q: str = "", tenant: str = "", started_after: str = "",
+                      started_before: str = "") -> Response:
     console = console_of(request)
     if (denied := _viewer(request, console)) is not None:
         return denied
-    rows = await console.reads.search(q)
-    return _page(request, "list.html", console, rows=rows, query=q,
-                                              heading=f"Sagas matching {q!r}",
-                                              note="By saga id, or any searchable field of the input "
-                                                   "(field=value for one field).")
+    try:
+        after, before = (epoch_ms(datetime.fromisoformat(text) if text else None)
+                         for text in (started_after, started_before))
+    except ValueError:
+        raise HTTPException(400, "a start bound is not a date and time (2026-01-31T12:00)") from None
+    rows = await console.reads.search(q, tenant=tenant.strip() or None, started_after_ms=after,
+                                      started_before_ms=before)
+    return _page(request, "search.html", console, rows=rows, query=q, tenant=tenant, started_after=started_after,
+                 started_before=started_before, fields=console.reads.searchable_fields())
 
 
 @router.get("/wedged", response_class=HTMLResponse)

@@ -70,6 +70,21 @@ class SagaFilter:
 
 
 @dataclass(frozen=True)
+class SagaSearch:
+    """What a search looks for (``operations.search.parse`` reads it from a search box's text): the saga whose id
+    is ``saga_id``, and the sagas with a search key (in ``field``; any when empty) whose value starts with
+    ``value``, whatever the case; of them, those of ``tenant`` started in [``started_after_ms``,
+    ``started_before_ms``) when given."""
+
+    saga_id: str
+    value: str
+    field: str = ""
+    tenant: str | None = None
+    started_after_ms: int | None = None
+    started_before_ms: int | None = None
+
+
+@dataclass(frozen=True)
 class WedgedGroup:
     """Unfinished sagas stuck on one step of one type with one error, at least N failures each."""
 
@@ -162,9 +177,11 @@ class ReadsStore(Protocol):
         model, in one aggregate), in no particular order."""
         ...
 
-    async def search(self, saga_id: str, field: str, value: str, limit: int) -> list[SagaSummaryRow]:
-        """Sagas whose id is ``saga_id`` or that have a search key ``value`` (in ``field``; any when empty),
-        the newest started first."""
+    async def search(self, search: SagaSearch, limit: int) -> list[SagaSummaryRow]:
+        """At most ``limit`` sagas ``search`` finds: the exact matches first (its id, or a key whose value equals
+        ``search.value`` but for case), then those with a key that only starts with it; each group the newest
+        started first. A text that starts very many keys may be looked for among the first few thousand of them in
+        value order (``PostgresReads``: ``SEARCH_CANDIDATES``): every exact match, then the closest values."""
         ...
 
     async def search_keys(self, saga_id: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import pytest
@@ -24,6 +25,7 @@ from saga_orchestrator.operations.ports import (
     ReadsStore,
     RetryTimer,
     SagaFilter,
+    SagaSearch,
     SessionStore,
     ShapeStatusCount,
     SignalStore,
@@ -134,17 +136,72 @@ async def test_list_sagas_filters_and_lists_the_oldest_started_first(wing: Wing)
     assert await wing.reads.count_by_status() == {"COMPLETED": 1, "RUNNING": 2}
 
 
+def search(saga_id: str, value: str, field: str = "", **filters: Any) -> SagaSearch:
+    return SagaSearch(saga_id=saga_id, value=value, field=field, **filters)
+
+
 async def test_search_finds_by_id_by_value_and_by_field_newest_first(wing: Wing) -> None:
     now = wing.now_ms
     await wing.write(Writes(summaries=[row("a", "RUNNING", 2 * MINUTE_MS, now), row("b", "RUNNING", MINUTE_MS, now)],
                             search_keys=[SearchKey("a", "email", "x@example.com"), SearchKey("b", "customer_id", "a"),
                                          SearchKey("b", "email", "x@example.com")]))
-    assert [r.saga_id for r in await wing.reads.search("zzz", "", "x@example.com", 10)] == ["b", "a"]
-    assert [r.saga_id for r in await wing.reads.search("a", "", "a", 10)] == ["b", "a"]  # its id, b's key
-    assert [r.saga_id for r in await wing.reads.search("zzz", "customer_id", "x@example.com", 10)] == []
-    assert [r.saga_id for r in await wing.reads.search("zzz", "email", "x@example.com", 1)] == ["b"]
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "x@example.com"), 10)] == ["b", "a"]
+    assert [r.saga_id for r in await wing.reads.search(search("a", "a"), 10)] == ["b", "a"]  # its id, b's key
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "x@example.com", "customer_id"), 10)] == []
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "x@example.com", "email"), 1)] == ["b"]
     assert await wing.reads.search_keys("b") == {"customer_id": "a", "email": "x@example.com"}
     assert await wing.reads.search_keys("none") == {}
+
+
+async def test_search_finds_a_values_start_whatever_the_case_exact_matches_first(wing: Wing) -> None:
+    now = wing.now_ms
+    await wing.write(Writes(
+        summaries=[row("old-exact", "COMPLETED", 3 * MINUTE_MS, now), row("prefix", "RUNNING", 2 * MINUTE_MS, now),
+                   row("new-exact", "RUNNING", MINUTE_MS, now), row("other", "RUNNING", 0, now),
+                   row("acme", "RUNNING", 4 * MINUTE_MS, now)],
+        search_keys=[SearchKey("old-exact", "customer_id", "acme"), SearchKey("prefix", "customer_id", "ACME-42"),
+                     SearchKey("prefix", "email", "acme@example.com"),  # two keys match: the saga once
+                     SearchKey("new-exact", "email", "Acme"), SearchKey("other", "customer_id", "acm"),
+                     SearchKey("other", "email", "x-acme@example.com")]))  # acme inside, not at the start
+
+    async def found(query: SagaSearch, limit: int = 10) -> list[str]:
+        return [r.saga_id for r in await wing.reads.search(query, limit)]
+
+    assert await found(search("zzz", "ACME")) == ["new-exact", "old-exact", "prefix"]
+    assert await found(search("acme", "ACME")) == ["new-exact", "old-exact", "acme", "prefix"]  # its id: exact
+    assert await found(search("zzz", "acme-4")) == ["prefix"]
+    assert await found(search("zzz", "ACME", "email")) == ["new-exact", "prefix"]
+    assert await found(search("zzz", "a")) == ["other", "new-exact", "prefix", "old-exact"]  # none exact
+    assert await found(search("zzz", "ACME"), 2) == ["new-exact", "old-exact"]
+    assert await found(search("zzz", "acme%")) == [] and await found(search("zzz", "acm_")) == []  # no wildcards
+
+
+async def test_search_finds_values_holding_equals_signs_and_odd_characters(wing: Wing) -> None:
+    now = wing.now_ms
+    await wing.write(Writes(summaries=[row("s1", "RUNNING", MINUTE_MS, now), row("s2", "RUNNING", 0, now)],
+                            search_keys=[SearchKey("s1", "token", "b=c"), SearchKey("s2", "token", "Zoë=1\\%")]))
+    assert [r.saga_id for r in await wing.reads.search(search("a=b=c", "b=c", "token"), 10)] == ["s1"]
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "b="), 10)] == ["s1"]
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "zoë=1\\"), 10)] == ["s2"]
+
+
+async def test_search_narrows_to_a_tenant_and_a_start_window(wing: Wing) -> None:
+    now = wing.now_ms
+    await wing.write(Writes(
+        summaries=[row("t1-old", "RUNNING", 3 * HOUR_MS, now, tenant="t1"),
+                   row("t1-new", "RUNNING", MINUTE_MS, now, tenant="t1"),
+                   row("t2-new", "RUNNING", MINUTE_MS, now, tenant="t2"), row("none", "RUNNING", 0, now)],
+        search_keys=[SearchKey(i, "customer_id", "acme-1") for i in ("t1-old", "t1-new", "t2-new", "none")]))
+
+    async def found(**filters: Any) -> list[str]:
+        return sorted(r.saga_id for r in await wing.reads.search(search("t2-new", "acme", **filters), 10))
+
+    assert await found(tenant="t1") == ["t1-new", "t1-old"]
+    assert await found(tenant="t3") == []  # the id matches, not the tenant
+    assert await found(started_after_ms=now - HOUR_MS) == ["none", "t1-new", "t2-new"]
+    assert await found(started_before_ms=now - HOUR_MS) == ["t1-old"]
+    assert await found(started_after_ms=now - MINUTE_MS, started_before_ms=now) == ["t1-new", "t2-new"]
+    assert await found(tenant="t2", started_after_ms=now - HOUR_MS) == ["t2-new"]
 
 
 async def test_wedged_groups_unfinished_sagas_by_step_and_error(wing: Wing) -> None:
