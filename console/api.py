@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -212,13 +212,6 @@ async def list_sagas(console: ConsoleDep, _: Reader, status: Annotated[list[str]
         raise HTTPException(400, str(refused)) from None
 
 
-def epoch_ms(moment: datetime | None) -> int | None:
-    """``moment`` in epoch milliseconds (UTC when it names no zone)."""
-    if moment is None:
-        return None
-    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
-
-
 @router.get("/search", response_model=list[SagaSummaryRow],
             summary="Find sagas by id, or by the start of a searchable input field's value, whatever the case "
                     "(q=value, or q=field=value); exact matches first, then the newest")
@@ -228,8 +221,8 @@ async def search(console: ConsoleDep, _: Reader, q: str,
                                                                               "when no zone).")] = None,
                  started_before: Annotated[datetime | None, Query(description="Started before.")] = None,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[SagaSummaryRow]:
-    return await console.reads.search(q, limit, tenant=tenant, started_after_ms=epoch_ms(started_after),
-                                      started_before_ms=epoch_ms(started_before))
+    return await console.reads.search(q, limit, tenant=tenant, started_after_ms=inbox.moment_ms(started_after),
+                                      started_before_ms=inbox.moment_ms(started_before))
 
 
 @router.get("/search/fields", response_model=dict[str, list[str]],
@@ -314,7 +307,8 @@ def inbox_query(cursor: str | None, limit: int, saga_type: str | None, kind: lis
     try:
         query = inbox.InboxQuery(kinds=inbox.kinds_of([n for k in kind or [] for n in k.split(",")]),
                                  saga_type=saga_type or None,
-                                 since_ms=inbox.epoch_ms(stuck_after), before_ms=inbox.epoch_ms(stuck_before),
+                                 since_ms=inbox.parse_moment_ms(stuck_after),
+                                 before_ms=inbox.parse_moment_ms(stuck_before),
                                  cursor=cursor or None, limit=limit)
         if query.cursor:
             inbox.decode_cursor(query.cursor)

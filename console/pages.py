@@ -27,7 +27,7 @@ from ..schemas.codec import WireError
 from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
 from . import letter_replays, operating
-from .api import actor, detail, effects, epoch_ms, inbox_query
+from .api import actor, detail, effects, inbox_query
 from .context import Console, console_of
 from .guard import Refused, caller_of
 
@@ -174,7 +174,7 @@ async def search_page(request: Request, q: str = "", tenant: str = "", started_a
     if (denied := _viewer(request, console)) is not None:
         return denied
     try:
-        after, before = (epoch_ms(datetime.fromisoformat(text) if text else None)
+        after, before = (inbox.moment_ms(datetime.fromisoformat(text) if text else None)
                          for text in (started_after, started_before))
     except ValueError:
         raise HTTPException(400, "a start bound is not a date and time (2026-01-31T12:00)") from None

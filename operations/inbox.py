@@ -120,16 +120,20 @@ def kinds_of(names: Sequence[str]) -> frozenset[Kind]:
     return frozenset(found)
 
 
-def epoch_ms(moment: str | None) -> int | None:
+def moment_ms(moment: datetime | None) -> int | None:
+    """``moment`` in epoch milliseconds (UTC when it names no zone); None for None."""
+    if moment is None:
+        return None
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+def parse_moment_ms(moment: str | None) -> int | None:
     """Epoch milliseconds of an ISO 8601 time (UTC when it has no offset), or of a number of epoch milliseconds;
     None for None or ""; ValueError for anything else."""
     if not moment or not moment.strip():
         return None
     text = moment.strip()
-    if text.isdigit():
-        return int(text)
-    parsed = datetime.fromisoformat(text)
-    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp() * 1000)
+    return int(text) if text.isdigit() else moment_ms(datetime.fromisoformat(text))
 
 
 def encode_cursor(key: tuple[int, str]) -> str:

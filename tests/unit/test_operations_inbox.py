@@ -133,4 +133,4 @@ def test_a_bad_kind_or_cursor_is_refused() -> None:
         inbox.decode_cursor("not-a-cursor")
     assert inbox.decode_cursor(inbox.encode_cursor((5, "a"))) == (5, "a")
     assert inbox.kinds_of(["COMPENSATION_FAILED", " wedged "]) == {Kind.COMPENSATION_FAILED, Kind.WEDGED}
-    assert inbox.epoch_ms("1970-01-01T00:00:01") == 1000 and inbox.epoch_ms("") is None
+    assert inbox.parse_moment_ms("1970-01-01T00:00:01") == 1000 and inbox.parse_moment_ms("") is None
