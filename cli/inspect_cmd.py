@@ -348,10 +348,14 @@ def list_sagas(
     if as_json:
         print_json({"sagas": [dataclasses.asdict(row) for row in rows], "counts": counts})
         return
-    table = Table("saga", "type", "state", "started (UTC)", "updated (UTC)", "events", "step", "reason")
+    # The columns of the console's saga table (current step, its failures, its last error), then what ended or
+    # unwound the saga: the failed step and the reason.
+    table = Table("saga", "type", "state", "started (UTC)", "updated (UTC)", "events", "current step", "failures",
+                  "last error", "failed step", "reason")
     for row in rows:
         table.add_row(row.saga_id, row.saga_type, row.status, when(row.started_at_ms), when(row.updated_at_ms),
-                      str(row.last_seq), row.failed_step or "", (row.reason or "")[:60])
+                      str(row.last_seq), row.current_step or "", str(row.step_failures or ""), row.last_error or "",
+                      row.failed_step or "", (row.reason or "")[:60])
     console.print(table)
     console.print("  ".join(f"{name}: {count}" for name, count in sorted(counts.items())) or "no sagas")
 
