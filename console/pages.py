@@ -76,8 +76,15 @@ def _viewer(request: Request, console: Console) -> Response | None:
     if console.identity.mode == "anonymous" or console.identity.operator(request) is not None:
         return None
     if console.identity.mode == "login":
-        return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+        return _to_login(request, console)
     raise HTTPException(401, f"the proxy did not name the operator ({console.identity.header})")
+
+
+def _to_login(request: Request, console: Console) -> Response:
+    """Off to the login, which leads back to the page the operator was on, its query kept."""
+    url = request.url
+    place = on_site(url.path + (f"?{url.query}" if url.query else ""))
+    return RedirectResponse(f"/login?next={quote(place, safe='')}", status_code=303)
 
 
 def timeline_line(event: Event, at_ms: int, schemas: SchemaRegistry) -> dict[str, Any]:

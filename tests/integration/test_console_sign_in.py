@@ -7,7 +7,7 @@ import base64
 import itertools
 import re
 from collections.abc import AsyncIterator
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
@@ -129,6 +129,21 @@ async def test_the_redirect_after_sign_in_stays_on_site(console: httpx.AsyncClie
         assert "evil.example" not in answer.headers["location"].split("next=")[0]
         page = await console.get("/login", params={"next": asked})
         assert 'name="next" value="/"' in page.text
+
+
+PLACE = "/sagas?status=RUNNING&saga_type=trip"
+
+
+async def test_the_sign_in_leads_back_to_the_page_with_its_query(console: httpx.AsyncClient) -> None:
+    sent = await console.get(PLACE)
+    assert sent.status_code == 303 and sent.headers["location"] == f"/login?next={quote(PLACE, safe='')}"
+    page = await console.get(sent.headers["location"])
+    assert f'name="next" value="{PLACE.replace("&", "&amp;")}"' in page.text and "session ended" not in page.text
+    signed_in = await _sign_in(console, next_path=PLACE)
+    assert signed_in.status_code == 303 and signed_in.headers["location"] == PLACE
+    console.cookies.clear()
+    refused = await console.post("/login", data={"name": NAME, "password": "wrong", "next": PLACE})
+    assert unquote(refused.headers["location"]).endswith(f"next={PLACE}")  # the next try leads back there too
 
 
 async def test_no_page_may_be_framed(console: httpx.AsyncClient) -> None:
