@@ -294,7 +294,7 @@ def history(saga_id: str = typer.Argument(..., help="The saga id."),
     events = run(load_history(saga_id))
     if as_json:
         for event in events:
-            console.print_json(_json(event))
+            typer.echo(_json(event))  # one line each, as --follow prints them
         return
     table = Table("seq", "time (UTC)", "event", "step", "attempt", "error", "detail")
     for event in events:

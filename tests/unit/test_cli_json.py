@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from saga_orchestrator.cli import audit_cmd, bulk_cmd, inspect_cmd, outbox_cmd
+from saga_orchestrator.cli import audit_cmd, bulk_cmd, dlq_cmd, inspect_cmd, outbox_cmd
 from saga_orchestrator.cli.main import app
 from saga_orchestrator.operations.bulk_jobs import BulkJob, Count, Selection
+from saga_orchestrator.operations.dead_letters import Parked
 from saga_orchestrator.orchestrator.audit import Difference
 from saga_orchestrator.orchestrator.domain.model import SagaState, SagaStatus, StepState, StepStatus
 from saga_orchestrator.outbox.parked import ParkedRow
@@ -137,3 +138,17 @@ def test_audit_json_has_every_difference_and_exits_1_on_any(monkeypatch: pytest.
     assert _json_lines(result.stdout) == [{"figures": {"sagas": 2}, "states_from_topic": {"COMPLETED": 2},
                                            "differences": [{"saga_id": "t-1", "seq": 3,
                                                             "problem": "missing from the topic"}]}]
+
+
+def test_dlq_list_json_prints_one_object_per_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    letters = [Parked(0, 7, 1_000, None), Parked(1, 3, 2_000, None)]
+
+    async def read(current: Any) -> list[Parked]:
+        return letters
+
+    monkeypatch.setattr(dlq_cmd, "read_parked", read)
+    result = runner.invoke(app, ["dlq", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    assert _json_lines(result.stdout) == [
+        {"position": "0:7", "timestamp": 1_000, "replays": [], "readable": False},
+        {"position": "1:3", "timestamp": 2_000, "replays": [], "readable": False}]
