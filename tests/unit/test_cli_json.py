@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from typer.testing import CliRunner
 
 from saga_orchestrator.cli import audit_cmd, bulk_cmd, dlq_cmd, inspect_cmd, outbox_cmd
 from saga_orchestrator.cli.main import app
+from saga_orchestrator.infra import launcher
+from saga_orchestrator.infra.launcher.stack import ServiceStatus
 from saga_orchestrator.operations.bulk_jobs import BulkJob, Count, Selection
 from saga_orchestrator.operations.dead_letters import Parked
 from saga_orchestrator.orchestrator.audit import Difference
@@ -152,3 +155,16 @@ def test_dlq_list_json_prints_one_object_per_line(monkeypatch: pytest.MonkeyPatc
     assert _json_lines(result.stdout) == [
         {"position": "0:7", "timestamp": 1_000, "replays": [], "readable": False},
         {"position": "1:3", "timestamp": 2_000, "replays": [], "readable": False}]
+
+
+def test_infra_status_json_is_one_object_per_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher, "status", lambda current: [
+        ServiceStatus("postgres", True, False, "127.0.0.1", 15432, 42, Path("/data/pg")),
+        ServiceStatus("kafka", False, True, "broker:9092", None, None, None)])
+    result = runner.invoke(app, ["infra", "status", "--json"])
+    assert result.exit_code == 0, result.output
+    assert _json_lines(result.stdout) == [
+        {"name": "postgres", "running": True, "external": False, "address": "127.0.0.1", "port": 15432, "pid": 42,
+         "data_dir": "/data/pg"},
+        {"name": "kafka", "running": False, "external": True, "address": "broker:9092", "port": None, "pid": None,
+         "data_dir": None}]
