@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -63,6 +63,9 @@ def _page(request: Request, name: str, console: Console, **context: Any) -> HTML
         "identity_mode": console.identity.mode, "flash": request.query_params.get("flash"), **context})
 
 
+SESSION_ENDED = "Your session ended; sign in again."
+
+
 def on_site(path: str) -> str:
     """``path`` when it is a path of this console, else ``/``: a sign-in never sends anyone to another site
     (``//host``, ``/\\host`` and ``https:`` all lead off it)."""
@@ -76,8 +79,22 @@ def _viewer(request: Request, console: Console) -> Response | None:
     if console.identity.mode == "anonymous" or console.identity.operator(request) is not None:
         return None
     if console.identity.mode == "login":
-        return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+        return _to_login(request, console)
     raise HTTPException(401, f"the proxy did not name the operator ({console.identity.header})")
+
+
+def _to_login(request: Request, console: Console) -> Response:
+    """Off to the login, which leads back to the page the operator was on, its query kept, and says so when the
+    request's session cookie names a session that ended. From htmx (a fragment the page asked for) the page is
+    its ``HX-Current-URL`` and the answer a 401 whose ``HX-Redirect`` sends the whole page."""
+    current = request.headers.get("hx-current-url") if request.headers.get("hx-request") == "true" else None
+    url = urlsplit(current) if current is not None else request.url
+    place = on_site(url.path + (f"?{url.query}" if url.query else ""))
+    ended = f"flash={quote(SESSION_ENDED)}&" if console.cookie in request.cookies else ""
+    target = f"/login?{ended}next={quote(place, safe='')}"
+    if current is not None:
+        return Response(status_code=401, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)
 
 
 def timeline_line(event: Event, at_ms: int, schemas: SchemaRegistry) -> dict[str, Any]:
@@ -299,7 +316,7 @@ async def act_page(request: Request, saga_id: str, action: str = Form(...), step
                    reason: str | None = Form(None)) -> Response:
     """A lever from the saga's page: sent, audited, and back to the page (whose timeline shows the outcome)."""
     console = console_of(request)
-    operator = actor(request, console)
+    operator = _form_actor(request, console)
     await console.act(operator, saga_id, action, step or None, reason or None)
     said = f"{action}{f' {step}' if step else ''} sent for {operator}; the timeline shows what the orchestrator did"
     if request.headers.get("HX-Request"):  # htmx: the page stays, its live timeline shows the outcome
@@ -311,7 +328,7 @@ async def act_page(request: Request, saga_id: str, action: str = Form(...), step
 async def signal_page(request: Request, saga_id: str, signal: str = Form(...), payload: str = Form(...)) -> Response:
     """A signal from the saga's page: its payload (JSON) checked against the signal's record, sent, audited."""
     console = console_of(request)
-    operator = actor(request, console)
+    operator = _form_actor(request, console)
     try:
         fields = json.loads(payload)
     except json.JSONDecodeError as error:
@@ -329,9 +346,19 @@ async def signal_page(request: Request, saga_id: str, signal: str = Form(...), p
 
 
 async def _lever_form(request: Request) -> tuple[Console, str, Any]:
-    """A lever form's console, its signed-in operator (refused with 401 or 403 otherwise) and its fields."""
+    """A lever form's console, its signed-in operator (``_form_actor``) and its fields."""
     console = console_of(request)
-    return console, actor(request, console), await request.form()
+    return console, _form_actor(request, console), await request.form()
+
+
+def _form_actor(request: Request, console: Console) -> str:
+    """The operator of a page's form (``api.actor``: 401 or 403 when there is none); an htmx form of a login
+    console that meets no session is also told (``HX-Redirect``) to send its whole page to the login."""
+    if console.levers and console.identity.mode == "login" and console.identity.operator(request) is None:
+        sent = _to_login(request, console)
+        if "hx-redirect" in sent.headers:
+            raise HTTPException(401, SESSION_ENDED, headers={"HX-Redirect": sent.headers["hx-redirect"]})
+    return actor(request, console)
 
 
 def _flash(*lines: str, error: bool = False, data: str = "") -> HTMLResponse:
