@@ -12,10 +12,12 @@ from ..operations import bulk_jobs
 from ..operations.bulk_jobs import DEFAULT_RATE_PER_S, BulkJob, BulkJobError, Selection
 from ..operations.ports import BulkJobStore
 from ..operations.postgres import bulk_job_store
-from .context import console, database, deployed_definitions, fail, run, settings
+from .context import console, database, deployed_definitions, fail, print_json, run, settings
 from .inspect_cmd import parse_duration, when
 
 T = TypeVar("T")
+
+JSON_TIMES = "times as epoch milliseconds (*_ms), the selection as the job records it."
 
 bulk_app = typer.Typer(no_args_is_help=True, help="Bulk operations: count a selection of sagas, then pull a lever "
                                                   "on all of them as a job the orchestrator runs, at a rate.")
@@ -56,11 +58,16 @@ def _with_store(work: Callable[[BulkJobStore], Awaitable[T]]) -> T:
 
 @bulk_app.command("count")
 def count(saga_type: str | None = TYPE, state: list[str] | None = STATE, older_than: str | None = OLDER_THAN,
-          tenant: str | None = TENANT, error: str | None = ERROR, participant: str | None = PARTICIPANT) -> None:
+          tenant: str | None = TENANT, error: str | None = ERROR, participant: str | None = PARTICIPANT,
+          as_json: bool = typer.Option(False, "--json", help="As one JSON object: the selection, the total and the "
+                                                             "first ids.")) -> None:
     """The dry run: how many sagas the selection matches now, and the first few ids. Changes nothing."""
     selection = _selection(saga_type, state, older_than, tenant, error, participant)
     registry = deployed_definitions()
     found = _with_store(lambda store: bulk_jobs.count(store, selection, registry))
+    if as_json:
+        print_json({"selection": selection.to_json(), "total": found.total, "sample": found.sample})
+        return
     console.print(f"{found.total} sagas match ({selection.describe()})")
     if found.sample:
         more = f" and {found.total - len(found.sample)} more" if found.total > len(found.sample) else ""
@@ -100,9 +107,14 @@ def start(
 
 
 @bulk_app.command("list")
-def list_jobs(limit: int = typer.Option(20, "--limit", min=1, help="At most this many jobs, newest first.")) -> None:
+def list_jobs(limit: int = typer.Option(20, "--limit", min=1, help="At most this many jobs, newest first."),
+              as_json: bool = typer.Option(False, "--json", help="One JSON object per job; " + JSON_TIMES)) -> None:
     """The latest bulk jobs: who started them, on what, and how far they got."""
     found = _with_store(lambda store: bulk_jobs.jobs(store, limit))
+    if as_json:
+        for job in found:
+            print_json(job.to_json())
+        return
     table = Table("job", "status", "action", "selection", "done", "total", "refused", "operator", "started (UTC)")
     for job in found:
         table.add_row(str(job.id), job.status, _action(job), _selected(job), str(job.done), str(job.total),
@@ -111,11 +123,15 @@ def list_jobs(limit: int = typer.Option(20, "--limit", min=1, help="At most this
 
 
 @bulk_app.command("show")
-def show(job_id: int = typer.Argument(..., help="The job's id (`saga bulk list`).")) -> None:
+def show(job_id: int = typer.Argument(..., help="The job's id (`saga bulk list`)."),
+         as_json: bool = typer.Option(False, "--json", help="As one JSON object; " + JSON_TIMES)) -> None:
     """One bulk job: what it does, to which selection, who started it, and its progress."""
     found = _with_store(lambda store: bulk_jobs.job(store, job_id))
     if found is None:
         fail(f"no bulk job {job_id} (`saga bulk list` shows the jobs)")
+    if as_json:
+        print_json({**found.to_json(), "recorded_as": bulk_jobs.job_operator(found.operator, found.id)})
+        return
     console.print(f"bulk job [bold]{found.id}[/]: [bold]{found.status}[/] — {_action(found)} on {_selected(found)}")
     console.print(f"started {when(found.created_at_ms)} by {found.operator}: {found.reason}", highlight=False)
     console.print(f"done {found.done} of {found.total}" + (f", {found.failed} failed" if found.failed else "")

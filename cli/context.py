@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pwd
 import sys
@@ -46,6 +47,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Stop the command with ``message`` (what is wrong and what to do) and a non-zero exit code."""
     errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)  # one line, however narrow the terminal
     raise typer.Exit(code)
+
+
+JSON_HELP = "As JSON: times as epoch milliseconds (UTC), in fields named *_ms."
+
+
+def print_json(value: Any) -> None:
+    """``value`` as one line of JSON on stdout, nothing else on it: what every read's ``--json`` prints (a list
+    prints as one document; a stream prints one object per call). Times are epoch milliseconds (``*_ms``)."""
+    typer.echo(json.dumps(value, default=str))
 
 
 def settings() -> Settings:

@@ -8,7 +8,6 @@ each letter, the replays its saga's history records.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Sequence
 from typing import Annotated
@@ -28,6 +27,7 @@ from .context import (
     fail,
     kafka_clients,
     operator_or_login,
+    print_json,
     producer,
     run,
     settings,
@@ -70,7 +70,7 @@ def list_letters(
                                                       if p.letter and p.letter.saga_id}))
     if as_json:
         for item in shown:
-            console.print_json(json.dumps(dead_letters.letter_record(item, replays.get(item.position, []))))
+            print_json(dead_letters.letter_record(item, replays.get(item.position, [])))
         return
     table = Table("position", "failed at (UTC)", "consumer", "from", "saga", "reason", "bytes", "replayed",
                   title=f"dead letters on {topics(current).dlq}")

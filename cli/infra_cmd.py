@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import typer
@@ -16,7 +17,7 @@ from ..infra.launcher.security import SCRAM_USER
 from ..infra.misconfigured import Misconfigured
 from ..infra.settings import Settings
 from ..participants.runner import hosted_participants
-from .context import terminal_console
+from .context import print_json, terminal_console
 from .migrate_cmd import create_missing_roles, service_roles
 
 infra_app = typer.Typer(no_args_is_help=True, help="Local Kafka and Postgres: start, stop, inspect.")
@@ -85,8 +86,13 @@ def down() -> None:
 
 
 @infra_app.command()
-def status() -> None:
+def status(as_json: bool = typer.Option(False, "--json", help="One JSON object per service (its address may "
+                                                                 "hold a DSN, as the table shows it).")) -> None:
     """Show each service: up or down, address, port, pid, data folder."""
+    if as_json:
+        for found in launcher.status(Settings()):
+            print_json({**dataclasses.asdict(found), "data_dir": str(found.data_dir) if found.data_dir else None})
+        return
     table = Table()
     for header in ("service", "state", "address", "port", "pid", "data folder"):
         table.add_column(header, overflow="fold")  # paths and DSNs are worth more than a tidy table

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -36,7 +37,17 @@ from ..schemas.event_types import (
     SagaStarted,
 )
 from ..schemas.registry import default_registry
-from .context import console, database, deployed_definitions, deployment, fail, run, settings
+from .context import (
+    JSON_HELP,
+    console,
+    database,
+    deployed_definitions,
+    deployment,
+    fail,
+    print_json,
+    run,
+    settings,
+)
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -98,10 +109,14 @@ def folded(saga_id: str, events: list[Event]) -> SagaState:
                 f"{saga_id}`" if quarantined else "") + f"; `saga history {saga_id}` shows its events")
 
 
-def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
+def status(saga_id: str = typer.Argument(..., help="The saga id."),
+           as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Show the saga's state, folded from its events, and each step's state."""
     events = run(load_history(saga_id))
     state = folded(saga_id, events)
+    if as_json:
+        print_json(status_record(state, events, _waits(saga_id, state, events)))
+        return
     console.print(f"saga [bold]{saga_id}[/] ({state.saga_type} v{state.definition_version}): "
                   f"[bold]{state.status.value}[/]" + (f" — {state.reason}" if state.reason else ""))
     if state.status is SagaStatus.PURGED:
@@ -125,10 +140,38 @@ def status(saga_id: str = typer.Argument(..., help="The saga id.")) -> None:
         error = f"{step.last_error_type}: {step.last_error_message or ''}" if step.last_error_type else ""
         table.add_row(step.name, step.status.value, str(step.attempt), str(step.compensation_attempt), error)
     console.print(table)
+    for waiting, why in _waits(saga_id, state, events):
+        console.print(f"{waiting}: {why}", highlight=False)
+
+
+def _waits(saga_id: str, state: SagaState, events: list[Event]) -> list[tuple[str, str]]:
+    """What each open step of an unfinished saga waits on: (step, description)."""
     definition = deployed_definitions().for_history(events)
-    if definition is not None and not state.is_terminal:
-        for wait in waits(definition, state, events, run(_persons(saga_id, definition))):
-            console.print(f"{wait.step}: {wait.describe()}", highlight=False)
+    if definition is None or state.is_terminal:
+        return []
+    persons = run(_persons(saga_id, definition))
+    return [(wait.step, wait.describe()) for wait in waits(definition, state, events, persons)]
+
+
+def status_record(state: SagaState, events: list[Event], open_waits: list[tuple[str, str]]) -> dict[str, Any]:
+    """What ``saga status`` shows, as plain data (its ``--json``): the saga, each step, what open steps wait on
+    and, for a purged saga, its purge; times as epoch milliseconds."""
+    purged = next((event for event in events if isinstance(event, SagaPurged)), None)
+    return {
+        "saga_id": state.saga_id, "saga_type": state.saga_type, "definition_version": state.definition_version,
+        "tenant_id": state.tenant_id, "status": state.status.value, "reason": state.reason, "paused": state.paused,
+        "failed_step": state.failed_step, "compensation_failed_step": state.compensation_failed_step,
+        "started_at_ms": state.started_at, "updated_at_ms": state.updated_at, "last_seq": state.last_seq,
+        "steps": [{"name": step.name, "status": step.status.value, "attempt": step.attempt,
+                   "compensation_attempt": step.compensation_attempt, "last_error_type": step.last_error_type,
+                   "last_error_message": step.last_error_message} for step in state.steps.values()]
+        if state.status is not SagaStatus.PURGED else [],
+        "waits": [{"step": step, "waits_on": why} for step, why in open_waits],
+        "purge": None if purged is None else {
+            "final_status": purged.final_status, "ended_at_ms": purged.ended_at, "purged_at_ms": purged.occurred_at,
+            "purged_through_seq": purged.purged_through_seq, "operator": purged.operator,
+            "digest": purged.purged_digest},
+    }
 
 
 async def _persons(saga_id: str, definition: SagaDefinition) -> dict[str, PersonWait]:
@@ -251,7 +294,7 @@ def history(saga_id: str = typer.Argument(..., help="The saga id."),
     events = run(load_history(saga_id))
     if as_json:
         for event in events:
-            console.print_json(_json(event))
+            typer.echo(_json(event))  # one line each, as --follow prints them
         return
     table = Table("seq", "time (UTC)", "event", "step", "attempt", "error", "detail")
     for event in events:
@@ -265,6 +308,8 @@ def list_sagas(
     saga_type: str | None = typer.Option(None, "--type", help="Only this saga type."),
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's sagas."),
     limit: int = typer.Option(100, "--limit", min=1, help="At most this many rows."),
+    as_json: bool = typer.Option(False, "--json", help="As one JSON object: the rows (each the read model's row) "
+                                                       "and the counts by state; times as epoch milliseconds."),
 ) -> None:
     """List sagas from the read model, the oldest started first: through the console's API when only
     SAGA_API_URL is set, else from the database (the same read either way)."""
@@ -300,10 +345,17 @@ def list_sagas(
                 fail(str(error))
 
     rows, counts = run(query())
-    table = Table("saga", "type", "state", "started (UTC)", "updated (UTC)", "events", "step", "reason")
+    if as_json:
+        print_json({"sagas": [dataclasses.asdict(row) for row in rows], "counts": counts})
+        return
+    # The columns of the console's saga table (current step, its failures, its last error), then what ended or
+    # unwound the saga: the failed step and the reason.
+    table = Table("saga", "type", "state", "started (UTC)", "updated (UTC)", "events", "current step", "failures",
+                  "last error", "failed step", "reason")
     for row in rows:
         table.add_row(row.saga_id, row.saga_type, row.status, when(row.started_at_ms), when(row.updated_at_ms),
-                      str(row.last_seq), row.failed_step or "", (row.reason or "")[:60])
+                      str(row.last_seq), row.current_step or "", str(row.step_failures or ""), row.last_error or "",
+                      row.failed_step or "", (row.reason or "")[:60])
     console.print(table)
     console.print("  ".join(f"{name}: {count}" for name, count in sorted(counts.items())) or "no sagas")
 

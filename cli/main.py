@@ -11,6 +11,7 @@ from . import (
     inspect_cmd,
     levers,
     migrate_cmd,
+    operator_log_cmd,
     purge_cmd,
     reproject_cmd,
     verify_cmd,
@@ -41,6 +42,7 @@ app.command("history")(inspect_cmd.history)
 app.command("list")(inspect_cmd.list_sagas)
 app.command("effects")(inspect_cmd.effects)
 app.command("audit")(audit_cmd.audit)
+app.command("operator-log")(operator_log_cmd.operator_log)
 app.command("verify")(verify_cmd.verify)
 app.command("migrate")(migrate_cmd.migrate_command)
 app.command("reproject")(reproject_cmd.reproject_command)

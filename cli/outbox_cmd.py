@@ -7,6 +7,7 @@ or ``discard`` it, and the rows behind it go on.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
@@ -14,7 +15,7 @@ from rich.table import Table
 
 from ..infra.db import check_identifier
 from ..outbox.parked import discard_parked, list_parked, requeue_parked
-from .context import console, database, fail, run, settings
+from .context import console, database, fail, print_json, run, settings
 
 outbox_app = typer.Typer(no_args_is_help=True, help="Outbox rows the broker refused: list, requeue, discard.")
 
@@ -31,13 +32,19 @@ def _table(schema: str) -> str:
 
 @outbox_app.command("list")
 def list_command(schema: str = typer.Option("saga", "--schema", help=SCHEMA_HELP),
-                 saga_id: str | None = typer.Option(None, "--saga", help="Only this saga's rows.")) -> None:
+                 saga_id: str | None = typer.Option(None, "--saga", help="Only this saga's rows."),
+                 as_json: bool = typer.Option(False, "--json", help="One JSON object per row (parked_at as ISO "
+                                                                    "8601 with its offset).")) -> None:
     """List the parked rows, oldest first, with why the broker refused each."""
     table = _table(schema)
 
     async def body() -> None:
         async with database(settings()) as pool:
             rows = await list_parked(pool, table, saga_id)
+        if as_json:
+            for row in rows:
+                print_json({**dataclasses.asdict(row), "parked_at": row.parked_at.isoformat()})
+            return
         if not rows:
             console.print(f"no parked rows in {table}")
             return

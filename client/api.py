@@ -94,6 +94,11 @@ class SagaApi:
             "/api/v1/sagas", None, {name: value for name, value in filters.items() if value is not None})
         return found
 
+    async def operator_audit(self, limit: int) -> list[dict[str, Any]]:
+        """The console's operator audit, newest first: each ``{operator, action, target, detail, outcome, at_ms}``."""
+        found: list[dict[str, Any]] = await self._get("/api/v1/audit", None, {"limit": limit})
+        return found
+
     async def _get(self, path: str, saga_id: str | None, params: dict[str, Any] | None = None) -> Any:
         try:
             async with httpx.AsyncClient(base_url=self.url, auth=self._auth, timeout=TIMEOUT_S) as client:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from ..operations import bulk_jobs
+from ..operations import bulk_jobs, inbox
 from ..operations.paging import Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.reads import SagaView
@@ -231,10 +232,22 @@ def paged(request: Request, response: Response, page: Page[T]) -> list[T]:
 
 
 @router.get("/search", response_model=list[SagaSummaryRow],
-            summary="Find sagas by id or by a searchable input field (q=value, or q=field=value)")
+            summary="Find sagas by id, or by the start of a searchable input field's value, whatever the case "
+                    "(q=value, or q=field=value); exact matches first, then the newest")
 async def search(console: ConsoleDep, _: Reader, q: str,
+                 tenant: Annotated[str | None, Query(description="Only this tenant's sagas.")] = None,
+                 started_after: Annotated[datetime | None, Query(description="Started at or after (ISO 8601; UTC "
+                                                                              "when no zone).")] = None,
+                 started_before: Annotated[datetime | None, Query(description="Started before.")] = None,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[SagaSummaryRow]:
-    return await console.reads.search(q, limit)
+    return await console.reads.search(q, limit, tenant=tenant, started_after_ms=inbox.moment_ms(started_after),
+                                      started_before_ms=inbox.moment_ms(started_before))
+
+
+@router.get("/search/fields", response_model=dict[str, list[str]],
+            summary="The input fields each deployed saga type is found by (q=field=value)")
+async def search_fields(console: ConsoleDep, _: Reader) -> dict[str, list[str]]:
+    return {saga_type: list(names) for saga_type, names in console.reads.searchable_fields().items()}
 
 
 @router.get(SAGA_PATH, response_model=SagaDetail, summary="One saga's state")
@@ -308,6 +321,39 @@ async def parked(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
 @router.get("/deferred", summary="Commands whose participant deferred its answer")
 async def deferred(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
     return [dataclasses.asdict(row) for row in await console.reads.deferred()]
+
+
+def inbox_query(cursor: str | None, limit: int, saga_type: str | None, kind: list[str] | None,
+                stuck_after: str | None, stuck_before: str | None) -> inbox.InboxQuery:
+    """The inbox query of the API's and the page's parameters (times: ISO 8601, UTC when no offset is given);
+    HTTPException 400 for a kind, time or cursor that is none."""
+    try:
+        query = inbox.InboxQuery(kinds=inbox.kinds_of([n for k in kind or [] for n in k.split(",")]),
+                                 saga_type=saga_type or None,
+                                 since_ms=inbox.parse_moment_ms(stuck_after),
+                                 before_ms=inbox.parse_moment_ms(stuck_before),
+                                 cursor=cursor or None, limit=limit)
+        if query.cursor:
+            inbox.decode_cursor(query.cursor)
+    except ValueError as error:  # InboxError, or a time that is none
+        raise HTTPException(400, str(error)) from None
+    return query
+
+
+@router.get("/inbox", summary="What needs a human, stuck longest first (paged: pass next_cursor as cursor)")
+async def inbox_items(console: ConsoleDep, _: Reader, cursor: str | None = None,
+                      limit: Annotated[int, Query(ge=1, le=inbox.MAX_LIMIT)] = inbox.DEFAULT_LIMIT,
+                      saga_type: Annotated[str | None, Query(alias="type")] = None,
+                      kind: Annotated[list[str] | None, Query()] = None, stuck_after: str | None = None,
+                      stuck_before: str | None = None) -> dict[str, Any]:
+    query = inbox_query(cursor, limit, saga_type, kind, stuck_after, stuck_before)
+    page = await inbox.inbox(console.reads, query)
+    return {"items": [dataclasses.asdict(item) for item in page.items], "next_cursor": page.next_cursor}
+
+
+@router.get("/inbox/count", summary="How many sagas ended needing a human or are quarantined")
+async def inbox_count(console: ConsoleDep, _: Reader) -> dict[str, int]:
+    return {"count": await inbox.count(console.reads)}
 
 
 @router.get("/audit", summary="What operators did through the console, newest first",

@@ -10,14 +10,14 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode, urlsplit
 
-from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
-from ..operations import bulk_jobs
+from ..operations import bulk_jobs, inbox
 from ..operations.paging import Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.sessions import SESSION_S
@@ -28,7 +28,7 @@ from ..schemas.codec import WireError
 from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
 from . import letter_replays, operating
-from .api import actor, detail, effects
+from .api import actor, detail, effects, inbox_query
 from .context import Console, console_of
 from .guard import Refused, caller_of
 from .saga_paths import SAGA_PATH, saga_segment
@@ -67,6 +67,9 @@ def _page(request: Request, name: str, console: Console, **context: Any) -> HTML
         "identity_mode": console.identity.mode, "flash": request.query_params.get("flash"), **context})
 
 
+SESSION_ENDED = "Your session ended; sign in again."
+
+
 def on_site(path: str) -> str:
     """``path`` when it is a path of this console, else ``/``: a sign-in never sends anyone to another site
     (``//host``, ``/\\host`` and ``https:`` all lead off it)."""
@@ -80,8 +83,22 @@ def _viewer(request: Request, console: Console) -> Response | None:
     if console.identity.mode == "anonymous" or console.identity.operator(request) is not None:
         return None
     if console.identity.mode == "login":
-        return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+        return _to_login(request, console)
     raise HTTPException(401, f"the proxy did not name the operator ({console.identity.header})")
+
+
+def _to_login(request: Request, console: Console) -> Response:
+    """Off to the login, which leads back to the page the operator was on, its query kept, and says so when the
+    request's session cookie names a session that ended. From htmx (a fragment the page asked for) the page is
+    its ``HX-Current-URL`` and the answer a 401 whose ``HX-Redirect`` sends the whole page."""
+    current = request.headers.get("hx-current-url") if request.headers.get("hx-request") == "true" else None
+    url = urlsplit(current) if current is not None else request.url
+    place = on_site(url.path + (f"?{url.query}" if url.query else ""))
+    ended = f"flash={quote(SESSION_ENDED)}&" if console.cookie in request.cookies else ""
+    target = f"/login?{ended}next={quote(place, safe='')}"
+    if current is not None:
+        return Response(status_code=401, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)
 
 
 def timeline_line(event: Event, at_ms: int, schemas: SchemaRegistry) -> dict[str, Any]:
@@ -181,15 +198,20 @@ def _next_url(request: Request, page: Page[Any]) -> str | None:
 
 
 @router.get("/search", response_class=HTMLResponse)
-async def search_page(request: Request, q: str = "") -> Response:
+async def search_page(request: Request, q: str = "", tenant: str = "", started_after: str = "",
+                      started_before: str = "") -> Response:
     console = console_of(request)
     if (denied := _viewer(request, console)) is not None:
         return denied
-    rows = await console.reads.search(q)
-    return _page(request, "list.html", console, rows=rows, query=q,
-                                              heading=f"Sagas matching {q!r}",
-                                              note="By saga id, or any searchable field of the input "
-                                                   "(field=value for one field).")
+    try:
+        after, before = (inbox.moment_ms(datetime.fromisoformat(text) if text else None)
+                         for text in (started_after, started_before))
+    except ValueError:
+        raise HTTPException(400, "a start bound is not a date and time (2026-01-31T12:00)") from None
+    rows = await console.reads.search(q, tenant=tenant.strip() or None, started_after_ms=after,
+                                      started_before_ms=before)
+    return _page(request, "search.html", console, rows=rows, query=q, tenant=tenant, started_after=started_after,
+                 started_before=started_before, fields=console.reads.searchable_fields())
 
 
 @router.get("/wedged", response_class=HTMLResponse)
@@ -197,6 +219,36 @@ async def wedged_page(request: Request, min_failures: int = 3) -> Response:
     console = console_of(request)
     return _viewer(request, console) or _page(request, "wedged.html", console, min_failures=min_failures,
                                               groups=await console.reads.wedged(max(1, min_failures)))
+
+
+@router.get("/inbox", response_class=HTMLResponse)
+async def inbox_page(request: Request, cursor: str | None = None, limit: int = inbox.DEFAULT_LIMIT,
+                     saga_type: Annotated[str | None, Query(alias="type")] = None, kind: str | None = None,
+                     stuck_after: str | None = None, stuck_before: str | None = None) -> Response:
+    """What needs a human, stuck longest first, a page at a time ("next" carries the cursor and the filters)."""
+    console = console_of(request)
+    if (denied := _viewer(request, console)) is not None:
+        return denied
+    query = inbox_query(cursor, max(1, min(limit, inbox.MAX_LIMIT)), saga_type, [kind] if kind else None, stuck_after,
+                        stuck_before)
+    page = await inbox.inbox(console.reads, query)
+    filters = {"type": saga_type or "", "kind": kind or "", "stuck_after": stuck_after or "",
+               "stuck_before": stuck_before or "", "limit": str(query.limit)}
+    shown = {name: value for name, value in filters.items() if value}
+    next_href = (f"/inbox?{urlencode({**shown, 'cursor': page.next_cursor})}" if page.next_cursor else None)
+    return _page(request, "inbox.html", console, page=page, filters=filters, next_href=next_href,
+                 kinds=[k.value for k in inbox.Kind if k is not inbox.Kind.DEAD_LETTER],
+                 saga_types=sorted(console.reads.definitions.types()))
+
+
+@router.get("/inbox/count", response_class=HTMLResponse)
+async def inbox_count_fragment(request: Request) -> Response:
+    """The navigation's inbox badge (loaded by htmx, so no page waits on it)."""
+    console = console_of(request)
+    if _viewer(request, console) is not None:
+        return HTMLResponse("")
+    found = await inbox.count(console.reads)
+    return HTMLResponse(f'<span class="count" data-count="{found}">{found}</span>' if found else "")
 
 
 @router.get("/definitions", response_class=HTMLResponse)
@@ -283,7 +335,7 @@ async def act_page(request: Request, saga_id: str, action: str = Form(...), step
                    reason: str | None = Form(None)) -> Response:
     """A lever from the saga's page: sent, audited, and back to the page (whose timeline shows the outcome)."""
     console = console_of(request)
-    operator = actor(request, console)
+    operator = _form_actor(request, console)
     await console.act(operator, saga_id, action, step or None, reason or None)
     said = f"{action}{f' {step}' if step else ''} sent for {operator}; the timeline shows what the orchestrator did"
     if request.headers.get("HX-Request"):  # htmx: the page stays, its live timeline shows the outcome
@@ -295,7 +347,7 @@ async def act_page(request: Request, saga_id: str, action: str = Form(...), step
 async def signal_page(request: Request, saga_id: str, signal: str = Form(...), payload: str = Form(...)) -> Response:
     """A signal from the saga's page: its payload (JSON) checked against the signal's record, sent, audited."""
     console = console_of(request)
-    operator = actor(request, console)
+    operator = _form_actor(request, console)
     try:
         fields = json.loads(payload)
     except json.JSONDecodeError as error:
@@ -313,9 +365,19 @@ async def signal_page(request: Request, saga_id: str, signal: str = Form(...), p
 
 
 async def _lever_form(request: Request) -> tuple[Console, str, Any]:
-    """A lever form's console, its signed-in operator (refused with 401 or 403 otherwise) and its fields."""
+    """A lever form's console, its signed-in operator (``_form_actor``) and its fields."""
     console = console_of(request)
-    return console, actor(request, console), await request.form()
+    return console, _form_actor(request, console), await request.form()
+
+
+def _form_actor(request: Request, console: Console) -> str:
+    """The operator of a page's form (``api.actor``: 401 or 403 when there is none); an htmx form of a login
+    console that meets no session is also told (``HX-Redirect``) to send its whole page to the login."""
+    if console.levers and console.identity.mode == "login" and console.identity.operator(request) is None:
+        sent = _to_login(request, console)
+        if "hx-redirect" in sent.headers:
+            raise HTTPException(401, SESSION_ENDED, headers={"HX-Redirect": sent.headers["hx-redirect"]})
+    return actor(request, console)
 
 
 def _flash(*lines: str, error: bool = False, data: str = "") -> HTMLResponse:

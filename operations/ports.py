@@ -70,6 +70,21 @@ class SagaFilter:
 
 
 @dataclass(frozen=True)
+class SagaSearch:
+    """What a search looks for (``operations.search.parse`` reads it from a search box's text): the saga whose id
+    is ``saga_id``, and the sagas with a search key (in ``field``; any when empty) whose value starts with
+    ``value``, whatever the case; of them, those of ``tenant`` started in [``started_after_ms``,
+    ``started_before_ms``) when given."""
+
+    saga_id: str
+    value: str
+    field: str = ""
+    tenant: str | None = None
+    started_after_ms: int | None = None
+    started_before_ms: int | None = None
+
+
+@dataclass(frozen=True)
 class WedgedGroup:
     """Unfinished sagas stuck on one step of one type with one error, at least N failures each."""
 
@@ -79,6 +94,22 @@ class WedgedGroup:
     count: int
     max_failures: int
     saga_ids: list[str]
+
+
+@dataclass(frozen=True)
+class StuckQuery:
+    """Which sagas of the read model the inbox takes (``operations.inbox``): those in ``statuses``, and those in
+    ``failing`` whose current step (or compensation) failed at least ``min_failures`` times; of ``saga_type`` when
+    given; last updated at or after ``since_ms`` and before ``before_ms`` when given; after ``after`` (updated_at
+    in ms, saga id) in (updated_at ms, saga id) order."""
+
+    statuses: tuple[str, ...]
+    failing: tuple[str, ...] = ()
+    min_failures: int = 3
+    saga_type: str | None = None
+    since_ms: int | None = None
+    before_ms: int | None = None
+    after: tuple[int, str] | None = None
 
 
 TimerView = PendingTimer
@@ -149,9 +180,11 @@ class ReadsStore(Protocol):
         model, in one aggregate), in no particular order."""
         ...
 
-    async def search(self, saga_id: str, field: str, value: str, limit: int) -> list[SagaSummaryRow]:
-        """Sagas whose id is ``saga_id`` or that have a search key ``value`` (in ``field``; any when empty),
-        the newest started first."""
+    async def search(self, search: SagaSearch, limit: int) -> list[SagaSummaryRow]:
+        """At most ``limit`` sagas ``search`` finds: the exact matches first (its id, or a key whose value equals
+        ``search.value`` but for case), then those with a key that only starts with it; each group the newest
+        started first. A text that starts very many keys may be looked for among the first few thousand of them in
+        value order (``PostgresReads``: ``SEARCH_CANDIDATES``): every exact match, then the closest values."""
         ...
 
     async def search_keys(self, saga_id: str) -> dict[str, str]:
@@ -186,6 +219,11 @@ class ReadsStore(Protocol):
     async def awaiting(self, participant: Participant, saga_id: str | None = None) -> list[AwaitingCommand]:
         """The commands ``participant`` deferred to a person (of one saga, when given), oldest first; none when the
         participant has not started here yet."""
+        ...
+
+    async def stuck_sagas(self, query: StuckQuery, limit: int) -> list[SagaSummaryRow]:
+        """At most ``limit`` sagas ``query`` takes, the longest unchanged first: by updated_at (to the millisecond),
+        then saga id in byte order."""
         ...
 
 

@@ -23,6 +23,7 @@ from . import bulk_jobs, versions
 from .dead_letters import Replayed, replays_by_letter
 from .paging import Page, decode_cursor, page_of
 from .ports import AGE_BUCKETS, EndedCounts, HeatCell, OutboxView, ReadsStore, SagaFilter, TimerView, WedgedGroup
+from .search import parse, searchable_fields
 
 __all__ = ["AGE_BUCKETS", "Deferred", "Fleet", "OutboxView", "Reads", "SagaView", "TimerView", "WedgedGroup"]
 
@@ -170,14 +171,21 @@ class Reads:
         """How many sagas are in each state."""
         return await self.store.count_by_status()
 
-    async def search(self, query: str, limit: int = 100) -> list[SagaSummaryRow]:
-        """Sagas whose id is ``query``, or one of whose searchable fields holds it (``field=value``: that field
-        only); the newest first."""
-        text = query.strip()
-        if not text:
-            return []
-        name, _, value = text.partition("=") if "=" in text else ("", "", text)
-        return await self.store.search(text, name.strip(), value.strip(), limit)
+    async def search(self, query: str, limit: int = 100, *, tenant: str | None = None,
+                     started_after_ms: int | None = None, started_before_ms: int | None = None
+                     ) -> list[SagaSummaryRow]:
+        """Sagas whose id is ``query``, or one of whose searchable fields starts with it, whatever the case
+        (``field=value``: that field only, when the deployed definitions declare ``field`` searchable); of them
+        those of ``tenant`` started in [``started_after_ms``, ``started_before_ms``) when given. The exact
+        matches first, then the newest started first (``operations.search``)."""
+        fields = {name for names in self.searchable_fields().values() for name in names}
+        search = parse(query, fields, tenant=tenant, started_after_ms=started_after_ms,
+                       started_before_ms=started_before_ms)
+        return [] if search is None else await self.store.search(search, limit)
+
+    def searchable_fields(self) -> dict[str, tuple[str, ...]]:
+        """Saga type → the input fields its sagas are found by (those its deployed definitions declare)."""
+        return searchable_fields(self.definitions.definitions())
 
     async def search_keys(self, saga_id: str) -> dict[str, str]:
         return await self.store.search_keys(saga_id)

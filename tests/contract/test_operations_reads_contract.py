@@ -9,9 +9,11 @@ the memory ones from their store's clock (here the wall clock too).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import pytest
@@ -23,10 +25,12 @@ from saga_orchestrator.operations.ports import (
     ReadsStore,
     RetryTimer,
     SagaFilter,
+    SagaSearch,
     SessionStore,
     ShapeStatusCount,
     SignalStore,
     StoredSession,
+    StuckQuery,
     TimerView,
     VerifyStore,
 )
@@ -146,17 +150,72 @@ async def test_list_sagas_pages_from_a_place_in_its_order_the_saga_id_breaking_t
     assert await wing.reads.list_sagas(None, 10, (now, "")) == []
 
 
+def search(saga_id: str, value: str, field: str = "", **filters: Any) -> SagaSearch:
+    return SagaSearch(saga_id=saga_id, value=value, field=field, **filters)
+
+
 async def test_search_finds_by_id_by_value_and_by_field_newest_first(wing: Wing) -> None:
     now = wing.now_ms
     await wing.write(Writes(summaries=[row("a", "RUNNING", 2 * MINUTE_MS, now), row("b", "RUNNING", MINUTE_MS, now)],
                             search_keys=[SearchKey("a", "email", "x@example.com"), SearchKey("b", "customer_id", "a"),
                                          SearchKey("b", "email", "x@example.com")]))
-    assert [r.saga_id for r in await wing.reads.search("zzz", "", "x@example.com", 10)] == ["b", "a"]
-    assert [r.saga_id for r in await wing.reads.search("a", "", "a", 10)] == ["b", "a"]  # its id, b's key
-    assert [r.saga_id for r in await wing.reads.search("zzz", "customer_id", "x@example.com", 10)] == []
-    assert [r.saga_id for r in await wing.reads.search("zzz", "email", "x@example.com", 1)] == ["b"]
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "x@example.com"), 10)] == ["b", "a"]
+    assert [r.saga_id for r in await wing.reads.search(search("a", "a"), 10)] == ["b", "a"]  # its id, b's key
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "x@example.com", "customer_id"), 10)] == []
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "x@example.com", "email"), 1)] == ["b"]
     assert await wing.reads.search_keys("b") == {"customer_id": "a", "email": "x@example.com"}
     assert await wing.reads.search_keys("none") == {}
+
+
+async def test_search_finds_a_values_start_whatever_the_case_exact_matches_first(wing: Wing) -> None:
+    now = wing.now_ms
+    await wing.write(Writes(
+        summaries=[row("old-exact", "COMPLETED", 3 * MINUTE_MS, now), row("prefix", "RUNNING", 2 * MINUTE_MS, now),
+                   row("new-exact", "RUNNING", MINUTE_MS, now), row("other", "RUNNING", 0, now),
+                   row("acme", "RUNNING", 4 * MINUTE_MS, now)],
+        search_keys=[SearchKey("old-exact", "customer_id", "acme"), SearchKey("prefix", "customer_id", "ACME-42"),
+                     SearchKey("prefix", "email", "acme@example.com"),  # two keys match: the saga once
+                     SearchKey("new-exact", "email", "Acme"), SearchKey("other", "customer_id", "acm"),
+                     SearchKey("other", "email", "x-acme@example.com")]))  # acme inside, not at the start
+
+    async def found(query: SagaSearch, limit: int = 10) -> list[str]:
+        return [r.saga_id for r in await wing.reads.search(query, limit)]
+
+    assert await found(search("zzz", "ACME")) == ["new-exact", "old-exact", "prefix"]
+    assert await found(search("acme", "ACME")) == ["new-exact", "old-exact", "acme", "prefix"]  # its id: exact
+    assert await found(search("zzz", "acme-4")) == ["prefix"]
+    assert await found(search("zzz", "ACME", "email")) == ["new-exact", "prefix"]
+    assert await found(search("zzz", "a")) == ["other", "new-exact", "prefix", "old-exact"]  # none exact
+    assert await found(search("zzz", "ACME"), 2) == ["new-exact", "old-exact"]
+    assert await found(search("zzz", "acme%")) == [] and await found(search("zzz", "acm_")) == []  # no wildcards
+
+
+async def test_search_finds_values_holding_equals_signs_and_odd_characters(wing: Wing) -> None:
+    now = wing.now_ms
+    await wing.write(Writes(summaries=[row("s1", "RUNNING", MINUTE_MS, now), row("s2", "RUNNING", 0, now)],
+                            search_keys=[SearchKey("s1", "token", "b=c"), SearchKey("s2", "token", "Zoë=1\\%")]))
+    assert [r.saga_id for r in await wing.reads.search(search("a=b=c", "b=c", "token"), 10)] == ["s1"]
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "b="), 10)] == ["s1"]
+    assert [r.saga_id for r in await wing.reads.search(search("zzz", "zoë=1\\"), 10)] == ["s2"]
+
+
+async def test_search_narrows_to_a_tenant_and_a_start_window(wing: Wing) -> None:
+    now = wing.now_ms
+    await wing.write(Writes(
+        summaries=[row("t1-old", "RUNNING", 3 * HOUR_MS, now, tenant="t1"),
+                   row("t1-new", "RUNNING", MINUTE_MS, now, tenant="t1"),
+                   row("t2-new", "RUNNING", MINUTE_MS, now, tenant="t2"), row("none", "RUNNING", 0, now)],
+        search_keys=[SearchKey(i, "customer_id", "acme-1") for i in ("t1-old", "t1-new", "t2-new", "none")]))
+
+    async def found(**filters: Any) -> list[str]:
+        return sorted(r.saga_id for r in await wing.reads.search(search("t2-new", "acme", **filters), 10))
+
+    assert await found(tenant="t1") == ["t1-new", "t1-old"]
+    assert await found(tenant="t3") == []  # the id matches, not the tenant
+    assert await found(started_after_ms=now - HOUR_MS) == ["none", "t1-new", "t2-new"]
+    assert await found(started_before_ms=now - HOUR_MS) == ["t1-old"]
+    assert await found(started_after_ms=now - MINUTE_MS, started_before_ms=now) == ["t1-new", "t2-new"]
+    assert await found(tenant="t2", started_after_ms=now - HOUR_MS) == ["t2-new"]
 
 
 async def test_wedged_groups_unfinished_sagas_by_step_and_error(wing: Wing) -> None:
@@ -171,6 +230,36 @@ async def test_wedged_groups_unfinished_sagas_by_step_and_error(wing: Wing) -> N
     assert [(g.saga_type, g.step, g.error, g.count, g.max_failures, g.saga_ids) for g in groups] == [
         ("trip", "pay", "Declined", 2, 5, ["b", "a"]), ("trip", "book_hotel", "timeout", 1, 4, ["c"])]
     assert [g.saga_ids for g in await wing.reads.wedged(3, 1, ["FAILED"])] == [["b"], ["c"]]
+
+
+async def test_stuck_sagas_take_states_and_failing_ones_longest_unchanged_first(wing: Wing) -> None:
+    now = wing.now_ms
+    await wing.write(Writes(summaries=[
+        row("a", "FAILED", 30 * HOUR_MS, now, updated_ago_ms=26 * HOUR_MS),  # ended long ago: still taken
+        row("b", "QUARANTINED", HOUR_MS, now, updated_ago_ms=HOUR_MS, saga_type="refund"),
+        row("c", "RUNNING", HOUR_MS, now, updated_ago_ms=2 * HOUR_MS, step="pay", failures=3),
+        row("d", "RUNNING", HOUR_MS, now, updated_ago_ms=3 * HOUR_MS, step="pay", failures=2),  # too few
+        row("e", "COMPLETED", HOUR_MS, now, updated_ago_ms=4 * HOUR_MS, step="pay", failures=5),  # not failing
+        row("f", "COMPENSATING", HOUR_MS, now, updated_ago_ms=HOUR_MS, step="book_flight", failures=4),
+        row("g", "FAILED", HOUR_MS, now, updated_ago_ms=HOUR_MS)]))  # f's and g's stamp: ids break the tie
+    everything = StuckQuery(statuses=("FAILED", "QUARANTINED"), failing=("RUNNING", "COMPENSATING"), min_failures=3)
+
+    async def ids(query: StuckQuery, limit: int = 10) -> list[str]:
+        return [r.saga_id for r in await wing.reads.stuck_sagas(query, limit)]
+
+    assert await ids(everything) == ["a", "c", "b", "f", "g"]
+    assert await ids(everything, 2) == ["a", "c"]
+    taken = await wing.reads.stuck_sagas(everything, 10)
+    after_c = (taken[1].updated_at_ms, "c")
+    assert await ids(StuckQuery(("FAILED", "QUARANTINED"), ("RUNNING", "COMPENSATING"), after=after_c)) == [
+        "b", "f", "g"]
+    after_b = (taken[2].updated_at_ms, "b")
+    assert await ids(StuckQuery(("FAILED", "QUARANTINED"), ("RUNNING", "COMPENSATING"), after=after_b)) == ["f", "g"]
+    assert await ids(StuckQuery(("FAILED",))) == ["a", "g"]
+    assert await ids(StuckQuery((), ("COMPENSATING",), min_failures=4)) == ["f"]
+    assert await ids(dataclasses.replace(everything, saga_type="refund")) == ["b"]
+    assert await ids(dataclasses.replace(everything, since_ms=now - 2 * HOUR_MS - MINUTE_MS,
+                                         before_ms=now - HOUR_MS)) == ["c"]
 
 
 async def test_the_fleet_counts_by_type_state_and_age(wing: Wing) -> None:

@@ -137,6 +137,28 @@ async def test_sagas_are_listed_by_state_and_found_by_a_business_key(reader: htt
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_a_search_finds_a_keys_start_whatever_the_case_within_filters(reader: httpx.AsyncClient) -> None:
+    async def found(query: str) -> list[str]:
+        return [row["saga_id"] for row in await _json(reader, f"/api/v1/search?{query}")]
+
+    assert sorted(await found("q=CUST-API")) == ["api-done", "api-waiting"]
+    assert await found("q=customer_id=CUST-API-D") == ["api-done"]
+    assert await found("q=customer_id%3Dcust-api-done") == ["api-done"]
+    assert await found("q=nofield%3Dcust-api-done") == []  # not a field: the whole text is a value
+    assert await found("q=cust-api&tenant=nobody") == []
+    assert sorted(await found("q=cust-api&started_after=2000-01-01T00:00:00Z")) == ["api-done", "api-waiting"]
+    assert await found("q=cust-api&started_before=2000-01-01T00:00:00") == []
+    assert await found("q=api-done&started_after=2999-01-01T00:00:00%2B02:00") == []
+    fields = await _json(reader, "/api/v1/search/fields")
+    assert fields["trip"] == list(TRIP.searchable) and TRIP.searchable
+    page = await reader.get("/search?q=CUST-API-D&tenant=&started_after=&started_before=")
+    assert page.status_code == 200 and 'data-saga="api-done"' in page.text
+    assert 'data-saga="api-waiting"' not in page.text
+    assert 'data-saga-type="trip"' in page.text and "<code>customer_id</code>" in page.text
+    assert (await reader.get("/search?q=cust&started_after=yesterday")).status_code == 400
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_one_saga_its_history_and_the_levers_that_apply(reader: httpx.AsyncClient,
                                                               recorded: dict[str, SagaRun]) -> None:
     saga = await _json(reader, "/api/v1/sagas/api-waiting")

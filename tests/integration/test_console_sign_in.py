@@ -8,7 +8,7 @@ import itertools
 import re
 from collections.abc import AsyncIterator
 from html import unescape
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from saga_orchestrator.console.app import console_app
 from saga_orchestrator.console.identity import add_user
+from saga_orchestrator.console.pages import SESSION_ENDED
 from saga_orchestrator.console.throttle import PAIR_FAILURES
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
@@ -142,6 +143,54 @@ async def test_the_sign_in_leads_back_to_a_saga_whose_id_holds_a_slash(served: F
         assert found is not None, login.text
         signed = await _sign_in(client, next_path=unescape(found.group(1)))
         assert signed.headers["location"] == saga_path
+
+
+PLACE = "/sagas?status=RUNNING&saga_type=trip"
+
+
+async def test_the_sign_in_leads_back_to_the_page_with_its_query(console: httpx.AsyncClient) -> None:
+    sent = await console.get(PLACE)
+    assert sent.status_code == 303 and sent.headers["location"] == f"/login?next={quote(PLACE, safe='')}"
+    page = await console.get(sent.headers["location"])
+    assert f'name="next" value="{PLACE.replace("&", "&amp;")}"' in page.text and "session ended" not in page.text
+    signed_in = await _sign_in(console, next_path=PLACE)
+    assert signed_in.status_code == 303 and signed_in.headers["location"] == PLACE
+    console.cookies.clear()
+    refused = await console.post("/login", data={"name": NAME, "password": "wrong", "next": PLACE})
+    assert unquote(refused.headers["location"]).endswith(f"next={PLACE}")  # the next try leads back there too
+
+
+async def _ended_session(console: httpx.AsyncClient) -> None:
+    """Signs in, then the session ends (signed out elsewhere) while the browser keeps its cookie."""
+    cookie = (await _sign_in(console)).cookies["saga_console"]
+    page = await console.get("/audit")
+    await console.post("/logout", data={"csrf_token": _csrf(page.text)})
+    console.cookies.set("saga_console", cookie)
+
+
+async def test_a_page_that_meets_an_ended_session_says_so_and_keeps_the_place(console: httpx.AsyncClient) -> None:
+    await _ended_session(console)
+    sent = await console.get(PLACE)
+    assert sent.status_code == 303
+    assert sent.headers["location"] == f"/login?flash={quote(SESSION_ENDED)}&next={quote(PLACE, safe='')}"
+    page = await console.get(sent.headers["location"])
+    assert SESSION_ENDED in page.text and f'value="{PLACE.replace("&", "&amp;")}"' in page.text
+    console.cookies.clear()
+
+
+async def test_htmx_from_a_page_whose_session_ended_sends_the_whole_page_to_the_login(
+        console: httpx.AsyncClient) -> None:
+    await _ended_session(console)
+    htmx = {"HX-Request": "true", "HX-Current-URL": f"http://console{PLACE}"}
+    wanted = f"/login?flash={quote(SESSION_ENDED)}&next={quote(PLACE, safe='')}"
+    fragment = await console.get("/fleet/body", headers=htmx)
+    assert (fragment.status_code, fragment.headers.get("hx-redirect")) == (401, wanted)
+    lever = await console.post("/sagas/ended-t1/actions", data={"action": "Pause", "reason": ""},
+                               headers={**htmx, "Origin": "http://console", "Sec-Fetch-Site": "same-origin"})
+    assert (lever.status_code, lever.headers.get("hx-redirect")) == (401, wanted)
+    elsewhere = await console.get("/fleet/body", headers={**htmx, "HX-Current-URL": "https://evil.example//x"})
+    assert elsewhere.headers["hx-redirect"].endswith("next=%2F")  # a place off the console leads to its start
+    console.cookies.clear()
 
 
 async def test_no_page_may_be_framed(console: httpx.AsyncClient) -> None:

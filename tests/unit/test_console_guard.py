@@ -108,7 +108,8 @@ async def test_a_body_just_under_the_limit_passes() -> None:
 
 
 @pytest.mark.parametrize(("asked", "kept"), [
-    ("/sagas/t-1", "/sagas/t-1"), ("/", "/"), ("//evil.example", "/"), ("/\\evil.example", "/"),
+    ("/sagas/t-1", "/sagas/t-1"), ("/", "/"), ("/sagas?status=RUNNING&type=trip", "/sagas?status=RUNNING&type=trip"),
+    ("//evil.example?x=/", "/"), ("//evil.example", "/"), ("/\\evil.example", "/"),
     ("https://evil.example", "/"), ("evil.example", "/"), ("/a\r\nSet-Cookie: x=1", "/"),
 ])
 def test_a_sign_in_sends_nobody_off_site(asked: str, kept: str) -> None:

@@ -1,0 +1,136 @@
+"""The inbox (``operations.inbox``) on the test kit's memory store: every saga that needs a human, at any age,
+stuck longest first, paged by cursor, and gone only once handled."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from saga_orchestrator.operations import inbox
+from saga_orchestrator.operations.inbox import InboxItem, InboxQuery, Kind
+from saga_orchestrator.operations.ports import OutboxView
+from saga_orchestrator.operations.reads import Deferred
+from saga_orchestrator.orchestrator.ports import SagaSummaryRow, Writes
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.testing import SagaEnvironment, fail, succeed
+
+
+async def _quarantine(env: SagaEnvironment, saga_id: str) -> None:
+    """A quarantined saga's read-model row (the kit quarantines none by itself)."""
+    async with env.store.begin() as uow:
+        await uow.write(Writes(summaries=[SagaSummaryRow(saga_id, "trip", None, "QUARANTINED", env.now, env.now, 1,
+                                                         reason="undecodable reply")]))
+
+
+async def _all(env: SagaEnvironment, query: InboxQuery) -> list[InboxItem]:
+    """Every item, page by page; each page's cursor taken from the one before."""
+    items: list[InboxItem] = []
+    cursor: str | None = None
+    while True:
+        page = await inbox.inbox(env.reads, dataclasses.replace(query, cursor=cursor))
+        items += page.items
+        if page.next_cursor is None:
+            return items
+        cursor = page.next_cursor
+
+
+async def test_the_inbox_lists_every_kind_of_saga_that_needs_a_human_stuck_longest_first() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("notification", "send_itinerary"), fail("AddressGone"))
+    failed = await env.start("trip", SCENARIOS["happy"].trip("t-1"))
+    assert (await env.result(failed)).status == "FAILED"
+    await env.advance(hours=26)  # no age cutoff: a saga that failed a day and more ago is still listed
+    env.script(("notification", "send_itinerary"), succeed())
+    env.script(("hotel", "book_hotel"), fail("NoRooms"))
+    env.script(("flight", "cancel_flight"), fail("Refused"))
+    undone = await env.start("trip", SCENARIOS["happy"].trip("t-2"))
+    assert (await env.result(undone)).status == "COMPENSATION_FAILED"
+    await env.advance(minutes=5)
+    env.script(("flight", "cancel_flight"), fail("Busy", retryable=True))
+    retrying = await env.start("trip", SCENARIOS["happy"].trip("t-3"))
+    await env.advance(seconds=30)
+    await _quarantine(env, "q-1")
+    env.script(("hotel", "book_hotel"), succeed())
+    done = await env.start("trip", SCENARIOS["happy"].trip("t-4"))
+    assert (await env.result(done)).status == "COMPLETED"
+
+    items = await _all(env, InboxQuery())
+    assert [(i.kind, i.saga_id) for i in items] == [
+        (Kind.FAILED, failed), (Kind.COMPENSATION_FAILED, undone), (Kind.COMPENSATION_RETRYING, retrying),
+        (Kind.QUARANTINED, "q-1")]
+    by_kind = {i.kind: i for i in items}
+    assert by_kind[Kind.FAILED].stuck_since_ms == env.store.summaries[failed].updated_at_ms
+    assert env.now - by_kind[Kind.FAILED].stuck_since_ms > 26 * 3_600_000
+    assert [link.label for link in by_kind[Kind.FAILED].levers] == ["open", "Redrive", "ForceCompensate", "Terminate"]
+    assert [link.label for link in by_kind[Kind.COMPENSATION_FAILED].levers] == ["open", "Resume", "Terminate"]
+    assert [link.label for link in by_kind[Kind.QUARANTINED].levers] == ["open", "Release"]
+    assert "send_itinerary" in by_kind[Kind.FAILED].what and "Busy" in by_kind[Kind.COMPENSATION_RETRYING].what
+    assert await inbox.count(env.reads) == 3  # FAILED, COMPENSATION_FAILED and QUARANTINED: one count by state
+
+    assert [i.saga_id for i in await _all(env, InboxQuery(kinds=inbox.kinds_of(["FAILED"])))] == [failed]
+    assert await _all(env, InboxQuery(saga_type="refund")) == []
+    window = InboxQuery(since_ms=by_kind[Kind.COMPENSATION_FAILED].stuck_since_ms,
+                        before_ms=by_kind[Kind.QUARANTINED].stuck_since_ms)
+    assert [i.saga_id for i in await _all(env, window)] == [undone, retrying]
+
+
+async def test_paging_by_cursor_returns_each_item_once() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("notification", "send_itinerary"), fail("AddressGone"))
+    started = [await env.start("trip", SCENARIOS["happy"].trip(f"t-{n}")) for n in range(7)]
+    await env.advance(minutes=1)
+    for saga_id in ("q-1", "q-2"):
+        await _quarantine(env, saga_id)  # two at the same millisecond: the id breaks the tie
+    pages = []
+    cursor: str | None = None
+    while True:
+        page = await inbox.inbox(env.reads, InboxQuery(limit=2, cursor=cursor))
+        pages.append([i.saga_id for i in page.items])
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    listed = [saga_id or "" for ids in pages for saga_id in ids]
+    assert sorted(listed) == sorted([*started, "q-1", "q-2"]) and len(listed) == len(set(listed)) == 9
+    assert [len(ids) for ids in pages] == [2, 2, 2, 2, 1]
+
+
+async def test_an_item_leaves_the_inbox_only_once_handled() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("notification", "send_itinerary"), fail("AddressGone"))
+    saga_id = await env.start("trip", SCENARIOS["happy"].trip("t-1"))
+    await env.result(saga_id)
+    await env.advance(days=30)
+    assert [i.saga_id for i in (await inbox.inbox(env.reads, InboxQuery())).items] == [saga_id]  # time alone: kept
+    env.script(("notification", "send_itinerary"), succeed())
+    await env.redrive(saga_id, "address corrected")
+    assert (await env.result(saga_id)).status == "COMPLETED"
+    assert (await inbox.inbox(env.reads, InboxQuery())).items == [] and await inbox.count(env.reads) == 0
+
+
+def test_parked_rows_and_deferred_commands_merge_into_the_page_by_stuck_since() -> None:
+    sagas = [SagaSummaryRow("s-1", "trip", None, "FAILED", 0, 2_000, 5, failed_step="pay", reason="Declined"),
+             SagaSummaryRow("s-2", "trip", None, "RUNNING", 0, 4_000, 5, current_step="pay", step_failures=1)]
+    parked = [OutboxView("saga.outbox_parked", 7, "payment.commands", 3_000, "s-9: message too large")]
+    deferred = [Deferred("payment", "s-3", "charge_card", "charge", "s-3:charge_card", 1_000)]
+    page = inbox.assemble(sagas, parked, deferred, InboxQuery())
+    assert [(i.kind, i.saga_id) for i in page.items] == [
+        (Kind.DEFERRED, "s-3"), (Kind.FAILED, "s-1"), (Kind.PARKED, "s-9")]  # s-2 failed once: not wedged
+    assert page.items[2].what.startswith("payment.commands row 7") and page.next_cursor is None
+    first = inbox.assemble(sagas, parked, deferred, InboxQuery(limit=2))
+    assert first.next_cursor is not None
+    rest = inbox.assemble(sagas, parked, deferred, InboxQuery(limit=2, cursor=first.next_cursor))
+    assert [i.kind for i in rest.items] == [Kind.PARKED] and rest.next_cursor is None
+    assert [i.kind for i in inbox.assemble(sagas, parked, deferred, InboxQuery(saga_type="trip")).items] == [
+        Kind.FAILED]
+
+
+def test_a_bad_kind_or_cursor_is_refused() -> None:
+    with pytest.raises(inbox.InboxError):
+        inbox.kinds_of(["sleepy"])
+    with pytest.raises(inbox.InboxError):
+        inbox.decode_cursor("not-a-cursor")
+    assert inbox.decode_cursor(inbox.encode_cursor((5, "a"))) == (5, "a")
+    assert inbox.kinds_of(["COMPENSATION_FAILED", " wedged "]) == {Kind.COMPENSATION_FAILED, Kind.WEDGED}
+    assert inbox.parse_moment_ms("1970-01-01T00:00:01") == 1000 and inbox.parse_moment_ms("") is None
