@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from ..operations import bulk_jobs, inbox
+from ..operations import bulk_jobs, inbox, paging
 from ..operations.paging import Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.reads import SagaView
@@ -334,8 +334,8 @@ def inbox_query(cursor: str | None, limit: int, saga_type: str | None, kind: lis
                                  before_ms=inbox.parse_moment_ms(stuck_before),
                                  cursor=cursor or None, limit=limit)
         if query.cursor:
-            inbox.decode_cursor(query.cursor)
-    except ValueError as error:  # InboxError, or a time that is none
+            paging.decode_cursor(query.cursor)
+    except ValueError as error:  # InboxError, BadCursor, or a time that is none
         raise HTTPException(400, str(error)) from None
     return query
 

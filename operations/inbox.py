@@ -13,18 +13,16 @@ paged by an opaque cursor of (stuck since, item id).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from urllib.parse import quote
 
+from ..client.api import saga_segment
 from ..orchestrator.domain.model import SagaStatus
 from ..orchestrator.ports import SagaSummaryRow
 from ..schemas.message_types import RELEASE, RESUME, Lever
+from . import paging
 from .ports import OutboxView, StuckQuery
 from .reads import Deferred, Reads
 
@@ -136,24 +134,8 @@ def parse_moment_ms(moment: str | None) -> int | None:
     return int(text) if text.isdigit() else moment_ms(datetime.fromisoformat(text))
 
 
-def encode_cursor(key: tuple[int, str]) -> str:
-    """The opaque cursor after the item of ``key`` (stuck since, item id)."""
-    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[int, str]:
-    """The key ``encode_cursor`` wrote; InboxError for anything else."""
-    try:
-        at, item_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if isinstance(at, int) and isinstance(item_id, str):
-            return at, item_id
-    except (ValueError, TypeError, binascii.Error):
-        pass
-    raise InboxError("not an inbox cursor")
-
-
 def _saga_page(saga_id: str) -> str:
-    return f"/sagas/{quote(saga_id, safe='')}"
+    return f"/sagas/{saga_segment(saga_id)}"
 
 
 def saga_item(row: SagaSummaryRow, min_failures: int = MIN_FAILURES) -> InboxItem | None:
@@ -217,13 +199,13 @@ def assemble(sagas: Sequence[SagaSummaryRow], parked: Sequence[OutboxView], defe
     """The page ``query`` asks for, from its candidates: the sagas the store found after the cursor (at most
     ``query.limit + 1``, in (updated_at, id) order: every saga the page can hold) and every parked row and deferred
     command. A parked row or deferred command has no saga type here: a saga type filter leaves them out."""
-    after = decode_cursor(query.cursor) if query.cursor else None
+    after = paging.decode_cursor(query.cursor) if query.cursor else None
     candidates = [item for item in (saga_item(row, query.min_failures) for row in sagas) if item is not None]
     candidates += [parked_item(row) for row in parked] + [deferred_item(command) for command in deferred]
     found = sorted((item for item in candidates if _within(item, query, after)), key=lambda item: item.key)
     shown = found[:query.limit]
     more = len(found) > query.limit
-    return InboxPage(shown, encode_cursor(shown[-1].key) if more and shown else None)
+    return InboxPage(shown, paging.encode_cursor(*shown[-1].key) if more and shown else None)
 
 
 def stuck_query(query: InboxQuery) -> StuckQuery:
@@ -232,11 +214,11 @@ def stuck_query(query: InboxQuery) -> StuckQuery:
         (SagaStatus.COMPENSATING.value,) if query.takes(Kind.COMPENSATION_RETRYING) else ())
     return StuckQuery(statuses=tuple(s.value for k, s in SAGA_KINDS.items() if query.takes(k)), failing=failing,
                       min_failures=query.min_failures, saga_type=query.saga_type, since_ms=query.since_ms,
-                      before_ms=query.before_ms, after=decode_cursor(query.cursor) if query.cursor else None)
+                      before_ms=query.before_ms, after=paging.decode_cursor(query.cursor) if query.cursor else None)
 
 
 async def inbox(reads: Reads, query: InboxQuery) -> InboxPage:
-    """One page of the inbox: what ``query`` takes, stuck longest first. InboxError for a bad cursor."""
+    """One page of the inbox: what ``query`` takes, stuck longest first. ``paging.BadCursor`` for a bad cursor."""
     stuck = stuck_query(query)
     sagas = (await reads.store.stuck_sagas(stuck, query.limit + 1)
              if stuck.statuses or stuck.failing else [])

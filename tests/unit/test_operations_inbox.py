@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from saga_orchestrator.operations import inbox
+from saga_orchestrator.operations import inbox, paging
 from saga_orchestrator.operations.inbox import InboxItem, InboxQuery, Kind
 from saga_orchestrator.operations.ports import OutboxView
 from saga_orchestrator.operations.reads import Deferred
@@ -129,8 +129,7 @@ def test_parked_rows_and_deferred_commands_merge_into_the_page_by_stuck_since() 
 def test_a_bad_kind_or_cursor_is_refused() -> None:
     with pytest.raises(inbox.InboxError):
         inbox.kinds_of(["sleepy"])
-    with pytest.raises(inbox.InboxError):
-        inbox.decode_cursor("not-a-cursor")
-    assert inbox.decode_cursor(inbox.encode_cursor((5, "a"))) == (5, "a")
+    with pytest.raises(paging.BadCursor):
+        inbox.assemble([], [], [], InboxQuery(cursor="not-a-cursor"))
     assert inbox.kinds_of(["COMPENSATION_FAILED", " wedged "]) == {Kind.COMPENSATION_FAILED, Kind.WEDGED}
     assert inbox.parse_moment_ms("1970-01-01T00:00:01") == 1000 and inbox.parse_moment_ms("") is None
