@@ -22,6 +22,7 @@ from ..operations.ports import AGE_BUCKETS
 from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.state import SagaState, SagaStatus
+from ..orchestrator.ports import LetterFilter
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event
@@ -505,12 +506,14 @@ async def dead_letters_page(request: Request) -> Response:
     denied = _viewer(request, console)
     if denied is not None:
         return denied
+    saga, position = request.query_params.get("saga") or None, request.query_params.get("position") or None
     try:
-        found, unreadable = await letter_replays.letters(console), None
-    except HTTPException as error:  # Kafka out of reach: the page says so, the rest of the console works
+        found, unreadable = await letter_replays.letters(console, where=LetterFilter(saga_id=saga),
+                                                         position=position), None
+    except HTTPException as error:  # a position that is none: the page says so
         found, unreadable = [], str(error.detail)
     return _page(request, "dead_letters.html", console, shown=letter_replays.SHOWN, letters=found,
-                 unreadable=unreadable)
+                 unreadable=unreadable, saga=saga, position=position)
 
 
 @router.post("/dead-letters/replay", response_class=HTMLResponse)
