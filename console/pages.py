@@ -219,13 +219,13 @@ async def inbox_page(request: Request, cursor: str | None = None, limit: int = i
         return denied
     query = inbox_query(cursor, max(1, min(limit, inbox.MAX_LIMIT)), saga_type, [kind] if kind else None, stuck_after,
                         stuck_before)
-    page = await inbox.inbox(console.reads, query)
+    page = await inbox.inbox(console.reads, query, console.dead_letters)
     filters = {"type": saga_type or "", "kind": kind or "", "stuck_after": stuck_after or "",
                "stuck_before": stuck_before or "", "limit": str(query.limit)}
     shown = {name: value for name, value in filters.items() if value}
     next_href = (f"/inbox?{urlencode({**shown, 'cursor': page.next_cursor})}" if page.next_cursor else None)
     return _page(request, "inbox.html", console, page=page, filters=filters, next_href=next_href,
-                 kinds=[k.value for k in inbox.Kind if k is not inbox.Kind.DEAD_LETTER],
+                 kinds=[k.value for k in inbox.Kind],
                  saga_types=sorted(console.reads.definitions.types()))
 
 
