@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 
 from ..client.saga_client import topic_partitions
 from ..infra.kafka_clients import KafkaClients
@@ -89,7 +89,7 @@ class DeadLetterIndexer:
         finally:
             await consumer.stop()
 
-    async def _write(self, fetched: dict[TopicPartition, list]) -> None:  # type: ignore[type-arg]
+    async def _write(self, fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]) -> None:
         letters = [indexed(tp.partition, record.offset, record.timestamp, record.value)
                    for tp, records in fetched.items() for record in records]
         if not letters:
