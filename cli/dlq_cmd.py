@@ -2,7 +2,8 @@
 
 What a replay publishes and records, and when it is held back, is ``operations.dead_letters``' (the console's
 dead-letter page works through it too); this module reads the command line and prints. ``list`` shows, beside
-each letter, the replays its saga's history records.
+each letter, the replays its saga's history records. Both answer from the dead-letter index the orchestrator keeps
+in Postgres; ``list --live`` reads saga.dlq itself (every record on it: slower, and needs no orchestrator).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from ..infra.db import create_pool
 from ..infra.settings import Settings
 from ..operations import dead_letters, reads
 from ..operations.dead_letters import DeadLetterError, Parked, Replay, Replayed
-from ..operations.postgres import reads_store
+from ..operations.postgres import dead_letter_index, reads_store
+from ..orchestrator.ports import LetterFilter
 from .context import (
     OPERATOR_HELP,
     console,
@@ -59,13 +61,20 @@ def list_letters(
     since: str | None = typer.Option(None, "--since", help="Only letters of the last 90s, 15m, 2h, 7d."),
     limit: int = typer.Option(100, "--limit", min=1, help="At most this many, the newest of those that match."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per letter, with the original bytes."),
+    live: bool = typer.Option(False, "--live", help="Read saga.dlq itself, not the orchestrator's index of it."),
 ) -> None:
     """List dead letters: where each came from, why, and its position for `saga dlq replay`."""
     since_ms = int(time.time() * 1000) - parse_duration(since, "--since") if since else None
     current = settings()
-    parked = run(read_parked(current))
-    chosen = [p for p in parked if dead_letters.matches(p, saga_id, source, reason, since_ms)]
-    shown = dead_letters.newest(chosen, limit)
+    if live:
+        parked = run(read_parked(current))
+        chosen = [p for p in parked if dead_letters.matches(p, saga_id, source, reason, since_ms)]
+        shown = dead_letters.newest(chosen, limit)
+        counted = f"{len(chosen)} match, {len(parked)} on {topics(current).dlq}"
+    else:
+        shown, held = run(indexed(current, LetterFilter(saga_id, source, reason, since_ms), limit))
+        shown = shown[::-1]  # oldest first, as the table reads
+        counted = f"{held} indexed from {topics(current).dlq}"
     replays, unknown = run(recorded_replays(current, {p.letter.saga_id for p in shown
                                                       if p.letter and p.letter.saga_id}))
     if as_json:
@@ -77,9 +86,31 @@ def list_letters(
     for item in shown:
         table.add_row(*_columns(item), _replays_cell(replays.get(item.position, [])))
     console.print(table)
-    console.print(f"{len(shown)} shown, {len(chosen)} match, {len(parked)} on {topics(current).dlq}")
+    console.print(f"{len(shown)} shown, {counted}")
     if unknown:
         console.print(f"replays not shown: {unknown}")
+
+
+async def indexed(current: Settings, where: LetterFilter, limit: int) -> tuple[list[Parked], int]:
+    """The ``limit`` letters of the index that pass ``where``, newest first, and how many it holds."""
+    async with database(current) as pool:
+        index = dead_letter_index(pool)
+        return await dead_letters.listed(index, where, limit), await index.count()
+
+
+async def chosen_letters(current: Settings, wanted: Sequence[tuple[int, int]], saga_id: str | None) -> list[Parked]:
+    """The indexed letters a replay names (``dead_letters.chosen``); stops the command with why when one is not
+    there."""
+    async with database(current) as pool:
+        try:
+            return await dead_letters.chosen(dead_letter_index(pool), wanted, saga_id, topics(current).dlq)
+        except DeadLetterError as error:
+            fail(str(error))
+
+
+async def mark_replayed(current: Settings, positions: Sequence[tuple[int, int]]) -> None:
+    async with database(current) as pool:
+        await dead_letter_index(pool).mark_replayed(positions, int(time.time() * 1000))
 
 
 async def recorded_replays(current: Settings, saga_ids: set[str]) -> tuple[dict[str, list[Replayed]], str | None]:
@@ -138,11 +169,7 @@ def replay(
     who = operator_or_login(operator)
     current = settings()
     dlq_topic = topics(current).dlq
-    parked = run(read_parked(current))
-    try:
-        chosen = dead_letters.select(parked, wanted, saga_id, dlq_topic)
-    except DeadLetterError as error:
-        fail(str(error))
+    chosen = run(chosen_letters(current, wanted, saga_id))
     plan = run(dead_letters.plan_replays(chosen, dlq_topic, who, lambda ids: saga_statuses(current, ids),
                                          force=force, force_hint=FORCE_HINT, resume_hint=RESUME_HINT))
     for item, why in plan.refused:
@@ -151,6 +178,7 @@ def replay(
         run(_publish([record for _, record in plan.replays], current))
         run(_publish([dead_letters.note_record(note, topics(current).control) for note in plan.notes(who, because)],
                      current))
+        run(mark_replayed(current, [(item.partition, item.offset) for item, _ in plan.replays]))
     verb = "would publish" if dry_run else "published"
     for item, record in plan.replays:
         saga = item.letter.saga_id if item.letter else None

@@ -23,7 +23,7 @@ from ..operations.ports import AGE_BUCKETS
 from ..operations.reads import SagaView
 from ..operations.versions import RUNNING_STATUSES, DefinitionVersion
 from ..orchestrator.domain.waits import waits
-from ..orchestrator.ports import SagaSummaryRow
+from ..orchestrator.ports import LetterFilter, SagaSummaryRow
 from ..participants.kit.effects import read_effects
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.event_types import Event
@@ -347,7 +347,7 @@ async def inbox_items(console: ConsoleDep, _: Reader, cursor: str | None = None,
                       kind: Annotated[list[str] | None, Query()] = None, stuck_after: str | None = None,
                       stuck_before: str | None = None) -> dict[str, Any]:
     query = inbox_query(cursor, limit, saga_type, kind, stuck_after, stuck_before)
-    page = await inbox.inbox(console.reads, query)
+    page = await inbox.inbox(console.reads, query, console.dead_letters)
     return {"items": [dataclasses.asdict(item) for item in page.items], "next_cursor": page.next_cursor}
 
 
@@ -513,10 +513,17 @@ class ReplayResult(BaseModel):
 
 
 @router.get("/dead-letters", tags=["dead letters"],
-            summary="The newest dead letters on saga.dlq (newest first), with the replays their sagas record")
+            summary="The newest dead letters on saga.dlq (newest first, from the index the orchestrator keeps), with"
+                    " the replays their sagas record")
 async def list_dead_letters(console: ConsoleDep, _: Reader, limit: Annotated[
-        int, Query(ge=1, le=letter_replays.MOST_SHOWN)] = letter_replays.SHOWN) -> list[dict[str, Any]]:
-    return [view.to_json() for view in await letter_replays.letters(console, limit)]
+        int, Query(ge=1, le=letter_replays.MOST_SHOWN)] = letter_replays.SHOWN,
+        saga: Annotated[str | None, Query(description="Only the letters of this saga id.")] = None,
+        source: Annotated[str | None, Query(description="Only the letters from this topic.")] = None,
+        reason: Annotated[str | None, Query(description="Only the letters whose reason contains this.")] = None,
+        position: Annotated[str | None, Query(description="Only the letter at PARTITION:OFFSET.")] = None,
+) -> list[dict[str, Any]]:
+    where = LetterFilter(saga_id=saga or None, source=source or None, reason=reason or None)
+    return [view.to_json() for view in await letter_replays.letters(console, limit, where, position)]
 
 
 @router.post("/dead-letters/replay", response_model=ReplayResult, tags=["dead letters"],

@@ -18,8 +18,9 @@ from ..operations import bulk_jobs
 from ..operations.audit import OperatorAudit
 from ..operations.levers import Levers
 from ..operations.ports import BulkJobStore, LeverStore
-from ..operations.postgres import bulk_job_store, lever_store
+from ..operations.postgres import bulk_job_store, dead_letter_index, lever_store
 from ..operations.reads import Reads
+from ..orchestrator.ports import DeadLetterIndex
 from ..participants.kit.deferred import complete, why_not_awaiting
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.message_types import LeverRefused
@@ -41,7 +42,7 @@ class Console:
     identity: Identity
     control: operating.ControlPublisher
     topics: Topics
-    kafka: KafkaClients  # reads saga.dlq and replays its letters (console.letter_replays)
+    kafka: KafkaClients  # replays dead letters (console.letter_replays)
     levers: bool = False
     control_partitions: tuple[int, ...] = (0,)  # saga.control's: a lever's outbox row goes in its saga's shard
     cookie: str = "saga_console"  # the session cookie's name (console.app.session_cookie)
@@ -71,6 +72,11 @@ class Console:
     def bulk_store(self) -> BulkJobStore:
         """Bulk jobs, on the orchestrator's database."""
         return bulk_job_store(self.pool)
+
+    @cached_property
+    def dead_letters(self) -> DeadLetterIndex:
+        """The dead-letter index the orchestrator keeps, on its database."""
+        return dead_letter_index(self.pool)
 
     @cached_property
     def _lever_store(self) -> LeverStore:

@@ -2,7 +2,8 @@
 for the signed-in operator, audited letter by letter.
 
 What a replay publishes, records and holds back is ``operations.dead_letters``' (``saga dlq`` works through it
-too). A page reads saga.dlq from Kafka on every view, bounded to the newest letters.
+too). A page answers from the dead-letter index the orchestrator keeps (one indexed query), bounded to the newest
+letters that pass its filters; a replay takes its letters' records from the index and marks them replayed.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from fastapi import HTTPException
 from ..operations import dead_letters as dlq
 from ..operations.dead_letters import DeadLetterError, Parked, Replayed
 from ..orchestrator.domain.model import SagaStatus
+from ..orchestrator.ports import LetterFilter
 from .context import Console
 
-SHOWN = 100  # the newest letters a page shows: saga.dlq is read from Kafka on every view
+SHOWN = 100  # the newest letters a page shows
 MOST_SHOWN = 1000
 REPLAY = "DlqReplay"  # the audit's name for a replay
 FORCE_HINT = "tick force to replay it anyway"
@@ -59,17 +61,18 @@ class ReplayOutcome:
     refused: list[dict[str, str]]
 
 
-def _unreadable(error: DeadLetterError) -> HTTPException:
-    return HTTPException(503, str(error))
-
-
-async def letters(console: Console, shown: int = SHOWN) -> list[LetterView]:
-    """The ``shown`` letters that failed last, newest first; HTTPException 503 when saga.dlq cannot be read."""
-    try:
-        parked = await dlq.read_parked(console.kafka, console.topics.dlq, newest_per_partition=shown)
-    except DeadLetterError as error:
-        raise _unreadable(error) from None
-    newest = dlq.newest(parked, shown)[::-1]
+async def letters(console: Console, shown: int = SHOWN, where: LetterFilter | None = None,
+                  position: str | None = None) -> list[LetterView]:
+    """The ``shown`` letters that pass ``where`` and failed last, newest first, from the dead-letter index; only the
+    one at ``position`` (PARTITION:OFFSET) when given. HTTPException 400 for a position that is none."""
+    if position:
+        try:
+            at = dlq.parse_position(position)
+        except DeadLetterError as error:
+            raise HTTPException(400, str(error)) from None
+        newest = [dlq.parked_of(row) for row in await console.dead_letters.at([at])]
+    else:
+        newest = await dlq.listed(console.dead_letters, where or LetterFilter(), shown)
     saga_ids = {p.letter.saga_id for p in newest if p.letter and p.letter.saga_id}
     replays = await console.reads.recorded_replays(saga_ids)
     statuses = await console.reads.saga_statuses(saga_ids)
@@ -87,8 +90,7 @@ async def replay(console: Console, operator: str, positions: Sequence[str], reas
         if not positions:
             raise DeadLetterError("name the letters to replay: positions as PARTITION:OFFSET")
         wanted = [dlq.parse_position(text) for text in positions]
-        parked = await dlq.read_parked(console.kafka, topic, at=wanted)
-        chosen = dlq.select(parked, wanted, None, topic)
+        chosen = await dlq.chosen(console.dead_letters, wanted, None, topic)
     except DeadLetterError as error:
         await console.audit.record(operator, REPLAY, f"dead letters {', '.join(positions)}", asked,
                                    f"refused: {error}")
@@ -105,6 +107,8 @@ async def replay(console: Console, operator: str, positions: Sequence[str], reas
             await console.audit.record(operator, REPLAY, f"dead letters {', '.join(positions)}", asked,
                                        f"failed: {error}")
             raise HTTPException(503, str(error)) from None
+        await console.dead_letters.mark_replayed([(item.partition, item.offset) for item, _ in plan.replays],
+                                                 console.now_ms())
     for item, why in plan.refused:
         await console.audit.record(operator, REPLAY, f"dead letter {item.position}", _detail(item, reason, force),
                                    f"refused: {why}")

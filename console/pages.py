@@ -23,6 +23,7 @@ from ..operations.ports import AGE_BUCKETS
 from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.state import SagaState, SagaStatus
+from ..orchestrator.ports import LetterFilter
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event
@@ -231,13 +232,13 @@ async def inbox_page(request: Request, cursor: str | None = None, limit: int = i
         return denied
     query = inbox_query(cursor, max(1, min(limit, inbox.MAX_LIMIT)), saga_type, [kind] if kind else None, stuck_after,
                         stuck_before)
-    page = await inbox.inbox(console.reads, query)
+    page = await inbox.inbox(console.reads, query, console.dead_letters)
     filters = {"type": saga_type or "", "kind": kind or "", "stuck_after": stuck_after or "",
                "stuck_before": stuck_before or "", "limit": str(query.limit)}
     shown = {name: value for name, value in filters.items() if value}
     next_href = (f"/inbox?{urlencode({**shown, 'cursor': page.next_cursor})}" if page.next_cursor else None)
     return _page(request, "inbox.html", console, page=page, filters=filters, next_href=next_href,
-                 kinds=[k.value for k in inbox.Kind if k is not inbox.Kind.DEAD_LETTER],
+                 kinds=[k.value for k in inbox.Kind],
                  saga_types=sorted(console.reads.definitions.types()))
 
 
@@ -524,12 +525,14 @@ async def dead_letters_page(request: Request) -> Response:
     denied = _viewer(request, console)
     if denied is not None:
         return denied
+    saga, position = request.query_params.get("saga") or None, request.query_params.get("position") or None
     try:
-        found, unreadable = await letter_replays.letters(console), None
-    except HTTPException as error:  # Kafka out of reach: the page says so, the rest of the console works
+        found, unreadable = await letter_replays.letters(console, where=LetterFilter(saga_id=saga),
+                                                         position=position), None
+    except HTTPException as error:  # a position that is none: the page says so
         found, unreadable = [], str(error.detail)
     return _page(request, "dead_letters.html", console, shown=letter_replays.SHOWN, letters=found,
-                 unreadable=unreadable)
+                 unreadable=unreadable, saga=saga, position=position)
 
 
 @router.post("/dead-letters/replay", response_class=HTMLResponse)

@@ -16,6 +16,12 @@ are published: an OperateSaga ``DlqReplay`` the orchestrator records as Operator
 as detail, ``letter P:O from <topic> P:O to <topic>`` and the reason (``replay_detail``). A letter of no saga
 (an unreadable record) has the headers only.
 
+The letters are listed from the dead-letter index the orchestrator keeps in Postgres
+(``orchestrator.dead_letter_index``, a ``DeadLetterIndex``): ``listed`` is one indexed query, and a replay takes
+the letter's record from its row. ``read_parked`` reads saga.dlq itself (``saga dlq list --live``), for when the
+index is not kept (no orchestrator runs).
+A replay marks its letters replayed in the index: the inbox lists the letters never replayed.
+
 ``saga dlq`` and the console's dead-letter page both work through this module; a request that cannot be served
 raises DeadLetterError with one line saying what to do.
 """
@@ -32,6 +38,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from ..client.saga_client import client_headers, topic_partitions
 from ..infra.kafka_clients import KafkaClients
 from ..orchestrator.domain.model import SagaStatus
+from ..orchestrator.ports import DeadLetterIndex, IndexedLetter, LetterFilter
 from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event, OperatorAction
@@ -244,6 +251,28 @@ def _parked(partition: int, offset: int, timestamp_ms: int, value: bytes | None)
         except WireError:
             pass  # listed as unreadable: saga.dlq should hold letters only, but anyone may write to it
     return Parked(partition, offset, timestamp_ms, letter)
+
+
+def parked_of(row: IndexedLetter) -> Parked:
+    """The letter an index row keeps."""
+    return _parked(row.partition, row.offset, row.written_at_ms, row.record)
+
+
+async def listed(index: DeadLetterIndex, where: LetterFilter, limit: int) -> list[Parked]:
+    """The ``limit`` letters that pass ``where`` and failed last, newest first (one indexed query)."""
+    return [parked_of(row) for row in await index.newest(where, limit)]
+
+
+async def chosen(index: DeadLetterIndex, wanted: Sequence[tuple[int, int]], saga_id: str | None,
+                 dlq_topic: str) -> list[Parked]:
+    """``select`` over the index: the letters at ``wanted`` positions plus those of ``saga_id``."""
+    found = await index.at(wanted)
+    if saga_id is not None:
+        found += await index.newest(LetterFilter(saga_id=saga_id), MOST_OF_A_SAGA)
+    return select([parked_of(row) for row in found], wanted, saga_id, dlq_topic)
+
+
+MOST_OF_A_SAGA = 10_000  # the letters of one saga a replay by saga id takes
 
 
 def select(parked: Sequence[Parked], wanted: Iterable[tuple[int, int]], saga_id: str | None,

@@ -1,5 +1,6 @@
 """What needs a human, in one list: sagas that ended FAILED or COMPENSATION_FAILED, quarantined ones, wedged ones,
-compensations retrying for long, outbox rows parked for good and commands deferred to a person.
+compensations retrying for long, outbox rows parked for good, commands deferred to a person and dead letters never
+replayed (from the orchestrator's dead-letter index).
 
 The inbox is derived from current state on every read (nothing is stored for it), so an item leaves it only when
 what made it one is handled: the saga is redriven, released, resumed or terminated, the row re-published, the
@@ -7,7 +8,8 @@ command answered. There is no age cutoff: a saga that ended FAILED a month ago i
 
 "Stuck since" is how long an item has been as it is. For a saga it is its read-model row's ``updated_at`` (the
 last event recorded for it: when it ended, was quarantined, or its step last failed), the best the read model
-has; for a parked row when it was written, for a deferred command when it was deferred. Items come oldest first,
+has; for a parked row when it was written, for a deferred command when it was deferred, for a dead letter when its
+record failed. Items come oldest first,
 paged by an opaque cursor of (stuck since, item id).
 """
 
@@ -20,7 +22,7 @@ from enum import StrEnum
 
 from ..client.api import saga_segment
 from ..orchestrator.domain.model import SagaStatus
-from ..orchestrator.ports import SagaSummaryRow
+from ..orchestrator.ports import DeadLetterIndex, IndexedLetter, SagaSummaryRow
 from ..schemas.message_types import RELEASE, RESUME, Lever
 from . import paging
 from .ports import OutboxView, StuckQuery
@@ -43,7 +45,7 @@ class Kind(StrEnum):
     COMPENSATION_RETRYING = "compensation_retrying"  # compensating, a compensation failed at least MIN_FAILURES times
     PARKED = "parked"  # an outbox row the broker refused for good
     DEFERRED = "deferred"  # a command a participant deferred to a person
-    DEAD_LETTER = "dead_letter"  # reserved: dead letters are listed on their own page until they are indexed
+    DEAD_LETTER = "dead_letter"  # a record on saga.dlq no operator has replayed yet
 
 
 SAGA_KINDS = {Kind.FAILED: SagaStatus.FAILED, Kind.COMPENSATION_FAILED: SagaStatus.COMPENSATION_FAILED,
@@ -186,6 +188,34 @@ def deferred_item(command: Deferred) -> InboxItem:
                      (Link("answer", "/deferred"), Link("open", _saga_page(command.saga_id))))
 
 
+LETTER_ITEM = "dead-letter:"
+"""A dead letter's item id: this, then its position on saga.dlq zero-padded (``dead-letter:P:O``), so that ids
+sort as positions do."""
+
+
+def letter_item(letter: IndexedLetter) -> InboxItem:
+    """A dead letter's item: what failed and why, linked to the dead-letters page filtered to it."""
+    position = f"{letter.partition}:{letter.offset}"
+    links = (Link("open", _saga_page(letter.saga_id)),) if letter.saga_id else ()
+    what = (f"{letter.source_topic} record dead-lettered: {letter.reason or 'no reason'}" if letter.source_topic
+            else "a record on saga.dlq that is no readable letter")
+    return InboxItem(Kind.DEAD_LETTER, f"{LETTER_ITEM}{letter.partition:010d}:{letter.offset:020d}", letter.saga_id,
+                     None, what, letter.failed_at_ms,
+                     (Link("dead letter", f"/dead-letters?position={position}"), *links))
+
+
+def letters_after(cursor: str | None) -> tuple[int, int, int] | None:
+    """Where the index's letters not replayed resume after ``cursor``: past its letter when it is one, else every
+    letter that failed at or after its time (``assemble`` drops those before it)."""
+    if cursor is None:
+        return None
+    at, item_id = paging.decode_cursor(cursor)
+    if item_id.startswith(LETTER_ITEM):
+        partition, _, offset = item_id.removeprefix(LETTER_ITEM).partition(":")
+        return (at, int(partition), int(offset))
+    return (at - 1, 2**31, 2**62)
+
+
 def _within(item: InboxItem, query: InboxQuery, after: tuple[int, str] | None) -> bool:
     return (query.takes(item.kind)
             and (query.saga_type is None or item.saga_type == query.saga_type)
@@ -195,13 +225,15 @@ def _within(item: InboxItem, query: InboxQuery, after: tuple[int, str] | None) -
 
 
 def assemble(sagas: Sequence[SagaSummaryRow], parked: Sequence[OutboxView], deferred: Sequence[Deferred],
-             query: InboxQuery) -> InboxPage:
+             query: InboxQuery, letters: Sequence[IndexedLetter] = ()) -> InboxPage:
     """The page ``query`` asks for, from its candidates: the sagas the store found after the cursor (at most
-    ``query.limit + 1``, in (updated_at, id) order: every saga the page can hold) and every parked row and deferred
-    command. A parked row or deferred command has no saga type here: a saga type filter leaves them out."""
+    ``query.limit + 1``, in (updated_at, id) order: every saga the page can hold), every parked row and deferred
+    command, and the dead letters the index found (as many as the page can hold, oldest first). A parked row,
+    deferred command or dead letter has no saga type here: a saga type filter leaves them out."""
     after = paging.decode_cursor(query.cursor) if query.cursor else None
     candidates = [item for item in (saga_item(row, query.min_failures) for row in sagas) if item is not None]
     candidates += [parked_item(row) for row in parked] + [deferred_item(command) for command in deferred]
+    candidates += [letter_item(letter) for letter in letters]
     found = sorted((item for item in candidates if _within(item, query, after)), key=lambda item: item.key)
     shown = found[:query.limit]
     more = len(found) > query.limit
@@ -217,14 +249,18 @@ def stuck_query(query: InboxQuery) -> StuckQuery:
                       before_ms=query.before_ms, after=paging.decode_cursor(query.cursor) if query.cursor else None)
 
 
-async def inbox(reads: Reads, query: InboxQuery) -> InboxPage:
-    """One page of the inbox: what ``query`` takes, stuck longest first. ``paging.BadCursor`` for a bad cursor."""
+async def inbox(reads: Reads, query: InboxQuery, dead_letters: DeadLetterIndex | None = None) -> InboxPage:
+    """One page of the inbox: what ``query`` takes, stuck longest first (dead letters too, given their index).
+    ``paging.BadCursor`` for a bad cursor."""
     stuck = stuck_query(query)
     sagas = (await reads.store.stuck_sagas(stuck, query.limit + 1)
              if stuck.statuses or stuck.failing else [])
     parked = await reads.parked() if query.takes(Kind.PARKED) and query.saga_type is None else []
     deferred = await reads.deferred() if query.takes(Kind.DEFERRED) and query.saga_type is None else []
-    return assemble(sagas, parked, deferred, query)
+    letters = (await dead_letters.unreplayed(letters_after(query.cursor), query.since_ms, query.before_ms,
+                                             query.limit + 1)
+               if dead_letters is not None and query.takes(Kind.DEAD_LETTER) and query.saga_type is None else [])
+    return assemble(sagas, parked, deferred, query, letters)
 
 
 async def count(reads: Reads) -> int:

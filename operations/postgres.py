@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import asyncpg
 
 from ..orchestrator.domain.definition import DefinitionRegistry
+from ..orchestrator.ports import DeadLetterIndex
+from ..orchestrator.store.dead_letters import PostgresDeadLetterIndex
 from ..orchestrator.store.operations.audit import PostgresLevers
 from ..orchestrator.store.operations.bulk_jobs import PostgresBulkJobs
 from ..orchestrator.store.operations.reads import PostgresReads
@@ -20,8 +22,8 @@ from .ports import BulkJobStore, LeverStore, ReadsStore, VerifyStore
 from .reads import Reads
 from .sessions import StoredSessions
 
-__all__ = ["bulk_job_store", "event_store", "lever_store", "migrate", "postgres_reads", "postgres_sessions",
-           "reads_store", "verify_store"]
+__all__ = ["bulk_job_store", "dead_letter_index", "event_store", "lever_store", "migrate", "postgres_reads",
+           "postgres_sessions", "reads_store", "verify_store"]
 
 
 def reads_store(pool: asyncpg.Pool, schema: str = "saga") -> ReadsStore:
@@ -59,3 +61,8 @@ def event_store(pool: asyncpg.Pool, schema: str = "saga") -> PostgresStore:
     """The orchestrator's event store in ``schema``: what ``saga purge`` (its retention) and ``saga reproject``
     (the read model rebuilt from the events) work on."""
     return PostgresStore(pool, schema)
+
+
+def dead_letter_index(pool: asyncpg.Pool, schema: str = "saga") -> DeadLetterIndex:
+    """The dead letters the orchestrator indexes from saga.dlq, in ``schema``."""
+    return PostgresDeadLetterIndex(pool, schema)

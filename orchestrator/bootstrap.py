@@ -30,6 +30,7 @@ from ..schemas.registry import default_registry
 from ..schemas.topics import Topics
 from .assignment import GroupView, shapes_of
 from .consumer import OrchestratorConsumer
+from .dead_letter_index import DeadLetterIndexer
 from .domain.definition import DefinitionRegistry, SagaDefinition
 from .domain.deploys import stranded
 from .domain.errors import DomainError
@@ -40,6 +41,7 @@ from .ports import ShapeStore
 from .retention import inbox_pruner, retention_policy
 from .service import SagaService
 from .signals import TableSignals
+from .store.dead_letters import PostgresDeadLetterIndex
 from .store.operations.bulk_jobs import PostgresBulkJobs
 from .store.operations.signals import PostgresSignals
 from .store.postgres import PostgresStore, migrate
@@ -192,10 +194,13 @@ class Orchestrator:
     timers: TimerScheduler
     relay: OutboxRelay | None
     chores: list[Chore]
+    dead_letters: DeadLetterIndexer | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Consume, fire timers, relay and do the chores until ``stop``."""
+        """Consume, fire timers, relay, index saga.dlq and do the chores until ``stop``."""
         tasks = [self.consumer.run(stop), self.timers.run(stop), *(chore.run(stop) for chore in self.chores)]
+        if self.dead_letters is not None:
+            tasks.append(self.dead_letters.run(stop))
         if self.relay is not None:
             tasks.append(self.relay.run(stop))
         await asyncio.gather(*tasks)
@@ -263,7 +268,8 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     signals = TableSignals(PostgresSignals(pool), health, settings.saga_compensation_alert_minutes * 60)
     chores.append(outbox_gauges(pool, [OUTBOX_TABLE], health))
     chores.append(quiet_refresh("orchestrator gauges", signals.refresh))
-    return Orchestrator(service, consumer, timers, relay, chores)
+    dead_letters = DeadLetterIndexer(PostgresDeadLetterIndex(pool), settings.kafka(), topics.dlq)
+    return Orchestrator(service, consumer, timers, relay, chores, dead_letters)
 
 
 async def run_orchestrator(settings: Settings, stop: asyncio.Event, with_relay: bool = False) -> None:

@@ -22,8 +22,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConcurrencyConflict",
+    "DeadLetterIndex",
     "EventReader",
     "InboxKey",
+    "IndexedLetter",
+    "LetterFilter",
     "OutboxMessage",
     "PurgeStore",
     "PurgeUnitOfWork",
@@ -275,4 +278,69 @@ class EventReader(Protocol):
 
     def iter_events(self, batch_size: int = 1000) -> AsyncIterator[StoredEvent]:
         """Every stored event, ordered by (saga_id, seq), fetched ``batch_size`` at a time."""
+        ...
+
+
+@dataclass(frozen=True)
+class IndexedLetter:
+    """One record on saga.dlq as the dead-letter index keeps it: its position there, when it was written there and
+    when its record failed (the write time for a record that is no readable letter), the fields the lists filter on,
+    the record's value (the letter with the original bytes; None for a record without one) and when an operator
+    last replayed it (None: never)."""
+
+    partition: int
+    offset: int
+    written_at_ms: int
+    failed_at_ms: int
+    saga_id: str | None
+    source_topic: str | None
+    reason: str | None
+    record: bytes | None
+    replayed_at_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class LetterFilter:
+    """Which letters: of ``saga_id``, from ``source`` (a topic), whose reason contains ``reason`` (any case), failed
+    at or after ``since_ms``; a None filter passes everything."""
+
+    saga_id: str | None = None
+    source: str | None = None
+    reason: str | None = None
+    since_ms: int | None = None
+
+
+class DeadLetterIndex(Protocol):
+    """The dead letters on saga.dlq, kept by the orchestrator (``orchestrator.dead_letter_index``) and read by the
+    operations wing. A letter is keyed by its position on saga.dlq: writing it again changes nothing."""
+
+    async def positions(self) -> dict[int, int]:
+        """Per saga.dlq partition, the offset the index has read up to (the next to read)."""
+        ...
+
+    async def record(self, letters: Sequence[IndexedLetter], positions: Mapping[int, int]) -> None:
+        """Keep ``letters`` (a letter already kept is left as it is) and advance the positions read to
+        ``positions``, atomically: a restart reads on from where the rows stop."""
+        ...
+
+    async def newest(self, where: LetterFilter, limit: int) -> list[IndexedLetter]:
+        """The ``limit`` letters that pass ``where`` and failed last, newest first."""
+        ...
+
+    async def at(self, positions: Collection[tuple[int, int]]) -> list[IndexedLetter]:
+        """The letters at these (partition, offset) positions (a position without one is left out)."""
+        ...
+
+    async def mark_replayed(self, positions: Collection[tuple[int, int]], at_ms: int) -> None:
+        """Note that the letters at ``positions`` were replayed at ``at_ms``."""
+        ...
+
+    async def unreplayed(self, after: tuple[int, int, int] | None, since_ms: int | None, before_ms: int | None,
+                         limit: int) -> list[IndexedLetter]:
+        """Up to ``limit`` letters never replayed that failed in [``since_ms``, ``before_ms``), oldest failure
+        first, after the letter keyed ``after`` (failed at, partition, offset)."""
+        ...
+
+    async def count(self) -> int:
+        """How many letters the index holds."""
         ...

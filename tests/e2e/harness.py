@@ -19,6 +19,8 @@ from saga_orchestrator.cli.run_cmd import service_commands, service_environment,
 from saga_orchestrator.client.event_feed import EventFeed, assign_from_beginning
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
+from saga_orchestrator.orchestrator.dead_letter_index import DeadLetterIndexer
+from saga_orchestrator.orchestrator.store.dead_letters import PostgresDeadLetterIndex
 from saga_orchestrator.schemas.event_types import Event
 from saga_orchestrator.schemas.topics import Topics
 
@@ -156,3 +158,19 @@ async def sagas_by_version(settings: Settings) -> dict[tuple[str, int | None], i
     finally:
         await conn.close()
     return {(row["status"], row["definition_version"]): row["n"] for row in rows}
+
+
+async def index_dead_letters(settings: Settings, pool: asyncpg.Pool, count: int, timeout_s: float = 30.0) -> None:
+    """Run the orchestrator's dead-letter indexer on ``settings``' saga.dlq until the index holds ``count`` letters
+    (AssertionError after ``timeout_s``), then stop it."""
+    index = PostgresDeadLetterIndex(pool)
+    stop = asyncio.Event()
+    running = asyncio.create_task(DeadLetterIndexer(index, settings.kafka(), Topics(settings.saga_topic_prefix).dlq)
+                                  .run(stop))
+    try:
+        async def held() -> bool:
+            return await index.count() >= count
+        assert await wait_for(held, timeout_s), f"the index holds {await index.count()} letters, not {count}"
+    finally:
+        stop.set()
+        await running

@@ -176,8 +176,13 @@ async def test_a_start_rejected_before_its_type_was_deployed_runs_when_its_dead_
         await restart(stack, "orchestrator")  # checkout is deployed again
     assert await _event_types(settings, saga_id) == ["SagaRejected"]
 
+    async def indexed() -> bool:  # the orchestrator indexes saga.dlq within about a second
+        listed = await saga_cli(settings, "dlq", "list", "--saga", saga_id, "--json")
+        assert listed.returncode == 0, listed.stderr
+        return bool(listed.stdout.strip())
+
+    assert await wait_for(indexed, 30, 0.5), "the letter was not indexed"
     listed = await saga_cli(settings, "dlq", "list", "--saga", saga_id, "--json")
-    assert listed.returncode == 0, listed.stderr
     letter = json.loads(listed.stdout)
     assert (letter["source_topic"], letter["consumer"]) == (topics.start, "orchestrator")
     assert "unknown saga_type 'checkout'" in letter["reason"]

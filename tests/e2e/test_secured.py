@@ -57,7 +57,7 @@ def test_plaintext_against_the_secured_listener_is_refused(
     env = _secured_environment(launcher_settings, database_url, topic_prefix)
     for key in [key for key in env if key.startswith("SAGA_KAFKA_")]:
         del env[key]
-    client = subprocess.run([sys.executable, "-m", "saga_orchestrator.cli", "dlq", "list"], env=env,
-                            capture_output=True, text=True, timeout=120)
+    client = subprocess.run([sys.executable, "-m", "saga_orchestrator.cli", "dlq", "list", "--live"],
+                            env=env, capture_output=True, text=True, timeout=120)
     assert client.returncode != 0
     assert "cannot reach Kafka" in client.stdout + client.stderr

@@ -28,7 +28,7 @@ from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.message_types import DeadLetter, Lever
 from saga_orchestrator.schemas.topics import Topics
 from saga_orchestrator.testing.history import SagaRun
-from tests.e2e.harness import publish, read_topic
+from tests.e2e.harness import index_dead_letters, publish, read_topic
 
 pytestmark = pytest.mark.integration
 SIGNED = {"Authorization": "Basic " + base64.b64encode(b"anna:a long password").decode()}
@@ -66,6 +66,7 @@ async def letters(settings: Settings) -> AsyncIterator[dict[str, Parked]]:
         done.ok(step)
     pool = await create_pool(settings.dsn(), 2)
     await migrate(pool)
+    await index_dead_letters(settings, pool, 4)  # what the orchestrator does: the console lists from the index
     async with PostgresStore(pool).begin() as uow:
         await uow.write(Writes(
             events=[StoredEvent(saga_id=e.saga_id, seq=e.seq, event_type=type(e).__name__, body=wire.encode_event(e),

@@ -149,12 +149,17 @@ def test_dlq_list_json_prints_one_object_per_line(monkeypatch: pytest.MonkeyPatc
     async def read(current: Any) -> list[Parked]:
         return letters
 
+    async def indexed(current: Any, where: Any, limit: int) -> tuple[list[Parked], int]:
+        return letters[::-1], len(letters)  # the index answers newest first
+
     monkeypatch.setattr(dlq_cmd, "read_parked", read)
-    result = runner.invoke(app, ["dlq", "list", "--json"])
-    assert result.exit_code == 0, result.output
-    assert _json_lines(result.stdout) == [
-        {"position": "0:7", "timestamp": 1_000, "replays": [], "readable": False},
-        {"position": "1:3", "timestamp": 2_000, "replays": [], "readable": False}]
+    monkeypatch.setattr(dlq_cmd, "indexed", indexed)
+    expected = [{"position": "0:7", "timestamp": 1_000, "replays": [], "readable": False},
+                {"position": "1:3", "timestamp": 2_000, "replays": [], "readable": False}]
+    for live in ([], ["--live"]):
+        result = runner.invoke(app, ["dlq", "list", "--json", *live])
+        assert result.exit_code == 0, result.output
+        assert _json_lines(result.stdout) == expected
 
 
 def test_infra_status_json_is_one_object_per_service(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,9 @@ from saga_orchestrator.operations import inbox, paging
 from saga_orchestrator.operations.inbox import InboxItem, InboxQuery, Kind
 from saga_orchestrator.operations.ports import OutboxView
 from saga_orchestrator.operations.reads import Deferred
+from saga_orchestrator.orchestrator.dead_letter_index import indexed
 from saga_orchestrator.orchestrator.ports import SagaSummaryRow, Writes
+from saga_orchestrator.orchestrator.store.dead_letters import MemoryDeadLetterIndex
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.testing import SagaEnvironment, fail, succeed
@@ -133,3 +135,26 @@ def test_a_bad_kind_or_cursor_is_refused() -> None:
         inbox.assemble([], [], [], InboxQuery(cursor="not-a-cursor"))
     assert inbox.kinds_of(["COMPENSATION_FAILED", " wedged "]) == {Kind.COMPENSATION_FAILED, Kind.WEDGED}
     assert inbox.parse_moment_ms("1970-01-01T00:00:01") == 1000 and inbox.parse_moment_ms("") is None
+
+
+async def test_dead_letters_never_replayed_are_items_paged_with_the_rest() -> None:
+    env = SagaEnvironment(TRIP)
+    await _quarantine(env, "s-q")  # stuck since env.now
+    letters = MemoryDeadLetterIndex()
+    await letters.record([indexed(0, 3, env.now - 10, b"junk"), indexed(1, 0, env.now + 5, b"junk"),
+                          indexed(0, 4, env.now - 10, b"junk"), indexed(2, 0, env.now - 20, b"junk")], {})
+    await letters.mark_replayed([(2, 0)], env.now)
+    items: list[InboxItem] = []
+    cursor: str | None = None
+    while True:  # a page of one: every cursor lands between two items
+        page = await inbox.inbox(env.reads, InboxQuery(limit=1, cursor=cursor), letters)
+        items += page.items
+        if (cursor := page.next_cursor) is None:
+            break
+    assert [(i.kind, i.item_id) for i in items] == [
+        (Kind.DEAD_LETTER, f"dead-letter:{0:010d}:{3:020d}"), (Kind.DEAD_LETTER, f"dead-letter:{0:010d}:{4:020d}"),
+        (Kind.QUARANTINED, "s-q"), (Kind.DEAD_LETTER, f"dead-letter:{1:010d}:{0:020d}")]
+    assert items[0].levers[0] == inbox.Link("dead letter", "/dead-letters?position=0:3")
+    assert items[0].what == "a record on saga.dlq that is no readable letter"
+    only = await inbox.inbox(env.reads, InboxQuery(kinds=frozenset({Kind.QUARANTINED})), letters)
+    assert [i.kind for i in only.items] == [Kind.QUARANTINED]
