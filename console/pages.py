@@ -26,13 +26,15 @@ from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
-from . import letter_replays, operating
+from . import decisions, letter_replays, operating
 from .api import actor, detail, effects, inbox_query
 from .context import Console, console_of
 from .guard import Refused, caller_of
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 STREAM_POLL_S = 0.5  # how often a saga page's stream looks for new events
+PAGE_WAIT_S = 2.0  # how long a lever posted without htmx waits for its decision before the page comes back
+DECISION_ASKS = 75  # how often a lever's flash asks for its decision (every 0.4 s: about half a minute)
 _SHOWN_ELSEWHERE = frozenset({"saga_id", "seq", "occurred_at", "step", "attempt"})
 
 router = APIRouter(include_in_schema=False)
@@ -314,14 +316,51 @@ def _sse(event: str, html: str) -> str:
 @router.post("/sagas/{saga_id}/actions")
 async def act_page(request: Request, saga_id: str, action: str = Form(...), step: str | None = Form(None),
                    reason: str | None = Form(None)) -> Response:
-    """A lever from the saga's page: sent, audited, and back to the page (whose timeline shows the outcome)."""
+    """A lever from the saga's page: sent, audited, and answered with the orchestrator's decision (htmx: a flash
+    that asks again until it is decided; else back to the page, after waiting briefly for it)."""
     console = console_of(request)
     operator = _form_actor(request, console)
-    await console.act(operator, saga_id, action, step or None, reason or None)
-    said = f"{action}{f' {step}' if step else ''} sent for {operator}; the timeline shows what the orchestrator did"
-    if request.headers.get("HX-Request"):  # htmx: the page stays, its live timeline shows the outcome
-        return _flash(said)
-    return RedirectResponse(f"/sagas/{quote(saga_id)}?flash={quote(said)}", status_code=303)
+    htmx = bool(request.headers.get("HX-Request"))
+    try:
+        pulled = await console.act(operator, saga_id, action, step or None, reason or None)
+    except HTTPException as error:
+        if htmx and error.status_code in (400, 404):
+            return _refused(error)
+        raise
+    if htmx:
+        return _decision_flash(pulled, await decisions.decision(console.reads, pulled), 0)
+    found = await decisions.await_decision(console.reads, pulled, PAGE_WAIT_S)
+    return RedirectResponse(f"/sagas/{quote(saga_id)}?flash={quote(_said(pulled, found))}", status_code=303)
+
+
+@router.get("/lever-decision", response_class=HTMLResponse)
+async def decision_fragment(request: Request, saga_id: str, action_id: str, action: str, after_seq: int,
+                            operator: str | None = None, asked: int = 0) -> Response:
+    """A pulled lever's flash, asked again (htmx) until the orchestrator decided it."""
+    console = console_of(request)
+    if (denied := _viewer(request, console)) is not None:
+        return denied
+    pulled = decisions.Pulled(saga_id, action, None, operator, action_id, after_seq)
+    return _decision_flash(pulled, await decisions.decision(console.reads, pulled), asked + 1)
+
+
+def _said(pulled: decisions.Pulled, found: decisions.LeverDecision) -> str:
+    lever = f"{pulled.action}{f' {pulled.step}' if pulled.step else ''}"
+    return found.describe(lever) if found.decided else f"{found.describe(lever)} (sent for {pulled.operator})"
+
+
+def _decision_flash(pulled: decisions.Pulled, found: decisions.LeverDecision, asked: int) -> HTMLResponse:
+    """The flash of a lever: its decision, or (not decided yet) a line that asks again, for a while."""
+    said = _said(pulled, found)
+    data = f' data-outcome="{found.outcome}" data-action="{escape(pulled.action)}"'
+    if found.decided:
+        return _flash(said, error=found.outcome == decisions.REFUSED, data=data)
+    if asked >= DECISION_ASKS:
+        return _flash(said, "The page stopped asking; the timeline shows the decision when it comes.", data=data)
+    again = urlencode({"saga_id": pulled.saga_id, "action_id": pulled.action_id, "action": pulled.action,
+                       "after_seq": pulled.after_seq, "operator": pulled.operator or "", "asked": asked})
+    return _flash(said, data=f'{data} hx-get="/lever-decision?{escape(again)}" hx-trigger="load delay:400ms"'
+                             ' hx-swap="outerHTML"')
 
 
 @router.post("/sagas/{saga_id}/signals")
