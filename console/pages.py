@@ -19,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 
 from ..operations import bulk_jobs, inbox
 from ..operations.ports import AGE_BUCKETS
+from ..operations.reads import SagaView
 from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.state import SagaState, SagaStatus
@@ -262,6 +263,16 @@ async def audit_page(request: Request) -> Response:
     return _viewer(request, console) or _page(request, "audit.html", console, entries=await console.audit.entries())
 
 
+def _live(request: Request, console: Console, view: SagaView) -> dict[str, Any]:
+    """What a saga's page shows that changes as the saga moves: status, steps and graph, levers, timers."""
+    caller = caller_of(request)
+    return {"view": view, "state": view.state, "steps": detail(view, {}, console).steps,
+            "dag": dag_svg(view.definition, view.state),
+            "offers": operating.offers(view.definition, view.state, console.now_ms()),
+            "operator": console.identity.operator(request), "levers": console.levers,
+            "csrf_token": caller.csrf if caller is not None else None}
+
+
 @router.get("/sagas/{saga_id}", response_class=HTMLResponse)
 async def saga_page(request: Request, saga_id: str) -> Response:
     console = console_of(request)
@@ -271,19 +282,23 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     view = await console.reads.saga(saga_id)
     if view is None:
         raise HTTPException(404, f"no saga {saga_id!r}")
-    keys = await console.reads.search_keys(saga_id)
-    shown = detail(view, keys, console)
     timeline = [timeline_line(event, view.recorded_at_ms.get(event.seq, event.occurred_at), console.reads.schemas)
                 for event in view.events]
-    offers = operating.offers(view.definition, view.state, console.now_ms())
-    return _page(request, "saga.html", console, view=view, state=view.state, keys=keys, steps=shown.steps,
-                 dag=dag_svg(view.definition, view.state), timeline=timeline, offers=offers,
-                 last_seq=view.events[-1].seq, effects=await effects(saga_id, console, None))
+    return _page(request, "saga.html", console, **_live(request, console, view),
+                 keys=await console.reads.search_keys(saga_id), timeline=timeline, last_seq=view.events[-1].seq,
+                 effects=await effects(saga_id, console, None))
+
+
+LIVE_PARTS = {"status": "saga_status.html", "steps": "saga_steps.html", "levers": "saga_levers.html",
+              "timers": "saga_timers.html"}
+"""The parts of a saga's page its stream sends again after each new event, by SSE event name."""
 
 
 @router.get("/sagas/{saga_id}/stream")
 async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Response:
-    """Server-sent events: ``timeline`` (new timeline rows) and ``status`` (the status line), as they happen."""
+    """Server-sent events, the page's one stream (a browser holds few connections per host): ``timeline`` (new
+    timeline rows), then ``status``, ``steps`` (with the graph), ``levers`` (those that apply now) and ``timers``,
+    each time the saga records something."""
     console = console_of(request)
     denied = _viewer(request, console)
     if denied is not None:
@@ -292,6 +307,11 @@ async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Respons
     async def stream() -> AsyncIterator[str]:
         last = after
         yield ": connected\n\n"
+        # The levers are sent again only when they change: a reason being typed is not wiped by each event.
+        # Those the page shows are known only when nothing happened since it was drawn.
+        view = await console.reads.saga(saga_id)
+        shown = (operating.offers(view.definition, view.state, console.now_ms())
+                 if view is not None and view.events[-1].seq == after else None)
         while not await request.is_disconnected():
             new = await console.reads.events_after(saga_id, last)
             if new:
@@ -301,7 +321,11 @@ async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Respons
                 yield _sse("timeline", rows)
                 view = await console.reads.saga(saga_id)
                 if view is not None:
-                    yield _sse("status", TEMPLATES.get_template("saga_status.html").render(state=view.state))
+                    live = _live(request, console, view)
+                    for event, template in LIVE_PARTS.items():
+                        if event != "levers" or live["offers"] != shown:
+                            yield _sse(event, TEMPLATES.get_template(template).render(live))
+                    shown = live["offers"]
             await asyncio.sleep(STREAM_POLL_S)
 
     return StreamingResponse(stream(), media_type="text/event-stream",

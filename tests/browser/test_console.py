@@ -99,7 +99,7 @@ async def test_a_slowtown_trip_is_cancelled_from_its_page_and_shows_it_live(
     lever = page.locator("form.lever[data-action=Cancel]")
     await lever.locator("input[name=reason]").fill("the customer called")
     await lever.locator("button").click()
-    await expect(page.locator("#flash")).to_contain_text(f"Cancel sent for {OPERATOR}")
+    await expect(page.locator("#flash")).to_contain_text("Cancel applied", timeout=SETTLE_S * 1000)
     await expect(page.locator("#timeline tr.SagaCancelled")).to_have_count(1, timeout=SETTLE_S * 1000)
     await expect(page.locator("#status-badge")).to_have_text("CANCELLED")
     assert await page.evaluate("window.loadedOnce") is True, "the page was reloaded"
@@ -127,6 +127,30 @@ async def test_a_card_waiting_on_its_retry_is_retried_now(page: Page, console_ur
                         "detail": "charge_card"}] * 2
 
 
+
+
+async def test_a_paused_trip_offers_unpause_without_a_reload_over_one_stream(
+        page: Page, stack: Stack, console_url: str) -> None:
+    saga_id = f"paused-{uuid.uuid4().hex[:6]}"
+    trip = {**SCENARIOS["happy"].trip(saga_id), "card_token": "tok_flaky"}  # its card waits an hour to retry
+    async with SagaClient.from_settings(stack.settings) as client:
+        await client.start("trip", saga_id, trip)
+    await until(lambda: any(e["type"] == "StepRetryScheduled" for e in history(console_url, saga_id)),
+                "the card's retry")
+    await page.add_init_script("""window.streams = 0; const Opened = window.EventSource;
+        window.EventSource = class extends Opened { constructor(...args) { super(...args); window.streams++; } };""")
+    await page.goto(f"/sagas/{saga_id}")
+    await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+    await page.locator("form.lever[data-action=Pause] button").click()
+    await expect(page.locator("#flash")).to_contain_text("Pause applied", timeout=SETTLE_S * 1000)
+    await expect(page.locator("form.lever[data-action=Unpause]")).to_have_count(1)
+    await expect(page.locator("form.lever[data-action=Pause]")).to_have_count(0)
+    await expect(page.locator("#saga-status")).to_contain_text("PAUSED")
+    await page.locator("form.lever[data-action=Unpause] button").click()
+    await expect(page.locator("#flash")).to_contain_text("Unpause applied", timeout=SETTLE_S * 1000)
+    await expect(page.locator("form.lever[data-action=Pause]")).to_have_count(1)
+    assert await page.evaluate("window.loadedOnce") is True, "the page was reloaded"
+    assert await page.evaluate("window.streams") == 1
 
 
 async def test_a_bulk_dry_run_counts_then_the_job_runs(page: Page, stack: Stack, console_url: str,
