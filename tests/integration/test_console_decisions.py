@@ -131,6 +131,9 @@ async def test_a_lever_on_a_saga_that_does_not_exist_is_refused_and_nothing_queu
 async def test_the_decision_answers_back_applied_then_refused(
         client: httpx.AsyncClient, pool: asyncpg.Pool, settings: Settings, runs: dict[str, SagaRun]) -> None:
     saga_id = runs["decide-waiting"].saga_id
+    shown = (await client.get(f"/sagas/{saga_id}")).text  # a destructive lever asks first, saying what it undoes
+    cancel = shown.split('data-action="Cancel"', 1)[1].split(">", 1)[0]
+    assert "Undone: book_flight. Not undone (no undo): none." in cancel and "hx-confirm" in cancel
     sent = await _pull(client, saga_id, action="Pause")
     assert sent["decision"]["outcome"] == "queued" and not sent["decision"]["decided"]
     assert sent["after_seq"] == runs["decide-waiting"].events[-1].seq
@@ -168,3 +171,15 @@ async def test_a_lever_dead_lettered_by_a_quarantine_says_refused_and_why(
     page = await client.get(f"/lever-decision?saga_id={saga_id}&action_id={release['action_id']}&action=Release"
                             f"&after_seq={release['after_seq']}")
     assert 'class="flash error"' in page.text and "Release refused: dead-lettered" in page.text
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_bulk_job_from_the_page_starts_only_on_the_count_seen(client: httpx.AsyncClient) -> None:
+    form = {"saga_type": "trip", "statuses": "COMPENSATION_FAILED", "action": "Terminate", "reason": "refunded by hand"}
+    uncounted = await client.post("/bulk/start", data=form)
+    assert 'class="flash error"' in uncounted.text and "count the sagas first" in uncounted.text
+    counted = await client.post("/bulk/count", data=form)
+    total = int(counted.text.split('data-count="', 1)[1].split('"', 1)[0])
+    assert f'name="expected" value="{total}"' in counted.text
+    stale = await client.post("/bulk/start", data={**form, "expected": str(total + 1)})
+    assert f"matches {total} sagas now, not the {total + 1} counted" in stale.text
