@@ -25,7 +25,7 @@ from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.codec import WireError
-from ..schemas.event_types import Event
+from ..schemas.event_types import Event, StepCommandSent, StepFailed, StepRetryScheduled, StepTimedOut
 from ..schemas.registry import SchemaRegistry
 from . import decisions, letter_replays, operating
 from .api import actor, detail, effects, inbox_query
@@ -115,6 +115,52 @@ def timeline_line(event: Event, at_ms: int, schemas: SchemaRegistry) -> dict[str
         shown.append(f"{item.name}: {value}")
     return {"seq": event.seq, "at": at_ms, "type": type(event).__name__, "step": getattr(event, "step", "") or "",
             "attempt": getattr(event, "attempt", "") or "", "detail": "; ".join(shown)}
+
+
+DASH = "\u2013"
+COLLAPSED_FROM = 2  # failed attempts in a row of one step from which the timeline shows them as one row
+
+
+def _failure(event: Event) -> str | None:
+    if isinstance(event, StepTimedOut):
+        return "TimedOut"
+    return event.error_type if isinstance(event, StepFailed) and event.retryable else None
+
+
+def _in_loop(event: Event, step: str | None) -> bool:
+    """Whether ``event`` goes on a retry loop of ``step``: its command sent, timed out, failed to be retried, or
+    its retry scheduled."""
+    if not isinstance(event, StepCommandSent | StepTimedOut | StepFailed | StepRetryScheduled) or event.step != step:
+        return False
+    return not isinstance(event, StepFailed) or event.retryable
+
+
+def timeline(events: list[tuple[int, Event]], schemas: SchemaRegistry) -> list[dict[str, Any]]:
+    """A saga's timeline rows (``timeline_line``), each retry loop of one step (its commands sent, failed or timed
+    out and retried again, ``COLLAPSED_FROM`` failures or more in a row) shown as one row: "attempts 3 to 57,
+    TimedOut" (``RetryLoop``)."""
+    rows: list[dict[str, Any]] = []
+    index = 0
+    while index < len(events):
+        step: str | None = getattr(events[index][1], "step", None)
+        end, failures = index, []
+        while end < len(events) and _in_loop(events[end][1], step):
+            event = events[end][1]
+            if (failed := _failure(event)) is not None:
+                failures.append((getattr(event, "attempt", 0), failed))
+            end += 1
+        if len(failures) >= COLLAPSED_FROM:
+            kinds = ", ".join(dict.fromkeys(kind for _, kind in failures))
+            attempts = f"{failures[0][0]}{DASH}{failures[-1][0]}"
+            rows.append({"seq": f"{events[index][1].seq}{DASH}{events[end - 1][1].seq}", "at": events[index][0],
+                         "type": "RetryLoop", "step": step or "", "attempt": attempts,
+                         "detail": f"attempts {attempts}, {kinds} ({end - index} events)"})
+            index = end
+            continue
+        at, first = events[index]
+        rows.append(timeline_line(first, at, schemas))
+        index += 1
+    return rows
 
 
 _FILL = {"SUCCEEDED": "#d5f2dc", "RUNNING": "#d8ecff", "PENDING": "#f4f5f7", "FAILED": "#ffd9d6",
@@ -284,10 +330,10 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     view = await console.reads.saga(saga_id)
     if view is None:
         raise HTTPException(404, f"no saga {saga_id!r}")
-    timeline = [timeline_line(event, view.recorded_at_ms.get(event.seq, event.occurred_at), console.reads.schemas)
-                for event in view.events]
+    rows = timeline([(view.recorded_at_ms.get(event.seq, event.occurred_at), event) for event in view.events],
+                    console.reads.schemas)
     return _page(request, "saga.html", console, **_live(request, console, view),
-                 keys=await console.reads.search_keys(saga_id), timeline=timeline, last_seq=view.events[-1].seq,
+                 keys=await console.reads.search_keys(saga_id), timeline=rows, last_seq=view.events[-1].seq,
                  effects=await effects(saga_id, console, None))
 
 
