@@ -312,7 +312,8 @@ async def audit_page(request: Request) -> Response:
 def _live(request: Request, console: Console, view: SagaView) -> dict[str, Any]:
     """What a saga's page shows that changes as the saga moves: status, steps and graph, levers, timers."""
     caller = caller_of(request)
-    return {"view": view, "state": view.state, "steps": detail(view, {}, console).steps,
+    steps = detail(view, {}, console).steps
+    return {"view": view, "state": view.state, "steps": steps, "pending": _pending(view, steps),
             "dag": dag_svg(view.definition, view.state),
             "offers": operating.offers(view.definition, view.state, console.now_ms()),
             "confirms": {action: operating.confirmation(view.definition, view.state, action)
@@ -335,6 +336,30 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     return _page(request, "saga.html", console, **_live(request, console, view),
                  keys=await console.reads.search_keys(saga_id), timeline=rows, last_seq=view.events[-1].seq,
                  effects=await effects(saga_id, console, None))
+
+
+PENDING = frozenset({"RUNNING", "TIMED_OUT", "RETRY_SCHEDULED", "WITHDRAWING", "AWAITING_SIGNAL", "COMPENSATING",
+                     "COMPENSATION_TIMED_OUT", "COMPENSATION_RETRY_SCHEDULED"})
+
+
+def _pending(view: SagaView, steps: list[Any]) -> list[dict[str, Any]]:
+    """A card per step not settled yet: its participant, attempt, last error (a time-out too) and next retry."""
+    if view.state is None:
+        return []
+    retries = {t.step: t.due_at_ms for t in view.timers if "RETRY" in t.kind}
+    cards = []
+    for step in steps:
+        if step.status not in PENDING:
+            continue
+        error = (f"{step.last_error_type}{f': {step.last_error_message}' if step.last_error_message else ''}"
+                 if step.last_error_type else None)
+        if view.state.steps[step.name].outcome_unknown or step.status.endswith("TIMED_OUT"):
+            error = "timed out: it may have taken effect" + (f" (before: {error})" if error else "")
+        cards.append({"name": step.name, "participant": step.participant, "status": step.status,
+                      "attempt": step.compensation_attempt if step.status.startswith("COMPENSATION")
+                      or step.status == "COMPENSATING" else step.attempt,
+                      "error": error, "next_retry_ms": retries.get(step.name), "waiting": step.waiting})
+    return cards
 
 
 LIVE_PARTS = {"status": "saga_status.html", "steps": "saga_steps.html", "levers": "saga_levers.html",

@@ -132,6 +132,8 @@ async def test_the_decision_answers_back_applied_then_refused(
         client: httpx.AsyncClient, pool: asyncpg.Pool, settings: Settings, runs: dict[str, SagaRun]) -> None:
     saga_id = runs["decide-waiting"].saga_id
     shown = (await client.get(f"/sagas/{saga_id}")).text  # a destructive lever asks first, saying what it undoes
+    card = shown.split('data-pending="book_hotel">', 1)[1].split("</div>", 1)[0]  # the step it waits on
+    assert "at hotel" in card and "attempt 3" in card and "last error: <span class=\"error\">HotelBusy" in card
     cancel = shown.split('data-action="Cancel"', 1)[1].split(">", 1)[0]
     assert "Undone: book_flight. Not undone (no undo): none." in cancel and "hx-confirm" in cancel
     sent = await _pull(client, saga_id, action="Pause")
