@@ -27,13 +27,14 @@ from ..orchestrator.ports import LetterFilter, SagaSummaryRow
 from ..participants.kit.effects import read_effects
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.event_types import Event
-from . import letter_replays, operating
+from . import decisions, letter_replays, operating
 from .context import Console, console_of
 from .saga_paths import SAGA_PATH
 
 router = APIRouter(prefix="/api/v1", tags=["sagas"])
 T = TypeVar("T")
 CURSOR_HELP = "The `X-Next-Cursor` of the previous page; the first page without."
+MAX_WAIT_S = 10.0  # the longest a request waits for a lever's decision
 
 
 class StepView(BaseModel):
@@ -132,7 +133,13 @@ class ActionResult(BaseModel):
     saga_id: str
     action: str
     operator: str
-    published: bool = Field(description="Sent on saga.control; the saga's history shows whether it applied.")
+    published: bool = Field(description="Queued for saga.control; ``decision`` says whether it applied.")
+    action_id: str = Field(description="The control command's message id.")
+    after_seq: int = Field(description="The saga's last event when the lever was pulled: its decision comes after.")
+    decision: dict[str, Any] = Field(description="What the orchestrator decided so far: outcome (applied, refused, "
+                                                 "queued or sent), decided, reason (why refused), seq (the event "
+                                                 "that decided it), followed (the events that came of it).")
+    decision_url: str = Field(description="Where the decision is read again (GET).")
 
 
 def event_view(event: Event) -> EventView:
@@ -366,10 +373,28 @@ async def audit(request: Request, response: Response, console: ConsoleDep, _: Re
 
 
 @router.post(f"{SAGA_PATH}/actions", response_model=ActionResult, status_code=202,
-             summary="Pull a lever on one saga (published on saga.control; the orchestrator decides it)")
-async def act(saga_id: str, request: ActionRequest, console: ConsoleDep, operator: Actor) -> ActionResult:
-    await console.act(operator, saga_id, request.action, request.step, request.reason)
-    return ActionResult(saga_id=saga_id, action=request.action, operator=operator, published=True)
+             summary="Pull a lever on one saga (published on saga.control; the orchestrator decides it); 404 for "
+                     "a saga that does not exist, nothing published")
+async def act(saga_id: str, request: ActionRequest, console: ConsoleDep, operator: Actor,
+              wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S, description="Wait up to this long for the "
+                                                                              "orchestrator's decision.")] = 0
+              ) -> ActionResult:
+    pulled = await console.act(operator, saga_id, request.action, request.step, request.reason)
+    found = await decisions.await_decision(console.reads, pulled, wait_s)
+    return ActionResult(saga_id=saga_id, action=request.action, operator=operator, published=True,
+                        action_id=pulled.action_id, after_seq=pulled.after_seq, decision=found.to_json(),
+                        decision_url=f"/api/v1/sagas/{pulled.path()}")
+
+
+@router.get(f"{SAGA_PATH}/actions/{{action_id}}",
+            summary="What the orchestrator decided about a lever (as its POST answered: decision_url)")
+async def action_decision(saga_id: str, action_id: str, action: str, after_seq: int, console: ConsoleDep,
+                          _: Reader, operator: str | None = None,
+                          wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0) -> dict[str, Any]:
+    pulled = decisions.Pulled(saga_id, action, None, operator, action_id, after_seq)
+    found = await decisions.await_decision(console.reads, pulled, wait_s)
+    return {"saga_id": saga_id, "action": action, "action_id": action_id, **found.to_json(),
+            "said": found.describe(action)}
 
 
 class SignalRequest(BaseModel):

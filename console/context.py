@@ -25,7 +25,7 @@ from ..participants.kit.deferred import complete, why_not_awaiting
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.message_types import LeverRefused
 from ..schemas.topics import Topics
-from . import operating
+from . import decisions, operating
 from .identity import Identity
 
 
@@ -48,15 +48,24 @@ class Console:
     cookie: str = "saga_console"  # the session cookie's name (console.app.session_cookie)
     now_ms: Callable[[], int] = field(default=_wall_clock_ms)
 
-    async def act(self, operator: str, saga_id: str, action: str, step: str | None, reason: str | None) -> None:
+    async def act(self, operator: str, saga_id: str, action: str, step: str | None,
+                  reason: str | None) -> decisions.Pulled:
         """Queue ``action`` for ``operator`` and audit it in one transaction: the control command goes into the
         orchestrator's outbox beside its audit row (its relay publishes it on saga.control), so no lever goes
-        out unaudited and none is audited unsent (``operations.levers``). HTTPException 400 when it is asked
-        wrongly (audited too)."""
+        out unaudited and none is audited unsent (``operations.levers``). What was pulled: the command's id and
+        the saga's last seq before it, by which its decision is found (``decisions.decision``). HTTPException 404
+        when there is no such saga, 400 when it is asked wrongly (both audited, nothing queued)."""
+        after_seq = await self.reads.last_seq(saga_id)
+        if after_seq is None:
+            refusal = f"no saga {saga_id!r}: nothing to act on"
+            await self.audit.record(operator, action, f"saga {saga_id}", {"step": step, "reason": reason},
+                                    f"refused: {refusal}")
+            raise HTTPException(404, refusal)
         try:
-            await self.lever_queue.pull(operator, saga_id, action, step, reason)
+            action_id = await self.lever_queue.pull(operator, saga_id, action, step, reason)
         except LeverRefused as error:
             raise HTTPException(400, str(error)) from None
+        return decisions.Pulled(saga_id, action, step, operator, action_id, after_seq)
 
     @cached_property
     def audit(self) -> OperatorAudit:

@@ -12,17 +12,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..orchestrator.domain.builder import in_flight
 from ..orchestrator.domain.decide import decide
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.errors import DomainError, InvalidMessage
-from ..orchestrator.domain.state import SagaState, SagaStatus
+from ..orchestrator.domain.state import SagaState, SagaStatus, StepStatus
 from ..schemas.event_types import OperatorActionRefused, SagaCancelRefused
 from ..schemas.message_types import (
+    CANCEL,
     NEEDS_REASON,
     RELEASE,
     SAGA_ACTIONS,
     STEP_LEVERS,
     ControlCommand,
+    Lever,
     LeverRefused,
     lever_command,
 )
@@ -38,6 +41,9 @@ class ControlPublisher(Protocol):
     async def signal(self, saga_id: str, signal: str, payload: Mapping[str, Any], *, signal_id: str | None = None,
                      sender: str | None = None) -> str: ...
 
+
+DESTRUCTIVE = frozenset({Lever.FORCE_COMPENSATE, Lever.TERMINATE, CANCEL})
+"""The levers a page asks to confirm, saying what they will and will not undo."""
 
 ActionRefused = LeverRefused
 """An action asked wrongly (``schemas.message_types.LeverRefused``)."""
@@ -83,3 +89,28 @@ def _applies(definition: SagaDefinition | None, state: SagaState,
         return False
     refused = (OperatorActionRefused, SagaCancelRefused)
     return bool(decision.events) and not any(isinstance(event, refused) for event in decision.events)
+
+
+def confirmation(definition: SagaDefinition | None, state: SagaState | None, action: str) -> str | None:
+    """What a destructive lever will and will not undo, and which commands are still in flight, for the operator
+    to confirm; None for any other lever."""
+    if action not in DESTRUCTIVE or state is None:
+        return None
+    took_effect = [name for name, step in state.steps.items() if step.status is StepStatus.SUCCEEDED
+                   or (step.status is StepStatus.FAILED and step.outcome_unknown)]
+    flying = [name for name, step in state.steps.items() if in_flight(step)]
+    with_undo = [name for name in took_effect if definition is not None and definition.step(name).compensation]
+    without = [name for name in took_effect if name not in with_undo]
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(names) or "none"
+
+    if action == Lever.TERMINATE:
+        lines = [f"{action} ends the saga as it stands: nothing is undone.",
+                 f"Took effect and stays: {listed(took_effect)}.",
+                 f"Still in flight (their replies will change nothing): {listed(flying)}."]
+    else:
+        lines = [f"{action} turns the saga back.", f"Undone: {listed(with_undo)}.",
+                 f"Not undone (no undo): {listed(without)}.",
+                 f"Still in flight (withdrawn; undone if it took effect and has an undo): {listed(flying)}."]
+    return " ".join(lines) + " Go on?"

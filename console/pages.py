@@ -20,15 +20,16 @@ from fastapi.templating import Jinja2Templates
 from ..operations import bulk_jobs, inbox
 from ..operations.paging import Page
 from ..operations.ports import AGE_BUCKETS
+from ..operations.reads import SagaView
 from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..orchestrator.ports import LetterFilter
 from ..participants.kit.outcome import Failed, Succeeded
 from ..schemas.codec import WireError
-from ..schemas.event_types import Event
+from ..schemas.event_types import Event, StepCommandSent, StepFailed, StepRetryScheduled, StepTimedOut
 from ..schemas.registry import SchemaRegistry
-from . import letter_replays, operating
+from . import decisions, letter_replays, operating
 from .api import actor, detail, effects, inbox_query
 from .context import Console, console_of
 from .guard import Refused, caller_of
@@ -38,6 +39,8 @@ TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 STREAM_POLL_S = 0.5  # how often a saga page's stream looks for new events
 PAGE_ROWS = 500  # sagas a list page shows; a next link reads the following ones
 AUDIT_ROWS = 200  # audit entries a page shows, the latest first; its next link reads older ones
+PAGE_WAIT_S = 2.0  # how long a lever posted without htmx waits for its decision before the page comes back
+DECISION_ASKS = 75  # how often a lever's flash asks for its decision (every 0.4 s: about half a minute)
 _SHOWN_ELSEWHERE = frozenset({"saga_id", "seq", "occurred_at", "step", "attempt"})
 
 router = APIRouter(include_in_schema=False)
@@ -117,6 +120,52 @@ def timeline_line(event: Event, at_ms: int, schemas: SchemaRegistry) -> dict[str
         shown.append(f"{item.name}: {value}")
     return {"seq": event.seq, "at": at_ms, "type": type(event).__name__, "step": getattr(event, "step", "") or "",
             "attempt": getattr(event, "attempt", "") or "", "detail": "; ".join(shown)}
+
+
+DASH = "\u2013"
+COLLAPSED_FROM = 2  # failed attempts in a row of one step from which the timeline shows them as one row
+
+
+def _failure(event: Event) -> str | None:
+    if isinstance(event, StepTimedOut):
+        return "TimedOut"
+    return event.error_type if isinstance(event, StepFailed) and event.retryable else None
+
+
+def _in_loop(event: Event, step: str | None) -> bool:
+    """Whether ``event`` goes on a retry loop of ``step``: its command sent, timed out, failed to be retried, or
+    its retry scheduled."""
+    if not isinstance(event, StepCommandSent | StepTimedOut | StepFailed | StepRetryScheduled) or event.step != step:
+        return False
+    return not isinstance(event, StepFailed) or event.retryable
+
+
+def timeline(events: list[tuple[int, Event]], schemas: SchemaRegistry) -> list[dict[str, Any]]:
+    """A saga's timeline rows (``timeline_line``), each retry loop of one step (its commands sent, failed or timed
+    out and retried again, ``COLLAPSED_FROM`` failures or more in a row) shown as one row: "attempts 3 to 57,
+    TimedOut" (``RetryLoop``)."""
+    rows: list[dict[str, Any]] = []
+    index = 0
+    while index < len(events):
+        step: str | None = getattr(events[index][1], "step", None)
+        end, failures = index, []
+        while end < len(events) and _in_loop(events[end][1], step):
+            event = events[end][1]
+            if (failed := _failure(event)) is not None:
+                failures.append((getattr(event, "attempt", 0), failed))
+            end += 1
+        if len(failures) >= COLLAPSED_FROM:
+            kinds = ", ".join(dict.fromkeys(kind for _, kind in failures))
+            attempts = f"{failures[0][0]}{DASH}{failures[-1][0]}"
+            rows.append({"seq": f"{events[index][1].seq}{DASH}{events[end - 1][1].seq}", "at": events[index][0],
+                         "type": "RetryLoop", "step": step or "", "attempt": attempts,
+                         "detail": f"attempts {attempts}, {kinds} ({end - index} events)"})
+            index = end
+            continue
+        at, first = events[index]
+        rows.append(timeline_line(first, at, schemas))
+        index += 1
+    return rows
 
 
 _FILL = {"SUCCEEDED": "#d5f2dc", "RUNNING": "#d8ecff", "PENDING": "#f4f5f7", "FAILED": "#ffd9d6",
@@ -280,6 +329,19 @@ async def audit_page(request: Request, cursor: str | None = None) -> Response:
     return _page(request, "audit.html", console, entries=page.rows, next_url=_next_url(request, page))
 
 
+def _live(request: Request, console: Console, view: SagaView) -> dict[str, Any]:
+    """What a saga's page shows that changes as the saga moves: status, steps and graph, levers, timers."""
+    caller = caller_of(request)
+    steps = detail(view, {}, console).steps
+    return {"view": view, "state": view.state, "steps": steps, "pending": _pending(view, steps),
+            "dag": dag_svg(view.definition, view.state),
+            "offers": operating.offers(view.definition, view.state, console.now_ms()),
+            "confirms": {action: operating.confirmation(view.definition, view.state, action)
+                         for action in operating.DESTRUCTIVE},
+            "operator": console.identity.operator(request), "levers": console.levers,
+            "csrf_token": caller.csrf if caller is not None else None}
+
+
 @router.get(SAGA_PATH, response_class=HTMLResponse)
 async def saga_page(request: Request, saga_id: str) -> Response:
     console = console_of(request)
@@ -289,19 +351,47 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     view = await console.reads.saga(saga_id)
     if view is None:
         raise HTTPException(404, f"no saga {saga_id!r}")
-    keys = await console.reads.search_keys(saga_id)
-    shown = detail(view, keys, console)
-    timeline = [timeline_line(event, view.recorded_at_ms.get(event.seq, event.occurred_at), console.reads.schemas)
-                for event in view.events]
-    offers = operating.offers(view.definition, view.state, console.now_ms())
-    return _page(request, "saga.html", console, view=view, state=view.state, keys=keys, steps=shown.steps,
-                 dag=dag_svg(view.definition, view.state), timeline=timeline, offers=offers,
-                 last_seq=view.events[-1].seq, effects=await effects(saga_id, console, None))
+    rows = timeline([(view.recorded_at_ms.get(event.seq, event.occurred_at), event) for event in view.events],
+                    console.reads.schemas)
+    return _page(request, "saga.html", console, **_live(request, console, view),
+                 keys=await console.reads.search_keys(saga_id), timeline=rows, last_seq=view.events[-1].seq,
+                 effects=await effects(saga_id, console, None))
+
+
+PENDING = frozenset({"RUNNING", "TIMED_OUT", "RETRY_SCHEDULED", "WITHDRAWING", "AWAITING_SIGNAL", "COMPENSATING",
+                     "COMPENSATION_TIMED_OUT", "COMPENSATION_RETRY_SCHEDULED"})
+
+
+def _pending(view: SagaView, steps: list[Any]) -> list[dict[str, Any]]:
+    """A card per step not settled yet: its participant, attempt, last error (a time-out too) and next retry."""
+    if view.state is None:
+        return []
+    retries = {t.step: t.due_at_ms for t in view.timers if "RETRY" in t.kind}
+    cards = []
+    for step in steps:
+        if step.status not in PENDING:
+            continue
+        error = (f"{step.last_error_type}{f': {step.last_error_message}' if step.last_error_message else ''}"
+                 if step.last_error_type else None)
+        if view.state.steps[step.name].outcome_unknown or step.status.endswith("TIMED_OUT"):
+            error = "timed out: it may have taken effect" + (f" (before: {error})" if error else "")
+        cards.append({"name": step.name, "participant": step.participant, "status": step.status,
+                      "attempt": step.compensation_attempt if step.status.startswith("COMPENSATION")
+                      or step.status == "COMPENSATING" else step.attempt,
+                      "error": error, "next_retry_ms": retries.get(step.name), "waiting": step.waiting})
+    return cards
+
+
+LIVE_PARTS = {"status": "saga_status.html", "steps": "saga_steps.html", "levers": "saga_levers.html",
+              "timers": "saga_timers.html"}
+"""The parts of a saga's page its stream sends again after each new event, by SSE event name."""
 
 
 @router.get(f"{SAGA_PATH}/stream")
 async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Response:
-    """Server-sent events: ``timeline`` (new timeline rows) and ``status`` (the status line), as they happen."""
+    """Server-sent events, the page's one stream (a browser holds few connections per host): ``timeline`` (new
+    timeline rows), then ``status``, ``steps`` (with the graph), ``levers`` (those that apply now) and ``timers``,
+    each time the saga records something."""
     console = console_of(request)
     denied = _viewer(request, console)
     if denied is not None:
@@ -310,6 +400,11 @@ async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Respons
     async def stream() -> AsyncIterator[str]:
         last = after
         yield ": connected\n\n"
+        # The levers are sent again only when they change: a reason being typed is not wiped by each event.
+        # Those the page shows are known only when nothing happened since it was drawn.
+        view = await console.reads.saga(saga_id)
+        shown = (operating.offers(view.definition, view.state, console.now_ms())
+                 if view is not None and view.events[-1].seq == after else None)
         while not await request.is_disconnected():
             new = await console.reads.events_after(saga_id, last)
             if new:
@@ -319,7 +414,11 @@ async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Respons
                 yield _sse("timeline", rows)
                 view = await console.reads.saga(saga_id)
                 if view is not None:
-                    yield _sse("status", TEMPLATES.get_template("saga_status.html").render(state=view.state))
+                    live = _live(request, console, view)
+                    for event, template in LIVE_PARTS.items():
+                        if event != "levers" or live["offers"] != shown:
+                            yield _sse(event, TEMPLATES.get_template(template).render(live))
+                    shown = live["offers"]
             await asyncio.sleep(STREAM_POLL_S)
 
     return StreamingResponse(stream(), media_type="text/event-stream",
@@ -334,14 +433,51 @@ def _sse(event: str, html: str) -> str:
 @router.post(f"{SAGA_PATH}/actions")
 async def act_page(request: Request, saga_id: str, action: str = Form(...), step: str | None = Form(None),
                    reason: str | None = Form(None)) -> Response:
-    """A lever from the saga's page: sent, audited, and back to the page (whose timeline shows the outcome)."""
+    """A lever from the saga's page: sent, audited, and answered with the orchestrator's decision (htmx: a flash
+    that asks again until it is decided; else back to the page, after waiting briefly for it)."""
     console = console_of(request)
     operator = _form_actor(request, console)
-    await console.act(operator, saga_id, action, step or None, reason or None)
-    said = f"{action}{f' {step}' if step else ''} sent for {operator}; the timeline shows what the orchestrator did"
-    if request.headers.get("HX-Request"):  # htmx: the page stays, its live timeline shows the outcome
-        return _flash(said)
-    return RedirectResponse(f"/sagas/{saga_segment(saga_id)}?flash={quote(said)}", status_code=303)
+    htmx = bool(request.headers.get("HX-Request"))
+    try:
+        pulled = await console.act(operator, saga_id, action, step or None, reason or None)
+    except HTTPException as error:
+        if htmx and error.status_code in (400, 404):
+            return _refused(error)
+        raise
+    if htmx:
+        return _decision_flash(pulled, await decisions.decision(console.reads, pulled), 0)
+    found = await decisions.await_decision(console.reads, pulled, PAGE_WAIT_S)
+    return RedirectResponse(f"/sagas/{saga_segment(saga_id)}?flash={quote(_said(pulled, found))}", status_code=303)
+
+
+@router.get("/lever-decision", response_class=HTMLResponse)
+async def decision_fragment(request: Request, saga_id: str, action_id: str, action: str, after_seq: int,
+                            operator: str | None = None, asked: int = 0) -> Response:
+    """A pulled lever's flash, asked again (htmx) until the orchestrator decided it."""
+    console = console_of(request)
+    if (denied := _viewer(request, console)) is not None:
+        return denied
+    pulled = decisions.Pulled(saga_id, action, None, operator, action_id, after_seq)
+    return _decision_flash(pulled, await decisions.decision(console.reads, pulled), asked + 1)
+
+
+def _said(pulled: decisions.Pulled, found: decisions.LeverDecision) -> str:
+    lever = f"{pulled.action}{f' {pulled.step}' if pulled.step else ''}"
+    return found.describe(lever) if found.decided else f"{found.describe(lever)} (sent for {pulled.operator})"
+
+
+def _decision_flash(pulled: decisions.Pulled, found: decisions.LeverDecision, asked: int) -> HTMLResponse:
+    """The flash of a lever: its decision, or (not decided yet) a line that asks again, for a while."""
+    said = _said(pulled, found)
+    data = f' data-outcome="{found.outcome}" data-action="{escape(pulled.action)}"'
+    if found.decided:
+        return _flash(said, error=found.outcome == decisions.REFUSED, data=data)
+    if asked >= DECISION_ASKS:
+        return _flash(said, "The page stopped asking; the timeline shows the decision when it comes.", data=data)
+    again = urlencode({"saga_id": pulled.saga_id, "action_id": pulled.action_id, "action": pulled.action,
+                       "after_seq": pulled.after_seq, "operator": pulled.operator or "", "asked": asked})
+    return _flash(said, data=f'{data} hx-get="/lever-decision?{escape(again)}" hx-trigger="load delay:400ms"'
+                             ' hx-swap="outerHTML"')
 
 
 @router.post(f"{SAGA_PATH}/signals")
@@ -478,19 +614,35 @@ async def bulk_count_fragment(request: Request) -> Response:
         return HTMLResponse(f'<b class="error">{escape(str(error))}</b>')
     shown = ", ".join(escape(saga_id) for saga_id in found.sample)
     return HTMLResponse(f'<b data-count="{found.total}">{found.total} sagas</b> match ({escape(selection.describe())})'
-                        + (f": {shown}{', ...' if found.total > len(found.sample) else ''}" if shown else ""))
+                        + (f": {shown}{', ...' if found.total > len(found.sample) else ''}" if shown else "")
+                        + f'<input type="hidden" name="expected" value="{found.total}">')
 
 
 @router.post("/bulk/start", response_class=HTMLResponse)
 async def bulk_start_fragment(request: Request) -> Response:
     console, operator, form = await _lever_form(request)
     try:
+        counted = await _counted(console, form)
+        if counted is not None:
+            return _flash(counted, error=True)
         rate = float(str(form.get("rate_per_s") or bulk_jobs.DEFAULT_RATE_PER_S))
         job = await console.start_job(operator, _selection(form), str(form.get("action") or ""),
                                       str(form.get("step") or "") or None, str(form.get("reason") or ""), rate)
     except (HTTPException, ValueError) as error:
         return _refused(error)
     return _flash(f"bulk job {job.id} started for {operator}: {job.total} sagas, {job.rate_per_s:g} a second")
+
+
+async def _counted(console: Console, form: Any) -> str | None:
+    """Why a bulk job from the page may not start yet: its sagas were not counted first, or the selection matches
+    another number of them now (None: it may)."""
+    expected = str(form.get("expected") or "")
+    if not expected.isdigit():
+        return "count the sagas first (Count): a job starts only once you saw how many it takes"
+    found = await bulk_jobs.count(console.bulk_store, _selection(form), console.reads.definitions)
+    if found.total != int(expected):
+        return f"the selection matches {found.total} sagas now, not the {expected} counted: count again"
+    return None
 
 
 @router.get("/deferred", response_class=HTMLResponse)

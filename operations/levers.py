@@ -51,8 +51,9 @@ class Levers:
         self._via = via
         self._new_id = new_id
 
-    async def pull(self, operator: str, saga_id: str, action: str, step: str | None, reason: str | None) -> None:
-        """Queue ``action`` on ``saga_id`` for ``operator`` with its audit entry, both or neither; LeverRefused
+    async def pull(self, operator: str, saga_id: str, action: str, step: str | None, reason: str | None) -> str:
+        """Queue ``action`` on ``saga_id`` for ``operator`` with its audit entry, both or neither, and answer the
+        control command's message id (the orchestrator's inbox records it once taken); LeverRefused
         when it is asked wrongly (unknown, no step or no reason where its row needs one, or too large to send),
         audited as refused and nothing queued."""
         target = f"saga {saga_id}"
@@ -62,6 +63,8 @@ class Levers:
         except (LeverRefused, WireError) as error:
             await self._store.record(AuditEntry(operator, action, target, detail, f"refused: {error}"))
             raise LeverRefused(str(error)) from None
-        rows = [control_row(self._topics, saga_id, value, self._new_id(), f"{self._via}:{operator}")]
+        message_id = self._new_id()
+        rows = [control_row(self._topics, saga_id, value, message_id, f"{self._via}:{operator}")]
         await self._store.queue_lever(AuditEntry(operator, action, target, detail, QUEUED), rows,
                                       control_shards(rows, self._partitions))
+        return message_id

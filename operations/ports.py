@@ -204,6 +204,15 @@ class ReadsStore(Protocol):
         """The saga's events after ``after_seq``, in seq order, each with when it was stored."""
         ...
 
+    async def last_seq(self, saga_id: str) -> int | None:
+        """The seq of the saga's last event; None when it has no event (no such saga)."""
+        ...
+
+    async def message_progress(self, message_id: str) -> str:
+        """Where the orchestrator's message ``message_id`` (a control command) stands: ``queued`` (still in its
+        outbox), ``taken`` (its consumer claimed it: decided, applied or dead-lettered) or ``sent`` (neither)."""
+        ...
+
     async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
         """The events of ``event_types`` of ``saga_ids``, by saga id then seq."""
         ...

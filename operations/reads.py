@@ -226,6 +226,14 @@ class Reads:
         return [(r.recorded_at_ms or 0, wire.decode_event(r.body))
                 for r in await self.store.events_after(saga_id, after_seq)]
 
+    async def last_seq(self, saga_id: str) -> int | None:
+        """The seq of the saga's last event; None for an unknown id."""
+        return await self.store.last_seq(saga_id)
+
+    async def message_progress(self, message_id: str) -> str:
+        """``ReadsStore.message_progress``: queued, sent, or taken by the orchestrator."""
+        return await self.store.message_progress(message_id)
+
     async def encoded_events(self, saga_id: str) -> list[tuple[int, bytes]]:
         """The saga's events as stored: (seq, Avro single-object encoding), in seq order."""
         return [(r.seq, r.body) for r in await self.store.events_after(saga_id, 0)]

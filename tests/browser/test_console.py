@@ -7,7 +7,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Dialog, Page, expect
 
 from saga_orchestrator.client import SagaClient
 from saga_orchestrator.participants.trip.scenarios import DEMO_MIX, SCENARIOS
@@ -16,6 +16,18 @@ from tests.e2e.harness import Stack
 
 pytestmark = pytest.mark.e2e
 WAITING = frozenset({"card_flaky"})  # its card's next attempt is an hour away (console_trip.py)
+
+
+def _confirming(page: Page) -> list[str]:
+    """Each confirmation ``page`` asks is accepted, and its text kept in the list answered."""
+    asked: list[str] = []
+
+    async def confirm(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    page.on("dialog", confirm)
+    return asked
 
 
 @pytest.fixture(scope="module")
@@ -96,13 +108,15 @@ async def test_a_slowtown_trip_is_cancelled_from_its_page_and_shows_it_live(
                              for e in history(console_url, saga_id)), "the hotel's command")
     await page.goto(f"/sagas/{saga_id}")
     await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+    asked = _confirming(page)
     lever = page.locator("form.lever[data-action=Cancel]")
     await lever.locator("input[name=reason]").fill("the customer called")
     await lever.locator("button").click()
-    await expect(page.locator("#flash")).to_contain_text(f"Cancel sent for {OPERATOR}")
+    await expect(page.locator("#flash")).to_contain_text("Cancel applied", timeout=SETTLE_S * 1000)
     await expect(page.locator("#timeline tr.SagaCancelled")).to_have_count(1, timeout=SETTLE_S * 1000)
     await expect(page.locator("#status-badge")).to_have_text("CANCELLED")
     assert await page.evaluate("window.loadedOnce") is True, "the page was reloaded"
+    assert len(asked) == 1 and "Undone: book_flight" in asked[0] and "Still in flight" in asked[0], asked
     requested = next(e for e in history(console_url, saga_id) if e["type"] == "SagaCancelRequested")
     assert requested["fields"]["operator"] == OPERATOR and requested["fields"]["reason"] == "the customer called"
     assert any(entry["operator"] == OPERATOR and entry["action"] == "Cancel" and entry["target"] == f"saga {saga_id}"
@@ -127,6 +141,38 @@ async def test_a_card_waiting_on_its_retry_is_retried_now(page: Page, console_ur
                         "detail": "charge_card"}] * 2
 
 
+
+
+async def test_a_paused_trip_offers_unpause_without_a_reload_over_one_stream(
+        page: Page, stack: Stack, console_url: str) -> None:
+    saga_id = f"paused-{uuid.uuid4().hex[:6]}"
+    trip = {**SCENARIOS["happy"].trip(saga_id), "card_token": "tok_flaky"}  # its card waits an hour to retry
+    async with SagaClient.from_settings(stack.settings) as client:
+        await client.start("trip", saga_id, trip)
+    await until(lambda: any(e["type"] == "StepRetryScheduled" for e in history(console_url, saga_id)),
+                "the card's retry")
+    await page.add_init_script("""window.streams = 0; const Opened = window.EventSource;
+        window.EventSource = class extends Opened { constructor(...args) { super(...args); window.streams++; } };""")
+    await page.goto(f"/sagas/{saga_id}")
+    await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+    await page.locator("form.lever[data-action=Pause] button").click()
+    await expect(page.locator("#flash")).to_contain_text("Pause applied", timeout=SETTLE_S * 1000)
+    await expect(page.locator("form.lever[data-action=Unpause]")).to_have_count(1)
+    await expect(page.locator("form.lever[data-action=Pause]")).to_have_count(0)
+    await expect(page.locator("#saga-status")).to_contain_text("PAUSED")
+    await page.locator("form.lever[data-action=Unpause] button").click()
+    await expect(page.locator("#flash")).to_contain_text("Unpause applied", timeout=SETTLE_S * 1000)
+    await expect(page.locator("form.lever[data-action=Pause]")).to_have_count(1)
+    # Terminate asks first, saying what stays done; accepted, the saga ends (and leaves the bulk test's count).
+    asked = _confirming(page)
+    lever = page.locator("form.lever[data-action=Terminate]")
+    await lever.locator("input[name=reason]").fill("refunded by hand")
+    await lever.locator("button").click()
+    await expect(page.locator("#flash")).to_contain_text("Terminate applied", timeout=SETTLE_S * 1000)
+    await expect(page.locator("#status-badge")).to_have_text("TERMINATED")
+    assert len(asked) == 1 and "nothing is undone" in asked[0] and "book_flight" in asked[0], asked
+    assert await page.evaluate("window.loadedOnce") is True, "the page was reloaded"
+    assert await page.evaluate("window.streams") == 1
 
 
 async def test_a_bulk_dry_run_counts_then_the_job_runs(page: Page, stack: Stack, console_url: str,

@@ -4,6 +4,7 @@ and change nothing; the console's own page, in the same browser session, acts.""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -14,6 +15,7 @@ from playwright.async_api import Browser, Page
 
 from saga_orchestrator.infra.settings import Settings
 from tests.browser.conftest import serve_console, signed_in_page
+from tests.integration.recorded import running_trip
 
 pytestmark = pytest.mark.e2e
 
@@ -25,14 +27,21 @@ def lone_console(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture(scope="module")
-def other_origin(lone_console: str) -> Iterator[str]:
+def targets(settings: Settings) -> dict[str, str]:
+    """Running trips to pull the levers on, by the way they are pulled: each exists, so only the guard can refuse
+    a lever on it (a lever on an id no saga has is refused anyway)."""
+    return {way: asyncio.run(running_trip(settings, f"csrf-{way}")) for way in ("form", "fetch", "own")}
+
+
+@pytest.fixture(scope="module")
+def other_origin(lone_console: str, targets: dict[str, str]) -> Iterator[str]:
     """A page on another port of 127.0.0.1 that posts a lever to the console, fetches one, and frames it."""
     page = f"""<!doctype html><title>elsewhere</title>
-<form id="f" method="post" action="{lone_console}/sagas/csrf-form/actions">
+<form id="f" method="post" action="{lone_console}/sagas/{targets["form"]}/actions">
 <input name="action" value="Pause"><input name="reason" value="from elsewhere"></form>
 <iframe id="framed" src="{lone_console}/login"></iframe>
 <script>
-fetch("{lone_console}/sagas/csrf-fetch/actions", {{method: "POST", credentials: "include", mode: "no-cors",
+fetch("{lone_console}/sagas/{targets["fetch"]}/actions", {{method: "POST", credentials: "include", mode: "no-cors",
       body: new URLSearchParams({{action: "Pause", reason: "fetched from elsewhere"}})}})
   .finally(() => {{ document.title = "fetched"; }});
 </script>""".encode()
@@ -72,7 +81,7 @@ async def _counts(settings: Settings, saga_id: str) -> tuple[int, int]:
 
 
 async def test_another_origin_of_the_same_host_cannot_act_or_frame_the_console(
-        signed_in: Page, lone_console: str, other_origin: str, settings: Settings) -> None:
+        signed_in: Page, lone_console: str, other_origin: str, settings: Settings, targets: dict[str, str]) -> None:
     elsewhere = await signed_in.context.new_page()
     await elsewhere.goto(other_origin)
     await elsewhere.wait_for_function("document.title === 'fetched'")
@@ -81,15 +90,15 @@ async def test_another_origin_of_the_same_host_cannot_act_or_frame_the_console(
     async with elsewhere.expect_navigation():
         await elsewhere.evaluate("document.getElementById('f').submit()")
     assert "refused" in await elsewhere.content()
-    assert await _counts(settings, "csrf-form") == (0, 0)
-    assert await _counts(settings, "csrf-fetch") == (0, 0)
+    assert await _counts(settings, targets["form"]) == (0, 0)
+    assert await _counts(settings, targets["fetch"]) == (0, 0)
 
     # The same session from the console's own page: its token and origin pass.
     await signed_in.goto(f"{lone_console}/audit")
-    status = await signed_in.evaluate("""async () => {
+    status = await signed_in.evaluate("""async (sagaId) => {
         const token = document.querySelector("input[name=csrf_token]").value;
-        const answer = await fetch("/sagas/csrf-own/actions", {method: "POST", headers: {"HX-Request": "true"},
+        const answer = await fetch(`/sagas/${sagaId}/actions`, {method: "POST", headers: {"HX-Request": "true"},
             body: new URLSearchParams({action: "Pause", reason: "from the console", csrf_token: token})});
-        return answer.status; }""")
+        return answer.status; }""", targets["own"])
     assert status == 200  # the flash htmx shows
-    assert await _counts(settings, "csrf-own") == (1, 1)
+    assert await _counts(settings, targets["own"]) == (1, 1)

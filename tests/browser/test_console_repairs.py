@@ -80,13 +80,17 @@ async def test_a_saga_quarantined_by_a_rollback_is_released_from_its_page(
     await page.goto("/quarantine")
     await expect(page.locator(f"table.sagas tr[data-saga='{saga_id}'] .status")).to_have_text("QUARANTINED")
     await screenshot(page, "quarantine")
-    await restart(stack, "orchestrator", {"SAGA_DEFINITIONS": DEPLOYED})  # version 2 is back
     await page.locator(f"table.sagas tr[data-saga='{saga_id}'] a").click()
     await expect(page.locator("#status-badge")).to_have_text("QUARANTINED")
     lever = page.locator("form.lever[data-action=Release]")
+    await lever.locator("input[name=reason]").fill("too soon")
+    await lever.locator("button").click()  # before the fix: the orchestrator dead-letters it, the page says why
+    await expect(page.locator("#flash p.error")).to_contain_text(
+        "Release refused: dead-lettered: the orchestrator still cannot run the saga", timeout=SETTLE_S * 1000)
+    await restart(stack, "orchestrator", {"SAGA_DEFINITIONS": DEPLOYED})  # version 2 is back
     await lever.locator("input[name=reason]").fill("version 2 redeployed")
     await lever.locator("button").click()
-    await expect(page.locator("#flash")).to_contain_text(f"Release sent for {OPERATOR}")
+    await expect(page.locator("#flash")).to_contain_text("Release applied", timeout=SETTLE_S * 1000)
     await expect(page.locator("#timeline tr.SagaReleased")).to_have_count(1, timeout=SETTLE_S * 1000)
     await expect(page.locator("#timeline tr.SagaCompleted")).to_have_count(1, timeout=SETTLE_S * 1000)
     await expect(page.locator("#status-badge")).to_have_text("COMPLETED")

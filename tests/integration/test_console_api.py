@@ -281,14 +281,14 @@ async def test_a_lever_whose_audit_cannot_be_written_is_not_queued(
             async for client in _client(levers):
                 signed = {"Authorization": "Basic " + base64.b64encode(b"anna:a long password").decode()}
                 with pytest.raises(asyncpg.RaiseError, match="the audit is read-only today"):
-                    await client.post("/api/v1/sagas/api-unaudited/actions", headers=signed,
+                    await client.post("/api/v1/sagas/api-done/actions", headers=signed,
                                       json={"action": "Pause", "reason": "no audit, no lever"})
         finally:
             await pool.execute("DROP TRIGGER refuse_audit ON saga.operator_audit; DROP FUNCTION refuse_audit()")
-        queued = await pool.fetchval("SELECT count(*) FROM saga.outbox WHERE message_key = 'api-unaudited'")
+        queued = await pool.fetchval("SELECT count(*) FROM saga.outbox WHERE message_key = 'api-done'")
     assert queued == 0
     control = await read_topic(settings, Topics(settings.saga_topic_prefix).control)
-    assert not [record for record in control if record.key == b"api-unaudited"]
+    assert not [record for record in control if record.key == b"api-done"]
 
 
 

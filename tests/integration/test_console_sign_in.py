@@ -21,6 +21,7 @@ from saga_orchestrator.console.pages import SESSION_ENDED
 from saga_orchestrator.console.throttle import PAIR_FAILURES
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
+from tests.integration.recorded import running_trip
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -92,20 +93,21 @@ async def test_sign_out_needs_the_pages_token(console: httpx.AsyncClient) -> Non
 
 async def test_a_change_from_another_origin_of_the_same_host_is_refused(console: httpx.AsyncClient,
                                                                         settings: Settings) -> None:
+    saga_id = await running_trip(settings, "guard")  # a saga that exists: only the guard can refuse the lever
     await _sign_in(console)
     page = await console.get("/audit")
     token = _csrf(page.text)
-    from_elsewhere = await console.post("/sagas/guard-t1/actions", data={"action": "Pause", "csrf_token": token},
+    from_elsewhere = await console.post(f"/sagas/{saga_id}/actions", data={"action": "Pause", "csrf_token": token},
                                         headers={"Origin": "http://console:9000", "Sec-Fetch-Site": "same-site"})
-    without_token = await console.post("/sagas/guard-t1/actions", data={"action": "Pause"})
-    own = await console.post("/sagas/guard-t1/actions", data={"action": "Pause", "reason": "", "csrf_token": token},
+    without_token = await console.post(f"/sagas/{saga_id}/actions", data={"action": "Pause"})
+    own = await console.post(f"/sagas/{saga_id}/actions", data={"action": "Pause", "reason": "", "csrf_token": token},
                              headers={"Origin": "http://console", "Sec-Fetch-Site": "same-origin"})
     console.cookies.clear()
     assert (from_elsewhere.status_code, without_token.status_code, own.status_code) == (403, 403, 303)
     pool = await create_pool(settings.dsn(), 1)
     try:
-        queued = await pool.fetchval("SELECT count(*) FROM saga.outbox WHERE message_key = 'guard-t1'")
-        audited = await pool.fetchval("SELECT count(*) FROM saga.operator_audit WHERE target = 'saga guard-t1'")
+        queued = await pool.fetchval("SELECT count(*) FROM saga.outbox WHERE message_key = $1", saga_id)
+        audited = await pool.fetchval("SELECT count(*) FROM saga.operator_audit WHERE target = $1", f"saga {saga_id}")
     finally:
         await pool.close()
     assert (queued, audited) == (1, 1)  # the console's own page only

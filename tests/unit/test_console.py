@@ -14,12 +14,14 @@ from saga_orchestrator.console import identity as identity_module
 from saga_orchestrator.console.app import identity_of
 from saga_orchestrator.console.identity import Identity, add_user, check_password, hash_password, read_users
 from saga_orchestrator.console.operating import ActionRefused, Offer, message_for, offers
-from saga_orchestrator.console.pages import dag_svg
+from saga_orchestrator.console.pages import dag_svg, timeline
 from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.operations.sessions import memory_sessions
+from saga_orchestrator.orchestrator.domain.builder import TimerKind
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas.message_types import CancelSaga, OperateSaga, ReleaseSaga
+from saga_orchestrator.schemas.registry import default_registry
 from saga_orchestrator.testing.history import SagaRun
 
 
@@ -174,3 +176,20 @@ def test_a_header_named_operator_on_an_address_others_reach_is_refused_unless_a_
                                             r"SAGA_CONSOLE_BEHIND_PROXY=true"):
         check_bind(proxied, "0.0.0.0")
     check_bind(proxied.model_copy(update={"saga_console_behind_proxy": True}), "10.1.2.3")
+
+
+def test_a_retry_loop_of_one_step_is_one_row_of_the_timeline() -> None:
+    run = SagaRun(TRIP, saga_id="looping")
+    run.start()
+    run.ok("book_flight")
+    for _ in range(2):  # the hotel is busy twice: its third attempt goes through
+        run.fail("book_hotel", "HotelBusy", retryable=True)
+        run.fire(TimerKind.STEP_RETRY, "book_hotel")
+    run.ok("book_hotel")
+    rows = timeline([(event.occurred_at, event) for event in run.events], default_registry())
+    [loop] = [row for row in rows if row["type"] == "RetryLoop"]
+    assert (loop["step"], loop["attempt"]) == ("book_hotel", "1\u20132")
+    assert loop["detail"].startswith("attempts 1\u20132, HotelBusy")
+    after = rows[rows.index(loop) + 1]  # the attempt sent last went through
+    assert (after["type"], after["step"], after["attempt"]) == ("StepSucceeded", "book_hotel", 3)
+    assert sum(1 for row in rows if row["step"] == "book_hotel" and row["type"] == "StepFailed") == 0

@@ -227,6 +227,18 @@ class PostgresReads:
             " AND seq > $2 ORDER BY seq", saga_id, after_seq, timeout=self._timeout_s)
         return [_stored(r) for r in rows]
 
+    async def last_seq(self, saga_id: str) -> int | None:
+        found: int | None = await self._pool.fetchval(
+            f"SELECT max(seq) FROM {self._s}.events WHERE saga_id = $1", saga_id, timeout=self._timeout_s)
+        return found
+
+    async def message_progress(self, message_id: str) -> str:
+        found: str = await self._pool.fetchval(
+            f"SELECT CASE WHEN EXISTS (SELECT 1 FROM {self._s}.inbox WHERE message_id = $1) THEN 'taken'"
+            f" WHEN EXISTS (SELECT 1 FROM {self._s}.outbox WHERE message_id = $1) THEN 'queued' ELSE 'sent' END",
+            message_id, timeout=self._timeout_s)
+        return found
+
     async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
         if not saga_ids:
             return []
@@ -377,6 +389,15 @@ class MemoryReads:
 
     async def events_after(self, saga_id: str, after_seq: int) -> list[StoredEvent]:
         return [e for e in self._store.events.get(saga_id, []) if e.seq > after_seq]
+
+    async def last_seq(self, saga_id: str) -> int | None:
+        events = self._store.events.get(saga_id)
+        return events[-1].seq if events else None
+
+    async def message_progress(self, message_id: str) -> str:
+        if any(taken == message_id for _, taken in self._store.inbox):
+            return "taken"
+        return "queued" if any(m.message_id == message_id for _, m in self._store.outbox) else "sent"
 
     async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
         return [e for saga_id in sorted(saga_ids) for e in self._store.events.get(saga_id, [])
