@@ -232,7 +232,7 @@ async def inbox_page(request: Request, cursor: str | None = None, limit: int = i
         return denied
     query = inbox_query(cursor, max(1, min(limit, inbox.MAX_LIMIT)), saga_type, [kind] if kind else None, stuck_after,
                         stuck_before)
-    page = await inbox.inbox(console.reads, query, console.dead_letters)
+    page = await inbox.inbox(console.reads, query, console.dead_letters, console.attendance.snapshot)
     filters = {"type": saga_type or "", "kind": kind or "", "stuck_after": stuck_after or "",
                "stuck_before": stuck_before or "", "limit": str(query.limit)}
     shown = {name: value for name, value in filters.items() if value}
