@@ -261,8 +261,9 @@ async def settled_group(kafka: KafkaClients, group: str, members: int, timeout_s
     return found
 
 
-MAX_GROUPS = 200
-"""The most consumer groups ``topic_attendance`` asks for committed offsets (one request each, concurrently)."""
+MAX_GROUPS = 500
+"""The most consumer groups ``topic_attendance`` asks about (two requests each, concurrently); past it, it answers
+unknown."""
 
 
 @dataclass(frozen=True)
@@ -285,15 +286,20 @@ class TopicAttendance:
         return self.consumers == 0 and (self.waiting or 0) > 0
 
 
+class TooManyGroups(Exception):
+    """More consumer groups than ``topic_attendance`` asks about."""
+
+
 async def topic_attendance(kafka: KafkaClients, topics: Sequence[str],
                            seconds: float = 5.0) -> dict[str, TopicAttendance]:
     """The attendance of each of ``topics``, from one admin client in at most ``seconds``: every topic unknown
     when the brokers do not answer in time or fail (never an exception).
 
-    Calls: the cluster's metadata, then per broker its groups (ListGroups), their descriptions, and the first and
-    last offsets of the partitions it leads; per consumer group (up to MAX_GROUPS, concurrently) its committed
-    offsets for these topics. A member's assignment decodes as the consumer protocol's (faust's assignor writes
-    the same, with its own data in ``user_data``); a group that is rebalancing counts no members.
+    Calls: the cluster's metadata, then per broker its groups (ListGroups) and the first and last offsets of the
+    partitions it leads; per consumer group (concurrently) its description and its committed offsets for these
+    topics; with more than MAX_GROUPS groups, every topic is unknown. A member's assignment decodes as the
+    consumer protocol's (faust's assignor writes the same, with its own data in ``user_data``); a group that is
+    rebalancing counts no members.
     """
     wanted = list(dict.fromkeys(topics))
     unknown = {name: TopicAttendance(name) for name in wanted}
@@ -329,10 +335,15 @@ async def _attendance(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str
                 leaders.setdefault(partition["leader"], []).append(key)
                 partitions.append(key)
     groups_by_broker = await asyncio.gather(*(admin.list_consumer_groups([broker]) for broker in brokers))
-    coordinated = {broker: [group for group, protocol, *_ in found if protocol == "consumer"][:MAX_GROUPS]
+    # "": a group that only commits offsets (its consumers assign partitions themselves); it has no members.
+    coordinated = {broker: sorted(group for group, protocol, *_ in found if protocol in ("consumer", ""))
                    for broker, found in zip(brokers, groups_by_broker, strict=True)}
-    described = await asyncio.gather(*(admin.describe_consumer_groups(groups, group_coordinator_id=broker)
-                                       for broker, groups in coordinated.items() if groups))
+    everyone = [(broker, group) for broker, groups in coordinated.items() for group in groups]
+    if len(everyone) > MAX_GROUPS:
+        raise TooManyGroups(f"{len(everyone)} consumer groups, more than {MAX_GROUPS}")
+    # One group per DescribeGroups request: aiokafka 0.14 cannot decode a Kafka 4 broker's answer about several.
+    described = await asyncio.gather(*(admin.describe_consumer_groups([group], group_coordinator_id=broker)
+                                       for broker, group in everyone))
     consumers = dict.fromkeys(topics, 0)
     for responses in described:
         for response in responses:
@@ -344,7 +355,6 @@ async def _attendance(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str
                     for name in {topic for topic, numbers in decoded.assignment if numbers and topic in wanted}:
                         consumers[name] += 1
     asked = [TopicPartition(name, number) for name, number in partitions]
-    everyone = [(broker, group) for broker, groups in coordinated.items() for group in groups][:MAX_GROUPS]
     committed: dict[tuple[str, int], int] = {}
     for offsets in await asyncio.gather(*(admin.list_consumer_group_offsets(group, broker, asked)
                                           for broker, group in everyone)):
