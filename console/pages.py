@@ -22,6 +22,7 @@ from ..operations.paging import Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
+from ..orchestrator.domain.model import StepStatus
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..orchestrator.ports import LetterFilter
 from ..participants.kit.outcome import Failed, Succeeded
@@ -280,6 +281,12 @@ async def audit_page(request: Request, cursor: str | None = None) -> Response:
     return _page(request, "audit.html", console, entries=page.rows, next_url=_next_url(request, page))
 
 
+_IN_FLIGHT = frozenset(status.value for status in (
+    StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED, StepStatus.WITHDRAWING,
+    StepStatus.COMPENSATING, StepStatus.COMPENSATION_TIMED_OUT, StepStatus.COMPENSATION_RETRY_SCHEDULED))
+"""A step's states while a command of it is sent or about to be sent again: it needs a worker."""
+
+
 @router.get(SAGA_PATH, response_class=HTMLResponse)
 async def saga_page(request: Request, saga_id: str) -> Response:
     console = console_of(request)
@@ -294,7 +301,10 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     timeline = [timeline_line(event, view.recorded_at_ms.get(event.seq, event.occurred_at), console.reads.schemas)
                 for event in view.events]
     offers = operating.offers(view.definition, view.state, console.now_ms())
+    unconsumed = console.attendance.snapshot.unconsumed(step.participant for step in shown.steps
+                                                        if step.status in _IN_FLIGHT)
     return _page(request, "saga.html", console, view=view, state=view.state, keys=keys, steps=shown.steps,
+                 unconsumed=unconsumed,
                  dag=dag_svg(view.definition, view.state), timeline=timeline, offers=offers,
                  last_seq=view.events[-1].seq, effects=await effects(saga_id, console, None))
 

@@ -9,7 +9,7 @@ moment it left.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..infra.chores import Chore
@@ -73,6 +73,13 @@ class AttendanceSnapshot:
     def unattended(self) -> list[CommandTopic]:
         """The topics known to have no consumer while commands wait, by participant."""
         return [self.topics[name] for name in sorted(self.topics) if self.topics[name].unattended]
+
+    def unconsumed(self, participants: Iterable[str | None]) -> list[CommandTopic]:
+        """The command topics of ``participants`` (None: a step that sends nothing) known to have no consumer, each
+        once, by participant: a step in flight with one waits for nothing."""
+        named = {name for name in participants if name is not None}
+        return [self.topics[name] for name in sorted(named & set(self.topics))
+                if self.topics[name].known and not self.topics[name].consumed]
 
     def followed_by(self, found: Mapping[str, TopicAttendance], topics: Mapping[str, str],
                     now_ms: int) -> AttendanceSnapshot:

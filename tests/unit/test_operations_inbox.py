@@ -224,3 +224,12 @@ async def test_the_attendance_refreshes_from_its_probe_and_says_unknown_before_t
     assert [t.describe() for t in attendance.snapshot.unattended()] == [
         "no worker consumes t.notification.commands; 1 command waits",
         "no worker consumes t.payment.commands; 1 command waits"]
+
+
+def test_a_step_in_flight_hears_when_no_worker_consumes_its_participant() -> None:
+    snapshot = _snapshot(CommandTopic("payment", "payment.commands", consumers=0, waiting=1),
+                         CommandTopic("hotel", "hotel.commands", consumers=1, waiting=0),
+                         CommandTopic("flight", "flight.commands"))  # unknown: nothing said
+    assert [t.describe() for t in snapshot.unconsumed(["payment", "hotel", "flight", None, "payment", "car"])] == [
+        "no worker consumes payment.commands; 1 command waits"]
+    assert AttendanceSnapshot().unconsumed(["payment"]) == []  # not taken yet
