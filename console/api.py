@@ -354,7 +354,7 @@ async def inbox_items(console: ConsoleDep, _: Reader, cursor: str | None = None,
                       kind: Annotated[list[str] | None, Query()] = None, stuck_after: str | None = None,
                       stuck_before: str | None = None) -> dict[str, Any]:
     query = inbox_query(cursor, limit, saga_type, kind, stuck_after, stuck_before)
-    page = await inbox.inbox(console.reads, query, console.dead_letters)
+    page = await inbox.inbox(console.reads, query, console.dead_letters, console.attendance.snapshot)
     return {"items": [dataclasses.asdict(item) for item in page.items], "next_cursor": page.next_cursor}
 
 

@@ -1,8 +1,11 @@
 """The console's composition root: ``console_app(settings)`` is the web app ``saga console`` serves (and tests
-call). It opens a database pool and a control publisher when it starts and closes them when it stops."""
+call). It opens a database pool and a control publisher when it starts, refreshes the command topics' attendance
+in the background while it runs, and closes them when it stops."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -88,7 +91,15 @@ def console_app(settings: Settings) -> FastAPI:
                                         kafka=settings.kafka(), levers=settings.saga_console_levers,
                                         control_partitions=tuple(range(settings.saga_topic_partitions)),
                                         cookie=session_cookie(settings))
-            yield
+            stop = asyncio.Event()
+            refreshing = asyncio.create_task(app.state.console.attendance.chore().run(stop))
+            try:
+                yield
+            finally:
+                stop.set()
+                refreshing.cancel()  # a refresh in flight waits on Kafka for nothing now
+                with contextlib.suppress(asyncio.CancelledError):
+                    await refreshing
         finally:
             await client.close()
             await pool.close()

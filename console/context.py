@@ -1,4 +1,5 @@
-"""What every console request works with: the database, the reads, who may act, and how an action is sent."""
+"""What every console request works with: the database, the reads, who may act, how an action is sent, and whether
+workers consume the participants' commands."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from starlette.requests import Request
 from ..client.saga_client import SagaInputError
 from ..infra.kafka_clients import KafkaClients
 from ..operations import bulk_jobs
+from ..operations.attendance import Attendance
 from ..operations.audit import OperatorAudit
 from ..operations.levers import Levers
 from ..operations.ports import BulkJobStore, LeverStore
 from ..operations.postgres import bulk_job_store, dead_letter_index, lever_store
 from ..operations.reads import Reads
+from ..orchestrator.bootstrap import participants_of
 from ..orchestrator.ports import DeadLetterIndex
 from ..participants.kit.deferred import complete, why_not_awaiting
 from ..participants.kit.outcome import Failed, Succeeded
@@ -86,6 +89,12 @@ class Console:
     def dead_letters(self) -> DeadLetterIndex:
         """The dead-letter index the orchestrator keeps, on its database."""
         return dead_letter_index(self.pool)
+
+    @cached_property
+    def attendance(self) -> Attendance:
+        """Whether workers consume the command topics of the participants the definitions send to: a snapshot
+        the console's lifespan refreshes in the background (``attendance.chore``), so no page waits on Kafka."""
+        return Attendance(self.kafka, self.topics, participants_of(self.reads.definitions), self.now_ms)
 
     @cached_property
     def _lever_store(self) -> LeverStore:

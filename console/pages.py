@@ -23,6 +23,7 @@ from ..operations.ports import AGE_BUCKETS
 from ..operations.reads import SagaView
 from ..operations.sessions import SESSION_S
 from ..orchestrator.domain.definition import SagaDefinition
+from ..orchestrator.domain.model import StepStatus
 from ..orchestrator.domain.state import SagaState, SagaStatus
 from ..orchestrator.ports import LetterFilter
 from ..participants.kit.outcome import Failed, Succeeded
@@ -281,7 +282,7 @@ async def inbox_page(request: Request, cursor: str | None = None, limit: int = i
         return denied
     query = inbox_query(cursor, max(1, min(limit, inbox.MAX_LIMIT)), saga_type, [kind] if kind else None, stuck_after,
                         stuck_before)
-    page = await inbox.inbox(console.reads, query, console.dead_letters)
+    page = await inbox.inbox(console.reads, query, console.dead_letters, console.attendance.snapshot)
     filters = {"type": saga_type or "", "kind": kind or "", "stuck_after": stuck_after or "",
                "stuck_before": stuck_before or "", "limit": str(query.limit)}
     shown = {name: value for name, value in filters.items() if value}
@@ -329,11 +330,20 @@ async def audit_page(request: Request, cursor: str | None = None) -> Response:
     return _page(request, "audit.html", console, entries=page.rows, next_url=_next_url(request, page))
 
 
+_IN_FLIGHT = frozenset(status.value for status in (
+    StepStatus.RUNNING, StepStatus.TIMED_OUT, StepStatus.RETRY_SCHEDULED, StepStatus.WITHDRAWING,
+    StepStatus.COMPENSATING, StepStatus.COMPENSATION_TIMED_OUT, StepStatus.COMPENSATION_RETRY_SCHEDULED))
+"""A step's states while a command of it is sent or about to be sent again: it needs a worker."""
+
+
 def _live(request: Request, console: Console, view: SagaView) -> dict[str, Any]:
     """What a saga's page shows that changes as the saga moves: status, steps and graph, levers, timers."""
     caller = caller_of(request)
     steps = detail(view, {}, console).steps
+    unconsumed = console.attendance.snapshot.unconsumed(step.participant for step in steps
+                                                        if step.status in _IN_FLIGHT)
     return {"view": view, "state": view.state, "steps": steps, "pending": _pending(view, steps),
+            "unconsumed": unconsumed,
             "dag": dag_svg(view.definition, view.state),
             "offers": operating.offers(view.definition, view.state, console.now_ms()),
             "confirms": {action: operating.confirmation(view.definition, view.state, action)

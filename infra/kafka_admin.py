@@ -6,13 +6,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
-from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
+from aiokafka.errors import (
+    LeaderNotAvailableError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from aiokafka.protocol.offset import OffsetRequest
+from aiokafka.structs import TopicPartition
 
 from .kafka_clients import KafkaClients
 from .misconfigured import Misconfigured
@@ -250,4 +258,136 @@ async def settled_group(kafka: KafkaClients, group: str, members: int, timeout_s
         if time.monotonic() > deadline:
             raise TimeoutError(f"consumer group {group} did not settle with {members} members: {found}")
         await asyncio.sleep(0.5)
+    return found
+
+
+MAX_GROUPS = 500
+"""The most consumer groups ``topic_attendance`` asks about (two requests each, concurrently); past it, it answers
+unknown."""
+
+
+@dataclass(frozen=True)
+class TopicAttendance:
+    """Who reads topic ``topic``. ``consumers``: the members of stable consumer groups assigned any of its
+    partitions; ``waiting``: its records past the highest offset any group committed for each partition (past
+    its beginning where none did). None: unknown (the broker did not answer in time, or the topic is missing)."""
+
+    topic: str
+    consumers: int | None = None
+    waiting: int | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.consumers is not None and self.waiting is not None
+
+    @property
+    def unattended(self) -> bool:
+        """Known to have no consumer while records wait on it."""
+        return self.consumers == 0 and (self.waiting or 0) > 0
+
+
+class TooManyGroups(Exception):
+    """More consumer groups than ``topic_attendance`` asks about."""
+
+
+async def topic_attendance(kafka: KafkaClients, topics: Sequence[str],
+                           seconds: float = 5.0) -> dict[str, TopicAttendance]:
+    """The attendance of each of ``topics``, from one admin client in at most ``seconds``: every topic unknown
+    when the brokers do not answer in time or fail (never an exception).
+
+    Calls: the cluster's metadata, then per broker its groups (ListGroups) and the first and last offsets of the
+    partitions it leads; per consumer group (concurrently) its description and its committed offsets for these
+    topics; with more than MAX_GROUPS groups, every topic is unknown. A member's assignment decodes as the
+    consumer protocol's (faust's assignor writes the same, with its own data in ``user_data``); a group that is
+    rebalancing counts no members.
+    """
+    wanted = list(dict.fromkeys(topics))
+    unknown = {name: TopicAttendance(name) for name in wanted}
+    if not wanted:
+        return {}
+    admin = kafka.admin(request_timeout_ms=int(seconds * 1000), client_id="saga-attendance")
+    try:
+        async with asyncio.timeout(seconds):
+            await admin.start()
+            return {**unknown, **await _attendance(admin, wanted)}
+    except Exception as error:  # the broker away, slow or refusing: unknown, which the caller shows as such
+        logging.getLogger(__name__).debug("topic attendance unknown: %r", error)
+        return unknown
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+
+
+async def _attendance(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, TopicAttendance]:
+    """The attendance of the ``topics`` that exist (see ``topic_attendance``)."""
+    # One request for brokers and leaders both; for every topic, as naming one could auto-create it.
+    metadata = (await admin._get_cluster_metadata()).to_object()
+    brokers = [broker["node_id"] for broker in metadata["brokers"]]
+    leaders: dict[int, list[tuple[str, int]]] = {}
+    partitions: list[tuple[str, int]] = []
+    wanted = set(topics)
+    for topic in metadata["topics"]:
+        if topic["topic"] in wanted:
+            for partition in topic["partitions"]:
+                key = (topic["topic"], partition["partition"])
+                if partition["leader"] < 0:
+                    raise LeaderNotAvailableError(f"{key[0]}-{key[1]} has no leader")
+                leaders.setdefault(partition["leader"], []).append(key)
+                partitions.append(key)
+    groups_by_broker = await asyncio.gather(*(admin.list_consumer_groups([broker]) for broker in brokers))
+    # "": a group that only commits offsets (its consumers assign partitions themselves); it has no members.
+    coordinated = {broker: sorted(group for group, protocol, *_ in found if protocol in ("consumer", ""))
+                   for broker, found in zip(brokers, groups_by_broker, strict=True)}
+    everyone = [(broker, group) for broker, groups in coordinated.items() for group in groups]
+    if len(everyone) > MAX_GROUPS:
+        raise TooManyGroups(f"{len(everyone)} consumer groups, more than {MAX_GROUPS}")
+    # One group per DescribeGroups request: aiokafka 0.14 cannot decode a Kafka 4 broker's answer about several.
+    described = await asyncio.gather(*(admin.describe_consumer_groups([group], group_coordinator_id=broker)
+                                       for broker, group in everyone))
+    consumers = dict.fromkeys(topics, 0)
+    for responses in described:
+        for response in responses:
+            for _error, _group, state, _type, _protocol, members, *_ in response.groups:
+                if state != "Stable":
+                    continue
+                for *_member, assignment in members:
+                    decoded = ConsumerProtocolMemberAssignment.decode(assignment)
+                    for name in {topic for topic, numbers in decoded.assignment if numbers and topic in wanted}:
+                        consumers[name] += 1
+    asked = [TopicPartition(name, number) for name, number in partitions]
+    committed: dict[tuple[str, int], int] = {}
+    for offsets in await asyncio.gather(*(admin.list_consumer_group_offsets(group, broker, asked)
+                                          for broker, group in everyone)):
+        for tp, offset in offsets.items():
+            if offset.offset >= 0:
+                committed[(tp.topic, tp.partition)] = max(offset.offset, committed.get((tp.topic, tp.partition), 0))
+    first, last = await _offsets(admin, leaders, _EARLIEST), await _offsets(admin, leaders, _LATEST)
+    waiting = dict.fromkeys(topics, 0)
+    for key in partitions:
+        waiting[key[0]] += max(0, last[key] - committed.get(key, first[key]))
+    present = {name for name, _number in partitions}
+    return {name: TopicAttendance(name, consumers[name], waiting[name]) for name in topics if name in present}
+
+
+_EARLIEST, _LATEST = -2, -1  # ListOffsets' timestamps that ask for a partition's first and next offsets
+
+
+async def _offsets(admin: AIOKafkaAdminClient, leaders: dict[int, list[tuple[str, int]]],
+                   at: int) -> dict[tuple[str, int], int]:
+    """The offset ``at`` names of each partition, asked of its leader (one request per leader)."""
+
+    async def ask(leader: int, partitions: list[tuple[str, int]]) -> Any:
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for name, number in partitions:
+            by_topic.setdefault(name, []).append((number, at))
+        return await admin._send_request(OffsetRequest(-1, 0, list(by_topic.items())), leader)
+
+    found: dict[tuple[str, int], int] = {}
+    for response in await asyncio.gather(*(ask(leader, partitions) for leader, partitions in leaders.items())):
+        for name, answers in response.topics:
+            for number, code, *offset in answers:
+                if code != _NO_ERROR:
+                    raise for_code(code)(f"reading the offsets of {name}-{number}")
+                value = offset[-1]  # v0 answers a list of offsets, later versions (timestamp, offset)
+                found[(name, number)] = int(value[0] if isinstance(value, list) else value)
     return found

@@ -1,15 +1,16 @@
 """What needs a human, in one list: sagas that ended FAILED or COMPENSATION_FAILED, quarantined ones, wedged ones,
 compensations retrying for long, outbox rows parked for good, commands deferred to a person and dead letters never
-replayed (from the orchestrator's dead-letter index).
+replayed (from the orchestrator's dead-letter index), and participants whose commands wait with no worker consuming
+them (from the console's attendance snapshot, ``operations.attendance``).
 
 The inbox is derived from current state on every read (nothing is stored for it), so an item leaves it only when
 what made it one is handled: the saga is redriven, released, resumed or terminated, the row re-published, the
-command answered. There is no age cutoff: a saga that ended FAILED a month ago is still listed.
+command answered, a worker started. There is no age cutoff: a saga that ended FAILED a month ago is still listed.
 
 "Stuck since" is how long an item has been as it is. For a saga it is its read-model row's ``updated_at`` (the
 last event recorded for it: when it ended, was quarantined, or its step last failed), the best the read model
 has; for a parked row when it was written, for a deferred command when it was deferred, for a dead letter when its
-record failed. Items come oldest first,
+record failed, for a command topic no worker consumes when the snapshot first saw it so. Items come oldest first,
 paged by an opaque cursor of (stuck since, item id).
 """
 
@@ -25,6 +26,7 @@ from ..orchestrator.domain.model import SagaStatus
 from ..orchestrator.ports import DeadLetterIndex, IndexedLetter, SagaSummaryRow
 from ..schemas.message_types import RELEASE, RESUME, Lever
 from . import paging
+from .attendance import AttendanceSnapshot, CommandTopic
 from .ports import OutboxView, StuckQuery
 from .reads import Deferred, Reads
 
@@ -46,6 +48,7 @@ class Kind(StrEnum):
     PARKED = "parked"  # an outbox row the broker refused for good
     DEFERRED = "deferred"  # a command a participant deferred to a person
     DEAD_LETTER = "dead_letter"  # a record on saga.dlq no operator has replayed yet
+    UNATTENDED = "unattended"  # commands wait on a participant's topic and no worker consumes it
 
 
 SAGA_KINDS = {Kind.FAILED: SagaStatus.FAILED, Kind.COMPENSATION_FAILED: SagaStatus.COMPENSATION_FAILED,
@@ -204,6 +207,13 @@ def letter_item(letter: IndexedLetter) -> InboxItem:
                      (Link("dead letter", f"/dead-letters?position={position}"), *links))
 
 
+def unattended_item(topic: CommandTopic) -> InboxItem:
+    """An unattended command topic's item, stuck since the snapshot first saw it so."""
+    return InboxItem(Kind.UNATTENDED, f"unattended:{topic.participant}", None, None, topic.describe(),
+                     topic.unattended_since_ms or 0,
+                     (Link("running sagas", "/sagas?status=RUNNING"), Link("wedged steps", "/wedged")))
+
+
 def letters_after(cursor: str | None) -> tuple[int, int, int] | None:
     """Where the index's letters not replayed resume after ``cursor``: past its letter when it is one, else every
     letter that failed at or after its time (``assemble`` drops those before it)."""
@@ -225,15 +235,18 @@ def _within(item: InboxItem, query: InboxQuery, after: tuple[int, str] | None) -
 
 
 def assemble(sagas: Sequence[SagaSummaryRow], parked: Sequence[OutboxView], deferred: Sequence[Deferred],
-             query: InboxQuery, letters: Sequence[IndexedLetter] = ()) -> InboxPage:
+             query: InboxQuery, letters: Sequence[IndexedLetter] = (),
+             unattended: Sequence[CommandTopic] = ()) -> InboxPage:
     """The page ``query`` asks for, from its candidates: the sagas the store found after the cursor (at most
     ``query.limit + 1``, in (updated_at, id) order: every saga the page can hold), every parked row and deferred
-    command, and the dead letters the index found (as many as the page can hold, oldest first). A parked row,
-    deferred command or dead letter has no saga type here: a saga type filter leaves them out."""
+    command, the dead letters the index found (as many as the page can hold, oldest first) and the unattended
+    command topics. A parked row, deferred command, dead letter or topic has no saga type here: a saga type filter
+    leaves them out."""
     after = paging.decode_cursor(query.cursor) if query.cursor else None
     candidates = [item for item in (saga_item(row, query.min_failures) for row in sagas) if item is not None]
     candidates += [parked_item(row) for row in parked] + [deferred_item(command) for command in deferred]
     candidates += [letter_item(letter) for letter in letters]
+    candidates += [unattended_item(topic) for topic in unattended]
     found = sorted((item for item in candidates if _within(item, query, after)), key=lambda item: item.key)
     shown = found[:query.limit]
     more = len(found) > query.limit
@@ -249,9 +262,10 @@ def stuck_query(query: InboxQuery) -> StuckQuery:
                       before_ms=query.before_ms, after=paging.decode_cursor(query.cursor) if query.cursor else None)
 
 
-async def inbox(reads: Reads, query: InboxQuery, dead_letters: DeadLetterIndex | None = None) -> InboxPage:
-    """One page of the inbox: what ``query`` takes, stuck longest first (dead letters too, given their index).
-    ``paging.BadCursor`` for a bad cursor."""
+async def inbox(reads: Reads, query: InboxQuery, dead_letters: DeadLetterIndex | None = None,
+                attendance: AttendanceSnapshot | None = None) -> InboxPage:
+    """One page of the inbox: what ``query`` takes, stuck longest first (dead letters too, given their index;
+    unattended command topics too, given the attendance snapshot). ``paging.BadCursor`` for a bad cursor."""
     stuck = stuck_query(query)
     sagas = (await reads.store.stuck_sagas(stuck, query.limit + 1)
              if stuck.statuses or stuck.failing else [])
@@ -260,7 +274,9 @@ async def inbox(reads: Reads, query: InboxQuery, dead_letters: DeadLetterIndex |
     letters = (await dead_letters.unreplayed(letters_after(query.cursor), query.since_ms, query.before_ms,
                                              query.limit + 1)
                if dead_letters is not None and query.takes(Kind.DEAD_LETTER) and query.saga_type is None else [])
-    return assemble(sagas, parked, deferred, query, letters)
+    unattended = (attendance.unattended() if attendance is not None and query.takes(Kind.UNATTENDED)
+                  and query.saga_type is None else [])
+    return assemble(sagas, parked, deferred, query, letters, unattended)
 
 
 async def count(reads: Reads) -> int:

@@ -175,6 +175,18 @@ async def test_one_saga_its_history_and_the_levers_that_apply(reader: httpx.Asyn
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_a_step_in_flight_says_when_no_worker_consumes_its_participant(
+        settings: Settings, recorded: dict[str, SagaRun]) -> None:
+    app = console_app(settings)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
+        await app.state.console.attendance.refresh()  # the background refresh may not have answered yet
+        page = (await client.get("/sagas/api-waiting")).text  # book_hotel waits for its retry; no hotel worker runs
+        assert f'data-unconsumed="hotel">no worker consumes {settings.saga_topic_prefix}hotel.commands' in page
+        assert "data-unconsumed" not in (await client.get("/sagas/api-done")).text
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_the_fleet_and_the_wedged(reader: httpx.AsyncClient) -> None:
     fleet = await _json(reader, "/api/v1/fleet")
     assert fleet["by_status"] == {"COMPLETED": 1, "RUNNING": 1}

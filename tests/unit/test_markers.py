@@ -9,10 +9,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ["tests/infra", "tests/integration", "tests/e2e", "tests/chaos", "tests/browser"]
-# The two tests in these folders that need no server: a launcher's log read, a broker at port 1.
+# The tests in these folders that need no server: a launcher's log read, a broker at port 1 (twice).
 NEED_NO_SERVER = [
     "tests/infra/test_launcher.py::test_a_servers_own_words_for_a_port_it_could_not_bind_are_found_in_its_log",
-    "tests/integration/test_health_probe.py::test_an_unreachable_broker_is_reported_with_the_reason"]
+    "tests/integration/test_health_probe.py::test_an_unreachable_broker_is_reported_with_the_reason",
+    "tests/integration/test_topic_attendance.py::test_a_broker_that_does_not_answer_leaves_every_topic_unknown"]
 
 
 def test_the_pure_selection_reaches_no_real_service_and_not_e2e_leaves_out_the_thousands_of_sagas() -> None:

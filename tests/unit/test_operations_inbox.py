@@ -4,10 +4,14 @@ stuck longest first, paged by cursor, and gone only once handled."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import pytest
 
+from saga_orchestrator.infra.kafka_admin import TopicAttendance
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.operations import inbox, paging
+from saga_orchestrator.operations.attendance import Attendance, AttendanceSnapshot, CommandTopic
 from saga_orchestrator.operations.inbox import InboxItem, InboxQuery, Kind
 from saga_orchestrator.operations.ports import OutboxView
 from saga_orchestrator.operations.reads import Deferred
@@ -16,6 +20,7 @@ from saga_orchestrator.orchestrator.ports import SagaSummaryRow, Writes
 from saga_orchestrator.orchestrator.store.dead_letters import MemoryDeadLetterIndex
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.schemas.topics import Topics
 from saga_orchestrator.testing import SagaEnvironment, fail, succeed
 
 
@@ -158,3 +163,73 @@ async def test_dead_letters_never_replayed_are_items_paged_with_the_rest() -> No
     assert items[0].what == "a record on saga.dlq that is no readable letter"
     only = await inbox.inbox(env.reads, InboxQuery(kinds=frozenset({Kind.QUARANTINED})), letters)
     assert [i.kind for i in only.items] == [Kind.QUARANTINED]
+
+
+def _snapshot(*topics: CommandTopic) -> AttendanceSnapshot:
+    return AttendanceSnapshot({topic.participant: topic for topic in topics}, taken_at_ms=9_000)
+
+
+async def test_a_command_topic_no_worker_consumes_is_an_item_when_commands_wait() -> None:
+    env = SagaEnvironment(TRIP)
+    await _quarantine(env, "s-q")  # stuck since env.now
+    snapshot = _snapshot(
+        CommandTopic("notification", "notification.commands", consumers=0, waiting=3, unattended_since_ms=env.now - 5),
+        CommandTopic("payment", "payment.commands", consumers=2, waiting=40),  # attended: busy, not stuck
+        CommandTopic("hotel", "hotel.commands", consumers=0, waiting=0),  # nobody reads, nothing waits
+        CommandTopic("flight", "flight.commands"))  # unknown: Kafka did not answer
+    page = await inbox.inbox(env.reads, InboxQuery(), attendance=snapshot)
+    assert [(i.kind, i.item_id) for i in page.items] == [(Kind.UNATTENDED, "unattended:notification"),
+                                                         (Kind.QUARANTINED, "s-q")]
+    item = page.items[0]
+    assert item.what == "no worker consumes notification.commands; 3 commands wait"
+    assert item.stuck_since_ms == env.now - 5 and item.saga_id is None
+    assert [link.href for link in item.levers] == ["/sagas?status=RUNNING", "/wedged"]
+    only = await inbox.inbox(env.reads, InboxQuery(kinds=inbox.kinds_of(["unattended"])), attendance=snapshot)
+    assert [i.kind for i in only.items] == [Kind.UNATTENDED]
+    assert (await inbox.inbox(env.reads, InboxQuery(saga_type="trip"), attendance=snapshot)).items[0].kind == (
+        Kind.QUARANTINED)  # a topic has no saga type
+    assert [i.kind for i in (await inbox.inbox(env.reads, InboxQuery())).items] == [Kind.QUARANTINED]  # no snapshot
+
+
+def test_a_topic_is_unattended_since_the_snapshot_first_saw_it_so() -> None:
+    names = {"notification": "notification.commands"}
+    unattended = {"notification.commands": TopicAttendance("notification.commands", 0, 2)}
+    first = AttendanceSnapshot().followed_by(unattended, names, 1_000)
+    later = first.followed_by({"notification.commands": TopicAttendance("notification.commands", 0, 5)}, names, 2_000)
+    assert later.unattended()[0].unattended_since_ms == 1_000 and later.unattended()[0].waiting == 5
+    hiccup = later.followed_by({}, names, 3_000)  # unknown: not listed, but the clock keeps running
+    assert hiccup.unattended() == [] and hiccup.of("notification") == CommandTopic(
+        "notification", "notification.commands", unattended_since_ms=1_000)
+    assert hiccup.followed_by(unattended, names, 4_000).unattended()[0].unattended_since_ms == 1_000
+    consumed = hiccup.followed_by({"notification.commands": TopicAttendance("notification.commands", 1, 2)}, names,
+                                  5_000)
+    topic = consumed.of("notification")
+    assert consumed.unattended() == [] and topic == CommandTopic("notification", "notification.commands", 1, 2)
+    assert topic.describe() == "1 worker consumes notification.commands"
+    assert consumed.followed_by(unattended, names, 6_000).unattended()[0].unattended_since_ms == 6_000
+
+
+async def test_the_attendance_refreshes_from_its_probe_and_says_unknown_before_the_first() -> None:
+    asked: list[list[str]] = []
+
+    async def probe(kafka: KafkaClients, topics: Sequence[str]) -> dict[str, TopicAttendance]:
+        asked.append(list(topics))
+        return {topic: TopicAttendance(topic, 0, 1) for topic in topics}
+
+    attendance = Attendance(KafkaClients("127.0.0.1:1"), Topics("t."), ["payment", "notification"], lambda: 7,
+                            probe=probe)
+    assert attendance.snapshot.taken_at_ms is None and attendance.snapshot.of("payment") is None
+    await attendance.refresh()
+    assert asked == [["t.payment.commands", "t.notification.commands"]]
+    assert [t.describe() for t in attendance.snapshot.unattended()] == [
+        "no worker consumes t.notification.commands; 1 command waits",
+        "no worker consumes t.payment.commands; 1 command waits"]
+
+
+def test_a_step_in_flight_hears_when_no_worker_consumes_its_participant() -> None:
+    snapshot = _snapshot(CommandTopic("payment", "payment.commands", consumers=0, waiting=1),
+                         CommandTopic("hotel", "hotel.commands", consumers=1, waiting=0),
+                         CommandTopic("flight", "flight.commands"))  # unknown: nothing said
+    assert [t.describe() for t in snapshot.unconsumed(["payment", "hotel", "flight", None, "payment", "car"])] == [
+        "no worker consumes payment.commands; 1 command waits"]
+    assert AttendanceSnapshot().unconsumed(["payment"]) == []  # not taken yet
