@@ -630,7 +630,9 @@ def _outputs(deployment: Iterable[Deployment]) -> dict[tuple[str, type[BaseModel
 
 
 def _schemas(records: Mapping[str, Record]) -> SchemaRegistry:
-    """The contract's schemas, the default schema path's (the trip's input) and the typed records'."""
+    """The contract's schemas, the default schema path's (the trip's input) and the typed records', which win over
+    a schema of the same name on the default path (a deployment loaded earlier in the process may have put its own
+    folder there, with another record of that name)."""
     base = default_registry()
     if not records:
         return base
@@ -640,8 +642,8 @@ def _schemas(records: Mapping[str, Record]) -> SchemaRegistry:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(schema))
         typed = list(load_tree(Path(folder)).values())
-    known = {schema.full_name for schema in base.current_schemas()}
-    return SchemaRegistry([*base.current_schemas(), *(s for s in typed if s.full_name not in known)],
+    own = {schema.full_name for schema in typed}
+    return SchemaRegistry([*(s for s in base.current_schemas() if s.full_name not in own), *typed],
                           base.released_schemas())
 
 

@@ -44,7 +44,8 @@ async def test_migrate_applies_each_file_once_even_with_concurrent_starters(data
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'saga' ORDER BY 1"
         )
         names = [t["table_name"] for t in tables]
-        assert names == ["bulk_jobs", "console_sessions", "definition_shapes", "deployment", "events", "inbox",
+        assert names == ["bulk_jobs", "console_sessions", "dead_letter_positions", "dead_letters", "definition_shapes",
+                         "deployment", "events", "inbox",
                          "operator_audit", "outbox", "outbox_leases", "outbox_parked", "saga_summary",
                          "schema_migrations", "search_keys", "timers"]
     finally:
