@@ -61,7 +61,7 @@ _WEDGED_STATUSES = tuple(s.value for s in SagaStatus
 
 
 class InboxError(ValueError):
-    """A query asked wrongly: an unknown kind, a cursor that is none of ours."""
+    """A query asked wrongly: an unknown kind (a bad cursor is ``paging.BadCursor``)."""
 
 
 @dataclass(frozen=True)

@@ -115,9 +115,10 @@ def check_history(deployed: DefinitionRegistry, candidate: DefinitionRegistry,
     except DomainError as error:
         return ReplayVerdict(saga_id, Outcome.WOULD_NOT_FOLD, f"{type(error).__name__}: {error}")
     patched: list[str] = []
+    passed = passed_by(new_definition, new_state)
     for probe, message in probes(old_definition, old_state, new_definition, new_state):
         before = _outcome(old_definition, old_state, message)
-        after = _outcome(new_definition, new_state, message, passed_by(new_definition, new_state))
+        after = _outcome(new_definition, new_state, message, passed)
         if isinstance(after, tuple) and any(name == ev.PatchTaken.__name__ for name, _ in after[0]):
             patched.append(f"{probe}: candidate {_text(after)}")
         elif before != after:

@@ -21,6 +21,8 @@ from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.orchestrator.dead_letter_index import DeadLetterIndexer
 from saga_orchestrator.orchestrator.store.dead_letters import PostgresDeadLetterIndex
+from saga_orchestrator.participants.trip.scenarios import SCENARIOS
+from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import Event
 from saga_orchestrator.schemas.topics import Topics
 
@@ -110,6 +112,15 @@ async def read_topic(settings: Settings, topic: str, timeout_s: float = 5.0) -> 
         return records
     finally:
         await consumer.stop()
+
+
+async def start_happy_trips(settings: Settings, prefix: str, count: int) -> list[str]:
+    """Publish ``count`` StartSagas of the trip's happy scenario, ids ``prefix-<random>``; their ids."""
+    saga_ids = [f"{prefix}-{uuid.uuid4().hex[:8]}" for _ in range(count)]
+    for saga_id in saga_ids:
+        await publish(settings, Topics(settings.saga_topic_prefix).start, saga_id.encode(),
+                      wire.encode_start(SCENARIOS["happy"].start(saga_id)))
+    return saga_ids
 
 
 async def terminal_events(settings: Settings, saga_ids: Iterable[str], timeout_s: float) -> dict[str, Event]:

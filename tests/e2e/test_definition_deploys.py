@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -16,11 +15,8 @@ from bench import trip_changes
 from saga_orchestrator.cli.run_cmd import service_environment
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.participants.trip import TRIP
-from saga_orchestrator.participants.trip.scenarios import SCENARIOS
-from saga_orchestrator.schemas import wire
-from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import wait_until_ready
-from tests.e2e.harness import Stack, publish, sagas_by_version, terminal_events, wait_for
+from tests.e2e.harness import Stack, sagas_by_version, start_happy_trips, terminal_events, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -43,14 +39,6 @@ def stack(deploy_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -
         running.stop()
 
 
-async def _start_trips(settings: Settings, count: int) -> list[str]:
-    saga_ids = [f"deploy-{uuid.uuid4().hex[:8]}" for _ in range(count)]
-    for saga_id in saga_ids:
-        await publish(settings, Topics(settings.saga_topic_prefix).start, saga_id.encode(),
-                      wire.encode_start(SCENARIOS["happy"].start(saga_id)))
-    return saga_ids
-
-
 def _refused(settings: Settings, definitions: str) -> list[str]:
     """Start the orchestrator with ``definitions``: it must refuse (exit code 2, no traceback); what it said, from
     its ``error:`` line on."""
@@ -68,7 +56,7 @@ async def test_a_deploy_that_would_change_running_trips_is_refused_and_one_besid
     # Trips wait on their first steps: the orchestrator runs, no participant worker yet.
     stack.start("orchestrator")
     await wait_until_ready(stack, ["orchestrator"])
-    waiting = await _start_trips(deploy_settings, RUNNING_TRIPS)
+    waiting = await start_happy_trips(deploy_settings, "deploy", RUNNING_TRIPS)
 
     async def all_running() -> bool:
         return await sagas_by_version(deploy_settings) == {("RUNNING", 1): RUNNING_TRIPS}
@@ -93,7 +81,7 @@ async def test_a_deploy_that_would_change_running_trips_is_refused_and_one_besid
     beside = "bench.trip_changes:PATIENT,bench.trip_changes:FLIGHT_ONLY"
     stack.start("orchestrator", WORKER, extra_env={"SAGA_DEFINITIONS": beside})
     await wait_until_ready(stack, ["orchestrator", WORKER])
-    new = await _start_trips(deploy_settings, 2)
+    new = await start_happy_trips(deploy_settings, "deploy", 2)
     ended = await terminal_events(deploy_settings, [*waiting, *new], 90)
     assert {saga_id: type(event).__name__ for saga_id, event in ended.items()} == {
         saga_id: "SagaCompleted" for saga_id in [*waiting, *new]}

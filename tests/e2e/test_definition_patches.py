@@ -8,7 +8,6 @@ check, every trip before it records the patch and is checked before its charge, 
 from __future__ import annotations
 
 import json
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -19,12 +18,10 @@ import pytest
 from bench.trip_changes import FRAUD_CHECK_PATCH, FRAUD_CHECKED
 from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.participants.trip import TRIP
-from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import event_types as ev
 from saga_orchestrator.schemas import wire
-from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import wait_until_ready
-from tests.e2e.harness import Stack, publish, saga_cli, terminal_events, wait_for
+from tests.e2e.harness import Stack, saga_cli, start_happy_trips, terminal_events, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -52,14 +49,6 @@ def stack(before: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield running
     finally:
         running.stop()
-
-
-async def _start_trips(settings: Settings, group: str, count: int) -> list[str]:
-    saga_ids = [f"{group}-{uuid.uuid4().hex[:8]}" for _ in range(count)]
-    for saga_id in saga_ids:
-        await publish(settings, Topics(settings.saga_topic_prefix).start, saga_id.encode(),
-                      wire.encode_start(SCENARIOS["happy"].start(saga_id)))
-    return saga_ids
 
 
 async def _histories(settings: Settings, saga_ids: list[str]) -> dict[str, list[ev.Event]]:
@@ -95,7 +84,7 @@ async def test_a_fraud_check_added_behind_a_marker_reaches_only_the_trips_before
     # 100 trips past the point: bookings answered, their charge sent, no payment worker to answer it.
     stack.start("orchestrator", BOOKINGS)
     await wait_until_ready(stack, ["orchestrator", BOOKINGS])
-    past = await _start_trips(before, "past", PER_GROUP)
+    past = await start_happy_trips(before, "past", PER_GROUP)
 
     async def charges_sent() -> bool:
         return all("charge_card" in steps for steps in (await _sent_steps(before, past)).values()) and len(
@@ -105,7 +94,7 @@ async def test_a_fraud_check_added_behind_a_marker_reaches_only_the_trips_before
     # 100 trips before it: the orchestrator alone, their bookings sent and unanswered.
     stack.start("orchestrator")
     await wait_until_ready(stack, ["orchestrator"])
-    ahead = await _start_trips(before, "ahead", PER_GROUP)
+    ahead = await start_happy_trips(before, "ahead", PER_GROUP)
 
     async def bookings_sent() -> bool:
         sent = await _sent_steps(before, ahead)
@@ -127,7 +116,7 @@ async def test_a_fraud_check_added_behind_a_marker_reaches_only_the_trips_before
     # The deploy: the patched trip starts (its v1 keeps the trips' shape), with every participant.
     stack.start("orchestrator", BOOKINGS, PAYING, extra_env={"SAGA_DEFINITIONS": PATCHED})
     await wait_until_ready(stack, ["orchestrator", BOOKINGS, PAYING])
-    new = await _start_trips(after, "new", 20)
+    new = await start_happy_trips(after, "new", 20)
     ended = await terminal_events(after, [*past, *ahead, *new], 240)
     assert {type(event).__name__ for event in ended.values()} == {"SagaCompleted"}
     assert len(ended) == 2 * PER_GROUP + 20
