@@ -22,7 +22,14 @@ from playwright.async_api import Browser, Page, async_playwright
 
 from saga_orchestrator.cli.run_cmd import service_environment
 from saga_orchestrator.console.identity import add_user
+from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.outbound import summary_of
+from saga_orchestrator.orchestrator.ports import StoredEvent, Writes
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
+from saga_orchestrator.participants.trip.definition import TRIP
+from saga_orchestrator.schemas import wire
+from saga_orchestrator.testing.history import SagaRun
 from tests.chaos.crash_tools import started_and_ready
 from tests.conftest import module_stack
 from tests.e2e.harness import Stack
@@ -131,10 +138,41 @@ async def screenshot(page: Page, name: str) -> None:
 
 def api(console_url: str, path: str) -> Any:
     """GET the console's API as OPERATOR (HTTP Basic with the local login)."""
-    signed = base64.b64encode(f"{OPERATOR}:{PASSWORD}".encode()).decode()
-    request = urllib.request.Request(f"{console_url}/api/v1{path}", headers={"Authorization": f"Basic {signed}"})
+    request = urllib.request.Request(f"{console_url}/api/v1{path}", headers={"Authorization": _basic()})
     with urllib.request.urlopen(request, timeout=10) as answer:
         return json.loads(answer.read())
+
+
+def api_post(console_url: str, path: str, body: dict[str, Any]) -> Any:
+    """POST ``body`` as JSON to the console's API as OPERATOR; what it answered."""
+    request = urllib.request.Request(f"{console_url}/api/v1{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": _basic(), "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def _basic() -> str:
+    return "Basic " + base64.b64encode(f"{OPERATOR}:{PASSWORD}".encode()).decode()
+
+
+async def record_failed_trip(settings: Settings, saga_id: str, ended_ms: int) -> None:
+    """Record, as the orchestrator does, a trip that was charged and then ended FAILED at ``ended_ms`` on its
+    itinerary: its events and its read-model row."""
+    run = SagaRun(TRIP, saga_id=saga_id, now=ended_ms)
+    run.start()
+    for step in ("book_flight", "book_hotel", "charge_card"):
+        run.ok(step)
+    run.fail("send_itinerary", "AddressGone")
+    pool = await create_pool(settings.dsn(), 1)
+    try:
+        await migrate(pool)
+        async with PostgresStore(pool).begin() as uow:
+            await uow.write(Writes(
+                events=[StoredEvent(e.saga_id, e.seq, type(e).__name__, wire.encode_event(e),
+                                    recorded_at_ms=e.occurred_at) for e in run.events],
+                summaries=[summary_of(run.saga)]))
+    finally:
+        await pool.close()
 
 
 def history(console_url: str, saga_id: str) -> list[dict[str, Any]]:

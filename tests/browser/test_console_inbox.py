@@ -12,13 +12,7 @@ from playwright.async_api import Browser, Page
 
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
-from saga_orchestrator.orchestrator.outbound import summary_of
-from saga_orchestrator.orchestrator.ports import StoredEvent, Writes
-from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
-from saga_orchestrator.participants.trip.definition import TRIP
-from saga_orchestrator.schemas import wire
-from saga_orchestrator.testing.history import SagaRun
-from tests.browser.conftest import DEFINITIONS, screenshot, serve_console, signed_in_page
+from tests.browser.conftest import DEFINITIONS, record_failed_trip, screenshot, serve_console, signed_in_page
 
 pytestmark = pytest.mark.e2e
 
@@ -29,22 +23,14 @@ DAY_MS = 86_400_000
 async def failed_long_ago(settings: Settings) -> AsyncIterator[tuple[str, int]]:
     """A trip that ended FAILED 26 hours ago, recorded as the orchestrator records it: its id and when it ended."""
     ended_ms = time.time_ns() // 1_000_000 - DAY_MS - 2 * 3_600_000
-    run = SagaRun(TRIP, saga_id=f"inbox-{uuid.uuid4().hex[:10]}", now=ended_ms)
-    run.start()
-    for step in ("book_flight", "book_hotel", "charge_card"):
-        run.ok(step)
-    run.fail("send_itinerary", "AddressGone")
-    pool = await create_pool(settings.dsn(), 2)
-    await migrate(pool)
-    async with PostgresStore(pool).begin() as uow:
-        await uow.write(Writes(
-            events=[StoredEvent(e.saga_id, e.seq, type(e).__name__, wire.encode_event(e), recorded_at_ms=e.occurred_at)
-                    for e in run.events], summaries=[summary_of(run.saga)]))
+    saga_id = f"inbox-{uuid.uuid4().hex[:10]}"
+    await record_failed_trip(settings, saga_id, ended_ms)
+    pool = await create_pool(settings.dsn(), 1)
     try:
-        yield run.saga.saga_id, ended_ms
+        yield saga_id, ended_ms
     finally:  # the database is shared: no FAILED saga of this test stays in others' inboxes
-        await pool.execute("DELETE FROM saga.events WHERE saga_id = $1", run.saga.saga_id)
-        await pool.execute("DELETE FROM saga.saga_summary WHERE saga_id = $1", run.saga.saga_id)
+        await pool.execute("DELETE FROM saga.events WHERE saga_id = $1", saga_id)
+        await pool.execute("DELETE FROM saga.saga_summary WHERE saga_id = $1", saga_id)
         await pool.close()
 
 

@@ -78,6 +78,11 @@ async def book_courier(step: StepContext, order: Order) -> Deferred | None:
     return Deferred() if order.address == "ask" else None
 
 
+def order(saga_id: str, address: str = "1 Main St") -> Order:
+    """A checkout's order of one item for ``saga_id``, delivered to ``address`` (see ``book_courier``)."""
+    return Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address=address, email="a@b.test")
+
+
 redrivable = Saga("courier_checkout", input=Order, namespace="saga.v1.checkout")
 _stock_c = redrivable.step(reserve_stock)
 _payment_c = redrivable.step(authorise_payment)

@@ -57,7 +57,7 @@ from saga_orchestrator.schemas.topics import Topics
 from tests.chaos.crash_tools import restart, started_and_ready
 from tests.chaos.tools.kafka_tools import wait_caught_up
 from tests.conftest import module_stack
-from tests.e2e.apps import courier, patient, redrivable
+from tests.e2e.apps import courier, order, patient, redrivable
 from tests.e2e.harness import Stack, run_refused, saga_cli, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -160,10 +160,6 @@ async def _caught_up(stack: Stack, participant_name: str) -> None:
     assert not lagging, f"{participant_name} did not read its backlog: {lagging}"
 
 
-def _order(saga_id: str, address: str = "1 Main St") -> Order:
-    return Order(order_id=saga_id, sku="SKU-1", quantity=1, amount_cents=999, address=address, email="a@b.test")
-
-
 async def test_force_compensated_trips_send_no_itinerary_queued_while_notification_was_down(stack: Stack) -> None:
     stack.kill("notification")
     ids = [f"fence-fc-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
@@ -215,7 +211,7 @@ async def test_commands_withdrawn_while_their_participant_was_down_do_not_run_wh
     ids = [f"fence-late-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
     try:
         async with SagaClient.from_settings(stack.settings) as client:
-            handles = [await client.start("courier_checkout", saga_id, _order(saga_id)) for saga_id in ids]
+            handles = [await client.start("courier_checkout", saga_id, order(saga_id)) for saga_id in ids]
             for handle in handles:
                 await _reached(handle, "book_courier")
         for saga_id in ids:
@@ -245,7 +241,7 @@ async def test_a_skipped_confirmation_queued_while_mail_was_down_is_not_sent(sta
     saga_id = f"fence-skip-{uuid.uuid4().hex[:6]}"
     try:
         async with SagaClient.from_settings(stack.settings) as client:
-            handle = await client.start("patient_checkout", saga_id, _order(saga_id))
+            handle = await client.start("patient_checkout", saga_id, order(saga_id))
             await _reached(handle, "send_confirmation")  # its command waits on mail.commands
             await _ok(stack, "skip", saga_id, "send_confirmation", "--reason", "told by phone", "--operator", "vic")
             ended = await handle.result(timeout_s=DEMO_TIMEOUT_S)
@@ -277,7 +273,7 @@ async def test_a_cancel_withdraws_a_wait_for_a_person_and_a_late_answer_is_refus
         return await awaiting() == [key]
 
     async with SagaClient.from_settings(stack.settings) as client:
-        handle = await client.start("held_checkout", saga_id, _order(saga_id))
+        handle = await client.start("held_checkout", saga_id, order(saga_id))
         assert await wait_for(waits, DEMO_TIMEOUT_S, 0.3), "the desk did not defer"
         asked = time.monotonic()
         await client.cancel(saga_id, "customer changed their mind", operator="wes")
@@ -304,7 +300,7 @@ async def test_terminate_ends_a_failed_saga_with_who_and_why_in_its_history(stac
     saga_id = f"fence-term-{uuid.uuid4().hex[:6]}"
     async with SagaClient.from_settings(stack.settings) as client:
         # No courier serves the address (for good) after the shipment, the pivot: the saga ends FAILED.
-        failed = await (await client.start("courier_checkout", saga_id, _order(saga_id, "unmapped"))).result(
+        failed = await (await client.start("courier_checkout", saga_id, order(saga_id, "unmapped"))).result(
             timeout_s=DEMO_TIMEOUT_S)
         assert isinstance(failed, SagaFailed) and failed.failed_step == "book_courier", failed
         later = client.handle(saga_id, since_ms=int(time.time() * 1000))
