@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -107,7 +107,8 @@ def _to_login(request: Request, console: Console) -> Response:
 
 
 def timeline_line(event: Event, at_ms: int, schemas: SchemaRegistry) -> dict[str, Any]:
-    """One row of a saga's timeline: the event, its step and attempt, its other fields (outputs decoded)."""
+    """One row of a saga's timeline: the event, its step and attempt, its other fields (outputs decoded); ``id``
+    (``ev-<seq>``) and ``first`` (its seq) name it on the page."""
     shown = []
     for item in dataclasses.fields(event):
         value = getattr(event, item.name)
@@ -119,12 +120,15 @@ def timeline_line(event: Event, at_ms: int, schemas: SchemaRegistry) -> dict[str
             except WireError:
                 value = f"<{len(value)} bytes>"
         shown.append(f"{item.name}: {value}")
-    return {"seq": event.seq, "at": at_ms, "type": type(event).__name__, "step": getattr(event, "step", "") or "",
-            "attempt": getattr(event, "attempt", "") or "", "detail": "; ".join(shown)}
+    return {"id": f"ev-{event.seq}", "first": event.seq, "seq": event.seq, "at": at_ms, "type": type(event).__name__,
+            "step": getattr(event, "step", "") or "", "attempt": getattr(event, "attempt", "") or "",
+            "detail": "; ".join(shown)}
 
 
 DASH = "\u2013"
 COLLAPSED_FROM = 2  # failed attempts in a row of one step from which the timeline shows them as one row
+TIMELINE_ROWS = 200  # timeline rows a saga's page shows, the newest; its "earlier" control reads those before
+TIMELINE_READ = 1000  # events an earlier page of a timeline reads first (twice as many again while too few rows)
 
 
 def _failure(event: Event) -> str | None:
@@ -141,32 +145,120 @@ def _in_loop(event: Event, step: str | None) -> bool:
     return not isinstance(event, StepFailed) or event.retryable
 
 
+def _run_end(events: list[tuple[int, Event]], start: int) -> int:
+    """Where the run of events on a retry loop of the step of ``events[start]`` that begins there ends (the index
+    after it; ``start`` when that event goes on no loop)."""
+    step: str | None = getattr(events[start][1], "step", None)
+    end = start
+    while end < len(events) and _in_loop(events[end][1], step):
+        end += 1
+    return end
+
+
+def trailing_run(events: list[tuple[int, Event]]) -> int:
+    """Where the run of events on one retry loop that ends ``events`` begins (``len(events)`` when the last event
+    goes on no loop). More events may lengthen that run, and so change its rows; the rows before it stay: the
+    timeline of ``events`` is the timeline of those before this index followed by the timeline of the rest."""
+    start = len(events)
+    if events:
+        step: str | None = getattr(events[-1][1], "step", None)
+        while start > 0 and _in_loop(events[start - 1][1], step):
+            start -= 1
+    return start
+
+
 def timeline(events: list[tuple[int, Event]], schemas: SchemaRegistry) -> list[dict[str, Any]]:
     """A saga's timeline rows (``timeline_line``), each retry loop of one step (its commands sent, failed or timed
     out and retried again, ``COLLAPSED_FROM`` failures or more in a row) shown as one row: "attempts 3 to 57,
-    TimedOut" (``RetryLoop``)."""
+    TimedOut" (``RetryLoop``, id ``loop-<step>-<first seq>``, with when its last event was stored and its last
+    error).
+
+    The rows are read from ``events`` left to right, a row's extent decided by the events from its first on only:
+    the timeline of any part of a history that begins where a row of the whole one begins shows the same rows."""
     rows: list[dict[str, Any]] = []
     index = 0
     while index < len(events):
-        step: str | None = getattr(events[index][1], "step", None)
-        end, failures = index, []
-        while end < len(events) and _in_loop(events[end][1], step):
-            event = events[end][1]
-            if (failed := _failure(event)) is not None:
-                failures.append((getattr(event, "attempt", 0), failed))
-            end += 1
+        end = _run_end(events, index)
+        failures = [(getattr(event, "attempt", 0), failed, event) for _, event in events[index:end]
+                    if (failed := _failure(event)) is not None]
         if len(failures) >= COLLAPSED_FROM:
-            kinds = ", ".join(dict.fromkeys(kind for _, kind in failures))
-            attempts = f"{failures[0][0]}{DASH}{failures[-1][0]}"
-            rows.append({"seq": f"{events[index][1].seq}{DASH}{events[end - 1][1].seq}", "at": events[index][0],
-                         "type": "RetryLoop", "step": step or "", "attempt": attempts,
-                         "detail": f"attempts {attempts}, {kinds} ({end - index} events)"})
+            rows.append(_loop_row(events[index:end], failures))
             index = end
             continue
         at, first = events[index]
         rows.append(timeline_line(first, at, schemas))
         index += 1
     return rows
+
+
+def _loop_row(loop: list[tuple[int, Event]], failures: list[tuple[int, str, Event]]) -> dict[str, Any]:
+    (at, first), (last_at, last) = loop[0], loop[-1]
+    step: str = getattr(first, "step", "")
+    kinds = ", ".join(dict.fromkeys(kind for _, kind, _ in failures))
+    attempts = f"{failures[0][0]}{DASH}{failures[-1][0]}"
+    failed = failures[-1][2]
+    error = (f"{failed.error_type}: {failed.error_message}" if isinstance(failed, StepFailed) and failed.error_message
+             else failures[-1][1])
+    return {"id": f"loop-{step}-{first.seq}", "first": first.seq, "seq": f"{first.seq}{DASH}{last.seq}", "at": at,
+            "last_at": last_at, "type": "RetryLoop", "step": step, "attempt": attempts,
+            "detail": f"attempts {attempts}, {kinds}; {len(failures)} failed in {len(loop)} events;"
+                      f" last: {error}"}
+
+
+def continued(tail: list[tuple[int, Event]], new: list[tuple[int, Event]], schemas: SchemaRegistry
+              ) -> tuple[list[dict[str, Any]], list[tuple[int, Event]], list[dict[str, Any]]]:
+    """A live timeline going on: ``new`` events after ``tail``, the events of the retry loop the page's timeline
+    ends in (``trailing_run``; the page shows its rows last). Gives the rows that settle (shown before the tail
+    from now on), the new tail, and its rows (in place of the old tail's). Settled rows, then the tail's rows,
+    are the ``timeline`` of the whole history so far: a loop that goes on stays one row, its id kept."""
+    events = tail + new
+    loop = trailing_run(events)
+    return timeline(events[:loop], schemas), events[loop:], timeline(events[loop:], schemas)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelinePage:
+    """The rows of one page of a saga's timeline, oldest first, and the seq the page before it ends before (None
+    when this page begins at the saga's first event)."""
+
+    rows: list[dict[str, Any]]
+    earlier: int | None
+
+
+def timeline_page(events: list[tuple[int, Event]], schemas: SchemaRegistry, limit: int, *,
+                  from_start: bool) -> TimelinePage | None:
+    """The newest ``limit`` rows (at least one) of the ``timeline`` of ``events``: a stretch of a saga's history
+    that ends where a row of the whole history begins (the saga's last event, or a page's ``earlier`` seq), and
+    that begins at the saga's first event when ``from_start``.
+
+    Pages show the rows of the whole history (``timeline``), a retry loop whole on one page: when not
+    ``from_start``, the stretch's first events may be the end of a loop that began earlier, so the rows of the run
+    of events on one loop it begins with are left off (the earlier page shows them). None when the rest makes
+    fewer than ``limit`` rows: read more events before these and ask again."""
+    limit = max(limit, 1)
+    rows = timeline(events[0 if from_start or not events else _run_end(events, 0):], schemas)
+    if not from_start and len(rows) < limit:
+        return None
+    shown = rows[max(len(rows) - limit, 0):]
+    return TimelinePage(shown, shown[0]["first"] if shown and (len(rows) > limit or not from_start) else None)
+
+
+async def earlier_page(events_before: Callable[[int, int], Awaitable[list[tuple[int, Event]]]], before: int,
+                       schemas: SchemaRegistry, limit: int, read: int) -> TimelinePage:
+    """The page of a saga's timeline that ends before seq ``before`` (a page's ``earlier``), ``limit`` rows at
+    most: its events read backwards (``events_before(before_seq, limit)``), ``read`` at first, twice as many each
+    time until they make the rows (a long retry loop is one row of many events)."""
+    events: list[tuple[int, Event]] = []
+    while True:
+        found = await events_before(events[0][1].seq if events else before, read)
+        events = found + events
+        page = timeline_page(events, schemas, limit, from_start=len(found) < read)
+        if page is None:
+            read *= 2
+            continue
+        if events and page.earlier == events[0][1].seq and not await events_before(page.earlier, 1):
+            return TimelinePage(page.rows, None)  # it begins at the saga's first event after all: no empty page
+        return page
 
 
 _FILL = {"SUCCEEDED": "#d5f2dc", "RUNNING": "#d8ecff", "PENDING": "#f4f5f7", "FAILED": "#ffd9d6",
@@ -361,11 +453,35 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     view = await console.reads.saga(saga_id)
     if view is None:
         raise HTTPException(404, f"no saga {saga_id!r}")
-    rows = timeline([(view.recorded_at_ms.get(event.seq, event.occurred_at), event) for event in view.events],
-                    console.reads.schemas)
+    events = _stamped(view)
+    # The rows of the retry loop the history ends in change as it goes on: the stream sends them again (``tail``).
+    loop = trailing_run(events)
+    tail = timeline(events[loop:], console.reads.schemas)
+    page = timeline_page(events[:loop], console.reads.schemas, TIMELINE_ROWS - len(tail), from_start=True)
+    assert page is not None  # a page from the start always has its rows
     return _page(request, "saga.html", console, **_live(request, console, view),
-                 keys=await console.reads.search_keys(saga_id), timeline=rows, last_seq=view.events[-1].seq,
+                 keys=await console.reads.search_keys(saga_id), timeline=page.rows, tail=tail,
+                 earlier=page.earlier if page.rows else None, last_seq=view.events[-1].seq,
                  effects=await effects(saga_id, console, None))
+
+
+def _stamped(view: SagaView) -> list[tuple[int, Event]]:
+    """The saga's events, each with when it was stored."""
+    return [(view.recorded_at_ms.get(event.seq, event.occurred_at), event) for event in view.events]
+
+
+@router.get(f"{SAGA_PATH}/timeline", response_class=HTMLResponse)
+async def timeline_fragment(request: Request, saga_id: str, before: int) -> Response:
+    """The page of the saga's timeline before seq ``before`` (``earlier_page``) after its own "earlier" control
+    when it does not begin at the saga's start: it takes the place of the control that asked for it."""
+    console = console_of(request)
+    denied = _viewer(request, console)
+    if denied is not None:
+        return denied
+    page = await earlier_page(lambda seq, limit: console.reads.events_before(saga_id, seq, limit), before,
+                              console.reads.schemas, TIMELINE_ROWS, TIMELINE_READ)
+    return HTMLResponse(TEMPLATES.get_template("timeline_rows.html").render(
+        saga_id=saga_id, timeline=page.rows, earlier=page.earlier))
 
 
 PENDING = frozenset({"RUNNING", "TIMED_OUT", "RETRY_SCHEDULED", "WITHDRAWING", "AWAITING_SIGNAL", "COMPENSATING",
@@ -399,9 +515,10 @@ LIVE_PARTS = {"status": "saga_status.html", "steps": "saga_steps.html", "levers"
 
 @router.get(f"{SAGA_PATH}/stream")
 async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Response:
-    """Server-sent events, the page's one stream (a browser holds few connections per host): ``timeline`` (new
-    timeline rows), then ``status``, ``steps`` (with the graph), ``levers`` (those that apply now) and ``timers``,
-    each time the saga records something."""
+    """Server-sent events, the page's one stream (a browser holds few connections per host): ``tail`` (the rows
+    of the retry loop the history ends in, again: one row that counts on while a step keeps failing), ``timeline``
+    (the new rows before it), then ``status``, ``steps`` (with the graph), ``levers`` (those that apply now) and
+    ``timers``, each time the saga records something. ``after``: the last seq the page shows."""
     console = console_of(request)
     denied = _viewer(request, console)
     if denied is not None:
@@ -415,13 +532,21 @@ async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Respons
         view = await console.reads.saga(saga_id)
         shown = (operating.offers(view.definition, view.state, console.now_ms())
                  if view is not None and view.events[-1].seq == after else None)
+        # The events of the retry loop the page's timeline ends in: their rows are drawn again with each new one.
+        drawn = [stamped for stamped in _stamped(view) if stamped[1].seq <= after] if view is not None else []
+        tail = drawn[trailing_run(drawn):]
+        tail_html = _rows_html(timeline(tail, console.reads.schemas))
         while not await request.is_disconnected():
             new = await console.reads.events_after(saga_id, last)
             if new:
-                rows = "".join(TEMPLATES.get_template("timeline_row.html").render(
-                    line=timeline_line(event, at, console.reads.schemas)) for at, event in new)
                 last = new[-1][1].seq
-                yield _sse("timeline", rows)
+                settled, tail, tail_rows = continued(tail, new, console.reads.schemas)
+                rows = _rows_html(tail_rows)
+                if rows != tail_html:  # sent before the rows that leave it, so none shows twice meanwhile
+                    yield _sse("tail", rows)
+                    tail_html = rows
+                if settled:
+                    yield _sse("timeline", _rows_html(settled))
                 view = await console.reads.saga(saga_id)
                 if view is not None:
                     live = _live(request, console, view)
@@ -433,6 +558,10 @@ async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Respons
 
     return StreamingResponse(stream(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _rows_html(rows: list[dict[str, Any]]) -> str:
+    return "".join(TEMPLATES.get_template("timeline_row.html").render(line=line) for line in rows)
 
 
 def _sse(event: str, html: str) -> str:

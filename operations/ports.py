@@ -204,6 +204,11 @@ class ReadsStore(Protocol):
         """The saga's events after ``after_seq``, in seq order, each with when it was stored."""
         ...
 
+    async def events_before(self, saga_id: str, before_seq: int, limit: int) -> list[StoredEvent]:
+        """The saga's last ``limit`` events before ``before_seq``, in seq order, each with when it was stored: a
+        long history read backwards a page at a time."""
+        ...
+
     async def last_seq(self, saga_id: str) -> int | None:
         """The seq of the saga's last event; None when it has no event (no such saga)."""
         ...

@@ -226,6 +226,12 @@ class Reads:
         return [(r.recorded_at_ms or 0, wire.decode_event(r.body))
                 for r in await self.store.events_after(saga_id, after_seq)]
 
+    async def events_before(self, saga_id: str, before_seq: int, limit: int) -> list[tuple[int, Event]]:
+        """The saga's last ``limit`` events before ``before_seq`` in seq order (an earlier page of its timeline),
+        with when each was stored."""
+        return [(r.recorded_at_ms or 0, wire.decode_event(r.body))
+                for r in await self.store.events_before(saga_id, before_seq, limit)]
+
     async def last_seq(self, saga_id: str) -> int | None:
         """The seq of the saga's last event; None for an unknown id."""
         return await self.store.last_seq(saga_id)

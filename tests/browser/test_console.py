@@ -143,6 +143,26 @@ async def test_a_card_waiting_on_its_retry_is_retried_now(page: Page, console_ur
 
 
 
+async def test_a_retry_loop_stays_one_row_while_the_page_watches_it(page: Page, stack: Stack,
+                                                                     console_url: str) -> None:
+    saga_id = f"bounce-{uuid.uuid4().hex[:6]}"
+    # Its mailbox is unavailable for the itinerary's first three attempts, retried within a few seconds.
+    async with SagaClient.from_settings(stack.settings) as client:
+        await client.start("trip", saga_id, SCENARIOS["email_bounce"].trip(saga_id))
+    await until(lambda: bool(history(console_url, saga_id)), "the saga's start")
+    await page.goto(f"/sagas/{saga_id}")
+    await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+    # The retries' backoffs alone take over a second: the page is drawn before the loop ends, the stream draws it.
+    assert await page.locator("#timeline tr.SagaCompleted").count() == 0
+    await expect(page.locator("#timeline tr.SagaCompleted")).to_have_count(1, timeout=SETTLE_S * 1000)
+    loop = page.locator("#timeline tr.RetryLoop")
+    await expect(loop).to_have_count(1)
+    await expect(loop).to_contain_text("attempts 1\u20133, MailboxUnavailable")
+    assert (await loop.get_attribute("id") or "").startswith("loop-send_itinerary-")
+    await expect(page.locator("#timeline tr.StepFailed")).to_have_count(0)
+    assert await page.evaluate("window.loadedOnce") is True, "the page was reloaded"
+
+
 async def test_a_paused_trip_offers_unpause_without_a_reload_over_one_stream(
         page: Page, stack: Stack, console_url: str) -> None:
     saga_id = f"paused-{uuid.uuid4().hex[:6]}"

@@ -330,6 +330,9 @@ async def test_events_after_and_of_types_read_in_seq_order(wing: Wing) -> None:
                                     event("b", 1, "OperatorAction"), event("c", 1, "OperatorAction")]))
     assert [e.seq for e in await wing.reads.events_after("a", 1)] == [2, 3]
     assert await wing.reads.events_after("a", 3) == []
+    assert [e.seq for e in await wing.reads.events_before("a", 4, 2)] == [2, 3]  # the last two, in seq order
+    assert [e.seq for e in await wing.reads.events_before("a", 3, 5)] == [1, 2]
+    assert await wing.reads.events_before("a", 1, 5) == []
     found = await wing.reads.events_of({"b", "a"}, ["OperatorAction"])
     assert [(e.saga_id, e.seq) for e in found] == [("a", 2), ("b", 1)]
     assert await wing.reads.events_of(set(), ["OperatorAction"]) == []

@@ -227,6 +227,12 @@ class PostgresReads:
             " AND seq > $2 ORDER BY seq", saga_id, after_seq, timeout=self._timeout_s)
         return [_stored(r) for r in rows]
 
+    async def events_before(self, saga_id: str, before_seq: int, limit: int) -> list[StoredEvent]:
+        rows = await self._pool.fetch(
+            f"SELECT saga_id, seq, event_type, body, recorded_at FROM {self._s}.events WHERE saga_id = $1"
+            " AND seq < $2 ORDER BY seq DESC LIMIT $3", saga_id, before_seq, limit, timeout=self._timeout_s)
+        return [_stored(r) for r in reversed(rows)]
+
     async def last_seq(self, saga_id: str) -> int | None:
         found: int | None = await self._pool.fetchval(
             f"SELECT max(seq) FROM {self._s}.events WHERE saga_id = $1", saga_id, timeout=self._timeout_s)
@@ -389,6 +395,9 @@ class MemoryReads:
 
     async def events_after(self, saga_id: str, after_seq: int) -> list[StoredEvent]:
         return [e for e in self._store.events.get(saga_id, []) if e.seq > after_seq]
+
+    async def events_before(self, saga_id: str, before_seq: int, limit: int) -> list[StoredEvent]:
+        return [e for e in self._store.events.get(saga_id, []) if e.seq < before_seq][-limit:] if limit > 0 else []
 
     async def last_seq(self, saga_id: str) -> int | None:
         events = self._store.events.get(saga_id)
