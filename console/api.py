@@ -1,8 +1,8 @@
 """The console's HTTP API (JSON under ``/api/v1``; its OpenAPI document at ``/api/openapi.json``).
 
 The same reads and actions as the pages: sagas listed and searched, one saga's state, history and effects, the
-fleet, the definition versions with their sagas, wedged sagas, dead letters, parked outbox rows, deferred
-commands, the audit, levers and bulk jobs.
+fleet, the definition versions with their sagas, wedged sagas, dead letters, parked outbox rows (requeued or
+discarded), deferred commands, the audit, levers and bulk jobs.
 Reads need what the console's identity mode asks (nothing, a proxy header, or HTTP Basic with a local login);
 actions also need ``SAGA_CONSOLE_LEVERS=true``. Every action is audited.
 """
@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from ..operations import bulk_jobs, inbox, paging
+from ..operations import bulk_jobs, inbox, paging, parked_rows
 from ..operations.paging import Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.reads import SagaView
@@ -323,6 +323,47 @@ async def quarantined(request: Request, response: Response, console: ConsoleDep,
 @router.get("/parked", summary="Outbox rows the broker refused for good, in every outbox")
 async def parked(console: ConsoleDep, _: Reader) -> list[dict[str, Any]]:
     return [dataclasses.asdict(row) for row in await console.reads.parked()]
+
+
+class ParkedRequest(BaseModel):
+    """A lever on a parked outbox row: ``reason`` (what was fixed, or why the row may go; needed by a discard),
+    recorded with the operator. The operator is who the console knows is asking, never a field."""
+
+    reason: str | None = None
+
+
+class ParkedResult(BaseModel):
+    table: str
+    row_id: int
+    action: str
+    operator: str
+    done: str = Field(description="What became of the row.")
+
+
+PARKED_PATH = "/parked/{table}/{row_id}"
+PARKED_404 = "no such row parked in an outbox of this deployment: nothing done"
+
+
+@router.post(f"{PARKED_PATH}/requeue", response_model=ParkedResult, tags=["parked"],
+             summary="Put a parked outbox row back into its outbox (its id kept: published again, ahead of its "
+                     "saga's later rows); audited",
+             description="`table` and `row_id` as `GET /parked` lists them (`saga.outbox_parked`, 7).",
+             responses={404: {"description": PARKED_404}})
+async def requeue_parked(table: str, row_id: int, console: ConsoleDep, operator: Actor,
+                         request: ParkedRequest | None = None) -> ParkedResult:
+    done = await console.handle_parked(operator, table, row_id, True, request.reason if request else None)
+    return ParkedResult(table=table, row_id=row_id, action=parked_rows.REQUEUE, operator=operator, done=done)
+
+
+@router.post(f"{PARKED_PATH}/discard", response_model=ParkedResult, tags=["parked"],
+             summary="Delete a parked outbox row for good (never published; its saga's later rows go on); audited",
+             description="`table` and `row_id` as `GET /parked` lists them; `reason` is needed. Nothing undoes it, "
+                         "and it undoes nothing the saga did.",
+             responses={404: {"description": PARKED_404}})
+async def discard_parked(table: str, row_id: int, request: ParkedRequest, console: ConsoleDep,
+                         operator: Actor) -> ParkedResult:
+    done = await console.handle_parked(operator, table, row_id, False, request.reason)
+    return ParkedResult(table=table, row_id=row_id, action=parked_rows.DISCARD, operator=operator, done=done)
 
 
 @router.get("/deferred", summary="Commands whose participant deferred its answer")

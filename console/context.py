@@ -15,7 +15,7 @@ from starlette.requests import Request
 
 from ..client.saga_client import SagaInputError
 from ..infra.kafka_clients import KafkaClients
-from ..operations import bulk_jobs
+from ..operations import bulk_jobs, parked_rows
 from ..operations.attendance import Attendance
 from ..operations.audit import OperatorAudit
 from ..operations.levers import Levers
@@ -141,6 +141,16 @@ class Console:
         await self.audit.record(operator, "CancelBulkJob", f"bulk job {job_id}", {}, f"cancelled after {job.done}")
         return job
 
+    async def handle_parked(self, operator: str, table: str, row_id: int, requeue: bool, reason: str | None) -> str:
+        """Requeue (``requeue``) or discard parked row ``row_id`` of ``table`` for ``operator``, audited
+        (``operations.parked_rows.pull``); what was done. HTTPException 404 when no such row is parked in an outbox
+        of this deployment, 400 when it is asked wrongly: nothing changed either way (the refusal audited)."""
+        try:
+            return await parked_rows.pull(self.pool, self.reads, self.audit, operator, table, row_id, requeue, reason)
+        except parked_rows.NotParked as error:
+            raise HTTPException(404, str(error)) from None
+        except parked_rows.ParkedRowRefused as error:
+            raise HTTPException(400, str(error)) from None
 
     async def answer(self, operator: str, participant_name: str, key: str, outcome: Succeeded | Failed,
                      detail: str | None) -> None:

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
-from ..operations import bulk_jobs, inbox
+from ..operations import bulk_jobs, inbox, parked_rows
 from ..operations.paging import Page
 from ..operations.ports import AGE_BUCKETS
 from ..operations.reads import SagaView
@@ -808,6 +808,44 @@ async def answer_fragment(request: Request) -> Response:
     except HTTPException as error:
         return _refused(error)
     return _flash(f"answered {key} for {operator}")
+
+
+@router.get("/parked", response_class=HTMLResponse)
+async def parked_page(request: Request) -> Response:
+    """The outbox rows the relay parked for good, each with its levers: Requeue, and Discard (which asks first)."""
+    console = console_of(request)
+    if (denied := _viewer(request, console)) is not None:
+        return denied
+    rows = sorted(await console.reads.parked(), key=lambda row: (row.created_at_ms, row.table, row.row_id))
+    return _page(request, "parked.html", console, rows=[{
+        "row": row, "saga_id": parked_rows.saga_of(row), "anchor": parked_rows.anchor(row.table, row.row_id),
+        "why": parked_rows.why(row) or "",
+        "confirm": parked_rows.discard_confirmation(row)} for row in rows])
+
+
+@router.post("/parked/requeue", response_class=HTMLResponse)
+async def requeue_fragment(request: Request) -> Response:
+    """A parked row's Requeue form: moved back into its outbox for the signed-in operator, audited."""
+    return await _parked_lever(request, requeue=True)
+
+
+@router.post("/parked/discard", response_class=HTMLResponse)
+async def discard_fragment(request: Request) -> Response:
+    """A parked row's Discard form (confirmed on the page first): deleted for the signed-in operator, audited."""
+    return await _parked_lever(request, requeue=False)
+
+
+async def _parked_lever(request: Request, requeue: bool) -> Response:
+    console, operator, form = await _lever_form(request)
+    table, row_id = str(form.get("table") or ""), str(form.get("row_id") or "")
+    if not row_id.isdigit():
+        return _flash(f"no row {row_id!r} parked in {table!r}: not a row id", error=True)
+    try:
+        done = await console.handle_parked(operator, table, int(row_id), requeue,
+                                           str(form.get("reason") or "") or None)
+    except HTTPException as error:
+        return _refused(error)
+    return _flash(f"row {row_id} of {table} {done} (by {operator})", data=f' data-handled="{escape(row_id)}"')
 
 
 @router.get("/dead-letters", response_class=HTMLResponse)

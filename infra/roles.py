@@ -11,7 +11,8 @@ The console's role (``CONSOLE_ROLE``) reads every schema of the deployment and w
 write: in ``saga`` its audit, its sign-ins, the bulk jobs and a lever's control command (queued in the
 orchestrator's outbox in the transaction of its audit row), and in a participant's schema the three rows an
 answer to a deferred command takes (the awaiting row deleted, the ledger row updated, the reply queued in the
-outbox). It never writes an event.
+outbox); in both, a parked outbox row it requeues (moved back into the outbox) or discards. It never writes an
+event.
 
 ``saga migrate --create-roles`` creates the roles (``ORCHESTRATOR_ROLE``, ``CONSOLE_ROLE`` and
 ``participant_role(schema)``,
@@ -32,7 +33,8 @@ ORCHESTRATOR_SCHEMA = "saga"
 CONSOLE_ROLE = "saga_console"
 # what the console writes in the orchestrator's schema: table -> privileges
 CONSOLE_ORCHESTRATOR_WRITES = {"saga.operator_audit": "INSERT", "saga.bulk_jobs": "INSERT, UPDATE",
-                               "saga.outbox": "INSERT", "saga.console_sessions": "INSERT, DELETE"}
+                               "saga.outbox": "INSERT", "saga.outbox_parked": "DELETE",
+                               "saga.console_sessions": "INSERT, DELETE"}
 
 
 def participant_role(schema: str) -> str:
@@ -54,8 +56,10 @@ def grant_statements(schema: str, role: str) -> list[str]:
 
 
 def console_writes(awaiting_table: str, processed_table: str, outbox_table: str) -> dict[str, str]:
-    """What the console writes in a participant's schema, answering a deferred command: table -> privileges."""
-    return {awaiting_table: "DELETE", processed_table: "UPDATE", outbox_table: "INSERT"}
+    """What the console writes in a participant's schema, answering a deferred command or requeueing or
+    discarding a parked outbox row: table -> privileges."""
+    return {awaiting_table: "DELETE", processed_table: "UPDATE", outbox_table: "INSERT",
+            f"{outbox_table}_parked": "DELETE"}
 
 
 def reader_grant_statements(schema: str, role: str, writes: Mapping[str, str]) -> list[str]:

@@ -4,8 +4,9 @@ replayed (from the orchestrator's dead-letter index), and participants whose com
 them (from the console's attendance snapshot, ``operations.attendance``).
 
 The inbox is derived from current state on every read (nothing is stored for it), so an item leaves it only when
-what made it one is handled: the saga is redriven, released, resumed or terminated, the row re-published, the
-command answered, a worker started. There is no age cutoff: a saga that ended FAILED a month ago is still listed.
+what made it one is handled: the saga is redriven, released, resumed or terminated, the row requeued (published
+again) or discarded, the command answered, a worker started. There is no age cutoff: a saga that ended FAILED a
+month ago is still listed.
 
 "Stuck since" is how long an item has been as it is. For a saga it is its read-model row's ``updated_at`` (the
 last event recorded for it: when it ended, was quarantined, or its step last failed), the best the read model
@@ -25,7 +26,7 @@ from ..client.api import saga_segment
 from ..orchestrator.domain.model import SagaStatus
 from ..orchestrator.ports import DeadLetterIndex, IndexedLetter, SagaSummaryRow
 from ..schemas.message_types import RELEASE, RESUME, Lever
-from . import paging
+from . import paging, parked_rows
 from .attendance import AttendanceSnapshot, CommandTopic
 from .ports import OutboxView, StuckQuery
 from .reads import Deferred, Reads
@@ -175,13 +176,15 @@ def saga_item(row: SagaSummaryRow, min_failures: int = MIN_FAILURES) -> InboxIte
 
 
 def parked_item(row: OutboxView) -> InboxItem:
-    """A parked outbox row's item. Its saga is its message key (read from the row's reason, ``key: reason``)."""
-    key, _, reason = (row.parked_reason or "").partition(": ")
-    saga_id = key or None
+    """A parked outbox row's item, linked to its line on the Parked page, where its levers are (Requeue: published
+    again; Discard: deleted for good). Its saga is its message key (read from the row's reason, ``key: reason``)."""
+    reason = parked_rows.why(row)
+    saga_id = parked_rows.saga_of(row)
     links = (Link("open", _saga_page(saga_id)),) if saga_id else ()
+    line = f"/parked#{parked_rows.anchor(row.table, row.row_id)}"
     return InboxItem(Kind.PARKED, f"parked:{row.table}:{row.row_id:020d}", saga_id, None,
-                     f"{row.topic} row {row.row_id} in {row.table} refused for good: {reason or 'no reason'}"
-                     " (no re-publish lever yet)", row.created_at_ms, (*links, Link("parked rows", "/api/v1/parked")))
+                     f"{row.topic} row {row.row_id} in {row.table} refused for good: {reason or 'no reason'}",
+                     row.created_at_ms, (Link("requeue", line), Link("discard", line), *links))
 
 
 def deferred_item(command: Deferred) -> InboxItem:

@@ -10,9 +10,9 @@ import pytest
 
 from saga_orchestrator.infra.kafka_admin import TopicAttendance
 from saga_orchestrator.infra.kafka_clients import KafkaClients
-from saga_orchestrator.operations import inbox, paging
+from saga_orchestrator.operations import inbox, paging, parked_rows
 from saga_orchestrator.operations.attendance import Attendance, AttendanceSnapshot, CommandTopic
-from saga_orchestrator.operations.inbox import InboxItem, InboxQuery, Kind
+from saga_orchestrator.operations.inbox import InboxItem, InboxQuery, Kind, Link
 from saga_orchestrator.operations.ports import OutboxView
 from saga_orchestrator.operations.reads import Deferred
 from saga_orchestrator.orchestrator.dead_letter_index import indexed
@@ -131,6 +131,29 @@ def test_parked_rows_and_deferred_commands_merge_into_the_page_by_stuck_since() 
     assert [i.kind for i in rest.items] == [Kind.PARKED] and rest.next_cursor is None
     assert [i.kind for i in inbox.assemble(sagas, parked, deferred, InboxQuery(saga_type="trip")).items] == [
         Kind.FAILED]
+
+
+def test_a_parked_row_links_its_levers_on_the_parked_page_and_its_saga() -> None:
+    item = inbox.parked_item(OutboxView("flight.outbox_parked", 12, "flight.results", 3_000, "s-9: too large"))
+    line = "/parked#parked-flight.outbox_parked-12"
+    assert item.levers == (Link("requeue", line), Link("discard", line), Link("open", "/sagas/s-9"))
+    assert item.what == "flight.results row 12 in flight.outbox_parked refused for good: too large"
+    assert "lever" not in item.what and item.item_id == f"parked:flight.outbox_parked:{12:020d}"
+    keyless = inbox.parked_item(OutboxView("saga.outbox_parked", 3, "saga.events", 1_000, None))
+    assert keyless.saga_id is None and [link.label for link in keyless.levers] == ["requeue", "discard"]
+    assert keyless.what.endswith("refused for good: no reason")
+
+
+def test_a_parked_row_is_found_only_by_its_listed_table_and_id() -> None:
+    rows = [OutboxView("saga.outbox_parked", 7, "payment.commands", 3_000, "s-9: message too large"),
+            OutboxView("flight.outbox_parked", 7, "flight.results", 4_000, "s-8: no topic")]
+    found = parked_rows.find(rows, "flight.outbox_parked", 7)
+    assert found is rows[1] and parked_rows.outbox_of(found) == "flight.outbox"
+    assert parked_rows.find(rows, "flight.outbox", 7) is None  # the outbox itself is not a parked table
+    assert parked_rows.find(rows, "saga.outbox_parked; DROP TABLE x", 7) is None
+    assert parked_rows.find(rows, "saga.outbox_parked", 8) is None
+    said = parked_rows.discard_confirmation(rows[0])
+    assert "for good" in said and "saga s-9" in said and "undoes nothing" in said
 
 
 def test_a_bad_kind_or_cursor_is_refused() -> None:
