@@ -1,7 +1,9 @@
-"""``saga dlq list`` and ``saga dlq replay``: what the services dead-lettered, and sending it again.
+"""``saga dlq list``, ``saga dlq replay`` and ``saga dlq dismiss``: what the services dead-lettered, sending it
+again, and marking it handled without sending it.
 
-What a replay publishes and records, and when it is held back, is ``operations.dead_letters``' (the console's
-dead-letter page works through it too); this module reads the command line and prints. ``list`` shows, beside
+What a replay publishes and records, and when it is held back, and what a dismissal marks and audits, is
+``operations.dead_letters``' (the console's dead-letter page works through it too); this module reads the command
+line and prints. ``list`` shows, beside
 each letter, the replays its saga's history records. Both answer from the dead-letter index the orchestrator keeps
 in Postgres; ``list --live`` reads saga.dlq itself (every record on it: slower, and needs no orchestrator).
 """
@@ -19,8 +21,9 @@ from rich.table import Table
 from ..infra.db import create_pool
 from ..infra.settings import Settings
 from ..operations import dead_letters, reads
-from ..operations.dead_letters import DeadLetterError, Parked, Replay, Replayed
-from ..operations.postgres import dead_letter_index, reads_store
+from ..operations.audit import OperatorAudit
+from ..operations.dead_letters import DeadLetterError, Dismissed, Parked, Replay, Replayed
+from ..operations.postgres import dead_letter_index, lever_store, reads_store
 from ..orchestrator.ports import LetterFilter
 from .context import (
     OPERATOR_HELP,
@@ -37,7 +40,7 @@ from .context import (
 )
 from .inspect_cmd import parse_duration, when
 
-dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters on saga.dlq: list them, replay them.")
+dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters on saga.dlq: list them, replay them, dismiss them.")
 
 FORCE_HINT = "--force replays it anyway"
 RESUME_HINT = "`saga resume` retries its compensation"
@@ -66,33 +69,38 @@ def list_letters(
     """List dead letters: where each came from, why, and its position for `saga dlq replay`."""
     since_ms = int(time.time() * 1000) - parse_duration(since, "--since") if since else None
     current = settings()
+    dismissals: dict[str, Dismissed] = {}  # the index keeps them: none with --live
     if live:
         parked = run(read_parked(current))
         chosen = [p for p in parked if dead_letters.matches(p, saga_id, source, reason, since_ms)]
         shown = dead_letters.newest(chosen, limit)
         counted = f"{len(chosen)} match, {len(parked)} on {topics(current).dlq}"
     else:
-        shown, held = run(indexed(current, LetterFilter(saga_id, source, reason, since_ms), limit))
-        shown = shown[::-1]  # oldest first, as the table reads
+        found, held = run(indexed(current, LetterFilter(saga_id, source, reason, since_ms), limit))
+        shown = [item for item, _ in found[::-1]]  # oldest first, as the table reads
+        dismissals = {item.position: dismissed for item, dismissed in found if dismissed is not None}
         counted = f"{held} indexed from {topics(current).dlq}"
     replays, unknown = run(recorded_replays(current, {p.letter.saga_id for p in shown
                                                       if p.letter and p.letter.saga_id}))
     if as_json:
         for item in shown:
-            print_json(dead_letters.letter_record(item, replays.get(item.position, [])))
+            print_json({**dead_letters.letter_record(item, replays.get(item.position, [])),
+                        "dismissed": dead_letters.dismissal_record(dismissals.get(item.position))})
         return
     table = Table("position", "failed at (UTC)", "consumer", "from", "saga", "reason", "bytes", "replayed",
                   title=f"dead letters on {topics(current).dlq}")
     for item in shown:
-        table.add_row(*_columns(item), _replays_cell(replays.get(item.position, [])))
+        table.add_row(*_columns(item), _replays_cell(replays.get(item.position, []), dismissals.get(item.position)))
     console.print(table)
     console.print(f"{len(shown)} shown, {counted}")
     if unknown:
         console.print(f"replays not shown: {unknown}")
 
 
-async def indexed(current: Settings, where: LetterFilter, limit: int) -> tuple[list[Parked], int]:
-    """The ``limit`` letters of the index that pass ``where``, newest first, and how many it holds."""
+async def indexed(current: Settings, where: LetterFilter,
+                  limit: int) -> tuple[list[tuple[Parked, Dismissed | None]], int]:
+    """The ``limit`` letters of the index that pass ``where``, newest first, each with its dismissal, and how many
+    the index holds."""
     async with database(current) as pool:
         index = dead_letter_index(pool)
         return await dead_letters.listed(index, where, limit), await index.count()
@@ -128,11 +136,14 @@ async def recorded_replays(current: Settings, saga_ids: set[str]) -> tuple[dict[
         await pool.close()
 
 
-def _replays_cell(replays: Sequence[Replayed]) -> str:
-    if not replays:
-        return ""
-    last = replays[-1]
-    return f"{len(replays)}x, last by {last.operator or '?'} at {when(last.at_ms)}"
+def _replays_cell(replays: Sequence[Replayed], dismissed: Dismissed | None = None) -> str:
+    said = []
+    if replays:
+        last = replays[-1]
+        said.append(f"{len(replays)}x, last by {last.operator or '?'} at {when(last.at_ms)}")
+    if dismissed is not None:
+        said.append(f"dismissed by {dismissed.operator}: {dismissed.reason}")
+    return "; ".join(said)
 
 
 def _columns(parked: Parked) -> list[str]:
@@ -187,6 +198,35 @@ def replay(
     console.print(f"{len(plan.replays)} {verb} by {who}, {len(plan.refused)} not replayable")
     if plan.refused:
         raise typer.Exit(1)
+
+
+@dlq_app.command("dismiss")
+def dismiss(
+    positions: Annotated[list[str], typer.Argument(help="Letters to dismiss, as PARTITION:OFFSET (`saga dlq list`).")],
+    because: str = typer.Option(..., "--reason", help="Why the letters must never be sent again (required)."),
+    operator: str | None = typer.Option(None, "--operator", help=OPERATOR_HELP),
+) -> None:
+    """Mark dead letters handled without replaying them: nothing is re-sent, and they leave the inbox.
+
+    For a letter that must never be sent again: a record nobody can read, a lever the orchestrator refused that
+    would be stale now, a start made by mistake. Each dismissal names its operator and reason and is in the
+    operator audit (`saga operator-log`); a dismissed letter can still be replayed later on purpose."""
+    who = operator_or_login(operator)
+    current = settings()
+    done = run(_dismiss(current, positions, who, because))
+    for item in done:
+        console.print(f"{item.position} dismissed by {who}: {because.strip()}")
+    console.print(f"{len(done)} dismissed by {who}; nothing re-sent")
+
+
+async def _dismiss(current: Settings, positions: Sequence[str], operator: str, reason: str) -> list[Parked]:
+    """``dead_letters.dismiss`` on the index and the operator audit; stops the command with why when refused."""
+    async with database(current) as pool:
+        try:
+            return await dead_letters.dismiss(dead_letter_index(pool), OperatorAudit(lever_store(pool)), positions,
+                                              operator, reason, int(time.time() * 1000), topics(current).dlq)
+        except DeadLetterError as error:
+            fail(str(error))
 
 
 async def saga_statuses(current: Settings, saga_ids: set[str]) -> dict[str, str]:

@@ -578,6 +578,20 @@ class ReplayResult(BaseModel):
     refused: list[dict[str, str]] = Field(description="Not replayed: position and why.")
 
 
+class DismissRequest(BaseModel):
+    """Dead letters to mark handled without a replay (nothing is published; they leave the inbox): ``positions`` on
+    saga.dlq (PARTITION:OFFSET, as listed) and ``reason``, required: why they must never be sent again. The
+    operator is who the console knows is asking, never a field."""
+
+    positions: list[str]
+    reason: str | None = None
+
+
+class DismissResult(BaseModel):
+    operator: str
+    dismissed: list[str] = Field(description="The positions dismissed.")
+
+
 @router.get("/dead-letters", tags=["dead letters"],
             summary="The newest dead letters on saga.dlq (newest first, from the index the orchestrator keeps), with"
                     " the replays their sagas record")
@@ -597,3 +611,10 @@ async def list_dead_letters(console: ConsoleDep, _: Reader, limit: Annotated[
 async def replay_dead_letters(request: ReplayRequest, console: ConsoleDep, operator: Actor) -> ReplayResult:
     done = await letter_replays.replay(console, operator, request.positions, request.reason or None, request.force)
     return ReplayResult(operator=done.operator, replayed=done.replayed, refused=done.refused)
+
+
+@router.post("/dead-letters/dismiss", response_model=DismissResult, tags=["dead letters"],
+             summary="Dismiss dead letters: handled without a replay, with a required reason (audited)")
+async def dismiss_dead_letters(request: DismissRequest, console: ConsoleDep, operator: Actor) -> DismissResult:
+    done = await letter_replays.dismiss(console, operator, request.positions, request.reason)
+    return DismissResult(operator=operator, dismissed=done)

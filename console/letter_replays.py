@@ -1,9 +1,10 @@
-"""The console's dead letters: the newest on saga.dlq with the replays their sagas' histories record, and a replay
-for the signed-in operator, audited letter by letter.
+"""The console's dead letters: the newest on saga.dlq with the replays their sagas' histories record and their
+dismissals, and a replay or a dismissal for the signed-in operator, audited letter by letter.
 
-What a replay publishes, records and holds back is ``operations.dead_letters``' (``saga dlq`` works through it
-too). A page answers from the dead-letter index the orchestrator keeps (one indexed query), bounded to the newest
-letters that pass its filters; a replay takes its letters' records from the index and marks them replayed.
+What a replay publishes, records and holds back, and what a dismissal marks, is ``operations.dead_letters``'
+(``saga dlq`` works through it too). A page answers from the dead-letter index the orchestrator keeps (one indexed
+query), bounded to the newest letters that pass its filters; a replay takes its letters' records from the index and
+marks them replayed, a dismissal marks them dismissed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from aiokafka import AIOKafkaProducer
 from fastapi import HTTPException
 
 from ..operations import dead_letters as dlq
-from ..operations.dead_letters import DeadLetterError, Parked, Replayed
+from ..operations.dead_letters import DeadLetterError, Dismissed, Parked, Replayed
 from ..orchestrator.domain.model import SagaStatus
 from ..orchestrator.ports import LetterFilter
 from .context import Console
@@ -33,11 +34,12 @@ CONNECT_TIMEOUT_S = 15.0
 @dataclass(frozen=True)
 class LetterView:
     """One letter as the console shows it: the letter, the replays its saga's history records, the saga's status
-    (None: no history)."""
+    (None: no history), and its dismissal (None: never dismissed)."""
 
     parked: Parked
     replays: list[Replayed] = field(default_factory=list)
     saga_status: str | None = None
+    dismissed: Dismissed | None = None
 
     @property
     def held_unless_forced(self) -> bool:
@@ -48,7 +50,7 @@ class LetterView:
 
     def to_json(self) -> dict[str, object]:
         return {**dlq.letter_record(self.parked, self.replays), "saga_status": self.saga_status,
-                "held_unless_forced": self.held_unless_forced}
+                "held_unless_forced": self.held_unless_forced, "dismissed": dlq.dismissal_record(self.dismissed)}
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,15 @@ async def letters(console: Console, shown: int = SHOWN, where: LetterFilter | No
             at = dlq.parse_position(position)
         except DeadLetterError as error:
             raise HTTPException(400, str(error)) from None
-        newest = [dlq.parked_of(row) for row in await console.dead_letters.at([at])]
+        newest = [(dlq.parked_of(row), dlq.dismissal_of(row)) for row in await console.dead_letters.at([at])]
     else:
         newest = await dlq.listed(console.dead_letters, where or LetterFilter(), shown)
-    saga_ids = {p.letter.saga_id for p in newest if p.letter and p.letter.saga_id}
+    saga_ids = {p.letter.saga_id for p, _ in newest if p.letter and p.letter.saga_id}
     replays = await console.reads.recorded_replays(saga_ids)
     statuses = await console.reads.saga_statuses(saga_ids)
     return [LetterView(p, replays.get(p.position, []),
-                       statuses.get(p.letter.saga_id) if p.letter and p.letter.saga_id else None) for p in newest]
+                       statuses.get(p.letter.saga_id) if p.letter and p.letter.saga_id else None, dismissed)
+            for p, dismissed in newest]
 
 
 async def replay(console: Console, operator: str, positions: Sequence[str], reason: str | None,
@@ -121,6 +124,18 @@ async def replay(console: Console, operator: str, positions: Sequence[str], reas
                                                                        if recorded else "no history to record it in"))
         replayed.append({"position": item.position, "topic": record.topic, "saga_id": saga_id, "recorded": recorded})
     return ReplayOutcome(operator, replayed, [{"position": item.position, "why": why} for item, why in plan.refused])
+
+
+async def dismiss(console: Console, operator: str, positions: Sequence[str], reason: str | None) -> list[str]:
+    """Dismiss the letters at ``positions`` for ``operator`` because of ``reason`` (``dead_letters.dismiss``:
+    marked handled, nothing published, each audited); their positions. HTTPException 400 when there is no reason,
+    no position, or a position names no letter (audited)."""
+    try:
+        done = await dlq.dismiss(console.dead_letters, console.audit, positions, operator, reason, console.now_ms(),
+                                 console.topics.dlq)
+    except DeadLetterError as error:
+        raise HTTPException(400, str(error)) from None
+    return [item.position for item in done]
 
 
 def _detail(parked: Parked, reason: str | None, force: bool) -> dict[str, object]:

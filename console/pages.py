@@ -877,3 +877,17 @@ async def replay_fragment(request: Request) -> Response:
             + ("; its saga's history records it" if item["recorded"] else "") for item in done.replayed]
     said += [f"{item['position']} not replayed: {item['why']}" for item in done.refused]
     return _flash(*said, error=bool(done.refused), data=f' data-replayed="{len(done.replayed)}"')
+
+
+@router.post("/dead-letters/dismiss", response_class=HTMLResponse)
+async def dismiss_fragment(request: Request) -> Response:
+    """A letter's Dismiss form: marked handled without a replay for the signed-in operator, audited; what
+    happened, as a flash."""
+    console, operator, form = await _lever_form(request)
+    reason = str(form.get("reason") or "").strip()
+    try:
+        done = await letter_replays.dismiss(console, operator, [str(p) for p in form.getlist("position")], reason)
+    except HTTPException as error:
+        return _refused(error)
+    return _flash(*(f"{position} dismissed by {operator}: {reason}; nothing re-sent" for position in done),
+                  data=f' data-dismissed="{len(done)}"')

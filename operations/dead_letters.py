@@ -20,7 +20,10 @@ The letters are listed from the dead-letter index the orchestrator keeps in Post
 (``orchestrator.dead_letter_index``, a ``DeadLetterIndex``): ``listed`` is one indexed query, and a replay takes
 the letter's record from its row. ``read_parked`` reads saga.dlq itself (``saga dlq list --live``), for when the
 index is not kept (no orchestrator runs).
-A replay marks its letters replayed in the index: the inbox lists the letters never replayed.
+A replay marks its letters replayed in the index. A letter that must never be sent again (a record nobody can
+read, a lever the orchestrator refused and that would be stale now, a start made by mistake) is dismissed instead
+(``dismiss``): marked handled, with who and why, audited, nothing published. The inbox lists the letters neither
+replayed nor dismissed; a dismissed letter can still be replayed on purpose.
 
 ``saga dlq`` and the console's dead-letter page both work through this module; a request that cannot be served
 raises DeadLetterError with one line saying what to do.
@@ -43,9 +46,11 @@ from ..schemas import wire
 from ..schemas.codec import WireError
 from ..schemas.event_types import Event, OperatorAction
 from ..schemas.message_types import DeadLetter, Lever, OperateSaga
+from .audit import OperatorAudit
 
 REPLAYED_FROM = "replayed_from"  # header naming the dead letter a replayed record came from
 REPLAYED_BY = "replayed_by"  # header naming the operator who replayed it
+DISMISS = "DlqDismiss"  # the audit's name for a dismissal
 _POSITION = re.compile(r"^(\d+):(\d+)$")
 _REPLAY_DETAIL = re.compile(r"^letter (\d+:\d+) from ")
 
@@ -90,6 +95,29 @@ class Replayed:
 
     operator: str | None
     at_ms: int
+
+
+@dataclass(frozen=True)
+class Dismissed:
+    """A letter's dismissal (handled without a replay): who, why, and when (epoch ms)."""
+
+    operator: str
+    reason: str
+    at_ms: int
+
+
+def dismissal_of(row: IndexedLetter) -> Dismissed | None:
+    """The dismissal an index row keeps (None: never dismissed)."""
+    if row.dismissed_at_ms is None:
+        return None
+    return Dismissed(row.dismissed_by or "?", row.dismiss_reason or "", row.dismissed_at_ms)
+
+
+def dismissal_record(dismissed: Dismissed | None) -> dict[str, object] | None:
+    """A dismissal as a JSON-ready object (None: never dismissed)."""
+    if dismissed is None:
+        return None
+    return {"operator": dismissed.operator, "reason": dismissed.reason, "at": dismissed.at_ms}
 
 
 def parse_position(text: str) -> tuple[int, int]:
@@ -258,9 +286,10 @@ def parked_of(row: IndexedLetter) -> Parked:
     return _parked(row.partition, row.offset, row.written_at_ms, row.record)
 
 
-async def listed(index: DeadLetterIndex, where: LetterFilter, limit: int) -> list[Parked]:
-    """The ``limit`` letters that pass ``where`` and failed last, newest first (one indexed query)."""
-    return [parked_of(row) for row in await index.newest(where, limit)]
+async def listed(index: DeadLetterIndex, where: LetterFilter, limit: int) -> list[tuple[Parked, Dismissed | None]]:
+    """The ``limit`` letters that pass ``where`` and failed last, newest first (one indexed query), each with its
+    dismissal."""
+    return [(parked_of(row), dismissal_of(row)) for row in await index.newest(where, limit)]
 
 
 async def chosen(index: DeadLetterIndex, wanted: Sequence[tuple[int, int]], saga_id: str | None,
@@ -291,6 +320,32 @@ def select(parked: Sequence[Parked], wanted: Iterable[tuple[int, int]], saga_id:
             raise DeadLetterError(f"no dead letter of saga {saga_id!r} on {dlq_topic}")
         chosen.update(of_saga)
     return sorted(chosen.values(), key=lambda p: (time_of(p), p.partition, p.offset))
+
+
+async def dismiss(index: DeadLetterIndex, audit: OperatorAudit, positions: Sequence[str], operator: str,
+                  reason: str | None, at_ms: int, dlq_topic: str) -> list[Parked]:
+    """Dismiss the letters at ``positions`` for ``operator``: mark them handled without a replay (nothing is
+    published; the inbox drops them), because of ``reason``, and audit each. The letters dismissed, oldest failure
+    first. DeadLetterError (audited, nothing marked) when there is no reason, no position, or a position names no
+    letter."""
+    why = (reason or "").strip()
+    asked = {"positions": list(positions), "reason": why or None}
+    try:
+        if not positions:
+            raise DeadLetterError("name the letters to dismiss: positions as PARTITION:OFFSET")
+        if not why:
+            raise DeadLetterError("say why the letters are dismissed (a reason is required): a dismissed letter is "
+                                  "never sent again")
+        letters = await chosen(index, [parse_position(text) for text in positions], None, dlq_topic)
+    except DeadLetterError as error:
+        await audit.record(operator, DISMISS, f"dead letters {', '.join(positions)}", asked, f"refused: {error}")
+        raise
+    await index.dismiss([(item.partition, item.offset) for item in letters], operator, why, at_ms)
+    for item in letters:
+        letter = item.letter
+        await audit.record(operator, DISMISS, f"dead letter {item.position}",
+                           {"saga": letter.saga_id if letter else None, "reason": why}, "dismissed; nothing re-sent")
+    return letters
 
 
 def is_step_topic(topic: str) -> bool:

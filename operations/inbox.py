@@ -1,12 +1,15 @@
 """What needs a human, in one list: sagas that ended FAILED or COMPENSATION_FAILED, quarantined ones, wedged ones,
-compensations retrying for long, outbox rows parked for good, commands deferred to a person and dead letters never
-replayed (from the orchestrator's dead-letter index), and participants whose commands wait with no worker consuming
-them (from the console's attendance snapshot, ``operations.attendance``).
+compensations retrying for long, outbox rows parked for good, commands deferred to a person, dead letters neither
+replayed nor dismissed (from the orchestrator's dead-letter index), and participants whose commands wait with no
+worker consuming them (from the console's attendance snapshot, ``operations.attendance``).
 
 The inbox is derived from current state on every read (nothing is stored for it), so an item leaves it only when
 what made it one is handled: the saga is redriven, released, resumed or terminated, the row requeued (published
 again) or discarded, the command answered, a worker started. There is no age cutoff: a saga that ended FAILED a
 month ago is still listed.
+what made it one is handled: the saga is redriven, released, resumed or terminated, the row re-published, the
+command answered, the letter replayed or dismissed, a worker started. There is no age cutoff: a saga that ended
+FAILED a month ago is still listed.
 
 "Stuck since" is how long an item has been as it is. For a saga it is its read-model row's ``updated_at`` (the
 last event recorded for it: when it ended, was quarantined, or its step last failed), the best the read model
@@ -48,7 +51,7 @@ class Kind(StrEnum):
     COMPENSATION_RETRYING = "compensation_retrying"  # compensating, a compensation failed at least MIN_FAILURES times
     PARKED = "parked"  # an outbox row the broker refused for good
     DEFERRED = "deferred"  # a command a participant deferred to a person
-    DEAD_LETTER = "dead_letter"  # a record on saga.dlq no operator has replayed yet
+    DEAD_LETTER = "dead_letter"  # a record on saga.dlq no operator has replayed or dismissed yet
     UNATTENDED = "unattended"  # commands wait on a participant's topic and no worker consumes it
 
 
@@ -218,7 +221,7 @@ def unattended_item(topic: CommandTopic) -> InboxItem:
 
 
 def letters_after(cursor: str | None) -> tuple[int, int, int] | None:
-    """Where the index's letters not replayed resume after ``cursor``: past its letter when it is one, else every
+    """Where the index's letters not handled resume after ``cursor``: past its letter when it is one, else every
     letter that failed at or after its time (``assemble`` drops those before it)."""
     if cursor is None:
         return None
@@ -274,8 +277,8 @@ async def inbox(reads: Reads, query: InboxQuery, dead_letters: DeadLetterIndex |
              if stuck.statuses or stuck.failing else [])
     parked = await reads.parked() if query.takes(Kind.PARKED) and query.saga_type is None else []
     deferred = await reads.deferred() if query.takes(Kind.DEFERRED) and query.saga_type is None else []
-    letters = (await dead_letters.unreplayed(letters_after(query.cursor), query.since_ms, query.before_ms,
-                                             query.limit + 1)
+    letters = (await dead_letters.unhandled(letters_after(query.cursor), query.since_ms, query.before_ms,
+                                            query.limit + 1)
                if dead_letters is not None and query.takes(Kind.DEAD_LETTER) and query.saga_type is None else [])
     unattended = (attendance.unattended() if attendance is not None and query.takes(Kind.UNATTENDED)
                   and query.saga_type is None else [])

@@ -285,8 +285,9 @@ class EventReader(Protocol):
 class IndexedLetter:
     """One record on saga.dlq as the dead-letter index keeps it: its position there, when it was written there and
     when its record failed (the write time for a record that is no readable letter), the fields the lists filter on,
-    the record's value (the letter with the original bytes; None for a record without one) and when an operator
-    last replayed it (None: never)."""
+    the record's value (the letter with the original bytes; None for a record without one), when an operator
+    last replayed it (None: never), and when an operator last dismissed it (handled without a replay), who and why
+    (None: never)."""
 
     partition: int
     offset: int
@@ -297,6 +298,9 @@ class IndexedLetter:
     reason: str | None
     record: bytes | None
     replayed_at_ms: int | None = None
+    dismissed_at_ms: int | None = None
+    dismissed_by: str | None = None
+    dismiss_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -335,10 +339,15 @@ class DeadLetterIndex(Protocol):
         """Note that the letters at ``positions`` were replayed at ``at_ms``."""
         ...
 
-    async def unreplayed(self, after: tuple[int, int, int] | None, since_ms: int | None, before_ms: int | None,
-                         limit: int) -> list[IndexedLetter]:
-        """Up to ``limit`` letters never replayed that failed in [``since_ms``, ``before_ms``), oldest failure
-        first, after the letter keyed ``after`` (failed at, partition, offset)."""
+    async def dismiss(self, positions: Collection[tuple[int, int]], operator: str, reason: str, at_ms: int) -> None:
+        """Note that ``operator`` dismissed the letters at ``positions`` at ``at_ms`` because of ``reason``:
+        handled without a replay (a later dismissal replaces an earlier one; a replay later is still allowed)."""
+        ...
+
+    async def unhandled(self, after: tuple[int, int, int] | None, since_ms: int | None, before_ms: int | None,
+                        limit: int) -> list[IndexedLetter]:
+        """Up to ``limit`` letters neither replayed nor dismissed that failed in [``since_ms``, ``before_ms``),
+        oldest failure first, after the letter keyed ``after`` (failed at, partition, offset)."""
         ...
 
     async def count(self) -> int:

@@ -1,5 +1,5 @@
 """The ``DeadLetterIndex`` over the orchestrator's schema (``PostgresDeadLetterIndex``, tables ``dead_letters`` and
-``dead_letter_positions``, migration 015) and in memory (``MemoryDeadLetterIndex``, for tests and demos)."""
+``dead_letter_positions``, migrations 015 and 016) and in memory (``MemoryDeadLetterIndex``, for tests and demos)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from ...infra.db import check_identifier
 from ..ports import IndexedLetter, LetterFilter
 
 _COLUMNS = ("dlq_partition, dlq_offset, written_at_ms, failed_at_ms, saga_id, source_topic, reason, record,"
-            " replayed_at_ms")
+            " replayed_at_ms, dismissed_at_ms, dismissed_by, dismiss_reason")
+_KEPT = "dlq_partition, dlq_offset, written_at_ms, failed_at_ms, saga_id, source_topic, reason, record"
 
 
 def passes(letter: IndexedLetter, where: LetterFilter) -> bool:
@@ -31,7 +32,8 @@ def _key(letter: IndexedLetter) -> tuple[int, int, int]:
 def _letter(row: asyncpg.Record) -> IndexedLetter:
     return IndexedLetter(row["dlq_partition"], row["dlq_offset"], row["written_at_ms"], row["failed_at_ms"],
                          row["saga_id"], row["source_topic"], row["reason"],
-                         None if row["record"] is None else bytes(row["record"]), row["replayed_at_ms"])
+                         None if row["record"] is None else bytes(row["record"]), row["replayed_at_ms"],
+                         row["dismissed_at_ms"], row["dismissed_by"], row["dismiss_reason"])
 
 
 class PostgresDeadLetterIndex:
@@ -49,7 +51,7 @@ class PostgresDeadLetterIndex:
         async with self._pool.acquire() as conn, conn.transaction():
             if letters:
                 await conn.executemany(
-                    f"INSERT INTO {self._s}.dead_letters ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL)"
+                    f"INSERT INTO {self._s}.dead_letters ({_KEPT}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                     " ON CONFLICT (dlq_partition, dlq_offset) DO NOTHING",
                     [(x.partition, x.offset, x.written_at_ms, x.failed_at_ms, x.saga_id, x.source_topic, x.reason,
                       x.record) for x in letters])
@@ -88,12 +90,20 @@ class PostgresDeadLetterIndex:
                     WHERE (dlq_partition, dlq_offset) IN (SELECT * FROM unnest($1::int[], $2::bigint[]))""",
                 [p for p, _ in positions], [o for _, o in positions], at_ms)
 
-    async def unreplayed(self, after: tuple[int, int, int] | None, since_ms: int | None, before_ms: int | None,
-                         limit: int) -> list[IndexedLetter]:
+    async def dismiss(self, positions: Collection[tuple[int, int]], operator: str, reason: str, at_ms: int) -> None:
+        if positions:
+            await self._pool.execute(
+                f"""UPDATE {self._s}.dead_letters SET dismissed_at_ms = $3, dismissed_by = $4, dismiss_reason = $5
+                    WHERE (dlq_partition, dlq_offset) IN (SELECT * FROM unnest($1::int[], $2::bigint[]))""",
+                [p for p, _ in positions], [o for _, o in positions], at_ms, operator, reason)
+
+    async def unhandled(self, after: tuple[int, int, int] | None, since_ms: int | None, before_ms: int | None,
+                        limit: int) -> list[IndexedLetter]:
         low = after or (-(2**62), -1, -1)
         rows = await self._pool.fetch(
             f"""SELECT {_COLUMNS} FROM {self._s}.dead_letters
-                WHERE replayed_at_ms IS NULL AND (failed_at_ms, dlq_partition, dlq_offset) > ($1, $2, $3)
+                WHERE replayed_at_ms IS NULL AND dismissed_at_ms IS NULL
+                  AND (failed_at_ms, dlq_partition, dlq_offset) > ($1, $2, $3)
                   AND ($4::bigint IS NULL OR failed_at_ms >= $4) AND ($5::bigint IS NULL OR failed_at_ms < $5)
                 ORDER BY failed_at_ms, dlq_partition, dlq_offset LIMIT $6""",
             *low, since_ms, before_ms, limit)
@@ -130,10 +140,16 @@ class MemoryDeadLetterIndex:
             if position in self.letters:
                 self.letters[position] = replace(self.letters[position], replayed_at_ms=at_ms)
 
-    async def unreplayed(self, after: tuple[int, int, int] | None, since_ms: int | None, before_ms: int | None,
-                         limit: int) -> list[IndexedLetter]:
+    async def dismiss(self, positions: Collection[tuple[int, int]], operator: str, reason: str, at_ms: int) -> None:
+        for position in positions:
+            if position in self.letters:
+                self.letters[position] = replace(self.letters[position], dismissed_at_ms=at_ms, dismissed_by=operator,
+                                                 dismiss_reason=reason)
+
+    async def unhandled(self, after: tuple[int, int, int] | None, since_ms: int | None, before_ms: int | None,
+                        limit: int) -> list[IndexedLetter]:
         found = sorted((x for x in self.letters.values()
-                        if x.replayed_at_ms is None and (after is None or _key(x) > after)
+                        if x.replayed_at_ms is None and x.dismissed_at_ms is None and (after is None or _key(x) > after)
                         and (since_ms is None or x.failed_at_ms >= since_ms)
                         and (before_ms is None or x.failed_at_ms < before_ms)), key=_key)
         return found[:limit]

@@ -1,6 +1,6 @@
 """One contract for the dead-letter index (``orchestrator.ports.DeadLetterIndex``), run against the memory adapter and
 the Postgres one of the orchestrator's schema: a letter is kept once per position, the positions read never move
-back, the lists filter and order as the console and ``saga dlq`` expect."""
+back, the lists filter and order as the console and ``saga dlq`` expect, a replayed or dismissed letter is handled."""
 
 from __future__ import annotations
 
@@ -63,6 +63,24 @@ async def test_the_letters_never_replayed_come_oldest_first_after_a_key(index: D
     await index.record([letter(0, 0, 100), letter(0, 1, 200), letter(1, 0, 200), letter(1, 1, 400)], {0: 2, 1: 2})
     await index.mark_replayed([(0, 1), (9, 9)], 500)
     assert [x.replayed_at_ms for x in await index.at([(0, 1)])] == [500]
-    assert positions(await index.unreplayed(None, None, None, 10)) == [(0, 0), (1, 0), (1, 1)]
-    assert positions(await index.unreplayed((100, 0, 0), None, None, 1)) == [(1, 0)]
-    assert positions(await index.unreplayed(None, 150, 400, 10)) == [(1, 0)]
+    assert positions(await index.unhandled(None, None, None, 10)) == [(0, 0), (1, 0), (1, 1)]
+    assert positions(await index.unhandled((100, 0, 0), None, None, 1)) == [(1, 0)]
+    assert positions(await index.unhandled(None, 150, 400, 10)) == [(1, 0)]
+
+
+async def test_a_dismissed_letter_is_handled_keeps_who_and_why_and_can_still_be_replayed(
+        index: DeadLetterIndex) -> None:
+    await index.record([letter(0, 0, 100), letter(0, 1, 200), letter(1, 0, 300, None, record=b"junk")], {0: 2, 1: 1})
+    await index.dismiss([(1, 0), (9, 9)], "anna", "garbage nobody can read", 500)
+    assert positions(await index.unhandled(None, None, None, 10)) == [(0, 0), (0, 1)]
+    [kept] = await index.at([(1, 0)])
+    assert (kept.dismissed_at_ms, kept.dismissed_by, kept.dismiss_reason, kept.replayed_at_ms) == (
+        500, "anna", "garbage nobody can read", None)
+    await index.dismiss([(1, 0)], "ben", "still garbage", 600)  # the later dismissal is the one kept
+    await index.mark_replayed([(1, 0)], 700)  # replayed on purpose after all: the dismissal stays beside it
+    [kept] = await index.at([(1, 0)])
+    assert (kept.dismissed_at_ms, kept.dismissed_by, kept.dismiss_reason, kept.replayed_at_ms) == (
+        600, "ben", "still garbage", 700)
+    await index.dismiss([(0, 0)], "anna", "a start made by mistake", 800)
+    assert positions(await index.unhandled(None, None, None, 10)) == [(0, 1)]
+    assert positions(await index.newest(LetterFilter(), 10)) == [(1, 0), (0, 1), (0, 0)]  # the lists keep them

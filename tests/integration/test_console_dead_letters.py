@@ -150,3 +150,50 @@ async def test_a_replay_is_published_for_the_operator_recorded_held_back_when_en
     assert sorted((n.saga_id, n.action, n.operator, n.reason) for n in notes) == [
         ("dl-done", Lever.DLQ_REPLAY, "anna", f"letter {done} from {flight} 0:12 to {flight}"),
         ("dl-running", Lever.DLQ_REPLAY, "anna", f"letter {running} from {flight} 0:11 to {flight}: flight fixed")]
+
+
+def _inbox_letters(items: list[dict[str, Any]]) -> set[str]:
+    """The positions (P:O) of the dead letters among inbox items."""
+    return {":".join(str(int(part)) for part in item["item_id"].split(":")[1:]) for item in items
+            if item["kind"] == "dead_letter"}
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_dismissal_needs_a_reason_takes_the_letter_out_of_the_inbox_and_is_audited(
+        settings: Settings, letters: dict[str, Parked], tmp_path: Path) -> None:
+    junk, big = letters["junk"].position, letters["dl-big"].position
+    async for client in _client(settings, tmp_path / "users"):
+        inbox = (await client.get("/api/v1/inbox", params={"kind": "dead_letter", "limit": 500})).json()
+        assert {junk, big} <= _inbox_letters(inbox["items"])
+        for body, said in (({"positions": [junk]}, "a reason is required"),
+                           ({"positions": [junk], "reason": " "}, "a reason is required"),
+                           ({"positions": ["7:99999"], "reason": "garbage"}, "no dead letter at 7:99999")):
+            answer = await client.post("/api/v1/dead-letters/dismiss", json=body)
+            assert answer.status_code == 400 and said in answer.json()["detail"], answer.text
+        done = await client.post("/api/v1/dead-letters/dismiss",
+                                 json={"positions": [junk], "reason": "garbage nobody can read"})
+        assert done.status_code == 200 and done.json() == {"operator": "anna", "dismissed": [junk]}
+        page = await client.get("/dead-letters")
+        assert "Dismiss</button>" in page.text and "Nothing is re-sent" in page.text
+        assert "dismissed by anna: garbage nobody can read" in page.text
+        fragment = await client.post("/dead-letters/dismiss", data={"position": big, "reason": "value not kept"})
+        assert f"{big} dismissed by anna: value not kept; nothing re-sent" in fragment.text
+        refused = await client.post("/dead-letters/dismiss", data={"position": big, "reason": ""})
+        assert 'class="flash error"' in refused.text and "a reason is required" in refused.text
+        inbox = (await client.get("/api/v1/inbox", params={"kind": "dead_letter", "limit": 500})).json()
+        assert not {junk, big} & _inbox_letters(inbox["items"])
+        listed = {item["position"]: item for item in (await client.get("/api/v1/dead-letters")).json()}
+        assert listed[junk]["dismissed"]["operator"] == "anna"
+        assert listed[junk]["dismissed"]["reason"] == "garbage nobody can read"
+        assert listed[letters["dl-running"].position]["dismissed"] is None
+        audit = (await client.get("/api/v1/audit")).json()
+        assert [(e["operator"], e["action"], e["target"], e["outcome"].split(":")[0]) for e in audit[:5]] == [
+            ("anna", "DlqDismiss", f"dead letters {big}", "refused"),
+            ("anna", "DlqDismiss", f"dead letter {big}", "dismissed; nothing re-sent"),
+            ("anna", "DlqDismiss", f"dead letter {junk}", "dismissed; nothing re-sent"),
+            ("anna", "DlqDismiss", "dead letters 7:99999", "refused"),
+            ("anna", "DlqDismiss", f"dead letters {junk}", "refused")]
+        assert audit[2]["detail"] == {"saga": None, "reason": "garbage nobody can read"}
+    async for client in _client(settings):  # a read-only console dismisses nothing
+        assert (await client.post("/api/v1/dead-letters/dismiss",
+                                  json={"positions": [junk], "reason": "x"})).status_code == 403

@@ -82,6 +82,24 @@ async def test_saga_outbox_has_the_shape_of_every_outbox(database_url: str) -> N
         await pool.close()
 
 
+async def test_the_dead_letters_keep_their_dismissals_and_the_inbox_index_skips_them(database_url: str) -> None:
+    pool = await create_pool(database_url, 2)
+    try:
+        await migrate(pool)
+        async with pool.acquire() as conn:
+            columns = {name: (kind, nullable) for name, kind, nullable, _ in
+                       await _columns(conn, "saga", "dead_letters")}
+            assert {name: columns[name] for name in ("dismissed_at_ms", "dismissed_by", "dismiss_reason")} == {
+                "dismissed_at_ms": ("bigint", "YES"), "dismissed_by": ("text", "YES"),
+                "dismiss_reason": ("text", "YES")}
+            indexes = {row["indexname"]: row["indexdef"] for row in await conn.fetch(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'saga' AND tablename = 'dead_letters'")}
+            assert "dead_letters_unreplayed_idx" not in indexes
+            assert "(replayed_at_ms IS NULL) AND (dismissed_at_ms IS NULL)" in indexes["dead_letters_unhandled_idx"]
+    finally:
+        await pool.close()
+
+
 async def test_create_pool_gives_up_after_its_connect_timeout() -> None:
     started = time.monotonic()
     with pytest.raises(OSError):

@@ -42,6 +42,7 @@ def _run(*args: str) -> tuple[int, str]:
     (["dlq", "replay"], "name the letters to replay: positions as PARTITION:OFFSET, or --saga ID"),
     (["outbox", "list", "--schema", "Bad-Name"], "--schema 'Bad-Name' is not a schema name"),
     (["dlq", "replay", "3-17"], "'3-17' is not a dead-letter position; use PARTITION:OFFSET"),
+    (["dlq", "dismiss", "3:17"], "Missing option '--reason'"),
 ])
 def test_bad_arguments_are_refused_with_what_to_fix(args: list[str], expected: str) -> None:
     code, output = _run(*args)

@@ -19,7 +19,7 @@ from saga_orchestrator.cli.main import app
 from saga_orchestrator.infra import launcher
 from saga_orchestrator.infra.launcher.stack import ServiceStatus
 from saga_orchestrator.operations.bulk_jobs import BulkJob, Count, Selection
-from saga_orchestrator.operations.dead_letters import Parked
+from saga_orchestrator.operations.dead_letters import Dismissed, Parked
 from saga_orchestrator.orchestrator.audit import Difference
 from saga_orchestrator.orchestrator.domain.model import SagaState, SagaStatus, StepState, StepStatus
 from saga_orchestrator.outbox.parked import ParkedRow
@@ -149,17 +149,19 @@ def test_dlq_list_json_prints_one_object_per_line(monkeypatch: pytest.MonkeyPatc
     async def read(current: Any) -> list[Parked]:
         return letters
 
-    async def indexed(current: Any, where: Any, limit: int) -> tuple[list[Parked], int]:
-        return letters[::-1], len(letters)  # the index answers newest first
+    async def indexed(current: Any, where: Any, limit: int) -> tuple[list[tuple[Parked, Dismissed | None]], int]:
+        return [(letters[1], Dismissed("ana", "garbage", 3_000)), (letters[0], None)], 2  # newest first
 
     monkeypatch.setattr(dlq_cmd, "read_parked", read)
     monkeypatch.setattr(dlq_cmd, "indexed", indexed)
-    expected = [{"position": "0:7", "timestamp": 1_000, "replays": [], "readable": False},
-                {"position": "1:3", "timestamp": 2_000, "replays": [], "readable": False}]
+    expected = [{"position": "0:7", "timestamp": 1_000, "replays": [], "readable": False, "dismissed": None},
+                {"position": "1:3", "timestamp": 2_000, "replays": [], "readable": False,
+                 "dismissed": {"operator": "ana", "reason": "garbage", "at": 3_000}}]
     for live in ([], ["--live"]):
         result = runner.invoke(app, ["dlq", "list", "--json", *live])
         assert result.exit_code == 0, result.output
-        assert _json_lines(result.stdout) == expected
+        assert _json_lines(result.stdout) == (expected if not live else [  # saga.dlq itself keeps no dismissal
+            {**expected[0]}, {**expected[1], "dismissed": None}])
 
 
 def test_infra_status_json_is_one_object_per_service(monkeypatch: pytest.MonkeyPatch) -> None:

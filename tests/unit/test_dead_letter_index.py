@@ -45,7 +45,7 @@ async def test_a_replay_chooses_the_indexed_letters_at_positions_and_of_a_saga()
     await index.record([indexed(0, 0, 10, _value("a", 5)), indexed(1, 0, 30, _value("b", 25)),
                         indexed(0, 1, 20, _value("a", 15))], {0: 2, 1: 1})
     assert [p.position for p in await chosen(index, [(1, 0)], "a", DLQ)] == ["0:0", "0:1", "1:0"]
-    assert [p.position for p in await listed(index, LetterFilter(), 2)] == ["1:0", "0:1"]
+    assert [(p.position, d) for p, d in await listed(index, LetterFilter(), 2)] == [("1:0", None), ("0:1", None)]
     with pytest.raises(DeadLetterError, match="no dead letter at 7:7"):
         await chosen(index, [(7, 7)], None, DLQ)
     with pytest.raises(DeadLetterError, match="no dead letter of saga 'c'"):

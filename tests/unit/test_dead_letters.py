@@ -1,5 +1,5 @@
-"""Dead letters: which letters a filter or a replay picks, the record a replay publishes, and which replays are
-held back."""
+"""Dead letters: which letters a filter or a replay picks, the record a replay publishes, which replays are
+held back, and what a dismissal marks and audits."""
 
 from __future__ import annotations
 
@@ -7,13 +7,18 @@ import base64
 
 import pytest
 
+from saga_orchestrator.operations.audit import OperatorAudit
 from saga_orchestrator.operations.dead_letters import (
+    DISMISS,
     REPLAYED_BY,
     REPLAYED_FROM,
     DeadLetterError,
     NotReplayable,
     Parked,
     Replayed,
+    dismiss,
+    dismissal_of,
+    dismissal_record,
     letter_record,
     matches,
     parse_position,
@@ -23,6 +28,11 @@ from saga_orchestrator.operations.dead_letters import (
     replays_by_letter,
     select,
 )
+from saga_orchestrator.orchestrator.dead_letter_index import indexed
+from saga_orchestrator.orchestrator.store.dead_letters import MemoryDeadLetterIndex
+from saga_orchestrator.orchestrator.store.memory import MemoryStore
+from saga_orchestrator.orchestrator.store.operations.audit import MemoryLevers
+from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import OperatorAction
 from saga_orchestrator.schemas.message_types import DeadLetter, Lever
 
@@ -169,3 +179,33 @@ async def test_a_replay_holds_back_an_ended_sagas_step_messages_unless_forced(fo
         if item.letter and item.letter.saga_id != "unknown"]
     assert notes[0].reason == "letter 0:0 from flight.results 4:17 to flight.results: fixed"
     assert [plan.recorded(item) for item, _ in plan.replays] == [p != "0:3" for p in replayed]
+
+
+async def test_a_dismissal_marks_the_letters_handled_audits_each_and_refuses_without_a_reason() -> None:
+    index, audit = MemoryDeadLetterIndex(), OperatorAudit(MemoryLevers(MemoryStore()))
+    letter = _parked(0, 3).letter
+    assert letter is not None
+    await index.record([indexed(0, 3, 1_000, wire.encode_dead_letter(letter)), indexed(1, 0, 2_000, b"junk")], {})
+    for positions, reason, said in ((["0:3"], None, "a reason is required"), (["0:3"], "  ", "a reason is required"),
+                                    ([], "mistake", "name the letters to dismiss"),
+                                    (["0:3", "7:7"], "mistake", "no dead letter at 7:7"),
+                                    (["x"], "mistake", "not a dead-letter position")):
+        with pytest.raises(DeadLetterError, match=said):
+            await dismiss(index, audit, positions, "anna", reason, 5_000, DLQ)
+    assert await index.unhandled(None, None, None, 10) != []
+    assert all(x.dismissed_at_ms is None for x in index.letters.values())  # a refusal marks nothing
+    done = await dismiss(index, audit, ["1:0", "0:3"], "anna", " a start made by mistake ", 5_000, DLQ)
+    assert [p.position for p in done] == ["0:3", "1:0"]  # oldest failure first
+    assert await index.unhandled(None, None, None, 10) == []
+    [row] = await index.at([(1, 0)])
+    assert dismissal_record(dismissal_of(row)) == {"operator": "anna", "reason": "a start made by mistake",
+                                                   "at": 5_000}
+    entries = await audit.entries()
+    assert [(e.action, e.target, e.outcome.split(":")[0]) for e in entries] == [
+        (DISMISS, "dead letter 1:0", "dismissed; nothing re-sent"),
+        (DISMISS, "dead letter 0:3", "dismissed; nothing re-sent"),
+        (DISMISS, "dead letters x", "refused"), (DISMISS, "dead letters 0:3, 7:7", "refused"),
+        (DISMISS, "dead letters ", "refused"), (DISMISS, "dead letters 0:3", "refused"),
+        (DISMISS, "dead letters 0:3", "refused")]
+    assert entries[1].detail == {"saga": "trip-1", "reason": "a start made by mistake"}
+    assert dismissal_of(indexed(2, 0, 1, b"junk")) is None and dismissal_record(None) is None

@@ -165,13 +165,15 @@ def test_a_bad_kind_or_cursor_is_refused() -> None:
     assert inbox.parse_moment_ms("1970-01-01T00:00:01") == 1000 and inbox.parse_moment_ms("") is None
 
 
-async def test_dead_letters_never_replayed_are_items_paged_with_the_rest() -> None:
+async def test_dead_letters_neither_replayed_nor_dismissed_are_items_paged_with_the_rest() -> None:
     env = SagaEnvironment(TRIP)
     await _quarantine(env, "s-q")  # stuck since env.now
     letters = MemoryDeadLetterIndex()
     await letters.record([indexed(0, 3, env.now - 10, b"junk"), indexed(1, 0, env.now + 5, b"junk"),
                           indexed(0, 4, env.now - 10, b"junk"), indexed(2, 0, env.now - 20, b"junk")], {})
     await letters.mark_replayed([(2, 0)], env.now)
+    await letters.record([indexed(3, 0, env.now - 30, b"junk")], {})
+    await letters.dismiss([(3, 0)], "anna", "garbage nobody can read", env.now)  # handled: not an item
     items: list[InboxItem] = []
     cursor: str | None = None
     while True:  # a page of one: every cursor lands between two items
