@@ -88,7 +88,8 @@ def start(
     yes: bool = typer.Option(False, "--yes", "-y", help="Start without asking (after printing the count)."),
 ) -> None:
     """Count the selection, ask, then record a job the orchestrator runs: the lever pulled on each saga that
-    still matches, in saga id order, at most --rate a second. `saga bulk show ID` follows it."""
+    still matches, in saga id order, at most --rate a second; refused when the selection matches another number
+    of sagas by then (count again). `saga bulk show ID` follows it."""
     selection = _selection(saga_type, state, older_than, tenant, error, participant)
     lever = _checked(lambda: bulk_jobs.action_named(action))
     _checked(lambda: bulk_jobs.check_job(lever, step, operator, reason, rate))
@@ -100,8 +101,9 @@ def start(
                   f"{' ' + step if step else ''} on each, at most {rate:g} a second, as {operator}")
     if not yes and not typer.confirm("start the bulk job?"):
         raise typer.Exit(1)
-    started = _with_store(lambda store: bulk_jobs.start(store, selection, registry, action=lever, operator=operator,
-                                                        reason=reason, step=step, rate_per_s=rate))
+    started = _with_store(lambda store: bulk_jobs.start_counted(store, selection, registry, expected=found.total,
+                                                                action=lever, operator=operator, reason=reason,
+                                                                step=step, rate_per_s=rate))
     console.print(f"bulk job [bold]{started.id}[/] started: {started.total} sagas; `saga bulk show {started.id}` "
                   "shows its progress")
 

@@ -489,6 +489,9 @@ class JobRequest(SelectionRequest):
     step: str | None = None
     reason: str
     rate_per_s: float = bulk_jobs.DEFAULT_RATE_PER_S
+    expected: int | None = Field(default=None, ge=0, description="The `total` POST /bulk/count answered for this "
+                                 "selection: a job starts only once counted (422 without it), and only while the "
+                                 "selection still matches that many (409: count again).")
 
 
 class CountResult(BaseModel):
@@ -509,10 +512,12 @@ async def bulk_count(request: SelectionRequest, console: ConsoleDep, _: Reader) 
 
 
 @router.post("/bulk/jobs", status_code=201, tags=["bulk jobs"],
-             summary="Start a bulk job (run by the orchestrator; recorded with the operator)")
+             summary="Start a bulk job counted first (run by the orchestrator; recorded with the operator)",
+             description="Count first (POST /bulk/count) and give its `total` as `expected`: without it the start is "
+                         "refused 422, and 409 when the selection matches another number of sagas now.")
 async def bulk_start(request: JobRequest, console: ConsoleDep, operator: Actor) -> dict[str, Any]:
     job = await console.start_job(operator, request.selection(), request.action, request.step, request.reason,
-                                  request.rate_per_s)
+                                  request.rate_per_s, request.expected)
     return job.to_json()
 
 

@@ -115,16 +115,21 @@ class Console:
         return sent
 
     async def start_job(self, operator: str, selection: bulk_jobs.Selection, action: str, step: str | None,
-                        reason: str, rate_per_s: float) -> bulk_jobs.BulkJob:
-        """Record a bulk job for ``operator`` (the orchestrator runs it) and audit it; HTTPException 400 when it
-        cannot be (audited too)."""
-        detail = {"selection": selection.describe(), "step": step, "reason": reason, "rate_per_s": rate_per_s}
+                        reason: str, rate_per_s: float, expected: int | None) -> bulk_jobs.BulkJob:
+        """Record a bulk job for ``operator``, who counted ``expected`` sagas first (``bulk_jobs.start_counted``;
+        the orchestrator runs it) and audit it; HTTPException 422 when the count was not given, 409 when the
+        selection matches another number now, 400 when the job cannot be (each audited too)."""
+        detail = {"selection": selection.describe(), "step": step, "reason": reason, "rate_per_s": rate_per_s,
+                  "expected": expected}
         try:
-            job = await bulk_jobs.start(self.bulk_store, selection, self.reads.definitions, action=action,
-                                        operator=operator, reason=reason, step=step or None, rate_per_s=rate_per_s)
+            job = await bulk_jobs.start_counted(self.bulk_store, selection, self.reads.definitions,
+                                                expected=expected, action=action, operator=operator, reason=reason,
+                                                step=step or None, rate_per_s=rate_per_s)
         except bulk_jobs.BulkJobError as error:
             await self.audit.record(operator, f"BulkJob {action}", "bulk", detail, f"refused: {error}")
-            raise HTTPException(400, str(error)) from None
+            status = (422 if isinstance(error, bulk_jobs.NotCounted) else 409
+                      if isinstance(error, bulk_jobs.CountChanged) else 400)
+            raise HTTPException(status, str(error)) from None
         await self.audit.record(operator, f"BulkJob {action}", f"bulk job {job.id}", detail,
                                 f"started: {job.total} sagas")
         return job

@@ -751,37 +751,21 @@ async def bulk_count_fragment(request: Request) -> Response:
         return HTMLResponse(f'<b class="error">{escape(str(error.detail))}</b>')
     except bulk_jobs.BulkJobError as error:
         return HTMLResponse(f'<b class="error">{escape(str(error))}</b>')
-    shown = ", ".join(escape(saga_id) for saga_id in found.sample)
-    return HTMLResponse(f'<b data-count="{found.total}">{found.total} sagas</b> match ({escape(selection.describe())})'
-                        + (f": {shown}{', ...' if found.total > len(found.sample) else ''}" if shown else "")
-                        + f'<input type="hidden" name="expected" value="{found.total}">')
+    return _page(request, "bulk_count.html", console, found=found, selection=selection.describe())
 
 
 @router.post("/bulk/start", response_class=HTMLResponse)
 async def bulk_start_fragment(request: Request) -> Response:
     console, operator, form = await _lever_form(request)
+    expected = str(form.get("expected") or "")  # the hidden field the Count fragment leaves in the form
     try:
-        counted = await _counted(console, form)
-        if counted is not None:
-            return _flash(counted, error=True)
         rate = float(str(form.get("rate_per_s") or bulk_jobs.DEFAULT_RATE_PER_S))
         job = await console.start_job(operator, _selection(form), str(form.get("action") or ""),
-                                      str(form.get("step") or "") or None, str(form.get("reason") or ""), rate)
+                                      str(form.get("step") or "") or None, str(form.get("reason") or ""), rate,
+                                      int(expected) if expected.isdigit() else None)
     except (HTTPException, ValueError) as error:
         return _refused(error)
     return _flash(f"bulk job {job.id} started for {operator}: {job.total} sagas, {job.rate_per_s:g} a second")
-
-
-async def _counted(console: Console, form: Any) -> str | None:
-    """Why a bulk job from the page may not start yet: its sagas were not counted first, or the selection matches
-    another number of them now (None: it may)."""
-    expected = str(form.get("expected") or "")
-    if not expected.isdigit():
-        return "count the sagas first (Count): a job starts only once you saw how many it takes"
-    found = await bulk_jobs.count(console.bulk_store, _selection(form), console.reads.definitions)
-    if found.total != int(expected):
-        return f"the selection matches {found.total} sagas now, not the {expected} counted: count again"
-    return None
 
 
 @router.get("/deferred", response_class=HTMLResponse)

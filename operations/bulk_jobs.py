@@ -1,14 +1,16 @@
 """Bulk operations: one lever pulled on every saga of a selection, as a recorded job the orchestrator runs.
 
-An operator counts first what a ``Selection`` matches in the read model (``count``: the dry run, with a few of
-the saga ids), then starts a job (``start``): a row of ``<schema>.bulk_jobs`` recording who, why, the action, the
-selection, the rate and how many sagas matched then. The orchestrator runs the jobs, not the operator's
-laptop: every instance runs the chore ``BulkRunner.chore``, which takes a RUNNING job that is due (a row lock,
-SKIP LOCKED: one instance works one job at a time), the next sagas matching its selection after its cursor in
-saga id order, and in ONE transaction queues one control command per saga in the orchestrator's outbox (the relay
-publishes it on saga.control like any operator's) and moves the job's cursor, its done count and the time its
-next batch may go. A restart goes on after the last saga handled, and no saga is sent a job's command twice
-(each also carries a message id of its own, ``bulk_message_id``, which the orchestrator's inbox dedupes).
+An operator counts first what a ``Selection`` matches in the read model (``count``: the dry run, with a few of the
+saga ids), then starts a job giving back the total seen (``start_counted``: a bulk start needs its count first, and
+is refused when the selection matches another number now; ``counted_problem`` is that rule, the console's page, its
+API and the command line all go through it), and ``start`` records it: a row of ``<schema>.bulk_jobs`` recording
+who, why, the action, the selection, the rate and how many sagas matched then. The orchestrator runs the jobs, not
+the operator's laptop: every instance runs the chore ``BulkRunner.chore``, which takes a RUNNING job that is due (a
+row lock, SKIP LOCKED: one instance works one job at a time), the next sagas matching its selection after its
+cursor in saga id order, and in ONE transaction queues one control command per saga in the orchestrator's outbox
+(the relay publishes it on saga.control like any operator's) and moves the job's cursor, its done count and the
+time its next batch may go. A restart goes on after the last saga handled, and no saga is sent a job's command
+twice (each also carries a message id of its own, ``bulk_message_id``, which the orchestrator's inbox dedupes).
 
 Each command names the operator as ``"<operator> (bulk job <id>)"`` with the job's reason, so each saga's own
 history records who pulled the lever and why, or why it could not apply (``OperatorActionRefused``). The
@@ -67,6 +69,30 @@ class BulkJobError(ValueError):
 
 class NoSuchJob(BulkJobError):
     """The job asked for does not exist (a face answers it as not found)."""
+
+
+class NotCounted(BulkJobError):
+    """A job asked for without the count of its sagas (a face answers it 422: the request lacks the count)."""
+
+
+class CountChanged(BulkJobError):
+    """A job whose selection matches another number of sagas than its operator counted (a face answers it 409)."""
+
+
+COUNT_FIRST = ("count the sagas first (the dry run: Count on the console's Bulk jobs page, POST /api/v1/bulk/count, "
+               "or `saga bulk count`) and give the total you saw as `expected`: a job starts only once its operator "
+               "saw how many sagas it takes")
+
+
+def counted_problem(expected: int | None, now: int) -> BulkJobError | None:
+    """The rule "a bulk start needs its count first": why a job whose operator saw ``expected`` sagas counted
+    (None: saw no count) may not start while its selection matches ``now`` (None: it may)."""
+    if expected is None:
+        return NotCounted(COUNT_FIRST)
+    if expected != now:
+        return CountChanged(f"the selection matches {now} sagas now, not the {expected} counted: count again "
+                            "and give the new total as `expected`")
+    return None
 
 
 def actions() -> tuple[str, ...]:
@@ -316,6 +342,21 @@ async def start(store: BulkJobStore, selection: Selection, registry: DefinitionR
     log.info("bulk job started", extra={"job": started.id, "operator": operator, "action": action,
                                         "selection": selection.describe(), "total": started.total})
     return started
+
+
+async def start_counted(store: BulkJobStore, selection: Selection, registry: DefinitionRegistry, *,
+                        expected: int | None, action: str, operator: str, reason: str, step: str | None = None,
+                        rate_per_s: float = DEFAULT_RATE_PER_S) -> BulkJob:
+    """``start``, for an operator who counted the selection first (``count``) and saw ``expected`` sagas:
+    NotCounted when ``expected`` is None, CountChanged when the selection matches another number now
+    (``counted_problem``). The count is taken again just before the job is recorded."""
+    check_job(action, step, operator, reason, rate_per_s)
+    found = await count(store, selection, registry, sample=0)
+    problem = counted_problem(expected, found.total)
+    if problem is not None:
+        raise problem
+    return await start(store, selection, registry, action=action, operator=operator, reason=reason, step=step,
+                       rate_per_s=rate_per_s)
 
 
 async def jobs(store: BulkJobStore, limit: int = 50) -> list[BulkJob]:

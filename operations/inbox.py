@@ -5,11 +5,8 @@ worker consuming them (from the console's attendance snapshot, ``operations.atte
 
 The inbox is derived from current state on every read (nothing is stored for it), so an item leaves it only when
 what made it one is handled: the saga is redriven, released, resumed or terminated, the row requeued (published
-again) or discarded, the command answered, a worker started. There is no age cutoff: a saga that ended FAILED a
-month ago is still listed.
-what made it one is handled: the saga is redriven, released, resumed or terminated, the row re-published, the
-command answered, the letter replayed or dismissed, a worker started. There is no age cutoff: a saga that ended
-FAILED a month ago is still listed.
+again) or discarded, the command answered, the letter replayed or dismissed, a worker started. There is no age
+cutoff: a saga that ended FAILED a month ago is still listed.
 
 "Stuck since" is how long an item has been as it is. For a saga it is its read-model row's ``updated_at`` (the
 last event recorded for it: when it ended, was quarantined, or its step last failed), the best the read model

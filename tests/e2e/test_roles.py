@@ -140,8 +140,10 @@ async def test_the_console_role_reads_everything_and_writes_only_what_its_levers
         answered = await client.post(f"/api/v1/deferred/flight/{waiting['idempotency_key']}/answer",
                                      json={"output": "{}", "detail": "booked by phone"})
         assert answered.status_code == 202, answered.text
-        job = await client.post("/api/v1/bulk/jobs", json={"saga_type": "trip", "statuses": ["RUNNING"],
-                                                           "action": "Pause", "reason": "maintenance"})
+        selection = {"saga_type": "trip", "statuses": ["RUNNING"]}
+        counted = (await client.post("/api/v1/bulk/count", json=selection)).json()["total"]
+        job = await client.post("/api/v1/bulk/jobs", json={**selection, "action": "Pause", "reason": "maintenance",
+                                                           "expected": counted})
         assert job.status_code == 201, job.text
         cancelled = await client.post(f"/api/v1/bulk/jobs/{job.json()['id']}/cancel")
         assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED", cancelled.text

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -185,3 +186,26 @@ async def test_a_bulk_job_from_the_page_starts_only_on_the_count_seen(client: ht
     assert f'name="expected" value="{total}"' in counted.text
     stale = await client.post("/bulk/start", data={**form, "expected": str(total + 1)})
     assert f"matches {total} sagas now, not the {total + 1} counted" in stale.text
+    for saga_id in re.findall(r'<a class="saga" href="/sagas/([^"]+)">', counted.text):
+        assert (await client.get(f"/sagas/{saga_id}")).status_code == 200, saga_id  # the count's ids are links
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_bulk_job_by_the_api_starts_only_on_the_count_given_back(
+        client: httpx.AsyncClient, runs: dict[str, SagaRun]) -> None:
+    saga_id = runs["decide-waiting"].saga_id
+    selection = {"saga_type": "trip", "statuses": ["RUNNING"], "tenant": None}
+    job = {**selection, "action": "Pause", "reason": "maintenance", "rate_per_s": 1}
+    uncounted = await client.post("/api/v1/bulk/jobs", json=job)
+    assert uncounted.status_code == 422 and "count the sagas first" in uncounted.json()["detail"], uncounted.text
+    counted = await client.post("/api/v1/bulk/count", json=selection)
+    assert counted.status_code == 200 and saga_id in counted.json()["sample"], counted.text
+    total = counted.json()["total"]
+    stale = await client.post("/api/v1/bulk/jobs", json={**job, "expected": total + 1})
+    assert stale.status_code == 409 and "count again" in stale.json()["detail"], stale.text
+    started = await client.post("/api/v1/bulk/jobs", json={**job, "expected": total})
+    assert started.status_code == 201 and started.json()["total"] == total, started.text
+    cancelled = await client.post(f"/api/v1/bulk/jobs/{started.json()['id']}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    refusals = [e["outcome"] for e in (await client.get("/api/v1/audit")).json() if e["action"] == "BulkJob Pause"]
+    assert any("count the sagas first" in outcome for outcome in refusals), refusals

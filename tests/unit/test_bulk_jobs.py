@@ -1,21 +1,27 @@
 """Bulk operations without a database: a selection and the SQL condition it puts, the actions and their
-commands, what a job may start with, and how big a batch is at a rate."""
+commands, what a job may start with (its count first among it), and how big a batch is at a rate."""
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 
 from saga_orchestrator.operations.bulk_jobs import (
     MAX_BATCH,
     BulkJobError,
+    CountChanged,
+    NotCounted,
     Selection,
     action_named,
     actions,
     batch_size,
     check_job,
     command_row,
+    counted_problem,
     criteria,
     job_operator,
+    start_counted,
 )
 from saga_orchestrator.orchestrator.domain.definition import DefinitionRegistry
 from saga_orchestrator.orchestrator.outbound import PendingWrites
@@ -210,3 +216,31 @@ async def test_the_test_kit_runs_a_bulk_job_on_the_memory_adapter_at_its_rate() 
     assert (await env.bulk_count(running)).total == 0
     with pytest.raises(BulkJobError, match="no saga matches"):
         await env.bulk_run(running, "Terminate", "again")
+
+
+def test_a_bulk_start_needs_its_count_first_and_the_count_still_true() -> None:
+    missing = counted_problem(None, 3)
+    assert isinstance(missing, NotCounted) and "count the sagas first" in str(missing)
+    assert "POST /api/v1/bulk/count" in str(missing) and "`expected`" in str(missing)
+    stale = counted_problem(4, 3)
+    assert isinstance(stale, CountChanged) and "matches 3 sagas now, not the 4 counted: count again" in str(stale)
+    assert counted_problem(3, 3) is None and counted_problem(0, 0) is None
+
+
+async def test_a_counted_start_is_refused_uncounted_or_stale_and_records_nothing_then() -> None:
+    env = SagaEnvironment(TRIP)
+    env.script(("payment", "charge_card"), fail_transiently(1))
+    paused = [await env.start("trip", SCENARIOS["happy"].trip(f"counted-{i}"), saga_id=f"counted-{i}")
+              for i in range(2)]
+    for saga_id in paused:
+        await env.pause(saga_id)
+    running = Selection(statuses=("RUNNING",))
+    job = functools.partial(start_counted, env.bulk_store, running, env.definitions, action="Terminate",
+                            operator="lou", reason="settled at the desk")
+    with pytest.raises(NotCounted):
+        await job(expected=None)
+    with pytest.raises(CountChanged, match="matches 2 sagas now, not the 3 counted"):
+        await job(expected=3)
+    assert await env.bulk_store.jobs(10) == []
+    started = await job(expected=(await env.bulk_count(running)).total)
+    assert (started.total, started.operator, started.status) == (2, "lou", "RUNNING")
