@@ -216,8 +216,12 @@ async def test_commands_withdrawn_while_their_participant_was_down_do_not_run_wh
                 await _reached(handle, "book_courier")
         for saga_id in ids:
             await _ok(stack, "force-compensate", saga_id, "--reason", "order withdrawn", "--operator", "zed")
-        for saga_id in ids:  # each withdrawal queued behind its command
+        for saga_id in ids:  # each withdrawal recorded
             assert await wait_for(lambda s=saga_id: _withdrawn(stack, s, "book_courier"), 30, 0.2), saga_id
+        # ... and queued behind its command: recorded is not yet relayed. Had the courier come back first, it
+        # would have read the command alone, run it, and answered the withdrawal that came later with its
+        # success (a booking without undo after the turn-back: FAILED, rightly).
+        assert await wait_for(lambda: _relayed(stack, "courier", ids), 30, 0.2), "withdrawals not relayed"
     finally:
         await restart(stack, "courier")
     async with SagaClient.from_settings(stack.settings) as client:
@@ -234,6 +238,16 @@ async def test_commands_withdrawn_while_their_participant_was_down_do_not_run_wh
 
 async def _withdrawn(stack: Stack, saga_id: str, step: str) -> bool:
     return ("StepWithdrawn", None) in _of_step(await _events(stack, saga_id), step)
+
+
+async def _relayed(stack: Stack, participant_name: str, saga_ids: list[str]) -> bool:
+    """Whether the orchestrator's outbox published every message due for the participant about the sagas (a row
+    goes once sent)."""
+    topic = Topics(stack.settings.saga_topic_prefix).commands(participant_name)
+    async with _pool(stack) as pool:
+        return not await pool.fetchval(
+            "SELECT count(*) FROM saga.outbox WHERE topic = $1 AND message_key = ANY($2::text[])"
+            " AND available_at <= now()", topic, saga_ids)
 
 
 async def test_a_skipped_confirmation_queued_while_mail_was_down_is_not_sent(stack: Stack) -> None:
