@@ -69,7 +69,9 @@ def load_deployment(settings: Settings, *, saga_types: bool = True) -> Deploymen
     if loaded is not None:
         if loaded.app.schema_folder is not None:
             use_schema_folder(loaded.app.schema_folder)
-        found = {f"{loaded.describe()} {definition.saga_type}": definition for definition in loaded.app.definitions()}
+        # Keyed by type and version: an app that keeps a version beside the next (draining) names both.
+        found = {f"{loaded.describe()} {definition.saga_type} v{definition.version}": definition
+                 for definition in loaded.app.definitions()}
         workers = (_workers(settings.saga_participants) if settings.saga_participants
                    else [[name] for name in loaded.app.participant_names()])
         return Deployment(found, workers, schema_path(settings.saga_schema_path, loaded), loaded, loaded.describe())

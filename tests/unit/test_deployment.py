@@ -4,15 +4,18 @@ environment; nothing named, nothing run."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from saga_orchestrator.authoring import SagaApp
 from saga_orchestrator.cli.main import app
 from saga_orchestrator.infra.deployment import NOTHING_NAMED, load_deployment
 from saga_orchestrator.infra.misconfigured import Misconfigured
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.bootstrap import registry_of
 from saga_orchestrator.participants import trip
 from saga_orchestrator.participants.registry import deployment_participants, participant_workers
 
@@ -89,3 +92,15 @@ def test_a_command_that_runs_saga_types_refuses_in_one_line_when_none_is_named(a
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert " ".join(result.output.split()) == f"error: {NOTHING_NAMED}"
+
+
+TWO_VERSIONS = SagaApp(sagas=[trip.TRIP, replace(trip.TRIP, version=2)], participants=[],
+                       schema_folder=Path(TRIP_FOLDER))
+"""The trip in versions 1 and 2: a deployment that keeps a version beside the next while it drains."""
+
+
+def test_an_app_deploys_two_versions_of_one_saga_type_side_by_side() -> None:
+    deployment = load_deployment(Settings(saga_app="tests.unit.test_deployment:TWO_VERSIONS", saga_participants=""))
+    assert sorted((d.saga_type, d.version) for d in deployment.saga_types.values()) == [("trip", 1), ("trip", 2)]
+    assert sorted((d.saga_type, d.version) for d in registry_of(deployment).definitions()) == [
+        ("trip", 1), ("trip", 2)]
