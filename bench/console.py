@@ -8,10 +8,11 @@ while has: one in a hundred FAILED and so in the inbox, each with a searchable c
 ``saga console`` started beside the services once they are warm (logins off: the bench reads without signing
 in), every page of ``PAGES`` (the fleet, the inbox, a search by a prefix, the dead letters; the page and its API)
 asked one after the other every ``--every`` seconds while the sagas run, and ``--tabs`` console tabs open. A tab
-holds a running saga's page and its one server-sent-event stream (``GET /sagas/{id}/stream``, the events read
-and counted; once that saga has ended and been shown ``TAB_DWELL_S``, it opens another running one, picked from
-the read model by the bench), and refreshes the fleet's body every ``FLEET_REFRESH_S`` as the fleet page does:
-each tab does both, so the console carries at least the load of that many open tabs. The runs alternate, plain
+holds a running saga's page and a server-sent-event stream of it (``GET /live``, the events read and counted; a
+browser shares one stream between its tabs, so ten streams of one page each are the heavier case; once that saga
+has ended and been shown ``TAB_DWELL_S``, it opens another running one, picked from the read model by the bench),
+and refreshes the fleet's body every ``FLEET_REFRESH_S`` as the fleet page does: each tab does both, so the
+console carries at least the load of that many open tabs. The runs alternate, plain
 first, so a machine that changes speed affects both alike. The end is one table: per run, sagas/s, p50 / p99
 latency and CPU per saga of the services (the console's own CPU apart), and for the console runs the fleet
 page's answer times (p50, p95, max), the console's CPU, the tabs held and the saga pages they opened, the SSE
@@ -65,10 +66,11 @@ TAB_DWELL_S = 2.0  # a tab stays on a saga at least this long, ended or not, bef
 RUNNING_SQL = ("SELECT saga_id FROM saga.saga_summary WHERE status IN ('RUNNING', 'COMPENSATING')"
                " ORDER BY updated_at DESC LIMIT 50")
 """Sagas a tab may open: the latest moved of those still running (the (status, updated_at) index)."""
-_STREAM = re.compile(r'sse-connect="([^"]+)"')
-_ENDED = re.compile(r'class="status (COMPLETED|FAILED|COMPENSATED|COMPENSATION_FAILED|CANCELLED|'
-                    r'COMPLETED_WITH_FAILURES|TERMINATED|QUARANTINED|REJECTED|PURGED)" id="status-badge"')
-"""The saga's own status badge (saga_status.html) once nothing moves it on by itself."""
+_WATCHED = re.compile(r'data-watch-after="(\d+)"')
+_ENDED = re.compile(r'class=\\?"status (COMPLETED|FAILED|COMPENSATED|COMPENSATION_FAILED|CANCELLED|'
+                    r'COMPLETED_WITH_FAILURES|TERMINATED|QUARANTINED|REJECTED|PURGED)\\?" id=\\?"status-badge')
+"""The saga's own status badge (saga_status.html) once nothing moves it on by itself, as the page draws it or as
+the stream's JSON carries it (its quotes escaped)."""
 
 
 @dataclass
@@ -199,7 +201,7 @@ class _Picker:
 
 async def _tab(client: httpx.AsyncClient, picker: _Picker, times: PageTimes, stop: asyncio.Event) -> None:
     """One open console tab until ``stop``: the fleet body every ``FLEET_REFRESH_S`` as the fleet page refreshes
-    it, and a running saga's page with its one stream (the ``sse-connect`` path the page names), the events
+    it, and a running saga's page with a stream of it (``/live`` from the seq the page names), the events
     read and counted; once that saga has ended and the tab has shown it ``TAB_DWELL_S``, another running one.
     Each tab does both, so ten of them weigh at least what ten open tabs do."""
     refresh = asyncio.create_task(_refresh_fleet(client, times, stop))
@@ -222,9 +224,9 @@ async def _watch(client: httpx.AsyncClient, saga_id: str, times: PageTimes, stop
     page = await client.get(f"/sagas/{saga_segment(saga_id)}", timeout=10)
     page.raise_for_status()
     times.sagas_opened += 1
-    found = _STREAM.search(page.text)
+    found = _WATCHED.search(page.text)
     if found is None:
-        raise httpx.HTTPError(f"the page of {saga_id} names no stream")
+        raise httpx.HTTPError(f"the page of {saga_id} names no seq to watch from")
     opened = time.monotonic()
     ended = _ENDED.search(page.text) is not None
 
@@ -235,11 +237,11 @@ async def _watch(client: httpx.AsyncClient, saga_id: str, times: PageTimes, stop
             if line.startswith("event: "):
                 event = line[len("event: "):]
                 times.sse_events += 1
-            elif event == "status" and _ENDED.search(line):
+            elif event == "update" and _ENDED.search(line):
                 ended = True
         raise httpx.HTTPError(f"the stream of {saga_id} ended")
 
-    async with client.stream("GET", found.group(1).replace("&amp;", "&")) as stream:
+    async with client.stream("GET", "/live", params={"watch": "1", "saga": saga_id, "after": found.group(1)}) as stream:
         stream.raise_for_status()
         reader = asyncio.create_task(read(stream))
         try:

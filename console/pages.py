@@ -513,47 +513,91 @@ LIVE_PARTS = {"status": "saga_status.html", "steps": "saga_steps.html", "levers"
 """The parts of a saga's page its stream sends again after each new event, by SSE event name."""
 
 
-@router.get(f"{SAGA_PATH}/stream")
-async def saga_stream(request: Request, saga_id: str, after: int = 0) -> Response:
-    """Server-sent events, the page's one stream (a browser holds few connections per host): ``tail`` (the rows
-    of the retry loop the history ends in, again: one row that counts on while a step keeps failing), ``timeline``
-    (the new rows before it), then ``status``, ``steps`` (with the graph), ``levers`` (those that apply now) and
-    ``timers``, each time the saga records something. ``after``: the last seq the page shows."""
+MAX_WATCHES = 50
+"""The most saga pages one stream serves (one browser's tabs)."""
+
+
+class _Watch:
+    """What one open saga page shows, for the stream to send it what changed: ``watch`` (the page's number in its
+    browser), the last seq it shows, the levers it offers (None: unknown), the events of the retry loop its
+    timeline ends in and those rows as drawn."""
+
+    def __init__(self, watch: str, saga_id: str, after: int) -> None:
+        self.watch, self.saga_id, self.last = watch, saga_id, after
+        self.shown: list[Any] | None = None
+        self.tail: list[tuple[int, Event]] = []
+        self.tail_html = ""
+
+    async def open(self, console: Console) -> None:
+        """Learn what the page shows: its levers are known only when nothing happened since it was drawn."""
+        view = await console.reads.saga(self.saga_id)
+        if view is None:
+            return
+        self.shown = (operating.offers(view.definition, view.state, console.now_ms())
+                      if view.events[-1].seq == self.last else None)
+        drawn = [stamped for stamped in _stamped(view) if stamped[1].seq <= self.last]
+        self.tail = drawn[trailing_run(drawn):]
+        self.tail_html = _rows_html(timeline(self.tail, console.reads.schemas))
+
+    async def changes(self, request: Request, console: Console) -> list[tuple[str, str]]:
+        """The parts of the page to draw again since the last call, in order (none when nothing happened):
+        ``tail`` (the rows of the retry loop the history ends in: one row that counts on while a step keeps
+        failing; sent before the rows that leave it, so none shows twice meanwhile), ``timeline`` (the new rows
+        before it), then ``status``, ``steps`` (with the graph), ``levers`` (only when those that apply changed:
+        a reason being typed is not wiped by each event) and ``timers``."""
+        new = await console.reads.events_after(self.saga_id, self.last)
+        if not new:
+            return []
+        self.last = new[-1][1].seq
+        settled, self.tail, tail_rows = continued(self.tail, new, console.reads.schemas)
+        parts: list[tuple[str, str]] = []
+        rows = _rows_html(tail_rows)
+        if rows != self.tail_html:
+            parts.append(("tail", rows))
+            self.tail_html = rows
+        if settled:
+            parts.append(("timeline", _rows_html(settled)))
+        view = await console.reads.saga(self.saga_id)
+        if view is not None:
+            live = _live(request, console, view)
+            parts += [(part, TEMPLATES.get_template(template).render(live)) for part, template in LIVE_PARTS.items()
+                      if part != "levers" or live["offers"] != self.shown]
+            self.shown = live["offers"]
+        return parts
+
+
+def _watches(request: Request) -> list[_Watch]:
+    """The pages a stream serves: ``watch``, ``saga`` and ``after`` given once per page, in the same order;
+    HTTPException 400 otherwise."""
+    query = request.query_params
+    watch, sagas, after = query.getlist("watch"), query.getlist("saga"), query.getlist("after")
+    if not sagas or not len(watch) == len(sagas) == len(after) or len(sagas) > MAX_WATCHES:
+        raise HTTPException(400, f"name 1 to {MAX_WATCHES} pages, each as watch=N&saga=ID&after=SEQ")
+    if not all(seq.isdigit() for seq in after):
+        raise HTTPException(400, "after is the last seq a page shows: a number")
+    return [_Watch(*page[:2], int(page[2])) for page in zip(watch, sagas, after, strict=True)]
+
+
+@router.get("/live")
+async def live_stream(request: Request) -> Response:
+    """Server-sent events for every saga page open in one browser: one stream per browser (a browser holds six
+    connections per host; ``static/live.js`` shares this stream between its tabs). Each ``update`` event is JSON
+    ``{"watch": N, "seq": LAST, "parts": [[PART, HTML], ...]}``: what one page draws again (``_Watch.changes``)."""
     console = console_of(request)
     denied = _viewer(request, console)
     if denied is not None:
         return denied
+    watches = _watches(request)
 
     async def stream() -> AsyncIterator[str]:
-        last = after
         yield ": connected\n\n"
-        # The levers are sent again only when they change: a reason being typed is not wiped by each event.
-        # Those the page shows are known only when nothing happened since it was drawn.
-        view = await console.reads.saga(saga_id)
-        shown = (operating.offers(view.definition, view.state, console.now_ms())
-                 if view is not None and view.events[-1].seq == after else None)
-        # The events of the retry loop the page's timeline ends in: their rows are drawn again with each new one.
-        drawn = [stamped for stamped in _stamped(view) if stamped[1].seq <= after] if view is not None else []
-        tail = drawn[trailing_run(drawn):]
-        tail_html = _rows_html(timeline(tail, console.reads.schemas))
+        for watch in watches:
+            await watch.open(console)
         while not await request.is_disconnected():
-            new = await console.reads.events_after(saga_id, last)
-            if new:
-                last = new[-1][1].seq
-                settled, tail, tail_rows = continued(tail, new, console.reads.schemas)
-                rows = _rows_html(tail_rows)
-                if rows != tail_html:  # sent before the rows that leave it, so none shows twice meanwhile
-                    yield _sse("tail", rows)
-                    tail_html = rows
-                if settled:
-                    yield _sse("timeline", _rows_html(settled))
-                view = await console.reads.saga(saga_id)
-                if view is not None:
-                    live = _live(request, console, view)
-                    for event, template in LIVE_PARTS.items():
-                        if event != "levers" or live["offers"] != shown:
-                            yield _sse(event, TEMPLATES.get_template(template).render(live))
-                    shown = live["offers"]
+            for watch in watches:
+                parts = await watch.changes(request, console)
+                if parts:
+                    yield _sse("update", json.dumps({"watch": watch.watch, "seq": watch.last, "parts": parts}))
             await asyncio.sleep(STREAM_POLL_S)
 
     return StreamingResponse(stream(), media_type="text/event-stream",

@@ -8,14 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from examples.shop.checkout import inventory, mail, payments, shipping
-from saga_orchestrator.authoring import SagaApp
+from saga_orchestrator.authoring import Participant, SagaApp
+from saga_orchestrator.participants.kit.typed import ParticipantSpec
 from saga_orchestrator.participants.trip import TRIP
 from saga_orchestrator.participants.trip import app as trip_app
 from tests.chaos.tools.versions import TRIP_V2
 from tests.e2e.apps import courier, redrivable
 
-_PARTICIPANTS = [*(trip_app.participant(name) for name in trip_app.participant_names()),
-                 inventory, payments, shipping, mail, courier]
+_PARTICIPANTS: list[ParticipantSpec | Participant] = [
+    *(trip_app.participant(name) for name in trip_app.participant_names()),
+    inventory, payments, shipping, mail, courier]
 _SCHEMAS = Path(__file__).resolve().parents[2] / "examples" / "shop" / "schemas"
 
 MORNING = SagaApp(sagas=[TRIP, TRIP_V2, redrivable], participants=_PARTICIPANTS, schema_folder=_SCHEMAS)

@@ -1,7 +1,8 @@
 """An operator's morning in a real Chromium, worked from the inbox alone, over the real services: completed and
 compensated trips beside a trip that ended FAILED 26 hours ago, an undoing that failed for good, a checkout failed
 after its pivot, a trip quarantined by a rollback (its first release refused: the rollback is not fixed yet), dead
-letters, a courier waiting for a person's answer, and the notification worker down with trips wedged behind it.
+letters, a courier waiting for a person's answer, and the notification worker down with trips waiting on it (the
+inbox names the participant no worker serves; a timed-out attempt is not retried blindly, so they are not wedged).
 Each item is found in the inbox, opened from its line and handled with its lever; the page shows each lever's
 decision and the levers that apply after it without a reload; at the end the inbox is empty.
 
@@ -164,6 +165,8 @@ async def morning(stack: Stack, console_url: str) -> AsyncIterator[dict[str, str
         for n in range(3):
             await client.start("trip", ids[f"happy{n}"], SCENARIOS["happy"].trip(ids[f"happy{n}"]))
         # A Slowtown trip (its hotel answers late) on version 2, which a rollback takes away while it books.
+        await until(lambda: all(_status(console_url, ids[f"happy{n}"]) == "COMPLETED" for n in range(3)),
+                    "the happy trips")
         await client.start("trip", ids["quarantined"], SCENARIOS["cancelled"].trip(ids["quarantined"]))
         await until(lambda: any(e["type"] == "StepCommandSent" and e["fields"].get("step") == "book_hotel"
                                 for e in history(console_url, ids["quarantined"])), "the hotel's command")
@@ -185,14 +188,15 @@ async def morning(stack: Stack, console_url: str) -> AsyncIterator[dict[str, str
         kinds = {(item["kind"], item.get("saga_id") or item["item_id"]) for item in _inbox(console_url)}
         return ({("failed", ids["yesterday"]), ("failed", ids["unmapped"]), ("quarantined", ids["quarantined"]),
                  ("compensation_failed", ids["uncancellable"]), ("deferred", ids["ask"]),
-                 ("wedged", ids["wedged0"]), ("wedged", ids["wedged1"]),
                  ("unattended", "unattended:notification")} <= kinds
                 and any(kind == "dead_letter" for kind, _ in kinds)
-                and all(_status(console_url, ids[r]) == e for r, e in (
-                    ("happy0", "COMPLETED"), ("happy1", "COMPLETED"), ("happy2", "COMPLETED"),
-                    ("declined", "COMPENSATED"))))
+                and _status(console_url, ids["declined"]) == "COMPENSATED")
 
-    await until(settled, "the morning's inbox", timeout_s=SETTLE_S * 2)
+    try:
+        await until(settled, "the morning's inbox", timeout_s=SETTLE_S * 2)
+    except AssertionError:
+        statuses = {saga_id: _status(console_url, saga_id) for saga_id in ids.values()}
+        raise AssertionError(f"the morning did not settle: {statuses}; inbox {_inbox(console_url)}") from None
     yield ids
 
 
@@ -236,7 +240,12 @@ async def test_the_morning_is_worked_from_the_inbox_alone(
     await screenshot(page, "morning-release-refused")
     await restart(stack, "orchestrator")  # the fix: version 2 deployed again
     await _pull(page, "Release", "version 2 redeployed", "Release applied")
-    await expect(page.locator("#status-badge")).to_have_text("COMPLETED", timeout=SETTLE_S * 1000)
+    # On it goes, live, to its itinerary, which waits on the notification worker (below).
+    await expect(page.locator("#timeline tr.SagaReleased")).to_have_count(1, timeout=SETTLE_S * 1000)
+    await expect(page.locator("#status-badge")).to_have_text("RUNNING")
+    await expect(page.locator("form.lever[data-action=Release]")).to_have_count(0)
+    await expect(page.locator("svg.dag g[data-step=send_itinerary]")).not_to_have_attribute(
+        "data-status", "PENDING", timeout=SETTLE_S * 1000)
     assert await page.evaluate("window.loadedOnce") is True, "the page was reloaded"
 
     # The courier waiting for a person: booked by phone, answered from the deferred page.
@@ -251,8 +260,8 @@ async def test_the_morning_is_worked_from_the_inbox_alone(
     await restart(stack, "notification")
     await until(lambda: not any(item["kind"] in ("unattended", "wedged") for item in _inbox(console_url)),
                 "the notification topic attended and the wedged trips moving", timeout_s=SETTLE_S)
-    for n in range(2):
-        await until(lambda n=n: _status(console_url, ids[f"wedged{n}"]) == "COMPLETED", "the wedged trips")
+    for role in ("wedged0", "wedged1", "quarantined"):
+        await until(lambda role=role: _status(console_url, ids[role]) == "COMPLETED", f"{role} completed")
 
     # What is left are dead letters: each one's cause is handled above; each is dismissed with why.
     letters = [item for item in _inbox(console_url) if item["kind"] == "dead_letter"]
