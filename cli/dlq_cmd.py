@@ -20,11 +20,13 @@ from rich.table import Table
 
 from ..infra.db import create_pool
 from ..infra.settings import Settings
-from ..operations import dead_letters, reads
+from ..operations import dead_letters
 from ..operations.audit import OperatorAudit
-from ..operations.dead_letters import DeadLetterError, Dismissed, Parked, Replay, Replayed
+from ..operations.dead_letters import DeadLetterError, Dismissed, Parked, Replay
 from ..operations.postgres import dead_letter_index, lever_store, reads_store
+from ..orchestrator import recorded_replays as histories
 from ..orchestrator.ports import LetterFilter
+from ..orchestrator.recorded_replays import Replayed
 from .context import (
     OPERATOR_HELP,
     console,
@@ -131,7 +133,7 @@ async def recorded_replays(current: Settings, saga_ids: set[str]) -> tuple[dict[
     except Exception as error:  # whatever keeps the store out of reach is only reported
         return {}, f"the event store at {current.dsn()} is out of reach ({type(error).__name__}: {error})"
     try:
-        return await reads.recorded_replays(reads_store(pool), saga_ids), None
+        return await histories.recorded_replays(reads_store(pool), saga_ids), None
     finally:
         await pool.close()
 

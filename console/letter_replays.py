@@ -18,9 +18,10 @@ from aiokafka import AIOKafkaProducer
 from fastapi import HTTPException
 
 from ..operations import dead_letters as dlq
-from ..operations.dead_letters import DeadLetterError, Dismissed, Parked, Replayed
+from ..operations.dead_letters import DeadLetterError, Dismissed, Parked
 from ..orchestrator.domain.model import SagaStatus
 from ..orchestrator.ports import LetterFilter
+from ..orchestrator.recorded_replays import Replayed
 from .context import Console
 
 SHOWN = 100  # the newest letters a page shows

@@ -42,9 +42,9 @@ from ..client.saga_client import client_headers, topic_partitions
 from ..infra.kafka_clients import KafkaClients
 from ..orchestrator.domain.model import SagaStatus
 from ..orchestrator.ports import DeadLetterIndex, IndexedLetter, LetterFilter
+from ..orchestrator.recorded_replays import Replayed
 from ..schemas import wire
 from ..schemas.codec import WireError
-from ..schemas.event_types import Event, OperatorAction
 from ..schemas.message_types import DeadLetter, Lever, OperateSaga
 from .audit import OperatorAudit
 
@@ -52,7 +52,6 @@ REPLAYED_FROM = "replayed_from"  # header naming the dead letter a replayed reco
 REPLAYED_BY = "replayed_by"  # header naming the operator who replayed it
 DISMISS = "DlqDismiss"  # the audit's name for a dismissal
 _POSITION = re.compile(r"^(\d+):(\d+)$")
-_REPLAY_DETAIL = re.compile(r"^letter (\d+:\d+) from ")
 
 
 class DeadLetterError(Exception):
@@ -87,14 +86,6 @@ class Replay:
     key: bytes | None
     value: bytes
     headers: list[tuple[str, bytes]]
-
-
-@dataclass(frozen=True)
-class Replayed:
-    """One recorded replay of a letter: who, and when (epoch ms)."""
-
-    operator: str | None
-    at_ms: int
 
 
 @dataclass(frozen=True)
@@ -176,23 +167,13 @@ def replay_of(parked: Parked, dlq_topic: str, operator: str) -> Replay:
 
 def replay_detail(parked: Parked, record: Replay, reason: str | None) -> str:
     """What a saga's history records of one replay of its letter (OperatorAction DlqReplay's detail): the
-    letter's position on saga.dlq, where it came from, where it went, and why."""
+    letter's position on saga.dlq, where it came from, where it went, and why. Its start is read back by
+    ``orchestrator.recorded_replays``: keep it."""
     letter = parked.letter
     assert letter is not None
     detail = (f"letter {parked.position} from {letter.source_topic} {letter.source_partition}:"
               f"{letter.source_offset} to {record.topic}")
     return f"{detail}: {reason}" if reason else detail
-
-
-def replays_by_letter(events: Iterable[Event]) -> dict[str, list[Replayed]]:
-    """The replays the given saga events record (OperatorAction DlqReplay), by letter position (``P:O``)."""
-    found: dict[str, list[Replayed]] = {}
-    for event in events:
-        if isinstance(event, OperatorAction) and event.action == Lever.DLQ_REPLAY and event.detail:
-            match = _REPLAY_DETAIL.match(event.detail)
-            if match:
-                found.setdefault(match.group(1), []).append(Replayed(event.operator, event.occurred_at))
-    return found
 
 
 def letter_record(parked: Parked, replays: Sequence[Replayed] = ()) -> dict[str, object]:

@@ -14,13 +14,13 @@ from ..orchestrator.domain.errors import DomainError
 from ..orchestrator.domain.state import SagaState, SagaStatus, fold
 from ..orchestrator.domain.waits import PersonWait
 from ..orchestrator.ports import SagaSummaryRow
+from ..orchestrator.recorded_replays import Replayed, recorded_replays
 from ..participants.kit.participant import Participant
 from ..schemas import wire
 from ..schemas.codec import WireError
-from ..schemas.event_types import Event, OperatorAction
+from ..schemas.event_types import Event
 from ..schemas.registry import SchemaRegistry
 from . import bulk_jobs, versions
-from .dead_letters import Replayed, replays_by_letter
 from .paging import Page, decode_cursor, page_of
 from .ports import AGE_BUCKETS, EndedCounts, HeatCell, OutboxView, ReadsStore, SagaFilter, TimerView, WedgedGroup
 from .search import parse, searchable_fields
@@ -270,9 +270,3 @@ class Reads:
         """The dead-letter replays the histories of ``saga_ids`` record, by letter position."""
         return await recorded_replays(self.store, saga_ids)
 
-
-async def recorded_replays(store: ReadsStore, saga_ids: Collection[str]) -> dict[str, list[Replayed]]:
-    """The dead-letter replays the histories of ``saga_ids`` record, by letter position (one read, of the
-    operators' actions only)."""
-    actions = await store.events_of(saga_ids, [OperatorAction.__name__])
-    return replays_by_letter(wire.decode_event(row.body) for row in actions)

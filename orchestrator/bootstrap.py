@@ -43,6 +43,7 @@ from .service import SagaService
 from .signals import TableSignals
 from .store.dead_letters import PostgresDeadLetterIndex
 from .store.operations.bulk_jobs import PostgresBulkJobs
+from .store.operations.reads import PostgresReads
 from .store.operations.signals import PostgresSignals
 from .store.postgres import PostgresStore, migrate
 from .timers import TIMERS_COMPONENT, TimerScheduler
@@ -268,7 +269,8 @@ def build(settings: Settings, pool: asyncpg.Pool, registry: DefinitionRegistry, 
     signals = TableSignals(PostgresSignals(pool), health, settings.saga_compensation_alert_minutes * 60)
     chores.append(outbox_gauges(pool, [OUTBOX_TABLE], health))
     chores.append(quiet_refresh("orchestrator gauges", signals.refresh))
-    dead_letters = DeadLetterIndexer(PostgresDeadLetterIndex(pool), settings.kafka(), topics.dlq)
+    dead_letters = DeadLetterIndexer(PostgresDeadLetterIndex(pool), PostgresReads(pool), settings.kafka(),
+                                    topics.dlq)
     return Orchestrator(service, consumer, timers, relay, chores, dead_letters)
 
 

@@ -7,12 +7,20 @@ as one batch. A letter is keyed by its position on saga.dlq, so a batch written 
 nothing else: the position moves with the rows) or by two orchestrators at once changes nothing. Every orchestrator
 of a group indexes the whole topic: saga.dlq is small and quiet, and one of them being down never stops the index.
 Kafka or Postgres away is waited out and the reading starts again from the kept position.
+
+A letter replayed before the index existed (a deployment upgraded from 0.2.0 reads saga.dlq from its start) has its
+replay recorded only in its saga's history (an OperatorAction ``DlqReplay``, ``orchestrator.recorded_replays``). So a
+batch holding letters of sagas that the index does not hold yet reads those sagas' operator actions (one read; a
+batch of letters already indexed, unreadable or of no saga reads nothing), and each such letter whose replay is
+recorded there is written replayed at its last recorded replay, in the transaction of its row: it never shows in the
+inbox as unhandled. A letter already indexed is left as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 from aiokafka import ConsumerRecord, TopicPartition
 
@@ -21,7 +29,8 @@ from ..infra.kafka_clients import KafkaClients
 from ..infra.startup import sleep_or_stop
 from ..schemas import wire
 from ..schemas.codec import WireError
-from .ports import DeadLetterIndex, IndexedLetter
+from .ports import DeadLetterIndex, EventsOfSagas, IndexedLetter
+from .recorded_replays import recorded_replays
 
 log = logging.getLogger("saga.dead_letters")
 
@@ -46,10 +55,13 @@ def indexed(partition: int, offset: int, written_at_ms: int, value: bytes | None
 
 
 class DeadLetterIndexer:
-    """Keeps ``index`` up to date with ``dlq_topic`` until stopped."""
+    """Keeps ``index`` up to date with ``dlq_topic`` until stopped; ``histories`` tells which new letters their
+    sagas' histories record as replayed."""
 
-    def __init__(self, index: DeadLetterIndex, kafka: KafkaClients, dlq_topic: str, *, batch: int = BATCH) -> None:
+    def __init__(self, index: DeadLetterIndex, histories: EventsOfSagas, kafka: KafkaClients, dlq_topic: str, *,
+                 batch: int = BATCH) -> None:
         self._index = index
+        self._histories = histories
         self._kafka = kafka
         self._topic = dlq_topic
         self._batch = batch
@@ -95,5 +107,26 @@ class DeadLetterIndexer:
         if not letters:
             return
         positions = {tp.partition: records[-1].offset + 1 for tp, records in fetched.items() if records}
-        await self._index.record(letters, positions)
+        await self.write(letters, positions)
+
+    async def write(self, letters: list[IndexedLetter], positions: dict[int, int]) -> None:
+        """Keep ``letters`` read up to ``positions``, each new one whose replay its saga's history records marked
+        replayed at the last such replay, in one transaction."""
+        await self._index.record(await self._with_recorded_replays(letters), positions)
         self.indexed += len(letters)
+
+    async def _with_recorded_replays(self, letters: list[IndexedLetter]) -> list[IndexedLetter]:
+        of_sagas = [(letter.partition, letter.offset) for letter in letters if letter.saga_id is not None]
+        if not of_sagas:
+            return letters
+        # A letter already kept keeps its row as it is (``record``): only the sagas of new ones are worth a read.
+        known = {(row.partition, row.offset) for row in await self._index.at(of_sagas)}
+        new = [letter for letter in letters
+               if letter.saga_id is not None and (letter.partition, letter.offset) not in known]
+        replays = await recorded_replays(self._histories, {letter.saga_id for letter in new if letter.saga_id})
+        replayed_at: dict[tuple[int, int], int] = {}
+        for letter in new:
+            if recorded := replays.get(f"{letter.partition}:{letter.offset}"):
+                replayed_at[letter.partition, letter.offset] = max(replay.at_ms for replay in recorded)
+        return [replace(letter, replayed_at_ms=replayed_at[letter.partition, letter.offset])
+                if (letter.partition, letter.offset) in replayed_at else letter for letter in letters]

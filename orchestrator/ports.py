@@ -24,6 +24,7 @@ __all__ = [
     "ConcurrencyConflict",
     "DeadLetterIndex",
     "EventReader",
+    "EventsOfSagas",
     "InboxKey",
     "IndexedLetter",
     "LetterFilter",
@@ -281,6 +282,14 @@ class EventReader(Protocol):
         ...
 
 
+class EventsOfSagas(Protocol):
+    """The events of some types in the histories of some sagas, in one read (``PostgresReads``, ``MemoryReads``)."""
+
+    async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
+        """The events of ``saga_ids`` whose type is one of ``event_types``, by saga then seq."""
+        ...
+
+
 @dataclass(frozen=True)
 class IndexedLetter:
     """One record on saga.dlq as the dead-letter index keeps it: its position there, when it was written there and
@@ -323,8 +332,8 @@ class DeadLetterIndex(Protocol):
         ...
 
     async def record(self, letters: Sequence[IndexedLetter], positions: Mapping[int, int]) -> None:
-        """Keep ``letters`` (a letter already kept is left as it is) and advance the positions read to
-        ``positions``, atomically: a restart reads on from where the rows stop."""
+        """Keep ``letters`` (as given, replayed or not; a letter already kept is left as it is) and advance the
+        positions read to ``positions``, atomically: a restart reads on from where the rows stop."""
         ...
 
     async def newest(self, where: LetterFilter, limit: int) -> list[IndexedLetter]:

@@ -13,7 +13,8 @@ from ..ports import IndexedLetter, LetterFilter
 
 _COLUMNS = ("dlq_partition, dlq_offset, written_at_ms, failed_at_ms, saga_id, source_topic, reason, record,"
             " replayed_at_ms, dismissed_at_ms, dismissed_by, dismiss_reason")
-_KEPT = "dlq_partition, dlq_offset, written_at_ms, failed_at_ms, saga_id, source_topic, reason, record"
+_KEPT = ("dlq_partition, dlq_offset, written_at_ms, failed_at_ms, saga_id, source_topic, reason, record,"
+         " replayed_at_ms")
 
 
 def passes(letter: IndexedLetter, where: LetterFilter) -> bool:
@@ -51,10 +52,10 @@ class PostgresDeadLetterIndex:
         async with self._pool.acquire() as conn, conn.transaction():
             if letters:
                 await conn.executemany(
-                    f"INSERT INTO {self._s}.dead_letters ({_KEPT}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                    f"INSERT INTO {self._s}.dead_letters ({_KEPT}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
                     " ON CONFLICT (dlq_partition, dlq_offset) DO NOTHING",
                     [(x.partition, x.offset, x.written_at_ms, x.failed_at_ms, x.saga_id, x.source_topic, x.reason,
-                      x.record) for x in letters])
+                      x.record, x.replayed_at_ms) for x in letters])
             if positions:
                 # GREATEST: two orchestrators indexing at once never move a position back.
                 await conn.execute(

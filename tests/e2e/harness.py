@@ -21,6 +21,7 @@ from saga_orchestrator.infra.settings import Settings
 from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.orchestrator.dead_letter_index import DeadLetterIndexer
 from saga_orchestrator.orchestrator.store.dead_letters import PostgresDeadLetterIndex
+from saga_orchestrator.orchestrator.store.operations.reads import PostgresReads
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.schemas.event_types import Event
@@ -176,8 +177,8 @@ async def index_dead_letters(settings: Settings, pool: asyncpg.Pool, count: int,
     (AssertionError after ``timeout_s``), then stop it."""
     index = PostgresDeadLetterIndex(pool)
     stop = asyncio.Event()
-    running = asyncio.create_task(DeadLetterIndexer(index, settings.kafka(), Topics(settings.saga_topic_prefix).dlq)
-                                  .run(stop))
+    running = asyncio.create_task(DeadLetterIndexer(index, PostgresReads(pool), settings.kafka(),
+                                                    Topics(settings.saga_topic_prefix).dlq).run(stop))
     try:
         async def held() -> bool:
             return await index.count() >= count

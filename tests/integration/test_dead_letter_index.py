@@ -1,11 +1,13 @@
 """The orchestrator's dead-letter index on a real Kafka and Postgres: what the orchestrator dead-letters it indexes,
-the console lists it from the index, a replay publishes it again (and, failing again, it is a new letter), and a
-restart, even one that lost the positions read, adds no row twice."""
+the console lists it from the index, a replay publishes it again (and, failing again, it is a new letter), a
+restart, even one that lost the positions read, adds no row twice, and a letter replayed before the index existed
+(recorded only in its saga's history) is indexed replayed."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,13 +20,19 @@ from saga_orchestrator.console.identity import add_user
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.health import ServiceHealth
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.operations.dead_letters import read_parked
 from saga_orchestrator.orchestrator.bootstrap import build, prepare
+from saga_orchestrator.orchestrator.outbound import summary_of
+from saga_orchestrator.orchestrator.ports import StoredEvent, Writes
 from saga_orchestrator.orchestrator.store.dead_letters import PostgresDeadLetterIndex
-from saga_orchestrator.orchestrator.store.postgres import migrate
+from saga_orchestrator.orchestrator.store.postgres import PostgresStore, migrate
+from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas import wire
+from saga_orchestrator.schemas.message_types import DeadLetter, Lever
 from saga_orchestrator.schemas.topics import Topics
-from tests.e2e.harness import publish, read_topic, wait_for
+from saga_orchestrator.testing.history import SagaRun
+from tests.e2e.harness import index_dead_letters, publish, read_topic, wait_for
 
 pytestmark = pytest.mark.integration
 SIGNED = {"Authorization": "Basic " + base64.b64encode(b"anna:a long password").decode()}
@@ -131,3 +139,41 @@ async def test_what_the_orchestrator_dead_letters_is_indexed_listed_replayed_and
         await orchestrator.stop()
     again = [row for row in await _rows(pool) if row not in indexed]
     assert [saga_id for _, _, saga_id in again] == ["dl-cruise"]
+
+
+async def test_a_letter_replayed_before_the_index_existed_is_indexed_replayed_at_its_recorded_replay(
+        settings: Settings, pool: asyncpg.Pool) -> None:
+    topics = Topics(settings.saga_topic_prefix)
+    flight = topics.results("flight")
+    index = PostgresDeadLetterIndex(pool)
+    before = await index.count()
+    now = time.time_ns() // 1_000_000
+    for offset, saga_id in enumerate(("bf-replayed", "bf-fresh")):
+        letter = DeadLetter(source_topic=flight, source_partition=0, source_offset=offset, consumer="orchestrator",
+                            reason="reply refused: no such attempt", failed_at=now - 5_000, saga_id=saga_id,
+                            original_key=saga_id.encode(), original_value=b"reply",
+                            original_headers=(("message_id", b"m-original"),))
+        await publish(settings, topics.dlq, saga_id.encode(), wire.encode_dead_letter(letter))
+    found = {p.letter.saga_id: p for p in await read_parked(settings.kafka(), topics.dlq)
+             if p.letter and p.letter.saga_id in ("bf-replayed", "bf-fresh")}
+    # Replayed by an orchestrator that kept no index: the replay is recorded in the saga's history only.
+    runs = [SagaRun(TRIP, saga_id=saga_id, now=now) for saga_id in ("bf-replayed", "bf-fresh")]
+    for run in runs:
+        run.start()
+    replayed, fresh = runs
+    replayed.now = now + 1_000
+    replayed.operate(Lever.DLQ_REPLAY, reason=f"letter {found['bf-replayed'].position} from {flight} 0:0 to {flight}")
+    other = f"{found['bf-fresh'].partition}:{found['bf-fresh'].offset + 1_000}"
+    fresh.operate(Lever.DLQ_REPLAY, reason=f"letter {other} from {flight} 0:1 to {flight}")
+    async with PostgresStore(pool).begin() as uow:
+        await uow.write(Writes(
+            events=[StoredEvent(saga_id=e.saga_id, seq=e.seq, event_type=type(e).__name__, body=wire.encode_event(e),
+                                recorded_at_ms=e.occurred_at) for run in runs for e in run.events],
+            summaries=[summary_of(run.saga) for run in runs]))
+
+    await index_dead_letters(settings, pool, before + 2)
+    rows = {row.saga_id: row for row in await index.at([(p.partition, p.offset) for p in found.values()])}
+    assert rows["bf-replayed"].replayed_at_ms == now + 1_000
+    assert rows["bf-fresh"].replayed_at_ms is None  # its history records a replay of another letter
+    unhandled = {row.saga_id for row in await index.unhandled(None, None, None, 1_000)}
+    assert "bf-fresh" in unhandled and "bf-replayed" not in unhandled

@@ -1,16 +1,21 @@
-"""The dead-letter index's pure parts: the row a record on saga.dlq becomes, the letter a row gives back, and a
-replay's choice of letters over the index."""
+"""The dead-letter index's pure parts: the row a record on saga.dlq becomes, the letter a row gives back, a
+replay's choice of letters over the index, and the indexer's write of new letters whose replay their sagas'
+histories already record."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import pytest
 
+from saga_orchestrator.infra.kafka_clients import KafkaClients
 from saga_orchestrator.operations.dead_letters import DeadLetterError, chosen, listed, parked_of
-from saga_orchestrator.orchestrator.dead_letter_index import indexed
-from saga_orchestrator.orchestrator.ports import LetterFilter
+from saga_orchestrator.orchestrator.dead_letter_index import DeadLetterIndexer, indexed
+from saga_orchestrator.orchestrator.ports import LetterFilter, StoredEvent
 from saga_orchestrator.orchestrator.store.dead_letters import MemoryDeadLetterIndex
 from saga_orchestrator.schemas import wire
-from saga_orchestrator.schemas.message_types import DeadLetter
+from saga_orchestrator.schemas.event_types import OperatorAction
+from saga_orchestrator.schemas.message_types import DeadLetter, Lever
 
 DLQ = "saga.dlq"
 
@@ -50,3 +55,49 @@ async def test_a_replay_chooses_the_indexed_letters_at_positions_and_of_a_saga()
         await chosen(index, [(7, 7)], None, DLQ)
     with pytest.raises(DeadLetterError, match="no dead letter of saga 'c'"):
         await chosen(index, [], "c", DLQ)
+
+
+class Histories:
+    """Saga histories holding operator actions only, counting the sagas each read asks for."""
+
+    def __init__(self, *actions: OperatorAction) -> None:
+        self.events = [StoredEvent(a.saga_id, a.seq, type(a).__name__, wire.encode_event(a), a.occurred_at)
+                       for a in actions]
+        self.asked: list[set[str]] = []
+
+    async def events_of(self, saga_ids: Collection[str], event_types: Collection[str]) -> list[StoredEvent]:
+        self.asked.append(set(saga_ids))
+        return [e for e in self.events if e.saga_id in saga_ids and e.event_type in event_types]
+
+
+def _replay(saga_id: str, seq: int, at_ms: int, position: str, lever: str = Lever.DLQ_REPLAY) -> OperatorAction:
+    return OperatorAction(saga_id=saga_id, seq=seq, definition_version=1, occurred_at=at_ms, action=lever,
+                          operator="quinn", detail=f"letter {position} from saga.start 4:17 to saga.start: fixed")
+
+
+def _indexer(index: MemoryDeadLetterIndex, histories: Histories) -> DeadLetterIndexer:
+    return DeadLetterIndexer(index, histories, KafkaClients("127.0.0.1:1"), DLQ)
+
+
+async def test_a_new_letter_whose_replay_its_history_records_is_written_replayed_at_its_last_replay() -> None:
+    index = MemoryDeadLetterIndex()
+    histories = Histories(_replay("a", 3, 7_000, "0:0"), _replay("a", 5, 9_000, "0:0"), _replay("a", 6, 9_500, "0:4"),
+                          _replay("b", 2, 8_000, "0:1", Lever.SKIP), _replay("c", 2, 8_000, "0:0"))
+    await _indexer(index, histories).write(
+        [indexed(0, 0, 10, _value("a", 5)), indexed(0, 1, 20, _value("b", 15)), indexed(0, 2, 30, b"junk")], {0: 3})
+    assert histories.asked == [{"a", "b"}]  # one read, of the batch's sagas only
+    assert {p: x.replayed_at_ms for p, x in index.letters.items()} == {(0, 0): 9_000, (0, 1): None, (0, 2): None}
+    assert [(x.partition, x.offset) for x in await index.unhandled(None, None, None, 10)] == [(0, 1), (0, 2)]
+    assert index.read_to == {0: 3}
+
+
+async def test_letters_already_indexed_or_of_no_saga_read_no_history_and_are_left_as_they_are() -> None:
+    index = MemoryDeadLetterIndex()
+    await index.record([indexed(0, 0, 10, _value("a", 5))], {0: 1})
+    histories = Histories(_replay("a", 3, 7_000, "0:0"))
+    indexer = _indexer(index, histories)
+    await indexer.write([indexed(0, 0, 10, _value("a", 5))], {0: 1})  # read again after a lost position
+    await indexer.write([indexed(0, 1, 20, b"junk"), indexed(0, 2, 30, None), indexed(0, 3, 40, _value(None))],
+                        {0: 4})
+    assert histories.asked == []
+    assert [x.replayed_at_ms for x in index.letters.values()] == [None, None, None, None]

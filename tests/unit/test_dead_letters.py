@@ -15,7 +15,6 @@ from saga_orchestrator.operations.dead_letters import (
     DeadLetterError,
     NotReplayable,
     Parked,
-    Replayed,
     dismiss,
     dismissal_of,
     dismissal_record,
@@ -25,10 +24,10 @@ from saga_orchestrator.operations.dead_letters import (
     plan_replays,
     replay_detail,
     replay_of,
-    replays_by_letter,
     select,
 )
 from saga_orchestrator.orchestrator.dead_letter_index import indexed
+from saga_orchestrator.orchestrator.recorded_replays import Replayed, replays_by_letter
 from saga_orchestrator.orchestrator.store.dead_letters import MemoryDeadLetterIndex
 from saga_orchestrator.orchestrator.store.memory import MemoryStore
 from saga_orchestrator.orchestrator.store.operations.audit import MemoryLevers
