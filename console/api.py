@@ -399,9 +399,11 @@ async def inbox_items(console: ConsoleDep, _: Reader, cursor: str | None = None,
     return {"items": [dataclasses.asdict(item) for item in page.items], "next_cursor": page.next_cursor}
 
 
-@router.get("/inbox/count", summary="How many sagas ended needing a human or are quarantined")
-async def inbox_count(console: ConsoleDep, _: Reader) -> dict[str, int]:
-    return {"count": await inbox.count(console.reads)}
+@router.get("/inbox/count", summary="How many items the inbox lists, every kind (counted up to 500: more is "
+                                    "`more` true)")
+async def inbox_count(console: ConsoleDep, _: Reader) -> dict[str, int | bool]:
+    found = await inbox.count(console.reads, console.dead_letters, console.attendance.snapshot)
+    return {"count": found.items, "more": found.more}
 
 
 @router.get("/audit", summary="What operators did through the console, newest first",

@@ -390,8 +390,8 @@ async def inbox_count_fragment(request: Request) -> Response:
     console = console_of(request)
     if _viewer(request, console) is not None:
         return HTMLResponse("")
-    found = await inbox.count(console.reads)
-    return HTMLResponse(f'<span class="count" data-count="{found}">{found}</span>' if found else "")
+    found = await inbox.count(console.reads, console.dead_letters, console.attendance.snapshot)
+    return HTMLResponse(f'<span class="count" data-count="{found}">{found}</span>' if found.items else "")
 
 
 @router.get("/definitions", response_class=HTMLResponse)

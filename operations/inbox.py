@@ -55,8 +55,6 @@ class Kind(StrEnum):
 SAGA_KINDS = {Kind.FAILED: SagaStatus.FAILED, Kind.COMPENSATION_FAILED: SagaStatus.COMPENSATION_FAILED,
               Kind.QUARANTINED: SagaStatus.QUARANTINED}
 """The kinds that are a saga's state: every saga in it is an item."""
-COUNTED = tuple(status.value for status in SAGA_KINDS.values())
-"""The states the navigation's count adds up (``count``)."""
 _WEDGED_STATUSES = tuple(s.value for s in SagaStatus
                          if not s.is_terminal and s not in (SagaStatus.QUARANTINED, SagaStatus.COMPENSATING))
 
@@ -282,8 +280,24 @@ async def inbox(reads: Reads, query: InboxQuery, dead_letters: DeadLetterIndex |
     return assemble(sagas, parked, deferred, query, letters, unattended)
 
 
-async def count(reads: Reads) -> int:
-    """The sagas that ended needing a human, or are quarantined (one count-by-state read); the navigation's
-    badge. Wedged sagas, parked rows and deferred commands are listed on the inbox, not counted here."""
-    counts = await reads.counts()
-    return sum(counts.get(status, 0) for status in COUNTED)
+COUNTED_UP_TO = MAX_LIMIT
+"""The most items the navigation's count counts; more shows as that many and a "+"."""
+
+
+@dataclass(frozen=True)
+class Count:
+    """How many items the inbox lists: ``items`` (at most ``COUNTED_UP_TO``), and whether there are ``more``."""
+
+    items: int
+    more: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.items}+" if self.more else str(self.items)
+
+
+async def count(reads: Reads, dead_letters: DeadLetterIndex | None = None,
+                attendance: AttendanceSnapshot | None = None) -> Count:
+    """How many items ``inbox`` lists (every kind, one read of each as a page of it does, so the count and the
+    list never disagree), counted up to ``COUNTED_UP_TO``: the navigation's badge."""
+    page = await inbox(reads, InboxQuery(limit=COUNTED_UP_TO), dead_letters, attendance)
+    return Count(len(page.items), page.next_cursor is not None)

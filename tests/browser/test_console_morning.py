@@ -210,6 +210,9 @@ async def test_the_morning_is_worked_from_the_inbox_alone(
     await expect(page.locator(f"table.inbox tr[data-item='{ids['yesterday']}']")).to_have_attribute(
         "data-kind", "failed")  # ended 26 hours ago, still here
     await expect(page.locator(f"table.inbox tr[data-item='{ids['yesterday']}']")).to_contain_text("send_itinerary")
+    listed = len(_inbox(console_url))
+    await expect(page.locator("table.inbox tbody tr[data-item]")).to_have_count(listed)
+    await expect(page.locator("nav a.inbox .count")).to_have_text(str(listed))  # the badge counts every kind
     await screenshot(page, "morning-inbox")
 
     # The trip that failed yesterday after its card was charged: ended as it stands.
@@ -275,6 +278,7 @@ async def test_the_morning_is_worked_from_the_inbox_alone(
 
     await page.goto("/inbox")
     await expect(page.locator("table.inbox td.empty")).to_have_text("nothing needs a human")
+    await expect(page.locator("nav a.inbox")).to_have_text("Inbox")  # the badge is gone too
     await screenshot(page, "morning-inbox-empty")
     assert _inbox(console_url) == []
 

@@ -44,8 +44,8 @@ async def test_a_start_dead_lettered_before_its_type_was_deployed_is_replayed_an
     await expect(row.locator("a")).to_have_text(saga_id)
     await expect(row.locator(".status")).to_have_text("REJECTED")
     await expect(row.locator("input[name=force]")).to_have_count(0)  # a start, not a step's message
-    await row.locator("input[name=reason]").fill("holiday deployed")
-    await row.locator("button").click()
+    await row.locator("form.replay input[name=reason]").fill("holiday deployed")
+    await row.locator("form.replay button").click()
     await expect(page.locator("#flash")).to_contain_text(f"{letter['position']} replayed to "
                                                          f"{letter['source_topic']} by {OPERATOR}")
     await screenshot(page, "dead-letters")

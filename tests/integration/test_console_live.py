@@ -88,8 +88,8 @@ async def test_one_stream_serves_two_pages_each_what_it_does_not_show(
     url, runs = served
     done_last, going_last = runs[DONE].events[-1].seq, runs[GOING].events[-1].seq
     shown = 2  # the page of DONE was drawn when it had its first two events
-    params = [("watch", "3"), ("saga", DONE), ("after", str(shown)), ("watch", "9"), ("saga", GOING),
-              ("after", str(going_last))]
+    params = httpx.QueryParams([("watch", "3"), ("saga", DONE), ("after", str(shown)), ("watch", "9"), ("saga", GOING),
+              ("after", str(going_last))])
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(5, read=30)) as client, \
             client.stream("GET", "/live", params=params) as stream:
         assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
