@@ -54,7 +54,7 @@ VERSION_COUNTS_SQL = (
 table's wide rows (``bench.version_counts`` times it and shows its plan)."""
 
 
-SEARCH_CANDIDATES = 5000
+SEARCH_CANDIDATES = 1000
 """How many matching keys a search reads at most, in value order (so every exact match, then the values closest
 to the text): a text as short as one letter may start most keys, and reading them all outlasts a read's timeout."""
 
