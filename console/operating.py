@@ -114,3 +114,17 @@ def confirmation(definition: SagaDefinition | None, state: SagaState | None, act
                  f"Not undone (no undo): {listed(without)}.",
                  f"Still in flight (withdrawn; undone if it took effect and has an undo): {listed(flying)}."]
     return " ".join(lines) + " Go on?"
+
+
+def bulk_confirmation(action: str) -> str | None:
+    """What a bulk job of a destructive lever will and will not undo in each saga it takes, and what becomes of
+    the commands in flight (said per saga by ``confirmation``), for the operator to confirm before the job starts;
+    None for any other lever."""
+    if action not in DESTRUCTIVE:
+        return None
+    if action == Lever.TERMINATE:
+        return (f"{action} ends each saga as it stands: nothing is undone; every step that took effect stays. "
+                "Commands still in flight: their replies will change nothing.")
+    return (f"{action} turns each saga back: every step that took effect and has an undo is undone; a step "
+            "without an undo stays done. Commands still in flight are withdrawn (undone if they took effect and "
+            "have an undo).")

@@ -772,7 +772,9 @@ async def bulk_page(request: Request) -> Response:
     return _viewer(request, console) or _page(
         request, "bulk.html", console, jobs=await bulk_jobs.jobs(console.bulk_store),
         saga_types=sorted(console.reads.definitions.types()), statuses=[s.value for s in SagaStatus],
-        actions=bulk_jobs.actions(), rate=bulk_jobs.DEFAULT_RATE_PER_S)
+        actions=bulk_jobs.actions(), confirms={action: operating.bulk_confirmation(action)
+                                               for action in bulk_jobs.actions()},
+        rate=bulk_jobs.DEFAULT_RATE_PER_S)
 
 
 @router.get("/bulk/jobs", response_class=HTMLResponse)

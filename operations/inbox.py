@@ -17,10 +17,12 @@ paged by an opaque cursor of (stuck since, item id).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Any
 
 from ..client.api import saga_segment
 from ..orchestrator.domain.model import SagaStatus
@@ -268,13 +270,18 @@ async def inbox(reads: Reads, query: InboxQuery, dead_letters: DeadLetterIndex |
     """One page of the inbox: what ``query`` takes, stuck longest first (dead letters too, given their index;
     unattended command topics too, given the attendance snapshot). ``paging.BadCursor`` for a bad cursor."""
     stuck = stuck_query(query)
-    sagas = (await reads.store.stuck_sagas(stuck, query.limit + 1)
-             if stuck.statuses or stuck.failing else [])
-    parked = await reads.parked() if query.takes(Kind.PARKED) and query.saga_type is None else []
-    deferred = await reads.deferred() if query.takes(Kind.DEFERRED) and query.saga_type is None else []
-    letters = (await dead_letters.unhandled(letters_after(query.cursor), query.since_ms, query.before_ms,
-                                            query.limit + 1)
-               if dead_letters is not None and query.takes(Kind.DEAD_LETTER) and query.saga_type is None else [])
+    untyped = query.saga_type is None  # parked rows, deferred commands and letters have no saga type here
+
+    async def none() -> list[Any]:
+        return []
+
+    # The reads are independent: asked at once, a page waits for the slowest, not for their sum.
+    sagas, parked, deferred, letters = await asyncio.gather(
+        reads.store.stuck_sagas(stuck, query.limit + 1) if stuck.statuses or stuck.failing else none(),
+        reads.parked() if query.takes(Kind.PARKED) and untyped else none(),
+        reads.deferred() if query.takes(Kind.DEFERRED) and untyped else none(),
+        dead_letters.unhandled(letters_after(query.cursor), query.since_ms, query.before_ms, query.limit + 1)
+        if dead_letters is not None and query.takes(Kind.DEAD_LETTER) and untyped else none())
     unattended = (attendance.unattended() if attendance is not None and query.takes(Kind.UNATTENDED)
                   and query.saga_type is None else [])
     return assemble(sagas, parked, deferred, query, letters, unattended)

@@ -219,8 +219,11 @@ async def test_a_bulk_dry_run_counts_then_the_job_runs(page: Page, stack: Stack,
     await page.select_option("select[name=action]", "Terminate")
     await page.fill("input[name=reason]", "refunded by hand")
     await page.fill("input[name=rate_per_s]", "5")
+    asked = _confirming(page)
     await page.click("#start")
     await expect(page.locator("#flash")).to_contain_text(f"started for {OPERATOR}: {len(chosen)} sagas")
+    assert len(asked) == 1 and asked[0].startswith(f"Terminate {len(chosen)} sagas? ") \
+        and "nothing is undone" in asked[0], asked
     job = page.locator("#jobs tr[data-job]").first
     await expect(job.locator("[data-job-status]")).to_have_text("DONE", timeout=SETTLE_S * 1000)
     await expect(job.locator("[data-job-done]")).to_have_text(f"{len(chosen)} of {len(chosen)}")
