@@ -32,7 +32,7 @@ from .identity import Identity, read_users
 from .saga_paths import SagaIdPaths
 
 STATIC = Path(__file__).parent / "static"
-POOL_SIZE = 4  # pages and API calls at once; the live timelines poll through it too
+POOL_SIZE = 8  # pages and API calls at once; the live timelines poll through it too, a page its reads at once
 
 
 def identity_of(settings: Settings) -> Identity:
