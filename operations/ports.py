@@ -235,6 +235,10 @@ class ReadsStore(Protocol):
         participant has not started here yet."""
         ...
 
+    async def awaiting_of(self, participants: Sequence[Participant]) -> dict[str, list[AwaitingCommand]]:
+        """``awaiting`` of each of ``participants`` (by name), in one read: every command each deferred."""
+        ...
+
     async def stuck_sagas(self, query: StuckQuery, limit: int) -> list[SagaSummaryRow]:
         """At most ``limit`` sagas ``query`` takes, the longest unchanged first: by updated_at (to the millisecond),
         then saga id in byte order."""

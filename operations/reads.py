@@ -257,9 +257,9 @@ class Reads:
 
     async def deferred(self) -> list[Deferred]:
         """The commands each participant of the deployment deferred, waiting for an answer, oldest first."""
-        each = await asyncio.gather(*(self.store.awaiting(participant) for participant in self.participants))
-        found = [Deferred(participant.name, r.saga_id, r.step, r.action, r.idempotency_key, r.deferred_at_ms)
-                 for participant, rows in zip(self.participants, each, strict=True) for r in rows]
+        each = await self.store.awaiting_of(self.participants)
+        found = [Deferred(name, r.saga_id, r.step, r.action, r.idempotency_key, r.deferred_at_ms)
+                 for name, rows in each.items() for r in rows]
         return sorted(found, key=lambda d: d.deferred_at_ms)
 
     async def saga_statuses(self, saga_ids: Collection[str]) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,13 @@ from saga_orchestrator.console.app import console_app
 from saga_orchestrator.console.identity import add_user
 from saga_orchestrator.infra.db import create_pool
 from saga_orchestrator.infra.settings import Settings
+from saga_orchestrator.orchestrator.store.operations.reads import PostgresReads
 from saga_orchestrator.orchestrator.store.postgres import migrate
+from saga_orchestrator.participants.kit.ddl import ensure_participant_schema
+from saga_orchestrator.participants.kit.handling import Disposition, handle_command
 from tests.integration.conftest import fresh_outbox
+from tests.integration.test_participant_deferred import DESK
+from tests.integration.test_participants import TOPICS, command, delivered, new_saga_id
 
 pytestmark = pytest.mark.integration
 SIGNED = {"Authorization": "Basic " + base64.b64encode(b"petra:a long password").decode()}
@@ -138,3 +144,25 @@ async def test_nobody_pulls_a_parked_rows_lever_without_an_operator_or_with_the_
         assert (await read_only.post(path, json={"reason": "x"})).status_code == 403
         assert "read-only" in (await read_only.get("/parked")).text
     assert await _where(pool, outbox, requeued) == (False, True)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_every_outbox_s_parked_rows_and_every_participant_s_deferred_commands_are_one_read_each(
+        settings: Settings) -> None:
+    pool = await create_pool(settings.dsn(), 2)
+    try:
+        await migrate(pool)
+        await ensure_participant_schema(pool, DESK)
+        in_saga = await _park(pool, "saga.outbox", "both-a", "t.flight.commands", "too large")
+        in_desk = await _park(pool, "deferredtest.outbox", "both-b", "t.replies", "topic refused")
+        saga_id = new_saga_id()
+        assert await handle_command(pool, DESK, TOPICS, delivered(DESK, *command(saga_id, "flight", "book_flight"))
+                                    ) == Disposition.AWAITING
+        reads = PostgresReads(pool)
+        parked = {(row.table, row.row_id) for row in await reads.parked()}
+        assert {("saga.outbox_parked", in_saga), ("deferredtest.outbox_parked", in_desk)} <= parked
+        nowhere = replace(DESK, name="nowhere", schema="nowhere")  # never started here: no tables
+        found = await reads.awaiting_of([DESK, nowhere])
+        assert [(c.saga_id, c.step) for c in found["flight"]] == [(saga_id, "flight")] and found["nowhere"] == []
+    finally:
+        await pool.close()

@@ -7,6 +7,7 @@ behind it; none takes a lock a service waits for.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -54,6 +55,8 @@ VERSION_COUNTS_SQL = (
 table's wide rows (``bench.version_counts`` times it and shows its plan)."""
 
 
+CATALOG_FRESH_S = 30.0
+"""How long the list of parked-row and deferred-command tables read from the catalogue is used."""
 SEARCH_CANDIDATES = 1000
 """How many matching keys a search reads at most, in value order (so every exact match, then the values closest
 to the text): a text as short as one letter may start most keys, and reading them all outlasts a read's timeout."""
@@ -132,6 +135,19 @@ class PostgresReads:
         self._pool = pool
         self._s = check_identifier(schema)
         self._timeout_s = timeout_s
+        self._catalog: frozenset[str] = frozenset()
+        self._catalog_at = -CATALOG_FRESH_S
+
+    async def _existing(self) -> frozenset[str]:
+        """The parked-row and deferred-command tables there are (``schema.table``), read from the catalogue at most
+        every ``CATALOG_FRESH_S``: a participant's tables appear when it first starts, and reading the catalogue
+        on every inbox page cost more than the tables' rows."""
+        if time.monotonic() - self._catalog_at >= CATALOG_FRESH_S:
+            rows = await self._pool.fetch(
+                "SELECT table_schema || '.' || table_name AS name FROM information_schema.tables"
+                " WHERE table_name IN ('outbox_parked', 'awaiting_commands')", timeout=self._timeout_s)
+            self._catalog, self._catalog_at = frozenset(r["name"] for r in rows), time.monotonic()
+        return self._catalog
 
     async def unfinished(self, statuses: Sequence[str], oldest: int) -> tuple[list[HeatCell], list[SagaSummaryRow]]:
         async with self._pool.acquire() as conn:
@@ -262,23 +278,42 @@ class PostgresReads:
         return {r["saga_id"]: r["status"] for r in rows}
 
     async def parked(self) -> list[OutboxView]:
-        tables = await self._pool.fetch("SELECT table_schema FROM information_schema.tables"
-                                        " WHERE table_name = 'outbox_parked' ORDER BY 1", timeout=self._timeout_s)
-        found: list[OutboxView] = []
-        for table in tables:
-            schema = table["table_schema"]
-            rows = await self._pool.fetch(
-                f'SELECT id, topic, created_at, reason, message_key FROM "{schema}".outbox_parked ORDER BY id',
-                timeout=self._timeout_s)
-            found += [OutboxView(f"{schema}.outbox_parked", r["id"], r["topic"], datetime_to_ms(r["created_at"]),
-                                 f"{r['message_key']}: {r['reason']}") for r in rows]
-        return found
+        tables = sorted(name for name in await self._existing() if name.endswith(".outbox_parked"))
+        if not tables:
+            return []
+        # One read of every parked table (their names from the catalogue, each part quoted as an identifier).
+        union = " UNION ALL ".join(
+            f"SELECT {i} AS t, id, topic, created_at, reason, message_key FROM {_quoted(name)}"
+            for i, name in enumerate(tables))
+        rows = await self._pool.fetch(f"{union} ORDER BY t, id", timeout=self._timeout_s)
+        return [OutboxView(tables[r["t"]], r["id"], r["topic"], datetime_to_ms(r["created_at"]),
+                           f"{r['message_key']}: {r['reason']}") for r in rows]
 
     async def awaiting(self, participant: Participant, saga_id: str | None = None) -> list[AwaitingCommand]:
         try:
             return await awaiting(self._pool, participant, saga_id)
         except asyncpg.UndefinedTableError:
             return []  # the participant has not started here yet
+
+    async def awaiting_of(self, participants: Sequence[Participant]) -> dict[str, list[AwaitingCommand]]:
+        existing = await self._existing()
+        there = [p for p in participants if p.awaiting_table in existing]
+        found: dict[str, list[AwaitingCommand]] = {p.name: [] for p in participants}
+        if not there:
+            return found
+        union = " UNION ALL ".join(
+            f"SELECT {i} AS p, idempotency_key, saga_id, step, action, attempt,"
+            " (extract(epoch FROM deferred_at) * 1000)::bigint AS deferred_at_ms,"
+            f" (extract(epoch FROM answer_by) * 1000)::bigint AS answer_by_ms FROM {_quoted(p.awaiting_table)}"
+            for i, p in enumerate(there))
+        try:
+            rows = await self._pool.fetch(f"{union} ORDER BY deferred_at_ms, idempotency_key", timeout=self._timeout_s)
+        except asyncpg.UndefinedTableError:  # dropped since the catalogue was read: one at a time
+            return {p.name: await self.awaiting(p) for p in participants}
+        for r in rows:
+            fields = dict(r)
+            found[there[fields.pop("p")].name].append(AwaitingCommand(**fields))
+        return found
 
     async def stuck_sagas(self, query: StuckQuery, limit: int) -> list[SagaSummaryRow]:
         # Ordered and paged on updated_at truncated to the millisecond (what a row carries), so a cursor made of a
@@ -421,6 +456,9 @@ class MemoryReads:
     async def awaiting(self, participant: Participant, saga_id: str | None = None) -> list[AwaitingCommand]:
         return []
 
+    async def awaiting_of(self, participants: Sequence[Participant]) -> dict[str, list[AwaitingCommand]]:
+        return {participant.name: await self.awaiting(participant) for participant in participants}
+
     async def stuck_sagas(self, query: StuckQuery, limit: int) -> list[SagaSummaryRow]:
         rows = [s for s in self._store.summaries.values()
                 if (s.status in query.statuses or (s.status in query.failing and s.step_failures >= query.min_failures))
@@ -429,3 +467,9 @@ class MemoryReads:
                 and (query.before_ms is None or s.updated_at_ms < query.before_ms)
                 and (query.after is None or (s.updated_at_ms, s.saga_id) > query.after)]
         return sorted(rows, key=lambda s: (s.updated_at_ms, s.saga_id))[:limit]
+
+
+def _quoted(name: str) -> str:
+    """``schema.table`` as two quoted identifiers."""
+    schema, _, table = name.partition(".")
+    return f'"{schema.replace(chr(34), chr(34) * 2)}"."{table.replace(chr(34), chr(34) * 2)}"'
