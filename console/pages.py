@@ -510,7 +510,7 @@ def _pending(view: SagaView, steps: list[Any]) -> list[dict[str, Any]]:
 
 LIVE_PARTS = {"status": "saga_status.html", "steps": "saga_steps.html", "levers": "saga_levers.html",
               "timers": "saga_timers.html"}
-"""The parts of a saga's page its stream sends again after each new event, by SSE event name."""
+"""The parts of a saga's page its stream sends again after each new event, by part (``data-live-part``)."""
 
 
 MAX_WATCHES = 50
@@ -608,8 +608,8 @@ def _rows_html(rows: list[dict[str, Any]]) -> str:
     return "".join(TEMPLATES.get_template("timeline_row.html").render(line=line) for line in rows)
 
 
-def _sse(event: str, html: str) -> str:
-    lines = "".join(f"data: {line}\n" for line in html.splitlines() or [""])
+def _sse(event: str, data: str) -> str:
+    lines = "".join(f"data: {line}\n" for line in data.splitlines() or [""])
     return f"event: {event}\n{lines}\n"
 
 

@@ -244,9 +244,6 @@ class Reads:
         """The saga's events as stored: (seq, Avro single-object encoding), in seq order."""
         return [(r.seq, r.body) for r in await self.store.events_after(saga_id, 0)]
 
-    async def quarantined(self, limit: int = 200) -> list[SagaSummaryRow]:
-        return await self.sagas(QUARANTINED, limit)
-
     async def quarantined_page(self, limit: int = 200, cursor: str | None = None) -> Page[SagaSummaryRow]:
         """One page of the quarantined sagas (``saga_page``)."""
         return await self.saga_page(QUARANTINED, limit, cursor)

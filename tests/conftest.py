@@ -122,7 +122,8 @@ def _docker_engine_answers() -> bool:
         return False
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -135,7 +136,7 @@ def _kafka_container(stack: ExitStack) -> str:
     from testcontainers.core.docker_client import DockerClient
     from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
-    host, port = DockerClient().host(), _free_port()
+    host, port = DockerClient().host(), free_port()
     container = (
         DockerContainer(KAFKA_IMAGE)
         .with_bind_ports(port, port)

@@ -336,14 +336,17 @@ class AwaitingCommand:
     answer_by_ms: int | None = None  # when it is answered AnswerTimedOut without a person's answer
 
 
+AWAITING_COLUMNS = ("idempotency_key, saga_id, step, action, attempt,"
+                    " (extract(epoch FROM deferred_at) * 1000)::bigint AS deferred_at_ms,"
+                    " (extract(epoch FROM answer_by) * 1000)::bigint AS answer_by_ms")
+"""An awaiting-commands row as the fields of an ``AwaitingCommand``, in a SELECT list."""
+
+
 async def awaiting(conn: asyncpg.Connection | asyncpg.Pool, participant: Participant,
                    saga_id: str | None = None) -> list[AwaitingCommand]:
     """The commands awaiting an answer (of one saga, when given), oldest first."""
     rows = await conn.fetch(
-        f"""SELECT idempotency_key, saga_id, step, action, attempt,
-                   (extract(epoch FROM deferred_at) * 1000)::bigint AS deferred_at_ms,
-                   (extract(epoch FROM answer_by) * 1000)::bigint AS answer_by_ms
-            FROM {participant.awaiting_table} WHERE $1::text IS NULL OR saga_id = $1
+        f"""SELECT {AWAITING_COLUMNS} FROM {participant.awaiting_table} WHERE $1::text IS NULL OR saga_id = $1
             ORDER BY deferred_at, idempotency_key""",
         saga_id,
     )

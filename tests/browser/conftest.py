@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, BrowserContext, Dialog, Page, async_playwright
 
 from saga_orchestrator.cli.run_cmd import service_environment
 from saga_orchestrator.console.identity import add_user
@@ -31,7 +30,7 @@ from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.schemas import wire
 from saga_orchestrator.testing.history import SagaRun
 from tests.chaos.crash_tools import started_and_ready
-from tests.conftest import module_stack
+from tests.conftest import free_port, module_stack
 from tests.e2e.harness import Stack
 
 OPERATOR, PASSWORD = "ops-anna", "a long enough password"
@@ -39,13 +38,6 @@ DEFINITIONS = "tests.browser.console_trip:CONSOLE_TRIP"
 CHROMIUM = os.environ.get("SAGA_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOTS = os.environ.get("SAGA_SCREENSHOTS")  # a folder: `make screenshots` keeps each page's picture there
 SETTLE_S = 90.0  # the longest a test waits for sagas to get where it looks
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +55,7 @@ def serve_console(settings: Settings, folder: Path) -> Iterator[str]:
     once it answers, the process stopped after (the body of a module fixture: ``yield from``)."""
     users = folder / "users"
     add_user(users, OPERATOR, PASSWORD)
-    port = _free_port()
+    port = free_port()
     env = {**service_environment(settings), "SAGA_CONSOLE_LEVERS": "true", "SAGA_CONSOLE_USERS": str(users)}
     with (folder / "console.log").open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "saga_orchestrator.cli", "console", "--port", str(port)],
@@ -106,9 +98,9 @@ async def browser() -> AsyncIterator[Browser]:
             await launched.close()
 
 
-async def signed_in_page(browser: Browser, console_url: str) -> AsyncIterator[Page]:
-    """A page of a fresh browser context signed in as OPERATOR on ``console_url`` (the body of a fixture:
-    ``async for``... ``yield``); the context closed after."""
+async def signed_in_context(browser: Browser, console_url: str) -> tuple[BrowserContext, Page]:
+    """A fresh browser context signed in as OPERATOR on ``console_url`` (its tabs share the session), and the page
+    that signed in, at the fleet; the caller closes the context."""
     context = await browser.new_context(base_url=console_url, viewport={"width": 1400, "height": 1000})
     opened = await context.new_page()
     await opened.goto("/login")
@@ -116,10 +108,29 @@ async def signed_in_page(browser: Browser, console_url: str) -> AsyncIterator[Pa
     await opened.fill("input[name=password]", PASSWORD)
     await opened.click("form.login button")
     await opened.wait_for_url(f"{console_url}/")
+    return context, opened
+
+
+async def signed_in_page(browser: Browser, console_url: str) -> AsyncIterator[Page]:
+    """A page of a fresh browser context signed in as OPERATOR on ``console_url`` (the body of a fixture:
+    ``async for``... ``yield``); the context closed after."""
+    context, opened = await signed_in_context(browser, console_url)
     try:
         yield opened
     finally:
         await context.close()
+
+
+def accepting_dialogs(page: Page) -> list[str]:
+    """Each confirmation ``page`` asks is accepted, and its text kept in the list answered."""
+    asked: list[str] = []
+
+    async def accept(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    page.on("dialog", accept)
+    return asked
 
 
 @pytest.fixture

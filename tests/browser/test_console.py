@@ -7,27 +7,15 @@ import uuid
 from collections import Counter
 
 import pytest
-from playwright.async_api import Dialog, Page, expect
+from playwright.async_api import Page, expect
 
 from saga_orchestrator.client import SagaClient
 from saga_orchestrator.participants.trip.scenarios import DEMO_MIX, SCENARIOS
-from tests.browser.conftest import OPERATOR, SETTLE_S, api, history, screenshot, until
+from tests.browser.conftest import OPERATOR, SETTLE_S, accepting_dialogs, api, history, screenshot, until
 from tests.e2e.harness import Stack
 
 pytestmark = pytest.mark.e2e
 WAITING = frozenset({"card_flaky"})  # its card's next attempt is an hour away (console_trip.py)
-
-
-def _confirming(page: Page) -> list[str]:
-    """Each confirmation ``page`` asks is accepted, and its text kept in the list answered."""
-    asked: list[str] = []
-
-    async def confirm(dialog: Dialog) -> None:
-        asked.append(dialog.message)
-        await dialog.accept()
-
-    page.on("dialog", confirm)
-    return asked
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +96,7 @@ async def test_a_slowtown_trip_is_cancelled_from_its_page_and_shows_it_live(
                              for e in history(console_url, saga_id)), "the hotel's command")
     await page.goto(f"/sagas/{saga_id}")
     await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
-    asked = _confirming(page)
+    asked = accepting_dialogs(page)
     lever = page.locator("form.lever[data-action=Cancel]")
     await lever.locator("input[name=reason]").fill("the customer called")
     await lever.locator("button").click()
@@ -184,7 +172,7 @@ async def test_a_paused_trip_offers_unpause_without_a_reload_over_the_shared_str
     await expect(page.locator("#flash")).to_contain_text("Unpause applied", timeout=SETTLE_S * 1000)
     await expect(page.locator("form.lever[data-action=Pause]")).to_have_count(1)
     # Terminate asks first, saying what stays done; accepted, the saga ends (and leaves the bulk test's count).
-    asked = _confirming(page)
+    asked = accepting_dialogs(page)
     lever = page.locator("form.lever[data-action=Terminate]")
     await lever.locator("input[name=reason]").fill("refunded by hand")
     await lever.locator("button").click()
@@ -219,7 +207,7 @@ async def test_a_bulk_dry_run_counts_then_the_job_runs(page: Page, stack: Stack,
     await page.select_option("select[name=action]", "Terminate")
     await page.fill("input[name=reason]", "refunded by hand")
     await page.fill("input[name=rate_per_s]", "5")
-    asked = _confirming(page)
+    asked = accepting_dialogs(page)
     await page.click("#start")
     await expect(page.locator("#flash")).to_contain_text(f"started for {OPERATOR}: {len(chosen)} sagas")
     assert len(asked) == 1 and asked[0].startswith(f"Terminate {len(chosen)} sagas? ") \

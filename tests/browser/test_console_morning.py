@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, BrowserContext, Dialog, Page, expect
+from playwright.async_api import Browser, Page, expect
 
 from saga_orchestrator.client import SagaClient
 from saga_orchestrator.infra.settings import Settings
@@ -25,13 +25,14 @@ from saga_orchestrator.participants.trip.scenarios import SCENARIOS
 from saga_orchestrator.schemas.topics import Topics
 from tests.browser.conftest import (
     OPERATOR,
-    PASSWORD,
     SETTLE_S,
+    accepting_dialogs,
     api,
     api_post,
     history,
     record_failed_trip,
     screenshot,
+    signed_in_context,
     until,
 )
 from tests.browser.morning import WORKERS
@@ -61,18 +62,6 @@ def _status(console_url: str, saga_id: str) -> str | None:
     except OSError:
         return None
     return found
-
-
-def _accepting(page: Page) -> list[str]:
-    """Each confirmation ``page`` asks is accepted and its text kept in the list answered."""
-    asked: list[str] = []
-
-    async def accept(dialog: Dialog) -> None:
-        asked.append(dialog.message)
-        await dialog.accept()
-
-    page.on("dialog", accept)
-    return asked
 
 
 async def _pull(page: Page, action: str, reason: str, said: str) -> None:
@@ -110,7 +99,8 @@ async def test_ten_saga_tabs_and_the_fleet_load_within_two_seconds_and_stay_live
             await client.start("courier_checkout", saga_id, order(saga_id, address="ask"))
     await until(lambda: all(any(e["type"] == "StepCommandSent" and e["fields"].get("step") == "book_courier"
                                 for e in history(console_url, saga_id)) for saga_id in ids), "the couriers asked")
-    context = await _signed_in_context(browser, console_url)
+    context, signed_in = await signed_in_context(browser, console_url)
+    await signed_in.close()
     try:
         tabs: list[Page] = []
         for saga_id in ids:
@@ -139,18 +129,6 @@ async def test_ten_saga_tabs_and_the_fleet_load_within_two_seconds_and_stay_live
     for saga_id in ids:  # ended, so that the morning's inbox is its own
         api_post(console_url, f"/sagas/{saga_id}/actions", {"action": "Terminate", "reason": "tabs done"})
     await until(lambda: all(_status(console_url, saga_id) == "TERMINATED" for saga_id in ids), "the tabs' sagas ended")
-
-
-async def _signed_in_context(browser: Browser, console_url: str) -> BrowserContext:
-    context = await browser.new_context(base_url=console_url, viewport={"width": 1400, "height": 1000})
-    page = await context.new_page()
-    await page.goto("/login")
-    await page.fill("input[name=name]", OPERATOR)
-    await page.fill("input[name=password]", PASSWORD)
-    await page.click("form.login button")
-    await page.wait_for_url(f"{console_url}/")
-    await page.close()
-    return context
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +181,7 @@ async def morning(stack: Stack, console_url: str) -> AsyncIterator[dict[str, str
 async def test_the_morning_is_worked_from_the_inbox_alone(
         page: Page, stack: Stack, console_url: str, morning: dict[str, str]) -> None:
     ids = morning
-    asked = _accepting(page)
+    asked = accepting_dialogs(page)
     await page.goto("/")
     await page.click("nav a.inbox")
     await page.wait_for_url("**/inbox")

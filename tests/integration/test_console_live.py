@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,18 +21,12 @@ from saga_orchestrator.orchestrator.bootstrap import prepare
 from saga_orchestrator.orchestrator.store.postgres import migrate
 from saga_orchestrator.participants.trip.definition import TRIP
 from saga_orchestrator.testing.history import SagaRun
+from tests.conftest import free_port
 from tests.integration.test_console_api import _record
 
 pytestmark = pytest.mark.integration
 
 DONE, GOING = "live/done?#1", "live-going"  # an id that needs encoding in a path, fine in a query
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _runs() -> dict[str, SagaRun]:
@@ -55,7 +48,7 @@ async def served(settings: Settings) -> AsyncIterator[tuple[str, dict[str, SagaR
     runs = _runs()
     await _record(pool, runs)
     await pool.close()
-    server = uvicorn.Server(uvicorn.Config(console_app(settings), port=(port := _free_port()), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(console_app(settings), port=(port := free_port()), log_level="warning"))
     serving = asyncio.create_task(server.serve())
     for _ in range(200):  # it answers within 10 s
         if server.started:

@@ -28,7 +28,7 @@ from ....operations.ports import (
     WedgedGroup,
     age_bucket,
 )
-from ....participants.kit.ledger import AwaitingCommand, awaiting
+from ....participants.kit.ledger import AWAITING_COLUMNS, AwaitingCommand, awaiting
 from ....participants.kit.participant import Participant
 from ...ports import SagaSummaryRow, StoredEvent
 from ..memory import MemoryStore
@@ -301,11 +301,8 @@ class PostgresReads:
         found: dict[str, list[AwaitingCommand]] = {p.name: [] for p in participants}
         if not there:
             return found
-        union = " UNION ALL ".join(
-            f"SELECT {i} AS p, idempotency_key, saga_id, step, action, attempt,"
-            " (extract(epoch FROM deferred_at) * 1000)::bigint AS deferred_at_ms,"
-            f" (extract(epoch FROM answer_by) * 1000)::bigint AS answer_by_ms FROM {_quoted(p.awaiting_table)}"
-            for i, p in enumerate(there))
+        union = " UNION ALL ".join(f"SELECT {i} AS p, {AWAITING_COLUMNS} FROM {_quoted(p.awaiting_table)}"
+                                   for i, p in enumerate(there))
         try:
             rows = await self._pool.fetch(f"{union} ORDER BY deferred_at_ms, idempotency_key", timeout=self._timeout_s)
         except asyncpg.UndefinedTableError:  # dropped since the catalogue was read: one at a time
